@@ -1,0 +1,58 @@
+#include "cli/app.hpp"
+
+#include <exception>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/command.hpp"
+#include "cli/commands.hpp"
+#include "cli/diag.hpp"
+#include "generator/version.hpp"
+
+namespace ft::cli {
+
+int run_app(int argc, char** argv) {
+  try {
+    CLI::App app{"flytune: tunes Mixture-of-Experts routed-GEMM kernels for AMD Instinct and NVIDIA Hopper GPUs",
+                 "flytune"};
+    app.set_version_flag("--version", fmt::format("flytune {} (commit {}, templates {})", FLYTUNE_VERSION,
+                                                  FLYTUNE_GIT_COMMIT, FLYTUNE_TEMPLATES_COMMIT));
+    app.require_subcommand(1);
+    app.fallthrough(false);
+
+    std::vector<Command> commands = register_commands(app);
+    // CLI11 reports a stray word as "a subcommand is required"; name it instead.
+    if (argc > 1 && argv[1][0] != '-') {
+      bool known = false;
+      for (const Command& c : commands) known = known || c.app->check_name(argv[1]);
+      if (!known) {
+        fmt::print(stderr, "flytune: error: unknown command '{}'\nUsage: flytune <command> [options]; see 'flytune --help'\n", argv[1]);
+        return kExitUsage;
+      }
+    }
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForAllHelp& e) {
+      return app.exit(e);
+    } catch (const CLI::CallForVersion& e) {
+      return app.exit(e);
+    } catch (const CLI::ParseError& e) {
+      fmt::print(stderr, "flytune: error: {}\nUsage: flytune <command> [options]; see 'flytune --help'\n", e.what());
+      return kExitUsage;
+    }
+    for (const Command& c : commands)
+      if (c.app->parsed()) return c.run();
+    fmt::print(stderr, "flytune: error: no command given; see 'flytune --help'\n");
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    // Libraries do not throw; this guards the CLI layer and third-party code.
+    return report_error(Error{Errc::internal, fmt::format("unexpected failure: {}", e.what()), {}});
+  } catch (...) {
+    return report_error(Error{Errc::internal, "unexpected failure", {}});
+  }
+}
+
+}  // namespace ft::cli

@@ -1,0 +1,17 @@
+#pragma once
+// Every subcommand registers itself here; each lives in its own cmd_*.cpp.
+#include <vector>
+
+#include "cli/command.hpp"
+
+namespace ft::cli {
+
+Command setup_targets(CLI::App& app);
+
+inline std::vector<Command> register_commands(CLI::App& app) {
+  return {
+      setup_targets(app),
+  };
+}
+
+}  // namespace ft::cli

@@ -1,0 +1,72 @@
+#pragma once
+// The problem flytune tunes: one Mixture-of-Experts layer (a routed GEMM pair).
+//   X [T, H] -> gather by expert -> X W1[e]^T, W1 [E, 2I, H] (gate rows, then up rows)
+//   -> SwiGLU -> [T*k, I] -> W2[e]^T, W2 [E, H, I] -> weighted top-k sum -> Y [T, H]
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "generator/error.hpp"
+
+namespace ft {
+
+enum class DType { bf16, f16 };  // fp8 (e4m3/e5m2) has its own row once its atoms exist
+enum class Activation { swiglu };
+
+struct Routing {
+  enum class Kind { uniform, zipf, hot, replay };
+  Kind kind = Kind::uniform;
+  double zipf_s = 0;        // zipf:S  expert popularity ~ 1/rank^S
+  int hot_experts = 0;      // hot:K   every token picks among the first K experts
+  std::string replay_file;  // replay:FILE  recorded top-k expert ids, one token per line
+
+  std::string key() const;  // "uniform", "zipf:1.2", "hot:1", "replay:<file name>"
+  static Result<Routing> parse(std::string_view text);
+};
+
+struct Problem {
+  std::string name;  // preset name or "custom"
+  int experts = 0;
+  int hidden = 0;
+  int inter = 0;
+  int topk = 0;
+  DType dtype = DType::bf16;
+  Activation activation = Activation::swiglu;
+  Routing routing;
+
+  // Stable identity used as the database key and in export manifests, e.g.
+  // "moe_e8_h4096_i14336_k2_bf16_swiglu_uniform".
+  std::string key() const;
+  Status validate() const;
+
+  // Arithmetic and traffic for a token count, for roofline floors.
+  double flops(int tokens) const;               // 6 * T * k * H * I
+  double expected_active_experts(int tokens) const;  // uniform routing: E(1-(1-k/E)^T)
+  double weight_bytes_active(int tokens) const;
+  int element_bytes() const;
+};
+
+struct ProblemPreset {
+  std::string_view name;
+  int experts, hidden, inter, topk;
+  std::string_view description;
+};
+std::span<const ProblemPreset> problem_presets();
+Result<Problem> problem_from_preset(std::string_view name);
+// A problem file: JSON {"name":..,"experts":..,"hidden":..,"inter":..,"topk":..,
+// "dtype":"bf16","routing":"uniform"} (name and dtype/routing optional).
+Result<Problem> problem_from_file(const std::string& path);
+Result<Problem> problem_from_json_text(std::string_view text, const std::string& origin);
+
+std::string_view to_string(DType d);
+Result<DType> parse_dtype(std::string_view s);
+std::string_view to_string(Activation a);
+
+// Default token buckets for search: decode through prefill.
+std::vector<int> default_token_buckets();
+// "1,2,4,16", "1..16384" (powers of two), or a mix; sorted, unique, each >= 1.
+Result<std::vector<int>> parse_token_list(std::string_view text);
+
+}  // namespace ft

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what flytune needs on Debian 12 / Ubuntu 24.04, idempotently: only
+# missing packages are installed, and apt's lists are refreshed only then.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build git pkg-config
+  libfmt-dev libcli11-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libxxhash-dev
+  libgtest-dev libgmock-dev
+  libamd-comgr-dev libamdhip64-dev
+  llvm-19-dev clang-19 lld-19
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The CUDA toolkit (headers + NVRTC) comes from NVIDIA's installer at
+# /usr/local/cuda; without it, try the distribution's package.
+if [ ! -f /usr/local/cuda/include/nvrtc.h ] && [ ! -f /usr/include/nvrtc.h ]; then
+  echo "setup: no CUDA toolkit at /usr/local/cuda; trying the distribution's nvidia-cuda-toolkit"
+  if ! DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq nvidia-cuda-toolkit >/dev/null; then
+    echo "setup: error: the CUDA toolkit is missing: install CUDA 12 or 13 to /usr/local/cuda (or enable the non-free/multiverse component) and re-run" >&2
+    exit 1
+  fi
+fi
+echo "setup: dependencies present"

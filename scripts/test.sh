@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds flytune (release and ASan+UBSan) and runs every test that can run on
+# this machine. GPU tests (ctest label gpu) skip with their reason where no GPU is.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+cmake --preset release >/dev/null
+cmake --build build/release -j "$jobs"
+ctest --preset release -j "$jobs"
+
+# The sanitizer build of the unit tests.
+cmake --preset asan >/dev/null
+cmake --build build/asan -j "$jobs" --target ft_unit_tests
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --preset asan -L unit -j "$jobs"

@@ -1,0 +1,40 @@
+#pragma once
+// The one by-value argument every kernel of the MoE layer takes. Plain data:
+// the export manifest documents this byte layout so any host (C++, JAX FFI,
+// PyTorch) can launch exported kernels. Append-only; never reorder.
+namespace ft {
+
+struct MoeArgs {
+  const u16* x;               // [T, H] activations
+  const i32* topk_ids;        // [T, k] expert of each (token, slot)
+  const float* topk_weights;  // [T, k] routed weight of each (token, slot)
+  const u16* w1;              // [E, 2I, H] gate rows then up rows (plain or pre-shuffled)
+  const u16* w2;              // [E, H, I]
+  u16* inter;                 // [T*k, I] stage-1 output, row = token*k + slot
+  float* y_acc;               // atomic: [T, H] fp32 sums; partials: [T*k, H]
+  u16* y;                     // [T, H] output
+  i32* sorted_ids;            // [max_padded_rows] pair ids grouped by expert; pad = T*k
+  i32* block_experts;         // [max_padded_rows / align_block] expert of each row block
+  i32* padded_rows;           // [1] rows used in sorted_ids (a multiple of align_block)
+  i32 tokens;                 // T
+  i32 hidden;                 // H
+  i32 inter_size;             // I
+  i32 experts;                // E
+  i32 topk;                   // k
+  i32 align_block;            // rows per expert block in sorted_ids (>= the stages' tile_m)
+  i32 max_padded_rows;        // capacity of sorted_ids
+  i32 reserved;               // keeps the struct a multiple of 8 bytes
+};
+
+// The weight pre-shuffle kernel's argument.
+struct ShuffleArgs {
+  const u16* src;  // [rows, cols] row-major
+  u16* dst;        // the same elements in the pre-shuffled order (weight_layout.hpp)
+  i32 rows;        // all experts' rows together (E * N), a multiple of 16
+  i32 cols;        // K, a multiple of 8
+};
+
+enum class Reduce { atomic, partials };
+enum class WeightLayout { plain, shuffled };
+
+}  // namespace ft

@@ -1,0 +1,40 @@
+#pragma once
+// The last kernel of the layer: Y = the fp32 sums (atomic mode) or the sum of
+// each token's k per-slot partials (partials mode), converted to the output type.
+// Each thread writes 8 consecutive outputs (one 16-byte store).
+// Grid: ceil(T * H / 8 / kReduceThreads).
+namespace ft {
+
+inline constexpr int kReduceThreads = 256;
+
+template <Reduce R, Elem E>
+FT_DEVICE void moe_reduce(const MoeArgs& p) {
+  const long long H = p.hidden;
+  const long long first = ((long long)block_index_x() * kReduceThreads + thread_index()) * 8;
+  if (first >= (long long)p.tokens * H) return;
+  const long long t = first / H, h = first % H;  // H % 8 == 0: the 8 outputs share a token
+  u16 out[8];
+  FT_UNROLL for (int j = 0; j < 8; ++j) {
+    float v = 0.0f;
+    if constexpr (R == Reduce::atomic) {
+      v = p.y_acc[first + j];
+    } else {
+      for (int s = 0; s < p.topk; ++s) v += p.y_acc[(t * p.topk + s) * H + h + j];
+    }
+    out[j] = from_f32<E>(v);
+  }
+  copy_bytes<u16, 8>(p.y + first, out);
+}
+
+// Rearranges weights into the shuffled layout (weight_layout.hpp), one 16-byte
+// chunk per thread. Grid: ceil(rows * cols / 8 / kReduceThreads).
+FT_DEVICE void shuffle_weights(const ShuffleArgs& s) {
+  const long long c = (long long)block_index_x() * kReduceThreads + thread_index();
+  const long long per_row = s.cols / 8;
+  if (c >= (long long)s.rows * per_row) return;
+  const long long row = c / per_row, k = (c % per_row) * 8;
+  *reinterpret_cast<Chunk16*>(s.dst + shuffled_offset(row, k, s.cols)) =
+      *reinterpret_cast<const Chunk16*>(s.src + row * s.cols + k);
+}
+
+}  // namespace ft

@@ -1,0 +1,48 @@
+#pragma once
+// Stage 1: gather X rows by the sorted pair ids, multiply by the expert's gate
+// and up rows of W1 (two accumulators sharing each A fragment), apply SwiGLU
+// (silu(gate) * up) and optionally the routed weight, write [T*k, I].
+// Grid: (max_padded_rows / tile_m, I / tile_n); blocks past the padded rows exit.
+namespace ft {
+
+template <class Cfg>
+struct Stage1 {
+  using Gemm = TiledGemm<Cfg, 2>;
+  static constexpr int kThreads = Gemm::kThreads;
+  static constexpr int kSmemBytes = Gemm::kSmemBytes;
+
+  FT_DEVICE static void run(const MoeArgs& p) {
+    const int row0 = block_index_x() * Cfg::tile_m;
+    if (row0 >= *p.padded_rows) return;  // uniform across the block
+    const int expert = p.block_experts[row0 / p.align_block];
+    const int n0 = block_index_y() * Cfg::tile_n;
+    const int pairs = p.tokens * p.topk;
+    const long long H = p.hidden, I = p.inter_size;
+    const i32* ids = p.sorted_ids + row0;
+
+    Gemm g;
+    g.setup(
+        [&](int r) -> const u16* {
+          const int id = ids[r];
+          return id < pairs ? p.x + (long long)(id / p.topk) * H : nullptr;
+        },
+        [&](int nb, int r) -> const u16* {
+          const long long row = (long long)expert * 2 * I + nb * I + n0 + r;  // nb 0: gate, 1: up
+          return p.w1 + weight_offset<Cfg::layout>(row, 0, H);
+        });
+    g.run(0, int(H));
+
+    FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
+      FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)
+        FT_UNROLL for (int i = 0; i < Gemm::Atom::c_regs; ++i) {
+          const int id = ids[Gemm::acc_row(rm, i)];
+          if (id >= pairs) continue;
+          const float gate = g.acc[0][rm][rn][i], up = g.acc[1][rm][rn][i];
+          float h = silu(gate, exp_f32(-gate)) * up;
+          if constexpr (Cfg::weight_in_stage1) h *= p.topk_weights[id];
+          p.inter[(long long)id * I + n0 + Gemm::acc_col(rn, i)] = from_f32<Cfg::elem>(h);
+        }
+  }
+};
+
+}  // namespace ft

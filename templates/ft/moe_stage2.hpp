@@ -1,0 +1,54 @@
+#pragma once
+// Stage 2: the [T*k, I] intermediate rows (already grouped by expert through
+// sorted_ids) times the expert's W2 rows, scaled by the routed weight unless
+// stage 1 applied it, then either atomically added into the fp32 [T, H] sums or
+// written as per-slot partials [T*k, H] for the reduce kernel.
+// Grid: (max_padded_rows / tile_m, H / tile_n, split_k).
+namespace ft {
+
+template <class Cfg>
+struct Stage2 {
+  using Gemm = TiledGemm<Cfg, 1>;
+  static constexpr int kThreads = Gemm::kThreads;
+  static constexpr int kSmemBytes = Gemm::kSmemBytes;
+  static_assert(Cfg::split_k == 1 || Cfg::reduce == Reduce::atomic, "split-K partial sums need atomic reduction");
+
+  FT_DEVICE static void run(const MoeArgs& p) {
+    const int row0 = block_index_x() * Cfg::tile_m;
+    if (row0 >= *p.padded_rows) return;
+    const int expert = p.block_experts[row0 / p.align_block];
+    const int n0 = block_index_y() * Cfg::tile_n;
+    const int pairs = p.tokens * p.topk;
+    const long long H = p.hidden, I = p.inter_size;
+    const i32* ids = p.sorted_ids + row0;
+    const int k_len = int(I) / Cfg::split_k;
+    const int k_begin = block_index_z() * k_len;
+
+    Gemm g;
+    g.setup(
+        [&](int r) -> const u16* {
+          const int id = ids[r];
+          return id < pairs ? p.inter + (long long)id * I : nullptr;
+        },
+        [&](int, int r) -> const u16* {
+          return p.w2 + weight_offset<Cfg::layout>((long long)expert * H + n0 + r, 0, I);
+        });
+    g.run(k_begin, k_begin + k_len);
+
+    FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
+      FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)
+        FT_UNROLL for (int i = 0; i < Gemm::Atom::c_regs; ++i) {
+          const int id = ids[Gemm::acc_row(rm, i)];
+          if (id >= pairs) continue;
+          float v = g.acc[0][rm][rn][i];
+          if constexpr (!Cfg::weight_in_stage1) v *= p.topk_weights[id];
+          const int c = n0 + Gemm::acc_col(rn, i);
+          if constexpr (Cfg::reduce == Reduce::atomic)
+            atomic_add(&p.y_acc[(long long)(id / p.topk) * H + c], v);
+          else
+            p.y_acc[(long long)id * H + c] = v;
+        }
+  }
+};
+
+}  // namespace ft

@@ -1,0 +1,32 @@
+#pragma once
+// The portability layer every kernel template is written against. Exactly one
+// flavour is selected:
+//   HIP   (clang -x hip / comgr, amdgcn; freestanding: no HIP headers)  port_hip.hpp
+//   CUDA  (NVRTC or nvcc, sm_90a)                                        port_cuda.hpp
+//   EMU   (the host C++ compiler, -DFT_EMULATE: lanes run as threads)   port_emu.hpp
+//
+// What each flavour provides (kernels use nothing else from the hardware):
+//   FT_DEVICE                 qualifier of device functions (inline)
+//   FT_HOST_DEVICE            qualifier of constexpr helpers used on both sides
+//   FT_KERNEL(threads, name)  declares an extern "C" entry point `void name` with launch bounds
+//   ft::kWaveSize             lanes per wave (64 AMD) / warp (32 NVIDIA)
+//   ft::thread_index()        linear thread index in the (1-D) block
+//   ft::block_index_x/y/z()   block index in the grid
+//   ft::barrier()             block-wide barrier ordering LDS / shared and global accesses
+//   ft::shared_memory()       base of the block's dynamic LDS / shared memory (16-byte aligned)
+//   ft::atomic_add(float*, float), ft::atomic_add(int*, int) -> old value
+//   ft::exp_f32(float)
+//   ft::Chunk16, ft::zero_chunk()  a 16-byte register value (the unit of global/LDS copies)
+//   FT_UNROLL                 full-unroll hint for loops over register arrays
+//   atom instruction hooks: see atom_mfma.hpp / atom_mma_sync.hpp (EMU uses atom_emulate.hpp)
+#if defined(FT_EMULATE)
+#include "ft/port_emu.hpp"
+#elif defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#include "ft/port_cuda.hpp"
+#elif defined(__HIP__) || defined(__AMDGCN__)
+#include "ft/port_hip.hpp"
+#else
+#error "ft/port.hpp: compile as HIP (amdgcn), CUDA (NVRTC/nvcc) or on the host with -DFT_EMULATE"
+#endif
+
+#include "ft/numeric.hpp"

@@ -1,0 +1,39 @@
+#pragma once
+// CUDA flavour (NVRTC or nvcc), for sm_90a. Uses only built-in CUDA names.
+#define FT_FLAVOUR_CUDA 1
+#define FT_DEVICE __device__ __forceinline__
+#define FT_HOST_DEVICE __host__ __device__ __forceinline__
+#define FT_KERNEL(threads, name) extern "C" __global__ void __launch_bounds__(threads) name
+
+namespace ft {
+
+using u8 = unsigned char;
+using u16 = unsigned short;
+using u32 = unsigned int;
+using i32 = int;
+using u64 = unsigned long long;
+using i64 = long long;
+
+inline constexpr int kWaveSize = 32;
+#define FT_UNROLL _Pragma("unroll")
+
+// 16 bytes, the unit of every global and shared copy (LDG.128 / STS.128).
+using Chunk16 = uint4;
+FT_DEVICE Chunk16 zero_chunk() { return make_uint4(0u, 0u, 0u, 0u); }
+
+FT_DEVICE int thread_index() { return int(threadIdx.x); }
+FT_DEVICE int block_index_x() { return int(blockIdx.x); }
+FT_DEVICE int block_index_y() { return int(blockIdx.y); }
+FT_DEVICE int block_index_z() { return int(blockIdx.z); }
+
+FT_DEVICE void barrier() { __syncthreads(); }
+
+extern "C" __shared__ __align__(16) unsigned char ft_dynamic_smem[];
+FT_DEVICE unsigned char* shared_memory() { return ft_dynamic_smem; }
+
+FT_DEVICE float atomic_add(float* p, float v) { return atomicAdd(p, v); }
+FT_DEVICE int atomic_add(int* p, int v) { return atomicAdd(p, v); }
+
+FT_DEVICE float exp_f32(float x) { return __expf(x); }
+
+}  // namespace ft

@@ -1,0 +1,49 @@
+#pragma once
+// HIP flavour for amdgcn, freestanding: only clang builtins, no HIP headers
+// (compiles with -nogpuinc through comgr and clang).
+#define FT_FLAVOUR_HIP 1
+#define FT_DEVICE __attribute__((device)) inline
+#define FT_HOST_DEVICE __attribute__((host, device)) inline
+#define FT_KERNEL(threads, name) extern "C" __attribute__((global)) __attribute__((launch_bounds(threads))) void name
+
+namespace ft {
+
+using u8 = unsigned char;
+using u16 = unsigned short;
+using u32 = unsigned int;
+using i32 = int;
+using u64 = unsigned long long;
+using i64 = long long;
+
+inline constexpr int kWaveSize = 64;
+#define FT_UNROLL _Pragma("unroll")
+
+// 16 bytes, the unit of every global and LDS copy (global_load_dwordx4). A
+// vector type, not a struct, so the compiler keeps staged copies in registers.
+typedef u32 Chunk16 __attribute__((ext_vector_type(4)));
+FT_DEVICE Chunk16 zero_chunk() { return Chunk16{0u, 0u, 0u, 0u}; }
+
+FT_DEVICE int thread_index() { return int(__builtin_amdgcn_workitem_id_x()); }
+FT_DEVICE int block_index_x() { return int(__builtin_amdgcn_workgroup_id_x()); }
+FT_DEVICE int block_index_y() { return int(__builtin_amdgcn_workgroup_id_y()); }
+FT_DEVICE int block_index_z() { return int(__builtin_amdgcn_workgroup_id_z()); }
+
+FT_DEVICE void barrier() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
+
+extern "C" __attribute__((shared)) __attribute__((aligned(16))) unsigned char ft_dynamic_lds[];
+FT_DEVICE unsigned char* shared_memory() { return ft_dynamic_lds; }
+
+FT_DEVICE float atomic_add(float* p, float v) {
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+}
+FT_DEVICE int atomic_add(int* p, int v) {
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+}
+
+FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }
+
+}  // namespace ft

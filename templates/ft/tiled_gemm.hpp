@@ -1,0 +1,147 @@
+#pragma once
+// The tiled machinery both MoE stages share: a block computes a tile_m x tile_n
+// tile of A (gathered rows) times NB weight matrices, staging tile_k-wide slices
+// through LDS / shared memory (one buffer, or two in ping-pong), each warp
+// computing a (tile_m/warps_m) x (tile_n/warps_n) sub-tile with repeated atoms.
+// Kernels see this, not the atoms' registers.
+namespace ft {
+
+template <class Cfg, int NB>
+struct TiledGemm {
+  using Atom = typename Cfg::Atom;
+  static constexpr int TM = Cfg::tile_m, TN = Cfg::tile_n, TK = Cfg::tile_k;
+  static constexpr int WM = Cfg::warps_m, WN = Cfg::warps_n;
+  static constexpr int kLanes = Atom::lanes;
+  static constexpr int kThreads = WM * WN * kLanes;
+  static constexpr int WTM = TM / WM, WTN = TN / WN;
+  static constexpr int RM = WTM / Atom::M, RN = WTN / Atom::N;
+  // One 16-byte pad per LDS row spreads rows over banks.
+  static constexpr int kRowElems = TK + 8;
+  static constexpr int kRows = TM + NB * TN;
+  static constexpr int kStageElems = kRows * kRowElems;
+  static constexpr int kSmemBytes = Cfg::stages * kStageElems * 2;
+  static constexpr int kChunksPerRow = TK / 8;
+  static constexpr int kChunks = kRows * kChunksPerRow;
+  static constexpr int kChunksPerThread = (kChunks + kThreads - 1) / kThreads;
+  // Elements between consecutive 8-wide k chunks of one weight row.
+  static constexpr int kBStep = Cfg::layout == WeightLayout::plain ? 8 : 128;
+
+  static_assert(TM % (WM * Atom::M) == 0, "tile_m must split into warps_m x atom M");
+  static_assert(TN % (WN * Atom::N) == 0, "tile_n must split into warps_n x atom N");
+  static_assert(TK % Atom::K == 0 && TK % 8 == 0, "tile_k must be a multiple of the atom K and of 8");
+  static_assert(Cfg::stages == 1 || Cfg::stages == 2, "single or ping-pong LDS");
+  static_assert(Atom::a_regs % Atom::a_contig == 0 && Atom::b_regs % Atom::b_contig == 0);
+
+  float acc[NB][RM][RN][Atom::c_regs];
+  const u16* src[kChunksPerThread];  // row start of each chunk this thread copies (null: zero row)
+  int step[kChunksPerThread];
+  Chunk16 staged[kChunksPerThread];
+
+  // a_row(r): start of gathered row r of A (or nullptr for a padding row);
+  // b_row(nb, r): start of row r of weight matrix nb in its layout.
+  template <class ARow, class BRow>
+  FT_DEVICE void setup(ARow a_row, BRow b_row) {
+    FT_UNROLL for (int nb = 0; nb < NB; ++nb)
+      FT_UNROLL for (int rm = 0; rm < RM; ++rm)
+        FT_UNROLL for (int rn = 0; rn < RN; ++rn)
+          FT_UNROLL for (int i = 0; i < Atom::c_regs; ++i) acc[nb][rm][rn][i] = 0.0f;
+    const int tid = thread_index();
+    FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
+      const int c = tid + j * kThreads;
+      const int row = c / kChunksPerRow;
+      src[j] = nullptr;
+      step[j] = 8;
+      if (c < kChunks) {
+        if (row < TM) {
+          src[j] = a_row(row);
+        } else {
+          src[j] = b_row((row - TM) / TN, (row - TM) % TN);
+          step[j] = kBStep;
+        }
+      }
+    }
+  }
+
+  // Copies the k-slice starting at k0 into registers (global loads in flight).
+  FT_DEVICE void fetch(int k0) {
+    const int tid = thread_index();
+    FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
+      const int c = tid + j * kThreads;
+      const int kc = c % kChunksPerRow;
+      staged[j] = (c < kChunks && src[j]) ? *reinterpret_cast<const Chunk16*>(src[j] + (long long)(k0 / 8 + kc) * step[j])
+                                           : zero_chunk();
+    }
+  }
+
+  FT_DEVICE void store(u16* buf) {
+    const int tid = thread_index();
+    FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
+      const int c = tid + j * kThreads;
+      if (c < kChunks)
+        *reinterpret_cast<Chunk16*>(buf + (c / kChunksPerRow) * kRowElems + (c % kChunksPerRow) * 8) = staged[j];
+    }
+  }
+
+  FT_DEVICE void compute(const u16* buf) {
+    const int tid = thread_index();
+    const int lane = tid % kLanes, warp = tid / kLanes;
+    const int wm0 = (warp / WN) * WTM, wn0 = (warp % WN) * WTN;
+    FT_UNROLL for (int kk = 0; kk < TK; kk += Atom::K) {
+      u16 af[RM][Atom::a_regs];
+      FT_UNROLL for (int rm = 0; rm < RM; ++rm)
+        FT_UNROLL for (int i = 0; i < Atom::a_regs; i += Atom::a_contig) {
+          const int r = wm0 + rm * Atom::M + Atom::a_row(lane, i);
+          copy_bytes<u16, Atom::a_contig>(&af[rm][i], buf + r * kRowElems + kk + Atom::a_k(lane, i));
+        }
+      FT_UNROLL for (int nb = 0; nb < NB; ++nb) {
+        u16 bf[RN][Atom::b_regs];
+        FT_UNROLL for (int rn = 0; rn < RN; ++rn)
+          FT_UNROLL for (int i = 0; i < Atom::b_regs; i += Atom::b_contig) {
+            const int r = TM + nb * TN + wn0 + rn * Atom::N + Atom::b_col(lane, i);
+            copy_bytes<u16, Atom::b_contig>(&bf[rn][i], buf + r * kRowElems + kk + Atom::b_k(lane, i));
+          }
+        FT_UNROLL for (int rm = 0; rm < RM; ++rm)
+          FT_UNROLL for (int rn = 0; rn < RN; ++rn) Atom::mma(acc[nb][rm][rn], af[rm], bf[rn]);
+      }
+    }
+  }
+
+  // Accumulates A[:, k_begin:k_end] x B^T into acc.
+  FT_DEVICE void run(int k_begin, int k_end) {
+    u16* lds = reinterpret_cast<u16*>(shared_memory());
+    if constexpr (Cfg::stages == 1) {
+      for (int k0 = k_begin; k0 < k_end; k0 += TK) {
+        fetch(k0);
+        store(lds);
+        barrier();
+        compute(lds);
+        barrier();
+      }
+    } else {
+      fetch(k_begin);
+      store(lds);
+      barrier();
+      int cur = 0;
+      for (int k0 = k_begin; k0 < k_end; k0 += TK) {
+        const bool more = k0 + TK < k_end;
+        if (more) fetch(k0 + TK);  // next slice's loads overlap this slice's math
+        compute(lds + cur * kStageElems);
+        if (more) store(lds + (cur ^ 1) * kStageElems);
+        barrier();
+        cur ^= 1;
+      }
+    }
+  }
+
+  // Tile coordinates of accumulator slot acc[nb][rm][rn][i] of this lane.
+  FT_DEVICE static int acc_row(int rm, int i) {
+    const int tid = thread_index();
+    return (tid / kLanes / WN) * WTM + rm * Atom::M + Atom::c_row(tid % kLanes, i);
+  }
+  FT_DEVICE static int acc_col(int rn, int i) {
+    const int tid = thread_index();
+    return (tid / kLanes % WN) * WTN + rn * Atom::N + Atom::c_col(tid % kLanes, i);
+  }
+};
+
+}  // namespace ft

@@ -4,7 +4,10 @@
 #define FT_FLAVOUR_HIP 1
 #define FT_DEVICE __attribute__((device)) inline
 #define FT_HOST_DEVICE __attribute__((host, device)) inline
-#define FT_KERNEL(threads, name) extern "C" __attribute__((global)) __attribute__((launch_bounds(threads))) void name
+// Blocks always have exactly `threads` threads; saying so (min = max) lets the
+// compiler use the whole register file (launch_bounds alone capped it at 128 VGPRs).
+#define FT_KERNEL(threads, name) \
+  extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(threads, threads))) void name
 
 namespace ft {
 

@@ -1,0 +1,40 @@
+#pragma once
+// Host-side description of every matrix atom, expanded from the same .def rows
+// as the device atoms (templates/ft/atoms_*.def), so shape, types and register
+// cost cannot drift from what the kernels use.
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "generator/problem.hpp"
+#include "generator/target.hpp"
+
+namespace ft {
+
+struct AtomInfo {
+  std::string_view id;          // the device type ft::atom::<id>
+  std::string_view family;      // "mfma" | "mma.sync"
+  int m, n, k;
+  DType dtype;
+  std::string_view targets;     // comma separated
+  std::string_view asm_cdna2;   // mnemonic LLVM prints on gfx90a (MFMA)
+  std::string_view asm_cdna3;   // on gfx940+ (MFMA); SASS name for NVIDIA atoms
+  int lanes;                    // 64 (wave) or 32 (warp)
+
+  int a_regs() const { return m * k / lanes; }   // 16-bit elements per lane
+  int b_regs() const { return n * k / lanes; }
+  int c_regs() const { return m * n / lanes; }   // fp32 accumulators per lane
+  bool available_on(std::string_view target) const;
+  // "mfma16x16x16", "mma16x8x16": the atom's part of a kernel name.
+  std::string short_name() const;
+  // The mnemonic the disassembler shows for this atom on `target`.
+  std::string_view mnemonic_on(const Target& target) const;
+};
+
+std::span<const AtomInfo> all_atoms();
+const AtomInfo* find_atom(std::string_view id);
+// Atoms of `target` for `dtype`, in table order.
+std::vector<const AtomInfo*> atoms_for(const Target& target, DType dtype);
+
+}  // namespace ft

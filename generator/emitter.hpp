@@ -1,0 +1,23 @@
+#pragma once
+// Variant -> KernelSource: a small instantiation unit over the shared kernel
+// templates (templates/ft). It only names a Config and an extern "C" entry
+// point; kernel bodies live in the templates, never in emitted strings.
+#include "generator/kernel_source.hpp"
+#include "generator/problem.hpp"
+#include "generator/variant.hpp"
+
+namespace ft {
+
+KernelSource emit_variant(const Variant& v);
+
+// The layer's support kernels for a target and dtype, in one unit: align,
+// reduce (atomic and partials) and the weight pre-shuffle. Names:
+// ft_<target>_align, ft_<target>_reduce_{atomic,partials}_<dtype>, ft_<target>_shuffle.
+KernelSource emit_support(const Target& target, DType dtype);
+
+std::string support_unit_name(const Target& target, DType dtype);  // ft_<target>_support_<dtype>
+std::string align_entry(const Target& target);
+std::string reduce_entry(const Target& target, Reduction r, DType dtype);
+std::string shuffle_entry(const Target& target);
+
+}  // namespace ft

@@ -1,0 +1,235 @@
+#include "generator/space.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+namespace ft {
+namespace {
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  while (true) {
+    auto pos = s.find(sep);
+    out.push_back(s.substr(0, pos));
+    if (pos == std::string_view::npos) break;
+    s.remove_prefix(pos + 1);
+  }
+  return out;
+}
+
+Result<int> to_int(std::string_view s, std::string_view axis) {
+  int v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || p != s.data() + s.size() || v <= 0)
+    return fail(Errc::invalid_input, fmt::format("--space: '{}' is not a positive integer for {}", s, axis));
+  return v;
+}
+
+template <class T, class ParseOne>
+Status parse_list(std::string_view values, std::string_view axis, std::vector<T>& out, ParseOne parse_one) {
+  out.clear();
+  for (auto v : split(values, ',')) {
+    auto r = parse_one(v);
+    if (!r) return std::unexpected(r.error());
+    out.push_back(*r);
+  }
+  if (out.empty()) return fail(Errc::invalid_input, fmt::format("--space: no values for {}", axis));
+  return {};
+}
+
+bool divides(long long a, long long b) { return b > 0 && a % b == 0; }
+
+}  // namespace
+
+SpaceOptions SpaceOptions::wide() {
+  SpaceOptions o;
+  o.tile_m = {16, 32, 64, 128, 256};
+  o.tile_n = {32, 64, 128, 256};
+  o.tile_k = {32, 64, 128};
+  o.warps = {{1, 2}, {2, 1}, {1, 4}, {2, 2}, {4, 1}, {2, 4}, {4, 2}};
+  o.stages = {1, 2};
+  o.split_k = {1, 2, 4};
+  o.weight_in_stage1 = {false, true};
+  o.reduce = {Reduction::atomic, Reduction::partials};
+  o.layout = {WeightLayoutKind::plain, WeightLayoutKind::shuffled};
+  return o;
+}
+
+SpaceOptions SpaceOptions::small() {
+  SpaceOptions o;
+  o.tile_m = {32, 64};
+  o.tile_n = {64};
+  o.tile_k = {32};
+  o.warps = {{2, 2}};
+  return o;
+}
+
+Result<SpaceOptions> SpaceOptions::parse(std::string_view text) {
+  SpaceOptions o;
+  for (auto part : split(text, ';')) {
+    if (part.empty() || part == "default") continue;
+    if (part == "wide") {
+      o = wide();
+      continue;
+    }
+    if (part == "small") {
+      o = small();
+      continue;
+    }
+    auto eq = part.find('=');
+    if (eq == std::string_view::npos)
+      return fail(Errc::invalid_input,
+                  fmt::format("--space: '{}' is neither a preset (default, wide, small) nor axis=values", part));
+    std::string_view axis = part.substr(0, eq), values = part.substr(eq + 1);
+    auto int_of = [axis](std::string_view v) { return to_int(v, axis); };
+    Status st;
+    if (axis == "tile_m") st = parse_list(values, axis, o.tile_m, int_of);
+    else if (axis == "tile_n") st = parse_list(values, axis, o.tile_n, int_of);
+    else if (axis == "tile_k") st = parse_list(values, axis, o.tile_k, int_of);
+    else if (axis == "stages") st = parse_list(values, axis, o.stages, int_of);
+    else if (axis == "split_k") st = parse_list(values, axis, o.split_k, int_of);
+    else if (axis == "atom")
+      st = parse_list(values, axis, o.atoms, [](std::string_view v) -> Result<std::string> {
+        if (!find_atom(v)) return fail(Errc::invalid_input, fmt::format("--space: unknown atom '{}'", v));
+        return std::string(v);
+      });
+    else if (axis == "kind")
+      st = parse_list(values, axis, o.kinds, [](std::string_view v) -> Result<KernelKind> {
+        if (v == "moe1") return KernelKind::moe1;
+        if (v == "moe2") return KernelKind::moe2;
+        return fail(Errc::invalid_input, fmt::format("--space: kind '{}' is not moe1 or moe2", v));
+      });
+    else if (axis == "warps")
+      st = parse_list(values, axis, o.warps, [](std::string_view v) -> Result<std::pair<int, int>> {
+        auto x = v.find('x');
+        if (x == std::string_view::npos) return fail(Errc::invalid_input, fmt::format("--space: warps '{}' is not MxN, e.g. 2x2", v));
+        auto m = to_int(v.substr(0, x), "warps");
+        auto n = to_int(v.substr(x + 1), "warps");
+        if (!m || !n) return fail(Errc::invalid_input, fmt::format("--space: warps '{}' is not MxN, e.g. 2x2", v));
+        return std::pair{*m, *n};
+      });
+    else if (axis == "weight")
+      st = parse_list(values, axis, o.weight_in_stage1, [](std::string_view v) -> Result<bool> {
+        if (v == "stage1") return true;
+        if (v == "stage2") return false;
+        return fail(Errc::invalid_input, fmt::format("--space: weight '{}' is not stage1 or stage2", v));
+      });
+    else if (axis == "reduce")
+      st = parse_list(values, axis, o.reduce, [](std::string_view v) -> Result<Reduction> {
+        if (v == "atomic") return Reduction::atomic;
+        if (v == "partials") return Reduction::partials;
+        return fail(Errc::invalid_input, fmt::format("--space: reduce '{}' is not atomic or partials", v));
+      });
+    else if (axis == "layout")
+      st = parse_list(values, axis, o.layout, [](std::string_view v) -> Result<WeightLayoutKind> {
+        if (v == "plain") return WeightLayoutKind::plain;
+        if (v == "shuffled") return WeightLayoutKind::shuffled;
+        return fail(Errc::invalid_input, fmt::format("--space: layout '{}' is not plain or shuffled", v));
+      });
+    else
+      return fail(Errc::invalid_input,
+                  fmt::format("--space: unknown axis '{}'; axes: kind, atom, tile_m, tile_n, tile_k, warps, stages, "
+                              "split_k, weight, reduce, layout",
+                              axis));
+    if (!st) return std::unexpected(st.error());
+  }
+  return o;
+}
+
+std::optional<std::string> why_illegal(const Variant& v, const Problem& p) {
+  const Target& t = *v.target;
+  const AtomInfo& a = *v.atom;
+  if (!a.available_on(t.name)) return fmt::format("atom {} does not exist on {}", a.id, t.name);
+  if (a.dtype != v.dtype) return fmt::format("atom {} takes {}, the variant is {}", a.id, to_string(a.dtype), to_string(v.dtype));
+  if (a.lanes != t.wave_size) return fmt::format("atom {} needs {}-lane waves, {} has {}", a.id, a.lanes, t.name, t.wave_size);
+  if (v.tile_m % (v.warps_m * a.m) != 0)
+    return fmt::format("tile_m {} is not a multiple of warps_m {} x atom M {}", v.tile_m, v.warps_m, a.m);
+  if (v.tile_n % (v.warps_n * a.n) != 0)
+    return fmt::format("tile_n {} is not a multiple of warps_n {} x atom N {}", v.tile_n, v.warps_n, a.n);
+  if (v.tile_k % a.k != 0 || v.tile_k % 8 != 0) return fmt::format("tile_k {} is not a multiple of atom K {} and of 8", v.tile_k, a.k);
+  if (v.stages != 1 && v.stages != 2) return fmt::format("stages {} is not 1 (single) or 2 (ping-pong)", v.stages);
+  if (v.threads() > 1024) return fmt::format("{} threads per block exceed 1024", v.threads());
+  if (v.lds_bytes() > t.lds_bytes) return fmt::format("LDS use {} bytes exceeds {}", v.lds_bytes(), t.lds_bytes);
+  if (int regs = v.register_estimate(); regs > t.regs_per_lane)
+    return fmt::format("needs about {} registers per lane, {} allows {}", regs, t.name, t.regs_per_lane);
+  if (v.kind == KernelKind::moe1) {
+    if (v.split_k != 1) return std::string("split-K applies to stage 2 only");
+    if (!divides(p.hidden, v.tile_k)) return fmt::format("hidden {} is not a multiple of tile_k {}", p.hidden, v.tile_k);
+    if (!divides(p.inter, v.tile_n)) return fmt::format("inter {} is not a multiple of tile_n {}", p.inter, v.tile_n);
+  } else {
+    if (v.split_k > 1 && v.reduce != Reduction::atomic) return std::string("split-K needs atomic reduction");
+    if (!divides(p.inter, (long long)v.tile_k * v.split_k))
+      return fmt::format("inter {} is not a multiple of tile_k {} x split_k {}", p.inter, v.tile_k, v.split_k);
+    if (!divides(p.hidden, v.tile_n)) return fmt::format("hidden {} is not a multiple of tile_n {}", p.hidden, v.tile_n);
+  }
+  return std::nullopt;
+}
+
+Space enumerate_space(const Target& target, const Problem& problem, const SpaceOptions& o) {
+  Space space;
+  std::vector<const AtomInfo*> atoms;
+  if (o.atoms.empty()) {
+    atoms = atoms_for(target, problem.dtype);
+  } else {
+    for (const auto& id : o.atoms) atoms.push_back(find_atom(id));
+  }
+  for (KernelKind kind : o.kinds)
+    for (const AtomInfo* atom : atoms)
+      for (int tm : o.tile_m)
+        for (int tn : o.tile_n)
+          for (int tk : o.tile_k)
+            for (auto [wm, wn] : o.warps)
+              for (int st : o.stages)
+                for (bool w1 : o.weight_in_stage1)
+                  for (WeightLayoutKind layout : o.layout) {
+                    // Stage-2-only axes collapse to one value for stage 1.
+                    std::vector<int> splits = kind == KernelKind::moe2 ? o.split_k : std::vector<int>{1};
+                    std::vector<Reduction> reduces =
+                        kind == KernelKind::moe2 ? o.reduce : std::vector<Reduction>{Reduction::atomic};
+                    for (int sk : splits)
+                      for (Reduction red : reduces) {
+                        Variant v;
+                        v.target = &target;
+                        v.kind = kind;
+                        v.dtype = problem.dtype;
+                        v.atom = atom;
+                        v.tile_m = tm;
+                        v.tile_n = tn;
+                        v.tile_k = tk;
+                        v.warps_m = wm;
+                        v.warps_n = wn;
+                        v.stages = st;
+                        v.split_k = sk;
+                        v.weight_in_stage1 = w1;
+                        v.reduce = red;
+                        v.layout = layout;
+                        if (auto why = why_illegal(v, problem)) space.rejected.push_back({v, *why});
+                        else space.legal.push_back(v);
+                      }
+                  }
+  return space;
+}
+
+Result<Variant> default_variant(const Target& target, const Problem& problem, KernelKind kind) {
+  auto atoms = atoms_for(target, problem.dtype);
+  if (atoms.empty())
+    return fail(Errc::invalid_input, fmt::format("no matrix atom for {} on {}", to_string(problem.dtype), target.name));
+  Variant v;
+  v.target = &target;
+  v.kind = kind;
+  v.dtype = problem.dtype;
+  v.atom = atoms.front();
+  v.tile_m = 64;
+  v.tile_n = 64;
+  v.tile_k = 32;
+  v.warps_m = 2;
+  v.warps_n = 2;
+  v.stages = 2;
+  if (auto why = why_illegal(v, problem))
+    return fail(Errc::invalid_input, "the default variant does not fit: " + *why, v.name());
+  return v;
+}
+
+}  // namespace ft

@@ -1,0 +1,57 @@
+#pragma once
+// The variant space of a target for a problem, and the legality rules that cut
+// it down to what the target can run.
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "generator/error.hpp"
+#include "generator/problem.hpp"
+#include "generator/target.hpp"
+#include "generator/variant.hpp"
+
+namespace ft {
+
+// Values of each axis; the space is their product (per kind), then legality.
+struct SpaceOptions {
+  std::vector<KernelKind> kinds{KernelKind::moe1, KernelKind::moe2};
+  std::vector<std::string> atoms;  // atom ids; empty: every atom of the target for the dtype
+  std::vector<int> tile_m{16, 32, 64, 128};
+  std::vector<int> tile_n{64, 128};
+  std::vector<int> tile_k{32, 64};
+  std::vector<std::pair<int, int>> warps{{1, 4}, {2, 2}};
+  std::vector<int> stages{2};
+  std::vector<int> split_k{1};                 // stage 2
+  std::vector<bool> weight_in_stage1{false};
+  std::vector<Reduction> reduce{Reduction::atomic};  // stage 2
+  std::vector<WeightLayoutKind> layout{WeightLayoutKind::plain};
+
+  // "default", "wide", "small", then ';'-separated overrides "axis=v1,v2", e.g.
+  // "wide;tile_m=16,64;warps=2x2". Axes: kind, atom, tile_m, tile_n, tile_k,
+  // warps, stages, split_k, weight (stage1|stage2), reduce, layout.
+  static Result<SpaceOptions> parse(std::string_view text);
+  static SpaceOptions wide();
+  static SpaceOptions small();  // a handful of variants, for quick checks
+};
+
+struct Rejection {
+  Variant variant;
+  std::string reason;
+};
+
+struct Space {
+  std::vector<Variant> legal;
+  std::vector<Rejection> rejected;
+};
+
+// Why `v` cannot run on its target for `problem`, or nullopt when it can.
+std::optional<std::string> why_illegal(const Variant& v, const Problem& problem);
+
+Space enumerate_space(const Target& target, const Problem& problem, const SpaceOptions& options);
+
+// The variant used as the baseline for speedups: a middle-of-the-road tile every
+// target runs (64 x 64 x 32, ping-pong, first atom of the target).
+Result<Variant> default_variant(const Target& target, const Problem& problem, KernelKind kind);
+
+}  // namespace ft

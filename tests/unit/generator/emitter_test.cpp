@@ -1,0 +1,90 @@
+// Golden files pin the generated instantiation units: a change to the emitter
+// shows up as a diff in tests/golden/. Refresh with FLYTUNE_UPDATE_GOLDEN=1.
+#include "generator/emitter.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "generator/space.hpp"
+
+namespace ft {
+namespace {
+
+std::string golden_path(const std::string& name) { return std::string(FT_TEST_SOURCE_DIR) + "/tests/golden/" + name + ".cpp"; }
+
+void check_golden(const KernelSource& src) {
+  const std::string path = golden_path(src.name);
+  if (const char* u = std::getenv("FLYTUNE_UPDATE_GOLDEN"); u && std::string(u) == "1") {
+    std::ofstream(path) << src.text;
+    return;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "missing golden file " << path << " (run with FLYTUNE_UPDATE_GOLDEN=1)";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), src.text) << "generated source for " << src.name << " changed; if intended, refresh "
+                                << "with FLYTUNE_UPDATE_GOLDEN=1";
+}
+
+Variant make(const char* target, KernelKind kind, const char* atom, int tm, int tn, int tk, int wm, int wn, int st) {
+  Variant v;
+  v.target = find_target(target);
+  v.kind = kind;
+  v.atom = find_atom(atom);
+  v.tile_m = tm;
+  v.tile_n = tn;
+  v.tile_k = tk;
+  v.warps_m = wm;
+  v.warps_n = wn;
+  v.stages = st;
+  return v;
+}
+
+TEST(EmitterGolden, Gfx942Stage1) {
+  check_golden(emit_variant(make("gfx942", KernelKind::moe1, "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2)));
+}
+
+TEST(EmitterGolden, Gfx950Stage2SplitKShuffled) {
+  Variant v = make("gfx950", KernelKind::moe2, "mfma_f32_32x32x16_bf16", 64, 128, 64, 2, 2, 1);
+  v.split_k = 2;
+  v.layout = WeightLayoutKind::shuffled;
+  check_golden(emit_variant(v));
+}
+
+TEST(EmitterGolden, Sm90aStage1RoutedWeight) {
+  Variant v = make("sm_90a", KernelKind::moe1, "mma_m16n8k16_f32_bf16", 32, 64, 32, 2, 2, 2);
+  v.weight_in_stage1 = true;
+  check_golden(emit_variant(v));
+}
+
+TEST(EmitterGolden, Sm90aStage2Partials) {
+  Variant v = make("sm_90a", KernelKind::moe2, "mma_m16n8k16_f32_bf16", 64, 64, 64, 1, 4, 2);
+  v.reduce = Reduction::partials;
+  check_golden(emit_variant(v));
+}
+
+TEST(EmitterGolden, Gfx90aSupport) { check_golden(emit_support(*find_target("gfx90a"), DType::bf16)); }
+
+TEST(Emitter, EntryPointIsTheVariantName) {
+  Variant v = make("gfx942", KernelKind::moe2, "mfma_f32_32x32x8_bf16", 64, 64, 32, 2, 2, 2);
+  KernelSource s = emit_variant(v);
+  EXPECT_EQ(s.entry_points, std::vector<std::string>{v.name()});
+  EXPECT_NE(s.text.find("FT_KERNEL(256, " + v.name() + ")"), std::string::npos);
+  EXPECT_NE(s.text.find("static_assert(Kernel::kSmemBytes == " + std::to_string(v.lds_bytes())), std::string::npos);
+}
+
+TEST(Atoms, EveryTargetHasAtomsForBothDtypes) {
+  for (const Target& t : all_targets())
+    for (DType d : {DType::bf16, DType::f16}) EXPECT_FALSE(atoms_for(t, d).empty()) << t.name << " " << to_string(d);
+  EXPECT_EQ(atoms_for(*find_target("gfx950"), DType::bf16).size(), 4u);
+  EXPECT_EQ(atoms_for(*find_target("gfx942"), DType::bf16).size(), 2u);
+  EXPECT_EQ(find_atom("mfma_f32_32x32x8_bf16")->c_regs(), 16);
+  EXPECT_EQ(find_atom("mma_m16n8k16_f32_bf16")->a_regs(), 8);
+  EXPECT_EQ(find_atom("mfma_f32_16x16x16_bf16")->mnemonic_on(*find_target("gfx90a")), "v_mfma_f32_16x16x16bf16_1k");
+}
+
+}  // namespace
+}  // namespace ft

@@ -1,0 +1,137 @@
+#include "generator/space.hpp"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "generator/launch.hpp"
+
+namespace ft {
+namespace {
+
+Problem mixtral() { return *problem_from_preset("mixtral-8x7b"); }
+
+class DefaultSpace : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(DefaultSpace, AtLeast24LegalVariantsForMixtral) {
+  const Target& t = *find_target(GetParam());
+  Space s = enumerate_space(t, mixtral(), SpaceOptions{});
+  EXPECT_GE(s.legal.size(), 24u) << t.name;
+  std::set<std::string> names;
+  for (const Variant& v : s.legal) {
+    EXPECT_FALSE(why_illegal(v, mixtral())) << v.name();
+    EXPECT_LE(v.lds_bytes(), t.lds_bytes) << v.name();
+    EXPECT_TRUE(names.insert(v.name()).second) << "duplicate name " << v.name();
+  }
+  // Both stages are covered.
+  EXPECT_TRUE(std::any_of(s.legal.begin(), s.legal.end(), [](const Variant& v) { return v.kind == KernelKind::moe1; }));
+  EXPECT_TRUE(std::any_of(s.legal.begin(), s.legal.end(), [](const Variant& v) { return v.kind == KernelKind::moe2; }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, DefaultSpace, ::testing::Values("gfx90a", "gfx942", "gfx950", "sm_90a"));
+
+struct IllegalCase {
+  const char* target;
+  const char* atom;
+  int tile_m, tile_n, tile_k, warps_m, warps_n, stages, split_k;
+  KernelKind kind;
+  Reduction reduce;
+  const char* reason;
+};
+
+class Legality : public ::testing::TestWithParam<IllegalCase> {};
+
+TEST_P(Legality, RejectsWithReason) {
+  const IllegalCase& c = GetParam();
+  Variant v;
+  v.target = find_target(c.target);
+  v.atom = find_atom(c.atom);
+  ASSERT_TRUE(v.target && v.atom);
+  v.tile_m = c.tile_m;
+  v.tile_n = c.tile_n;
+  v.tile_k = c.tile_k;
+  v.warps_m = c.warps_m;
+  v.warps_n = c.warps_n;
+  v.stages = c.stages;
+  v.split_k = c.split_k;
+  v.kind = c.kind;
+  v.reduce = c.reduce;
+  auto why = why_illegal(v, mixtral());
+  ASSERT_TRUE(why) << v.name();
+  EXPECT_NE(why->find(c.reason), std::string::npos) << *why;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, Legality,
+    ::testing::Values(
+        IllegalCase{"gfx942", "mfma_f32_16x16x32_bf16", 64, 64, 64, 2, 2, 2, 1, KernelKind::moe1, Reduction::atomic, "does not exist on gfx942"},
+        IllegalCase{"gfx942", "mfma_f32_16x16x16_bf16", 128, 128, 64, 2, 2, 2, 1, KernelKind::moe1, Reduction::atomic, "LDS use 110592 bytes exceeds 65536"},
+        IllegalCase{"gfx942", "mfma_f32_32x32x8_bf16", 32, 64, 32, 2, 2, 2, 1, KernelKind::moe1, Reduction::atomic, "tile_m 32 is not a multiple of warps_m 2 x atom M 32"},
+        IllegalCase{"gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 24, 2, 2, 2, 1, KernelKind::moe1, Reduction::atomic, "tile_k 24"},
+        IllegalCase{"gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2, 2, KernelKind::moe2, Reduction::partials, "split-K needs atomic"},
+        IllegalCase{"gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2, 2, KernelKind::moe1, Reduction::atomic, "stage 2 only"},
+        IllegalCase{"gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 3, 1, KernelKind::moe1, Reduction::atomic, "stages 3"},
+        IllegalCase{"gfx942", "mfma_f32_16x16x16_bf16", 64, 256, 32, 4, 8, 2, 1, KernelKind::moe1, Reduction::atomic, "threads per block exceed 1024"},
+        IllegalCase{"sm_90a", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2, 1, KernelKind::moe1, Reduction::atomic, "does not exist on sm_90a"},
+        IllegalCase{"gfx950", "mfma_f32_32x32x16_bf16", 256, 256, 64, 2, 2, 1, 1, KernelKind::moe1, Reduction::atomic, "registers per lane"},
+        IllegalCase{"sm_90a", "mma_m16n8k16_f32_bf16", 64, 96, 64, 2, 2, 1, 1, KernelKind::moe1, Reduction::atomic, "inter 14336 is not a multiple of tile_n 96"}));
+
+TEST(Space, ParseOverridesAndErrors) {
+  auto o = SpaceOptions::parse("wide;tile_m=16,64;warps=2x2;kind=moe2;reduce=partials");
+  ASSERT_TRUE(o) << o.error().describe();
+  EXPECT_EQ(o->tile_m, (std::vector<int>{16, 64}));
+  EXPECT_EQ(o->warps, (std::vector<std::pair<int, int>>{{2, 2}}));
+  EXPECT_EQ(o->kinds, (std::vector<KernelKind>{KernelKind::moe2}));
+  EXPECT_EQ(o->stages, (std::vector<int>{1, 2}));  // from wide
+  EXPECT_FALSE(SpaceOptions::parse("tile_q=1"));
+  EXPECT_FALSE(SpaceOptions::parse("tile_m=0"));
+  EXPECT_FALSE(SpaceOptions::parse("warps=22"));
+  EXPECT_FALSE(SpaceOptions::parse("atom=mfma_nope"));
+  EXPECT_FALSE(SpaceOptions::parse("huge"));
+}
+
+TEST(Space, NarrowingShrinksAndWideningGrows) {
+  const Target& t = *find_target("gfx942");
+  auto def = enumerate_space(t, mixtral(), SpaceOptions{}).legal.size();
+  auto small = enumerate_space(t, mixtral(), SpaceOptions::small()).legal.size();
+  auto wide = enumerate_space(t, mixtral(), SpaceOptions::wide()).legal.size();
+  EXPECT_LT(small, def);
+  EXPECT_GT(wide, def);
+}
+
+TEST(Variant, NameAndJsonRoundTrip) {
+  auto v = *default_variant(*find_target("gfx942"), mixtral(), KernelKind::moe1);
+  EXPECT_EQ(v.name(), "ft_gfx942_moe1_bf16_m64n64k32_w2x2_mfma16x16x16_s2");
+  v.kind = KernelKind::moe2;
+  v.split_k = 2;
+  v.weight_in_stage1 = true;
+  v.layout = WeightLayoutKind::shuffled;
+  EXPECT_EQ(v.name(), "ft_gfx942_moe2_bf16_m64n64k32_w2x2_mfma16x16x16_s2_atomic_sk2_norw_shuf");
+  auto back = Variant::from_json(v.to_json());
+  ASSERT_TRUE(back) << back.error().describe();
+  EXPECT_EQ(back->name(), v.name());
+  EXPECT_FALSE(Variant::from_json(nlohmann::json{{"target", "gfx1"}}));
+}
+
+TEST(Variant, LdsMatchesTemplateFormula) {
+  // (tile_m + 2 tile_n) rows x (tile_k + 8) x 2 bytes x stages, as ft::TiledGemm computes.
+  auto v = *default_variant(*find_target("sm_90a"), mixtral(), KernelKind::moe1);
+  EXPECT_EQ(v.lds_bytes(), 2 * (64 + 2 * 64) * (32 + 8) * 2);
+  EXPECT_EQ(v.threads(), 128);
+}
+
+TEST(Launch, PaddedRowsBound) {
+  Problem p = mixtral();
+  EXPECT_EQ(max_padded_rows(p, 1, 64), 128);        // 2 pairs, 2 experts at most, one block each
+  EXPECT_EQ(max_padded_rows(p, 1000, 64), 2560);  // 2000 + 8 * 63 = 2504, rounded up to 64
+  auto v = *default_variant(*find_target("gfx942"), p, KernelKind::moe2);
+  LaunchShape s = stage_launch(v, p, 1, 64);
+  EXPECT_EQ(s.grid_x, 2);
+  EXPECT_EQ(s.grid_y, 4096 / 64);
+  EXPECT_EQ(s.block, 256);
+}
+
+}  // namespace
+}  // namespace ft

@@ -11,13 +11,16 @@ namespace ft {
 KernelSource emit_variant(const Variant& v);
 
 // The layer's support kernels for a target and dtype, in one unit: align,
-// reduce (atomic and partials) and the weight pre-shuffle. Names:
-// ft_<target>_align, ft_<target>_reduce_{atomic,partials}_<dtype>, ft_<target>_shuffle.
+// reduce (atomic and partials), the weight pre-shuffle, and the two reference
+// kernels verification uses. Names: ft_<target>_align,
+// ft_<target>_reduce_{atomic,partials}_<dtype>, ft_<target>_shuffle,
+// ft_<target>_reference{1,2}_<dtype>.
 KernelSource emit_support(const Target& target, DType dtype);
 
 std::string support_unit_name(const Target& target, DType dtype);  // ft_<target>_support_<dtype>
 std::string align_entry(const Target& target);
 std::string reduce_entry(const Target& target, Reduction r, DType dtype);
 std::string shuffle_entry(const Target& target);
+std::string reference_entry(const Target& target, KernelKind stage, DType dtype);
 
 }  // namespace ft

@@ -34,6 +34,12 @@ LaunchShape shuffle_launch(long long rows, long long cols) {
   return {int((chunks + kReduceThreads - 1) / kReduceThreads), 1, 1, kReduceThreads, 0};
 }
 
+LaunchShape reference_launch(KernelKind stage, const Problem& p, int tokens) {
+  if (stage == KernelKind::moe1)
+    return {(p.inter + kReferenceThreads - 1) / kReferenceThreads, tokens * p.topk, 1, kReferenceThreads, 0};
+  return {(p.hidden + kReferenceThreads - 1) / kReferenceThreads, tokens, 1, kReferenceThreads, 0};
+}
+
 std::string max_padded_rows_formula() {
   return "ceil((T*topk + min(experts, T*topk) * (align_block - 1)) / align_block) * align_block";
 }

@@ -26,6 +26,8 @@ LaunchShape align_launch(const Problem& p);
 LaunchShape stage_launch(const Variant& v, const Problem& p, int tokens, int align_block);
 LaunchShape reduce_launch(const Problem& p, int tokens);
 LaunchShape shuffle_launch(long long rows, long long cols);
+inline constexpr int kReferenceThreads = 256;  // ft::kReferenceThreads in templates/ft/reference.hpp
+LaunchShape reference_launch(KernelKind stage, const Problem& p, int tokens);
 
 // The same formulas as text, for the export manifest (T = tokens).
 std::string stage_grid_formula(const Variant& v);

@@ -11,3 +11,4 @@
 #include "ft/moe_stage1.hpp"
 #include "ft/moe_stage2.hpp"
 #include "ft/moe_reduce.hpp"
+#include "ft/reference.hpp"

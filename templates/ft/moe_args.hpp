@@ -23,7 +23,8 @@ struct MoeArgs {
   i32 topk;                   // k
   i32 align_block;            // rows per expert block in sorted_ids (>= the stages' tile_m)
   i32 max_padded_rows;        // capacity of sorted_ids
-  i32 reserved;               // keeps the struct a multiple of 8 bytes
+  i32 flags;                  // bit 0 (kFlagWeightInStage1): read by the reference kernels only;
+                              // the layer kernels fix the routed-weight placement at compile time
 };
 
 // The weight pre-shuffle kernel's argument.
@@ -33,6 +34,8 @@ struct ShuffleArgs {
   i32 rows;        // all experts' rows together (E * N), a multiple of 16
   i32 cols;        // K, a multiple of 8
 };
+
+inline constexpr i32 kFlagWeightInStage1 = 1;
 
 enum class Reduce { atomic, partials };
 enum class WeightLayout { plain, shuffled };

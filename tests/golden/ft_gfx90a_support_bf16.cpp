@@ -6,3 +6,5 @@ FT_KERNEL(ft::kAlignThreads, ft_gfx90a_align)(ft::MoeArgs args) { ft::moe_align(
 FT_KERNEL(ft::kReduceThreads, ft_gfx90a_reduce_atomic_bf16)(ft::MoeArgs args) { ft::moe_reduce<ft::Reduce::atomic, ft::Elem::bf16>(args); }
 FT_KERNEL(ft::kReduceThreads, ft_gfx90a_reduce_partials_bf16)(ft::MoeArgs args) { ft::moe_reduce<ft::Reduce::partials, ft::Elem::bf16>(args); }
 FT_KERNEL(ft::kReduceThreads, ft_gfx90a_shuffle)(ft::ShuffleArgs args) { ft::shuffle_weights(args); }
+FT_KERNEL(ft::kReferenceThreads, ft_gfx90a_reference1_bf16)(ft::MoeArgs args) { ft::reference_stage1<ft::Elem::bf16>(args); }
+FT_KERNEL(ft::kReferenceThreads, ft_gfx90a_reference2_bf16)(ft::MoeArgs args) { ft::reference_stage2<ft::Elem::bf16>(args); }

@@ -1,0 +1,135 @@
+#pragma once
+// EMU flavour: the kernel templates compiled by the host C++ compiler
+// (-DFT_EMULATE -DFT_EMU_WAVE_SIZE=64|32) into a shared library that
+// tuner/emulate loads and runs. Every lane of a block is a fiber; the runtime
+// switches fibers at barriers and wave exchanges, so LDS, barriers and
+// cross-lane operations behave as on the GPU (and a lane that skips a barrier
+// is reported, not hung). Blocks of a grid run in parallel on a few threads.
+//
+// The first part of this file is the binary interface between such a library
+// and the runtime (plain C layout); tuner/emulate includes it alone with
+// FT_EMU_ABI_ONLY defined.
+namespace ft::emu {
+
+inline constexpr unsigned kAbiVersion = 1;
+
+// What one lane sees of its launch.
+struct LaneContext {
+  int thread;            // linear thread index in the block
+  int block[3];          // block index in the grid (x, y, z)
+  unsigned char* lds;    // the block's dynamic LDS, 16-byte aligned
+};
+
+// Services the runtime provides; bound once per loaded library (ft_emu_bind).
+struct Runtime {
+  unsigned abi_version;
+  const LaneContext* (*current)();  // the lane running on the calling OS thread
+  void (*barrier)();                // all threads of the block
+  // All `lanes` lanes of the caller's wave (threads [w*lanes, (w+1)*lanes))
+  // publish `bytes` from `mine`; each receives every lane's copy in `all`, in
+  // lane order. A wave-level barrier on both sides.
+  void (*wave_exchange)(int lanes, const void* mine, unsigned bytes, void* all);
+};
+
+}  // namespace ft::emu
+
+// Symbols tuner/emulate looks up in a library, for an entry point NAME:
+//   NAME__ft_emu_entry(const void* args)   runs NAME with a copy of the argument struct
+//   NAME__ft_emu_args_size                 sizeof the argument struct
+//   NAME__ft_emu_max_threads               the launch bound FT_KERNEL declared
+#define FT_EMU_ENTRY_SUFFIX "__ft_emu_entry"
+#define FT_EMU_ARGS_SIZE_SUFFIX "__ft_emu_args_size"
+#define FT_EMU_MAX_THREADS_SUFFIX "__ft_emu_max_threads"
+#define FT_EMU_BIND_SYMBOL "ft_emu_bind"
+
+#if !defined(FT_EMU_ABI_ONLY)
+
+#include <atomic>
+
+#if !defined(FT_EMU_WAVE_SIZE)
+#error "port_emu.hpp: define FT_EMU_WAVE_SIZE to the emulated target's wave size (64 AMD, 32 NVIDIA)"
+#endif
+
+#define FT_FLAVOUR_EMU 1
+#define FT_DEVICE inline
+#define FT_HOST_DEVICE inline
+#define FT_EMU_EXPORT __attribute__((visibility("default")))
+#define FT_KERNEL(threads, name)                                                  \
+  extern "C" FT_EMU_EXPORT const int name##__ft_emu_max_threads = (threads);      \
+  extern "C" FT_EMU_EXPORT void name
+// The compiler decides; full unrolling only slows the host compile.
+#define FT_UNROLL
+
+namespace ft {
+
+using u8 = unsigned char;
+using u16 = unsigned short;
+using u32 = unsigned int;
+using i32 = int;
+using u64 = unsigned long long;
+using i64 = long long;
+
+inline constexpr int kWaveSize = FT_EMU_WAVE_SIZE;
+
+// 16 bytes, the unit of every global and LDS copy.
+struct alignas(16) Chunk16 {
+  u32 x, y, z, w;
+};
+FT_DEVICE Chunk16 zero_chunk() { return Chunk16{0u, 0u, 0u, 0u}; }
+
+namespace emu::detail {
+inline const Runtime* runtime = nullptr;
+inline const LaneContext& lane() { return *runtime->current(); }
+}  // namespace emu::detail
+
+FT_DEVICE int thread_index() { return emu::detail::lane().thread; }
+FT_DEVICE int block_index_x() { return emu::detail::lane().block[0]; }
+FT_DEVICE int block_index_y() { return emu::detail::lane().block[1]; }
+FT_DEVICE int block_index_z() { return emu::detail::lane().block[2]; }
+
+FT_DEVICE void barrier() { emu::detail::runtime->barrier(); }
+
+FT_DEVICE unsigned char* shared_memory() { return emu::detail::lane().lds; }
+
+// Blocks run on several OS threads: global atomics must be real atomics.
+FT_DEVICE float atomic_add(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v, std::memory_order_relaxed); }
+FT_DEVICE int atomic_add(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v, std::memory_order_relaxed); }
+
+FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }
+
+namespace emu {
+
+// The cross-lane primitive the emulated atoms (atom_emulate.hpp) are built on.
+template <int Lanes>
+void wave_all_gather(const void* mine, unsigned bytes, void* all) {
+  static_assert(Lanes == kWaveSize, "an atom of another vendor's wave size: this atom does not exist on the emulated target");
+  detail::runtime->wave_exchange(Lanes, mine, bytes, all);
+}
+
+// Calls an entry point with the argument struct copied from raw bytes; used by
+// the glue tuner/emulate appends to each unit (FT_EMU_ENTRY).
+template <class Args>
+void call_entry(void (*entry)(Args), const void* bytes) {
+  Args args;
+  __builtin_memcpy(&args, bytes, sizeof args);
+  entry(args);
+}
+template <class Args>
+constexpr unsigned args_size_of(void (*)(Args)) {
+  return sizeof(Args);
+}
+
+}  // namespace emu
+}  // namespace ft
+
+#define FT_EMU_ENTRY(name)                                                                              \
+  extern "C" FT_EMU_EXPORT void name##__ft_emu_entry(const void* args) { ::ft::emu::call_entry(name, args); } \
+  extern "C" FT_EMU_EXPORT const unsigned name##__ft_emu_args_size = ::ft::emu::args_size_of(name);
+
+// Binds the runtime; returns the ABI version this library was built with.
+extern "C" FT_EMU_EXPORT __attribute__((used)) inline unsigned ft_emu_bind(const ft::emu::Runtime* runtime) {
+  ft::emu::detail::runtime = runtime;
+  return ft::emu::kAbiVersion;
+}
+
+#endif  // !FT_EMU_ABI_ONLY

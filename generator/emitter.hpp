@@ -11,10 +11,10 @@ namespace ft {
 KernelSource emit_variant(const Variant& v);
 
 // The layer's support kernels for a target and dtype, in one unit: align,
-// reduce (atomic and partials), the weight pre-shuffle, and the two reference
-// kernels verification uses. Names: ft_<target>_align,
+// reduce (atomic and partials), the weight pre-shuffle, and the reference and
+// random-fill kernels verification uses. Names: ft_<target>_align,
 // ft_<target>_reduce_{atomic,partials}_<dtype>, ft_<target>_shuffle,
-// ft_<target>_reference{1,2}_<dtype>.
+// ft_<target>_reference{1,2}_<dtype>, ft_<target>_fill.
 KernelSource emit_support(const Target& target, DType dtype);
 
 std::string support_unit_name(const Target& target, DType dtype);  // ft_<target>_support_<dtype>
@@ -22,5 +22,6 @@ std::string align_entry(const Target& target);
 std::string reduce_entry(const Target& target, Reduction r, DType dtype);
 std::string shuffle_entry(const Target& target);
 std::string reference_entry(const Target& target, KernelKind stage, DType dtype);
+std::string fill_entry(const Target& target);  // seeded random fill (templates/ft/random_fill.hpp)
 
 }  // namespace ft

@@ -12,3 +12,4 @@
 #include "ft/moe_stage2.hpp"
 #include "ft/moe_reduce.hpp"
 #include "ft/reference.hpp"
+#include "ft/random_fill.hpp"

@@ -1,0 +1,381 @@
+// flytune db: what a database holds -- runs, winners, statistics, variants and
+// the schema version. Opens the file read-only: it never writes.
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/diag.hpp"
+#include "db/store.hpp"
+
+namespace ft::cli {
+namespace {
+
+enum class DbView { runs, winners, stats, variants, schema };
+
+struct DbOptions {
+  std::string db = "./flytune.db";
+  bool json = false;
+  DbView view = DbView::runs;
+  // Filters (winners, variants).
+  std::string problem;
+  std::string target;
+  int tokens = 0;  // 0: every bucket
+  std::string kind;
+  std::string status;
+  int limit = 0;
+  bool sql = false;  // schema: print the CREATE statements
+};
+
+// A text table: columns padded to their widest cell; numbers right-aligned.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header, std::string right_aligned = {})
+      : right_(std::move(right_aligned)) {
+    rows_.push_back(std::move(header));
+  }
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  bool empty() const { return rows_.size() == 1; }
+  void print(std::string_view indent = {}) const {
+    std::vector<std::size_t> width(rows_[0].size(), 0);
+    for (const auto& r : rows_)
+      for (std::size_t c = 0; c < r.size(); ++c) width[c] = std::max(width[c], r[c].size());
+    for (const auto& r : rows_) {
+      std::string line(indent);
+      for (std::size_t c = 0; c < r.size(); ++c) {
+        bool right = c < right_.size() && right_[c] == 'r';
+        bool last = c + 1 == r.size();
+        if (right) line += fmt::format("{:>{}}", r[c], width[c]);
+        else line += last ? r[c] : fmt::format("{:<{}}", r[c], width[c]);
+        if (!last) line += "  ";
+      }
+      fmt::print("{}\n", line);
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+  std::string right_;  // per column: 'r' right-aligned, anything else left
+};
+
+std::string opt_text(const std::optional<double>& v, std::string_view spec = "{:.1f}") {
+  return v ? fmt::format(fmt::runtime(spec), *v) : "-";
+}
+std::string opt_text(const std::optional<int>& v) { return v ? std::to_string(*v) : "-"; }
+
+template <class T>
+nlohmann::json opt_json(const std::optional<T>& v) {
+  return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+nlohmann::json to_json(const db::RunRecord& r) {
+  return {{"id", r.id},
+          {"status", to_string(r.status)},
+          {"started_at", r.started_at},
+          {"ended_at", r.ended_at.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.ended_at)},
+          {"command_line", r.command_line},
+          {"flytune_version", r.flytune_version},
+          {"git_commit", r.git_commit},
+          {"templates_commit", r.templates_commit},
+          {"hostname", r.hostname},
+          {"strategy", r.strategy},
+          {"options", r.options}};
+}
+
+nlohmann::json to_json(const db::Resources& r) {
+  return {{"vgprs", opt_json(r.vgprs)},         {"agprs", opt_json(r.agprs)},
+          {"sgprs", opt_json(r.sgprs)},         {"regs", opt_json(r.regs)},
+          {"lds_bytes", opt_json(r.lds_bytes)}, {"scratch_bytes", opt_json(r.scratch_bytes)},
+          {"spills", opt_json(r.spills)},       {"occupancy", opt_json(r.occupancy)}};
+}
+
+nlohmann::json to_json(const db::VariantRecord& v) {
+  return {{"id", v.id},
+          {"kernel_name", v.kernel_name},
+          {"target", v.target},
+          {"kind", v.kind},
+          {"params", v.params},
+          {"source_hash", v.source_hash},
+          {"code_object_hash", v.code_object_hash.empty() ? nlohmann::json(nullptr) : nlohmann::json(v.code_object_hash)},
+          {"toolchain_id", v.toolchain_id},
+          {"compile_status", to_string(v.compile_status)},
+          {"compile_seconds", opt_json(v.compile_seconds)},
+          {"resources", to_json(v.resources)},
+          {"matrix_ops", v.matrix_ops},
+          {"created_at", v.created_at},
+          {"updated_at", v.updated_at}};
+}
+
+// "64 ok / 70" style summaries need counts per run.
+std::map<std::int64_t, std::map<std::string, std::int64_t>> counts_by_run(const std::vector<db::MeasurementCount>& counts) {
+  std::map<std::int64_t, std::map<std::string, std::int64_t>> out;
+  for (const auto& c : counts) out[c.run_id][c.status] += c.count;
+  return out;
+}
+
+Status show_runs(db::Store& store, const DbOptions& opt) {
+  auto runs = FT_TRY(store.list_runs());
+  auto counts = counts_by_run(FT_TRY(store.measurement_counts()));
+  if (opt.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : runs) {
+      auto j = to_json(r);
+      j["measurements"] = counts[r.id];
+      out.push_back(std::move(j));
+    }
+    fmt::print("{}\n", out.dump(2));
+    return {};
+  }
+  if (runs.empty()) {
+    fmt::print("no runs recorded in {}\n", store.path());
+    return {};
+  }
+  Table t({"run", "status", "started (UTC)", "ended (UTC)", "strategy", "ok", "failed", "flytune", "host", "command"},
+          "r....rr");
+  for (const auto& r : runs) {
+    std::int64_t ok = 0, failed = 0;
+    for (const auto& [status, n] : counts[r.id]) {
+      if (status == "ok") ok += n;
+      else if (status != "skipped") failed += n;
+    }
+    t.add({std::to_string(r.id), std::string(to_string(r.status)), r.started_at, r.ended_at.empty() ? "-" : r.ended_at,
+           r.strategy, std::to_string(ok), std::to_string(failed), fmt::format("{} ({})", r.flytune_version, r.git_commit),
+           r.hostname, r.command_line});
+  }
+  t.print();
+  return {};
+}
+
+Status show_winners(db::Store& store, const DbOptions& opt) {
+  db::WinnerFilter filter;
+  if (!opt.problem.empty()) filter.problem_key = opt.problem;
+  if (!opt.target.empty()) filter.arch = opt.target;
+  if (!opt.kind.empty()) filter.kind = opt.kind;
+  if (opt.tokens > 0) filter.tokens = opt.tokens;
+  auto rows = FT_TRY(store.winners(filter));
+  if (opt.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& r : rows) {
+      const auto& w = r.winner;
+      out.push_back({{"problem", r.problem.key},
+                     {"device", {{"id", r.device.id}, {"name", r.device.name}, {"arch", r.device.arch},
+                                 {"runtime", r.device.runtime}, {"driver_version", r.device.driver_version}}},
+                     {"tokens", w.tokens},
+                     {"kind", w.kind},
+                     {"kernel_name", r.variant.kernel_name},
+                     {"variant_id", w.variant_id},
+                     {"median_us", w.median_us},
+                     {"p10_us", opt_json(w.p10_us)},
+                     {"p90_us", opt_json(w.p90_us)},
+                     {"speedup_vs_default", opt_json(w.speedup_vs_default)},
+                     {"toolchain", fmt::format("{} {}", r.toolchain.backend, r.toolchain.version)},
+                     {"code_object_hash", r.variant.code_object_hash},
+                     {"run_id", w.run_id},
+                     {"chosen_at", w.chosen_at}});
+    }
+    fmt::print("{}\n", out.dump(2));
+    return {};
+  }
+  if (rows.empty()) {
+    fmt::print("no winners recorded in {}{}\n", store.path(),
+               filter.problem_key || filter.arch || filter.kind || filter.tokens ? " matching the filter" : "");
+    return {};
+  }
+  // One table per (problem, device).
+  std::size_t i = 0;
+  while (i < rows.size()) {
+    const auto& first = rows[i];
+    fmt::print("{}{} on {} ({}, {} {})\n", i == 0 ? "" : "\n", first.problem.key, first.device.name, first.device.arch,
+               first.device.runtime, first.device.driver_version);
+    Table t({"kind", "tokens", "median us", "p10-p90 us", "vs default", "kernel", "toolchain"}, ".rrrr");
+    for (; i < rows.size() && rows[i].problem.id == first.problem.id && rows[i].device.id == first.device.id; ++i) {
+      const auto& r = rows[i];
+      const auto& w = r.winner;
+      t.add({w.kind, std::to_string(w.tokens), fmt::format("{:.1f}", w.median_us),
+             w.p10_us && w.p90_us ? fmt::format("{:.1f}-{:.1f}", *w.p10_us, *w.p90_us) : "-",
+             w.speedup_vs_default ? fmt::format("{:.2f}x", *w.speedup_vs_default) : "-", r.variant.kernel_name,
+             fmt::format("{} {}", r.toolchain.backend, r.toolchain.version)});
+    }
+    t.print("  ");
+  }
+  return {};
+}
+
+Status show_stats(db::Store& store, const DbOptions& opt) {
+  auto variant_counts = FT_TRY(store.variant_counts());
+  auto measurement_counts = FT_TRY(store.measurement_counts());
+  auto runs = FT_TRY(store.list_runs());
+  auto by_run = counts_by_run(measurement_counts);
+  std::map<std::string, std::int64_t> totals;
+  for (const auto& c : measurement_counts) totals[c.status] += c.count;
+
+  if (opt.json) {
+    nlohmann::json variants = nlohmann::json::array();
+    for (const auto& c : variant_counts)
+      variants.push_back({{"target", c.target}, {"kind", c.kind}, {"compile_status", c.status}, {"count", c.count}});
+    nlohmann::json per_run = nlohmann::json::array();
+    for (const auto& r : runs) per_run.push_back({{"run_id", r.id}, {"status", to_string(r.status)}, {"measurements", by_run[r.id]}});
+    fmt::print("{}\n", nlohmann::json{{"variants", variants}, {"measurements", totals}, {"runs", per_run}}.dump(2));
+    return {};
+  }
+
+  fmt::print("variants by target, kind and compile status:\n");
+  if (variant_counts.empty()) fmt::print("  none\n");
+  else {
+    Table t({"target", "kind", "status", "count"}, "...r");
+    for (const auto& c : variant_counts) t.add({c.target, c.kind, c.status, std::to_string(c.count)});
+    t.print("  ");
+  }
+
+  // Columns: every measurement status in its canonical order.
+  const std::vector<std::string> statuses{"ok", "verify_failed", "launch_error", "timeout", "compile_error", "skipped"};
+  fmt::print("\nmeasurements by run and status:\n");
+  if (runs.empty()) {
+    fmt::print("  none\n");
+    return {};
+  }
+  std::vector<std::string> header{"run", "status"};
+  header.insert(header.end(), statuses.begin(), statuses.end());
+  header.push_back("total");
+  Table t(header, "r.rrrrrrr");
+  auto add_row = [&](std::string run, std::string run_status, const std::map<std::string, std::int64_t>& counts) {
+    std::vector<std::string> row{std::move(run), std::move(run_status)};
+    std::int64_t total = 0;
+    for (const auto& s : statuses) {
+      auto it = counts.find(s);
+      std::int64_t n = it == counts.end() ? 0 : it->second;
+      total += n;
+      row.push_back(std::to_string(n));
+    }
+    row.push_back(std::to_string(total));
+    t.add(std::move(row));
+  };
+  for (const auto& r : runs) add_row(std::to_string(r.id), std::string(to_string(r.status)), by_run[r.id]);
+  add_row("all", "", totals);
+  t.print("  ");
+  return {};
+}
+
+Status show_variants(db::Store& store, const DbOptions& opt) {
+  db::VariantFilter filter;
+  if (!opt.target.empty()) filter.target = opt.target;
+  if (!opt.kind.empty()) filter.kind = opt.kind;
+  if (!opt.status.empty()) filter.status = FT_TRY(db::parse_compile_status(opt.status));
+  filter.limit = opt.limit;
+  auto variants = FT_TRY(store.variants(filter));
+  if (opt.json) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& v : variants) out.push_back(to_json(v));
+    fmt::print("{}\n", out.dump(2));
+    return {};
+  }
+  if (variants.empty()) {
+    fmt::print("no variants recorded in {}{}\n", store.path(),
+               filter.target || filter.kind || filter.status ? " matching the filter" : "");
+    return {};
+  }
+  Table t({"id", "status", "target", "kind", "regs", "lds", "scratch", "spills", "occ", "compile s", "kernel"},
+          "r...rrrrrr");
+  for (const auto& v : variants) {
+    const auto& r = v.resources;
+    // AMD: VGPR(+AGPR)/SGPR; NVIDIA: registers per thread.
+    std::string regs = r.vgprs ? fmt::format("{}v{}/{}s", *r.vgprs, r.agprs ? fmt::format("+{}a", *r.agprs) : "",
+                                             opt_text(r.sgprs))
+                               : opt_text(r.regs);
+    t.add({std::to_string(v.id), std::string(to_string(v.compile_status)), v.target, v.kind, regs,
+           opt_text(r.lds_bytes), opt_text(r.scratch_bytes), opt_text(r.spills), opt_text(r.occupancy),
+           opt_text(v.compile_seconds, "{:.2f}"), v.kernel_name});
+  }
+  t.print();
+  return {};
+}
+
+Status show_schema(db::Store& store, const DbOptions& opt) {
+  if (opt.sql) {
+    fmt::print("{}", FT_TRY(store.schema_sql()));
+    return {};
+  }
+  auto info = FT_TRY(store.schema_info());
+  if (opt.json) {
+    nlohmann::json migrations = nlohmann::json::array();
+    for (const auto& m : info.migrations)
+      migrations.push_back({{"version", m.version}, {"name", m.name}, {"applied_at", m.applied_at}});
+    nlohmann::json tables = nlohmann::json::object();
+    for (const auto& [name, rows] : info.table_rows) tables[name] = rows;
+    fmt::print("{}\n", nlohmann::json{{"path", store.path()},
+                                      {"schema_version", info.version},
+                                      {"supported_version", info.supported},
+                                      {"application_id", info.application_id},
+                                      {"journal_mode", info.journal_mode},
+                                      {"migrations", migrations},
+                                      {"tables", tables}}
+                           .dump(2));
+    return {};
+  }
+  fmt::print("{}: schema version {} (this flytune supports {}), application_id {:#010x}, journal mode {}\n",
+             store.path(), info.version, info.supported, info.application_id, info.journal_mode);
+  fmt::print("\nmigrations applied:\n");
+  Table m({"version", "name", "applied (UTC)"}, "r");
+  for (const auto& a : info.migrations) m.add({std::to_string(a.version), a.name, a.applied_at});
+  m.print("  ");
+  fmt::print("\ntables:\n");
+  Table t({"table", "rows"}, ".r");
+  for (const auto& [name, rows] : info.table_rows) t.add({name, std::to_string(rows)});
+  t.print("  ");
+  return {};
+}
+
+int run_db(const DbOptions& opt) {
+  auto store = db::Store::open(opt.db, db::OpenMode::read_only);
+  if (!store) return report_error(store.error());
+  Status shown;
+  switch (opt.view) {
+    case DbView::runs: shown = show_runs(*store, opt); break;
+    case DbView::winners: shown = show_winners(*store, opt); break;
+    case DbView::stats: shown = show_stats(*store, opt); break;
+    case DbView::variants: shown = show_variants(*store, opt); break;
+    case DbView::schema: shown = show_schema(*store, opt); break;
+  }
+  if (!shown) return report_error(shown.error());
+  return kExitOk;
+}
+
+}  // namespace
+
+Command setup_db(CLI::App& app) {
+  auto opt = std::make_shared<DbOptions>();
+  CLI::App* sub = app.add_subcommand("db", "Show what a flytune database holds: runs, winners, statistics, variants, schema");
+  sub->add_option("--db", opt->db, "Database file")->capture_default_str();
+  sub->add_flag("--json", opt->json, "Print JSON instead of tables");
+  sub->require_subcommand(1);
+
+  auto view = [&](const char* name, const char* help, DbView v) {
+    CLI::App* s = sub->add_subcommand(name, help);
+    s->fallthrough();  // --db/--json may follow the view name
+    s->callback([opt, v] { opt->view = v; });
+    return s;
+  };
+  view("runs", "Runs: when, what, with which flytune, how many measurements succeeded", DbView::runs);
+  CLI::App* winners = view("winners", "Winners per problem, device and token bucket", DbView::winners);
+  winners->add_option("--problem", opt->problem, "Only this problem key");
+  winners->add_option("--target", opt->target, "Only devices of this target (gfx942, sm_90a, ...)");
+  winners->add_option("--tokens", opt->tokens, "Only this token bucket")->check(CLI::PositiveNumber);
+  winners->add_option("--kind", opt->kind, "Only this kind (moe1, moe2, layer, ...)");
+  view("stats", "Variants per compile status; measurements per run and status", DbView::stats);
+  CLI::App* variants = view("variants", "Compiled variants with their resources", DbView::variants);
+  variants->add_option("--target", opt->target, "Only this target");
+  variants->add_option("--kind", opt->kind, "Only this kind");
+  variants->add_option("--status", opt->status, "Only this compile status")->check(CLI::IsMember({"ok", "compile_error"}));
+  variants->add_option("--limit", opt->limit, "At most this many rows")->check(CLI::NonNegativeNumber);
+  CLI::App* schema = view("schema", "Schema version, applied migrations and table sizes", DbView::schema);
+  schema->add_flag("--sql", opt->sql, "Print the schema's CREATE statements");
+  return {sub, [opt] { return run_db(*opt); }};
+}
+
+}  // namespace ft::cli

@@ -1,0 +1,51 @@
+#pragma once
+// Comparing a kernel's output with the reference.
+//
+// Bounds. The reference is computed in fp32 from the same 16-bit inputs and
+// rounds stage 1's output like the kernels, so what remains is the output
+// rounding (half an ulp: 2^-9 relative for bf16, 2^-12 for f16), the order of
+// fp32 sums (atomics, split-K, tile order) and rare one-ulp flips of stage-1
+// values that sit on a rounding boundary. Measured on the emulator these give a
+// relative L2 error near 0.3 ulp; the bounds leave a wide margin while any
+// indexing or layout error (relative L2 ~ 1) fails by orders of magnitude:
+//   bf16: relative L2 <= 8e-3,  max |error| <= 2^-5 * max|reference| (+ 2^-7 absolute floor)
+//   f16:  relative L2 <= 1e-3,  max |error| <= 2^-8 * max|reference| (+ 2^-10 absolute floor)
+// Any NaN or Inf in the output fails, so a poisoned (NaN) element that no
+// kernel wrote fails too.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "generator/problem.hpp"
+
+namespace ft {
+
+struct Tolerance {
+  double rel_l2 = 0;   // ||y - ref|| / ||ref||
+  double max_rel = 0;  // max |y - ref| <= max_rel * max |ref| + max_abs_floor
+  double max_abs_floor = 0;
+};
+Tolerance tolerance_for(DType d);
+
+struct Comparison {
+  std::size_t count = 0;
+  std::size_t nonfinite = 0;       // NaN or Inf elements in the output
+  std::size_t first_nonfinite = 0;
+  double rel_l2 = 0;
+  double max_abs = 0;              // largest |y - ref| over finite elements
+  std::size_t worst = 0;           // where it is
+  double ref_max_abs = 0;
+  double max_abs_bound = 0;        // the bound max_abs was held to
+  Tolerance tolerance;
+  bool passed = false;
+  // "rel L2 1.2e-03 (bound 8.0e-03), max |err| 3.1e-03 at [5, 17] (bound 4.1e-02)"
+  // or "12 NaN/Inf elements, first at [0, 3]"; `row_length` splits flat indices.
+  std::string summary(std::size_t row_length = 0) const;
+};
+
+// `got`: 16-bit output bits of `dtype`; `ref`: the fp32 reference.
+Comparison compare_output(std::span<const std::uint16_t> got, std::span<const float> ref, DType dtype);
+Comparison compare_output(std::span<const std::uint16_t> got, std::span<const float> ref, DType dtype, const Tolerance& tol);
+
+}  // namespace ft

@@ -33,6 +33,10 @@ void finish_occupancy(Resources& r, const Target& t, int block_threads) {
   int by_regs = t.occupancy_for_registers(r.regs);
   int by_lds = occupancy_per_simd(t, 0, r.lds_bytes, block_threads);
   int by_waves = occupancy_per_simd(t, 0, 0, block_threads);
+  if (r.occupancy == t.max_waves_per_simd) {
+    add_note(r.notes, fmt::format("occupancy {} per SIMD (the maximum)", r.occupancy));
+    return;
+  }
   std::string_view limit = r.occupancy == by_waves  ? "block size"
                            : r.occupancy == by_regs ? "registers"
                            : r.occupancy == by_lds  ? "LDS"

@@ -25,7 +25,13 @@ struct MfmaUnavailable {
 
 #define FT_OPERAND_i16 short
 #define FT_OPERAND_f16 _Float16
+// __bf16 exists only where the gfx950 builtins do (older LLVM rejects the type
+// outright); elsewhere those atoms fail at their use, never at parse time.
+#if __has_builtin(__builtin_amdgcn_mfma_f32_16x16x32_bf16)
 #define FT_OPERAND_bf16 __bf16
+#else
+#define FT_OPERAND_bf16 short
+#endif
 
 #if __has_builtin(__builtin_amdgcn_mfma_f32_16x16x16bf16_1k)
 #define FT_MFMA_F32_16X16X16BF16_1K __builtin_amdgcn_mfma_f32_16x16x16bf16_1k

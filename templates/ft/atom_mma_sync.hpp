@@ -9,8 +9,8 @@
     template <class Self = id>                                                                          \
     FT_DEVICE static void mma(float (&c)[4], const u16 (&a)[8], const u16 (&b)[4]) {                   \
       u32 ar[4], br[2];                                                                                 \
-      __builtin_memcpy(ar, a, sizeof ar);                                                               \
-      __builtin_memcpy(br, b, sizeof br);                                                               \
+      FT_MEMCPY(ar, a, sizeof ar);                                                               \
+      FT_MEMCPY(br, b, sizeof br);                                                               \
       asm volatile("mma.sync.aligned.m16n8k16.row.col." ptx_types                                       \
                    " {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"                           \
                    : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                     \

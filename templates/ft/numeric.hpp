@@ -69,7 +69,7 @@ FT_HOST_DEVICE u16 from_f32(float v) {
 
 template <class T, int N>
 FT_HOST_DEVICE void copy_bytes(T* dst, const T* src) {
-  __builtin_memcpy(dst, src, sizeof(T) * N);
+  FT_MEMCPY(dst, src, sizeof(T) * N);
 }
 
 FT_HOST_DEVICE float silu(float g, float e_neg_g) { return g / (1.0f + e_neg_g); }

@@ -17,6 +17,7 @@
 //   ft::atomic_add(float*, float), ft::atomic_add(int*, int) -> old value
 //   ft::exp_f32(float)
 //   ft::Chunk16, ft::zero_chunk()  a 16-byte register value (the unit of global/LDS copies)
+//   FT_MEMCPY(dst, src, n)   a fixed-size copy the compiler keeps in registers
 //   FT_UNROLL                 full-unroll hint for loops over register arrays
 //   atom instruction hooks: see atom_mfma.hpp / atom_mma_sync.hpp (EMU uses atom_emulate.hpp)
 #if defined(FT_EMULATE)

@@ -3,6 +3,8 @@
 #define FT_FLAVOUR_CUDA 1
 #define FT_DEVICE __device__ __forceinline__
 #define FT_HOST_DEVICE __host__ __device__ __forceinline__
+// NVRTC has memcpy built in but not __builtin_memcpy.
+#define FT_MEMCPY(dst, src, bytes) memcpy(dst, src, bytes)
 #define FT_KERNEL(threads, name) extern "C" __global__ void __launch_bounds__(threads) name
 
 namespace ft {

@@ -4,6 +4,7 @@
 #define FT_FLAVOUR_HIP 1
 #define FT_DEVICE __attribute__((device)) inline
 #define FT_HOST_DEVICE __attribute__((host, device)) inline
+#define FT_MEMCPY(dst, src, bytes) __builtin_memcpy(dst, src, bytes)
 // Blocks always have exactly `threads` threads; saying so (min = max) lets the
 // compiler use the whole register file (launch_bounds alone capped it at 128 VGPRs).
 #define FT_KERNEL(threads, name) \

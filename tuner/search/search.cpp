@@ -1,0 +1,598 @@
+#include "tuner/search/search.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "db/store.hpp"
+#include "generator/emitter.hpp"
+#include "tuner/search/compile_space.hpp"
+#include "tuner/search/progress.hpp"
+#include "tuner/worker/worker_process.hpp"
+
+namespace ft {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+
+void on_sigint(int) { g_interrupted.store(true); }
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+constexpr int kShortReps = 5, kLongReps = 30, kAbReps = 10, kAbRounds = 3;
+
+db::Resources to_db(const Resources& r) {
+  db::Resources out;
+  out.vgprs = r.vgprs;
+  out.agprs = r.agprs;
+  out.sgprs = r.sgprs;
+  out.regs = r.regs;
+  out.lds_bytes = r.lds_bytes;
+  out.scratch_bytes = r.scratch_bytes;
+  out.spills = r.spill_bytes;
+  out.occupancy = r.occupancy;
+  return out;
+}
+
+std::string hex_seed() {
+  return fmt::format("{:x}", std::uint64_t(Clock::now().time_since_epoch().count()) ^ std::uint64_t(getpid()) << 32);
+}
+
+// Everything one target's compile produced, recorded in the store.
+struct RecordedSpace {
+  CompiledSpace space;
+  std::int64_t toolchain_id = 0;
+  std::map<std::string, std::int64_t> variant_ids;   // kernel name -> variants.id
+  std::map<std::string, std::string> object_paths;   // kernel name -> file for the worker
+  std::string support_path;
+};
+
+Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target, const SearchConfig& cfg,
+                                         TargetSummary& summary, const std::filesystem::path& object_dir) {
+  CompileSpaceOptions opt;
+  opt.space = cfg.space;
+  opt.compile = cfg.compile;
+  opt.progress = cfg.progress;
+  for (KernelKind k : {KernelKind::moe1, KernelKind::moe2})
+    if (auto d = default_variant(target, cfg.problem, k)) opt.extra.push_back(*d);
+  RecordedSpace rs;
+  rs.space = FT_TRY(compile_space(target, cfg.problem, opt));
+  if (!rs.space.support) return std::unexpected(with_context(rs.space.support.error(), "support kernels"));
+  summary.target = std::string(target.name);
+  summary.backend = std::string(to_string(rs.space.backend));
+  summary.legal = rs.space.variants.size();
+  summary.rejected = rs.space.rejected_by_legality;
+
+  const CodeObject& support = *rs.space.support;
+  rs.toolchain_id = FT_TRY(store.upsert_toolchain({0, std::string(to_string(support.backend)), support.toolchain_version, ""}));
+  const std::string ext(code_object_extension(support.backend));
+  auto write_object = [&](const CodeObject& co) -> Result<std::string> {
+    auto path = object_dir / (co.hash + ext);
+    if (!std::filesystem::exists(path)) {
+      std::ofstream f(path, std::ios::binary);
+      f.write(reinterpret_cast<const char*>(co.binary.data()), std::streamsize(co.binary.size()));
+      if (!f) return fail(Errc::io, "cannot write a code object", path.string());
+    }
+    return path.string();
+  };
+  rs.support_path = FT_TRY(write_object(support));
+
+  for (const CompiledVariant& cv : rs.space.variants) {
+    db::VariantRecord vr;
+    vr.kernel_name = cv.variant.name();
+    vr.target = std::string(target.name);
+    vr.kind = std::string(to_string(cv.variant.kind));
+    vr.params = cv.variant.to_json();
+    vr.toolchain_id = rs.toolchain_id;
+    if (cv.object) {
+      vr.source_hash = cv.object->cache_key;
+      vr.code_object_hash = cv.object->hash;
+      vr.compile_status = db::CompileStatus::ok;
+      vr.compile_log = cv.object->log;
+      vr.compile_seconds = cv.object->compile_seconds;
+      if (cv.resources) {
+        vr.resources = to_db(*cv.resources);
+        for (const auto& [m, n] : cv.resources->matrix_ops) vr.matrix_ops[m] = n;
+      }
+      FT_CHECK(store.put_code_object(cv.object->hash, ext.substr(1), cv.object->binary));
+      rs.object_paths[vr.kernel_name] = FT_TRY(write_object(*cv.object));
+      ++summary.compiled;
+      if (!cv.pruned_because.empty()) ++summary.pruned;
+    } else {
+      vr.compile_status = db::CompileStatus::compile_error;
+      vr.compile_log = cv.object.error().describe();
+      ++summary.compile_failed;
+    }
+    rs.variant_ids[vr.kernel_name] = FT_TRY(store.upsert_variant(vr));
+  }
+  return rs;
+}
+
+// The GPU half of a search: one worker, restarted after faults.
+class Measurer {
+ public:
+  Measurer(const SearchConfig& cfg, db::Store& store, std::int64_t run_id)
+      : cfg_(cfg), store_(store), run_id_(run_id),
+        exe_(cfg.worker_executable.empty() ? self_executable() : cfg.worker_executable) {}
+
+  Result<nlohmann::json> start_and_query_device() {
+    FT_CHECK(worker_.start(exe_, cfg_.device_selector));
+    return worker_.request({{"op", "device"}}, 120s);
+  }
+
+  void set_open_request(nlohmann::json open) { open_ = std::move(open); }
+
+  // Sends a request; a worker that died or hung is restarted (problem re-opened,
+  // inputs re-sent) and the failure returned for the caller to record.
+  Result<nlohmann::json> call(const nlohmann::json& req, std::chrono::milliseconds timeout) {
+    if (!worker_.running()) FT_CHECK(restart());
+    auto r = worker_.request(req, timeout);
+    if (!r && (r.error().code == Errc::timeout || !worker_.running())) {
+      ++crashes_;
+      if (!g_interrupted.load()) {
+        if (auto st = restart(); !st) return std::unexpected(st.error());
+      }
+    }
+    return r;
+  }
+
+  Status set_inputs(int tokens, std::uint64_t seed, int empty_experts) {
+    inputs_ = {{"op", "inputs"}, {"tokens", tokens}, {"seed", seed}, {"empty_experts", empty_experts}};
+    auto r = call(inputs_, 300s);
+    if (!r) return std::unexpected(r.error());
+    return {};
+  }
+
+  std::size_t crashes() const { return crashes_; }
+  nlohmann::json telemetry() {
+    auto r = worker_.request({{"op", "telemetry"}}, 10s);
+    return r ? *r : nlohmann::json::object();
+  }
+
+ private:
+  Status restart() {
+    FT_CHECK(worker_.start(exe_, cfg_.device_selector));
+    if (!open_.is_null()) {
+      auto r = worker_.request(open_, 300s);
+      if (!r) return std::unexpected(r.error());
+    }
+    if (!inputs_.is_null()) {
+      auto r = worker_.request(inputs_, 300s);
+      if (!r) return std::unexpected(r.error());
+    }
+    return {};
+  }
+
+  const SearchConfig& cfg_;
+  db::Store& store_;
+  std::int64_t run_id_;
+  std::string exe_;
+  WorkerProcess worker_;
+  nlohmann::json open_, inputs_;
+  std::size_t crashes_ = 0;
+};
+
+db::MeasurementStatus status_of(const Error& e) {
+  switch (e.code) {
+    case Errc::timeout: return db::MeasurementStatus::timeout;
+    case Errc::verify: return db::MeasurementStatus::verify_failed;
+    default: return db::MeasurementStatus::launch_error;
+  }
+}
+
+struct Candidate {
+  const CompiledVariant* cv;
+  std::int64_t id;
+  nlohmann::json spec;  // {variant, code_object, entry}
+};
+
+}  // namespace
+
+void install_interrupt_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+bool interrupted() { return g_interrupted.load(); }
+
+Result<Strategy> parse_strategy(std::string_view s) {
+  if (s == "exhaustive") return Strategy::exhaustive;
+  if (s == "random") return Strategy::random;
+  if (s == "halving") return Strategy::halving;
+  return fail(Errc::usage, fmt::format("unknown strategy '{}'; use exhaustive, random or halving", s));
+}
+
+std::string_view to_string(Strategy s) {
+  switch (s) {
+    case Strategy::exhaustive: return "exhaustive";
+    case Strategy::random: return "random";
+    case Strategy::halving: return "halving";
+  }
+  return "?";
+}
+
+nlohmann::json SearchSummary::to_json() const {
+  nlohmann::json j{{"run_id", run_id}, {"db", db_path}, {"device", device}, {"interrupted", interrupted},
+                   {"measurements", measurements}, {"resumed", resumed}, {"seconds", seconds},
+                   {"targets", nlohmann::json::array()}, {"winners", nlohmann::json::array()}};
+  for (const auto& t : targets)
+    j["targets"].push_back({{"target", t.target}, {"backend", t.backend}, {"legal", t.legal}, {"rejected", t.rejected},
+                            {"compiled", t.compiled}, {"compile_failed", t.compile_failed}, {"pruned", t.pruned},
+                            {"verified", t.verified}, {"verify_failed", t.verify_failed}, {"crashed", t.crashed}});
+  for (const auto& w : winners) {
+    nlohmann::json r{{"tokens", w.tokens}, {"kind", w.kind}, {"kernel", w.kernel}, {"median_us", w.median_us},
+                     {"p10_us", w.p10_us}, {"p90_us", w.p90_us}};
+    if (w.floor_us) r["floor_us"] = *w.floor_us;
+    if (w.speedup_vs_default) r["speedup_vs_default"] = *w.speedup_vs_default;
+    if (!w.stages.is_null()) r["stages"] = w.stages;
+    j["winners"].push_back(r);
+  }
+  return j;
+}
+
+Result<SearchSummary> run_search(const SearchConfig& cfg) {
+  const auto t0 = Clock::now();
+  FT_CHECK(cfg.problem.validate());
+  db::Store store = FT_TRY(db::Store::open(cfg.db_path, db::OpenMode::create));
+  SearchSummary summary;
+  summary.db_path = cfg.db_path;
+  nlohmann::json options{{"tokens", cfg.tokens}, {"dry_run", cfg.dry_run}, {"force", cfg.force},
+                         {"problem", cfg.problem.key()}, {"graph", cfg.graph}};
+  summary.run_id = FT_TRY(store.begin_run(db::RunRecord::for_this_build(cfg.command_line, std::string(to_string(cfg.strategy)), options)));
+  const std::int64_t problem_id = FT_TRY(store.upsert_problem(db::ProblemRecord::from(cfg.problem)));
+
+  std::error_code ec;
+  const auto object_dir = std::filesystem::temp_directory_path() / fmt::format("flytune-objects-{}", getpid());
+  std::filesystem::create_directories(object_dir, ec);
+  struct Cleanup {
+    std::filesystem::path dir;
+    ~Cleanup() {
+      std::error_code e;
+      std::filesystem::remove_all(dir, e);
+    }
+  } cleanup{object_dir};
+
+  auto finish = [&](db::RunStatus st) -> Result<SearchSummary> {
+    summary.interrupted = st == db::RunStatus::interrupted;
+    summary.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    FT_CHECK(store.end_run(summary.run_id, st));
+    return summary;
+  };
+
+  if (cfg.dry_run) {
+    summary.device = "compile-only";
+    for (const std::string& name : cfg.targets) {
+      const Target* target = FT_TRY(lookup_target(name));
+      TargetSummary ts;
+      auto rs = compile_and_record(store, *target, cfg, ts, object_dir);
+      if (!rs) {
+        (void)store.end_run(summary.run_id, db::RunStatus::failed);
+        return std::unexpected(with_context(rs.error(), std::string(target->name)));
+      }
+      (void)FT_TRY(store.upsert_device(db::DeviceRecord::compile_only(target->name)));
+      summary.targets.push_back(ts);
+      if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
+    }
+    return finish(db::RunStatus::finished);
+  }
+
+  // --- GPU search -------------------------------------------------------------
+  Measurer m(cfg, store, summary.run_id);
+  auto dev = m.start_and_query_device();
+  if (!dev) {
+    (void)store.end_run(summary.run_id, db::RunStatus::failed);
+    return std::unexpected(dev.error());
+  }
+  const nlohmann::json& dj = (*dev)["device"];
+  DeviceInfo info;
+  info.runtime = dj.value("runtime", "");
+  info.ordinal = dj.value("ordinal", 0);
+  info.name = dj.value("name", "");
+  info.arch = dj.value("arch", "");
+  info.compute_units = dj.value("compute_units", 0);
+  info.memory_bytes = dj.value("memory_bytes", std::size_t(0));
+  info.l2_bytes = dj.value("l2_bytes", std::size_t(0));
+  info.max_shared_per_block = dj.value("max_shared_per_block", 0);
+  info.clock_mhz = dj.value("clock_mhz", 0);
+  info.driver_version = dj.value("driver_version", "");
+  info.runtime_version = dj.value("runtime_version", "");
+  info.pci_bus_id = dj.value("pci_bus_id", "");
+  summary.device = fmt::format("{} ({})", info.name, info.arch);
+  const Target* target = find_target(info.arch);
+  if (!target) {
+    (void)store.end_run(summary.run_id, db::RunStatus::failed);
+    return fail(Errc::invalid_input, fmt::format("the GPU {} is {}, which flytune has no target for", info.name, info.arch));
+  }
+  if (!cfg.targets.empty() && std::find(cfg.targets.begin(), cfg.targets.end(), std::string(target->name)) == cfg.targets.end()) {
+    (void)store.end_run(summary.run_id, db::RunStatus::failed);
+    return fail(Errc::invalid_input, fmt::format("--target {} does not match the GPU {} ({}); drop --target or use --dry-run",
+                                                 cfg.targets.front(), info.name, info.arch));
+  }
+  const std::int64_t device_id = FT_TRY(store.upsert_device(db::DeviceRecord::from(info)));
+  const std::optional<Ceilings> ceilings = cfg.ceilings ? cfg.ceilings : measured_ceilings(info.name);
+
+  TargetSummary ts;
+  RecordedSpace rs = FT_TRY(compile_and_record(store, *target, cfg, ts, object_dir));
+  const int max_tokens = std::max(*std::max_element(cfg.tokens.begin(), cfg.tokens.end()), cfg.verify_tokens);
+  m.set_open_request({{"op", "open"}, {"problem", {{"name", cfg.problem.name}, {"experts", cfg.problem.experts},
+                                                    {"hidden", cfg.problem.hidden}, {"inter", cfg.problem.inter},
+                                                    {"topk", cfg.problem.topk}, {"dtype", to_string(cfg.problem.dtype)},
+                                                    {"routing", cfg.problem.routing.kind == Routing::Kind::replay
+                                                                    ? "replay:" + cfg.problem.routing.replay_file
+                                                                    : cfg.problem.routing.key()}}},
+                      {"target", target->name}, {"support", rs.support_path}, {"max_tokens", max_tokens}});
+  const std::uint64_t seed = cfg.seed ? cfg.seed : std::stoull(hex_seed(), nullptr, 16);
+
+  auto record = [&](std::int64_t variant_id, int tokens, const std::string& phase, db::MeasurementStatus st,
+                    const nlohmann::json& result, const std::string& error, const nlohmann::json& tele) -> Status {
+    db::MeasurementRecord mr;
+    mr.run_id = summary.run_id;
+    mr.variant_id = variant_id;
+    mr.problem_id = problem_id;
+    mr.device_id = device_id;
+    mr.tokens = tokens;
+    mr.phase = phase;
+    mr.status = st;
+    mr.error_message = error;
+    mr.pci_bus_id = info.pci_bus_id;
+    if (result.contains("median_us")) {
+      mr.median_us = result["median_us"].get<double>();
+      mr.p10_us = result["p10_us"].get<double>();
+      mr.p90_us = result["p90_us"].get<double>();
+      mr.min_us = result["min_us"].get<double>();
+      mr.samples = result["samples"].get<int>();
+    }
+    if (result.contains("rel_l2")) {
+      mr.rel_l2_err = result["rel_l2"].get<double>();
+      mr.max_abs_err = result["max_abs"].get<double>();
+    }
+    if (tele.contains("sm_clock_mhz")) mr.sm_clock_mhz = tele["sm_clock_mhz"].get<int>();
+    if (tele.contains("mem_clock_mhz")) mr.mem_clock_mhz = tele["mem_clock_mhz"].get<int>();
+    if (tele.contains("temperature_c")) mr.temperature_c = tele["temperature_c"].get<double>();
+    (void)FT_TRY(store.add_measurement(mr));
+    ++summary.measurements;
+    return {};
+  };
+
+  // 1. Verify every usable variant once, on fresh inputs at an odd token count
+  //    with one expert left without tokens.
+  std::vector<Candidate> candidates;
+  std::vector<const CompiledVariant*> to_verify;
+  for (const CompiledVariant& cv : rs.space.variants)
+    if (cv.usable()) to_verify.push_back(&cv);
+  auto spec_of = [&](const CompiledVariant& cv) {
+    return nlohmann::json{{"variant", cv.variant.to_json()}, {"code_object", rs.object_paths.at(cv.variant.name())},
+                          {"entry", cv.variant.name()}};
+  };
+  {
+    const int empty = cfg.problem.experts > cfg.problem.topk ? 1 : 0;
+    FT_CHECK(m.set_inputs(cfg.verify_tokens, seed, empty));
+    Progress bar("verify", to_verify.size(), cfg.progress);
+    for (const CompiledVariant* cv : to_verify) {
+      if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
+      const std::int64_t id = rs.variant_ids.at(cv->variant.name());
+      if (!cfg.force) {
+        auto prev = FT_TRY(store.latest_measurement({id, problem_id, device_id, cfg.verify_tokens}));
+        if (prev && prev->phase == "verify") {
+          ++summary.resumed;
+          bar.advance(cv->variant.name());
+          if (prev->status == db::MeasurementStatus::ok) {
+            candidates.push_back({cv, id, spec_of(*cv)});
+            ++ts.verified;
+          } else {
+            ++ts.verify_failed;
+          }
+          continue;
+        }
+      }
+      nlohmann::json req = spec_of(*cv);
+      req["op"] = "verify";
+      auto r = m.call(req, 120s);
+      if (!r) {
+        ++ts.crashed;
+        FT_CHECK(record(id, cfg.verify_tokens, "verify", status_of(r.error()), {}, r.error().describe(), {}));
+      } else if (!(*r)["passed"].get<bool>()) {
+        ++ts.verify_failed;
+        FT_CHECK(record(id, cfg.verify_tokens, "verify", db::MeasurementStatus::verify_failed, *r,
+                        (*r)["summary"].get<std::string>(), {}));
+      } else {
+        ++ts.verified;
+        FT_CHECK(record(id, cfg.verify_tokens, "verify", db::MeasurementStatus::ok, *r, "", {}));
+        candidates.push_back({cv, id, spec_of(*cv)});
+      }
+      bar.advance(cv->variant.name());
+    }
+  }
+  summary.targets.push_back(ts);
+
+  // 2. Time per token bucket and kind.
+  std::mt19937_64 rng(seed);
+  for (int tokens : cfg.tokens) {
+    if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
+    FT_CHECK(m.set_inputs(tokens, seed + std::uint64_t(tokens), 0));
+    const nlohmann::json tele = m.telemetry();
+    std::map<KernelKind, std::vector<std::pair<double, const Candidate*>>> best;  // sorted (time, candidate)
+
+    // One timing of one candidate, resumed from the store when allowed.
+    auto time_one = [&](const Candidate& c, const std::string& phase, int reps) -> std::optional<double> {
+      if (!cfg.force) {
+        auto prev = store.latest_measurement({c.id, problem_id, device_id, tokens});
+        if (prev && *prev && (*prev)->status == db::MeasurementStatus::ok && (*prev)->median_us &&
+            ((*prev)->phase == phase || (*prev)->phase == "ab" || ((*prev)->phase == "long" && phase == "short"))) {
+          ++summary.resumed;
+          return *(*prev)->median_us;
+        }
+      }
+      nlohmann::json req = c.spec;
+      req["op"] = "time";
+      req["reps"] = reps;
+      auto r = m.call(req, 120s);
+      if (!r) {
+        (void)record(c.id, tokens, phase, status_of(r.error()), {}, r.error().describe(), tele);
+        return std::nullopt;
+      }
+      (void)record(c.id, tokens, phase, db::MeasurementStatus::ok, *r, "", tele);
+      return (*r)["median_us"].get<double>();
+    };
+
+    for (KernelKind kind : {KernelKind::moe1, KernelKind::moe2}) {
+      std::vector<const Candidate*> pool;
+      for (const Candidate& c : candidates)
+        if (c.cv->variant.kind == kind) pool.push_back(&c);
+      if (pool.empty()) continue;
+      std::vector<std::pair<double, const Candidate*>> timed;
+      Progress bar(fmt::format("T={} {}", tokens, to_string(kind)), pool.size(), cfg.progress);
+      const auto bucket_start = Clock::now();
+      if (cfg.strategy == Strategy::random) std::shuffle(pool.begin(), pool.end(), rng);
+      const std::size_t budget = cfg.strategy == Strategy::random && cfg.budget > 0 ? std::size_t(cfg.budget) : pool.size();
+      const int reps = cfg.strategy == Strategy::halving ? kShortReps : kLongReps;
+      const std::string phase = cfg.strategy == Strategy::halving ? "short" : "long";
+      for (std::size_t i = 0; i < pool.size() && i < budget; ++i) {
+        if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
+        if (cfg.strategy == Strategy::random && cfg.time_limit_s > 0 &&
+            std::chrono::duration<double>(Clock::now() - bucket_start).count() > cfg.time_limit_s)
+          break;
+        if (auto t = time_one(*pool[i], phase, reps)) timed.emplace_back(*t, pool[i]);
+        bar.advance(pool[i]->cv->variant.name());
+      }
+      bar.finish();
+      std::sort(timed.begin(), timed.end(), [](auto& a, auto& b) { return a.first < b.first; });
+      if (cfg.strategy == Strategy::halving && timed.size() > 1) {
+        // Longer measurement of the best quarter, then interleaved A/B rounds of the top three.
+        timed.resize(std::max<std::size_t>(2, (timed.size() + 3) / 4));
+        for (auto& [t, c] : timed)
+          if (auto lt = time_one(*c, "long", kLongReps)) t = *lt;
+        std::sort(timed.begin(), timed.end(), [](auto& a, auto& b) { return a.first < b.first; });
+        timed.resize(std::min<std::size_t>(3, timed.size()));
+        std::vector<std::vector<double>> rounds(timed.size());
+        for (int round = 0; round < kAbRounds; ++round)
+          for (std::size_t j = 0; j < timed.size(); ++j) {
+            const std::size_t k = (j + std::size_t(round)) % timed.size();
+            nlohmann::json req = timed[k].second->spec;
+            req["op"] = "time";
+            req["reps"] = kAbReps;
+            if (auto r = m.call(req, 120s)) {
+              rounds[k].push_back((*r)["median_us"].get<double>());
+              if (round == kAbRounds - 1) {
+                nlohmann::json res = *r;
+                std::vector<double> v = rounds[k];
+                std::sort(v.begin(), v.end());
+                res["median_us"] = v[v.size() / 2];
+                (void)record(timed[k].second->id, tokens, "ab", db::MeasurementStatus::ok, res, "", tele);
+              }
+            }
+          }
+        for (std::size_t k = 0; k < timed.size(); ++k)
+          if (!rounds[k].empty()) {
+            std::sort(rounds[k].begin(), rounds[k].end());
+            timed[k].first = rounds[k][rounds[k].size() / 2];
+          }
+        std::sort(timed.begin(), timed.end(), [](auto& a, auto& b) { return a.first < b.first; });
+      }
+      best[kind] = timed;
+      if (timed.empty()) continue;
+
+      // Winner and its speedup over the default variant (timed the same way).
+      const Candidate& win = *timed.front().second;
+      std::optional<double> speedup;
+      std::optional<std::int64_t> default_id;
+      if (auto d = default_variant(*target, cfg.problem, kind)) {
+        auto it = std::find_if(candidates.begin(), candidates.end(), [&](const Candidate& c) { return c.cv->variant.name() == d->name(); });
+        if (it != candidates.end()) {
+          default_id = it->id;
+          if (auto dt = time_one(*it, "long", kLongReps)) speedup = *dt / timed.front().first;
+        }
+      }
+      auto prev = store.latest_measurement({win.id, problem_id, device_id, tokens});
+      db::WinnerRecord w;
+      w.problem_id = problem_id;
+      w.device_id = device_id;
+      w.tokens = tokens;
+      w.kind = std::string(to_string(kind));
+      w.variant_id = win.id;
+      w.run_id = summary.run_id;
+      w.median_us = timed.front().first;
+      if (prev && *prev) {
+        w.p10_us = (*prev)->p10_us;
+        w.p90_us = (*prev)->p90_us;
+      }
+      w.default_variant_id = default_id;
+      w.speedup_vs_default = speedup;
+      FT_CHECK(store.set_winner(w));
+      summary.winners.push_back({tokens, w.kind, win.cv->variant.name(), w.median_us, w.p10_us.value_or(0),
+                                 w.p90_us.value_or(0), std::nullopt, speedup, {}});
+    }
+
+    // 3. The whole layer with the two winners (matching routed-weight placement),
+    //    verified at this token count, then timed.
+    if (best[KernelKind::moe1].empty() || best[KernelKind::moe2].empty()) continue;
+    const Candidate* c1 = best[KernelKind::moe1].front().second;
+    const Candidate* c2 = nullptr;
+    for (auto& [t, c] : best[KernelKind::moe2])
+      if (c->cv->variant.weight_in_stage1 == c1->cv->variant.weight_in_stage1) {
+        c2 = c;
+        break;
+      }
+    if (!c2) continue;
+    db::VariantRecord layer;
+    layer.kernel_name = c1->cv->variant.name() + "+" + c2->cv->variant.name();
+    layer.target = std::string(target->name);
+    layer.kind = "layer";
+    layer.params = {{"stage1", c1->cv->variant.to_json()}, {"stage2", c2->cv->variant.to_json()},
+                    {"stage1_kernel", c1->cv->variant.name()}, {"stage2_kernel", c2->cv->variant.name()}};
+    layer.toolchain_id = rs.toolchain_id;
+    const std::int64_t layer_id = FT_TRY(store.upsert_variant(layer));
+    nlohmann::json req{{"stage1", c1->spec}, {"stage2", c2->spec}};
+    req["op"] = "verify_layer";
+    auto v = m.call(req, 300s);
+    if (!v || !(*v)["passed"].get<bool>()) {
+      (void)record(layer_id, tokens, "verify", v ? db::MeasurementStatus::verify_failed : status_of(v.error()),
+                   v ? *v : nlohmann::json{}, v ? (*v)["summary"].get<std::string>() : v.error().describe(), tele);
+      continue;
+    }
+    req["op"] = "time_layer";
+    req["reps"] = kLongReps;
+    req["graph"] = cfg.graph;
+    auto t = m.call(req, 300s);
+    if (!t) {
+      (void)record(layer_id, tokens, "layer", status_of(t.error()), {}, t.error().describe(), tele);
+      continue;
+    }
+    nlohmann::json total = (*t)["total"];
+    total["rel_l2"] = (*v)["rel_l2"];
+    total["max_abs"] = (*v)["max_abs"];
+    FT_CHECK(record(layer_id, tokens, "layer", db::MeasurementStatus::ok, total, "", tele));
+    db::WinnerRecord w;
+    w.problem_id = problem_id;
+    w.device_id = device_id;
+    w.tokens = tokens;
+    w.kind = "layer";
+    w.variant_id = layer_id;
+    w.run_id = summary.run_id;
+    w.median_us = total["median_us"].get<double>();
+    w.p10_us = total["p10_us"].get<double>();
+    w.p90_us = total["p90_us"].get<double>();
+    FT_CHECK(store.set_winner(w));
+    BucketResult br{tokens, "layer", layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
+                    nlohmann::json{{"align_us", (*t)["align"]["median_us"]}, {"stage1_us", (*t)["stage1"]["median_us"]},
+                                   {"stage2_us", (*t)["stage2"]["median_us"]}, {"reduce_us", (*t)["reduce"]["median_us"]}}};
+    if (ceilings) br.floor_us = roofline_floor_us(cfg.problem, tokens, *ceilings);
+    summary.winners.push_back(br);
+  }
+  summary.targets.back().crashed += m.crashes();
+  return finish(db::RunStatus::finished);
+}
+
+}  // namespace ft

@@ -1,0 +1,82 @@
+#pragma once
+// flytune search: generate, compile and analyse a target's variant space, then
+// (with a GPU) verify every usable variant on fresh inputs in a worker
+// process, time the survivors per token bucket with a strategy, and record
+// everything -- variants, measurements, winners -- in the SQLite store as it
+// happens. A re-run resumes: what is measured is not measured again unless forced.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "generator/problem.hpp"
+#include "generator/space.hpp"
+#include "tuner/compile/compile.hpp"
+#include "tuner/search/ceilings.hpp"
+
+namespace ft {
+
+enum class Strategy { exhaustive, random, halving };
+Result<Strategy> parse_strategy(std::string_view s);
+std::string_view to_string(Strategy s);
+
+struct SearchConfig {
+  Problem problem;
+  std::vector<std::string> targets;  // dry run: the targets to build; GPU: empty = the GPU's own
+  std::vector<int> tokens;
+  Strategy strategy = Strategy::halving;
+  int budget = 0;                    // random: variants per kind and bucket (0: all)
+  double time_limit_s = 0;           // random: stop sampling after this long (0: none)
+  std::string db_path = "flytune.db";
+  bool dry_run = false;
+  bool force = false;                // measure again what the database already has
+  bool graph = false;                // time the layer by graph replay
+  SpaceOptions space;
+  CompileOptions compile;
+  std::string device_selector;       // "" = first GPU found
+  std::string command_line;
+  int verify_tokens = 333;           // odd on purpose: not a multiple of any tile
+  std::uint64_t seed = 0;            // 0: a fresh seed from the clock
+  bool progress = true;
+  std::optional<Ceilings> ceilings;  // override the measured table
+  std::string worker_executable;     // default: this program
+};
+
+struct TargetSummary {
+  std::string target;
+  std::string backend;
+  std::size_t legal = 0, rejected = 0, compiled = 0, compile_failed = 0, pruned = 0;
+  std::size_t verified = 0, verify_failed = 0, crashed = 0;
+};
+
+struct BucketResult {
+  int tokens = 0;
+  std::string kind;            // moe1, moe2, layer
+  std::string kernel;
+  double median_us = 0, p10_us = 0, p90_us = 0;
+  std::optional<double> floor_us;
+  std::optional<double> speedup_vs_default;
+  nlohmann::json stages;       // layer: per-stage medians
+};
+
+struct SearchSummary {
+  std::int64_t run_id = 0;
+  std::string db_path;
+  std::string device;          // "NVIDIA H200 (sm_90a)" or "compile-only"
+  bool interrupted = false;
+  std::vector<TargetSummary> targets;
+  std::vector<BucketResult> winners;
+  std::size_t measurements = 0, resumed = 0;
+  double seconds = 0;
+  nlohmann::json to_json() const;
+};
+
+Result<SearchSummary> run_search(const SearchConfig& config);
+
+// Ctrl-C: the search stops after the request in flight, saving everything done.
+void install_interrupt_handler();
+bool interrupted();
+
+}  // namespace ft

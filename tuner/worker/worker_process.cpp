@@ -1,0 +1,126 @@
+#include "tuner/worker/worker_process.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+extern char** environ;
+
+namespace ft {
+
+std::string self_executable() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, std::size_t(n)) : std::string("flytune");
+}
+
+WorkerProcess::~WorkerProcess() { stop(); }
+
+Status WorkerProcess::start(const std::string& exe, const std::string& selector) {
+  stop();
+  int in_pipe[2], out_pipe[2];
+  if (pipe2(in_pipe, O_CLOEXEC) != 0 || pipe2(out_pipe, O_CLOEXEC) != 0)
+    return fail(Errc::io, fmt::format("pipe: {}", std::strerror(errno)), "worker");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in_pipe[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+  std::vector<std::string> args{exe, "worker", "--device", selector};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, exe.c_str(), &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  if (rc != 0) {
+    close(in_pipe[1]);
+    close(out_pipe[0]);
+    return fail(Errc::io, fmt::format("cannot start the worker: {}", std::strerror(rc)), exe);
+  }
+  signal(SIGPIPE, SIG_IGN);
+  pid_ = pid;
+  to_child_ = in_pipe[1];
+  from_child_ = out_pipe[0];
+  buffer_.clear();
+  return {};
+}
+
+void WorkerProcess::stop() {
+  if (to_child_ >= 0) close(to_child_);
+  if (from_child_ >= 0) close(from_child_);
+  to_child_ = from_child_ = -1;
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    int status = 0;
+    while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+  pid_ = -1;
+}
+
+std::string WorkerProcess::died_how() {
+  int status = 0;
+  std::string how = "the worker exited";
+  if (pid_ > 0 && waitpid(pid_, &status, 0) == pid_) {
+    if (WIFSIGNALED(status)) how = fmt::format("the worker died of signal {} ({})", WTERMSIG(status), strsignal(WTERMSIG(status)));
+    else if (WIFEXITED(status)) how = fmt::format("the worker exited with code {}", WEXITSTATUS(status));
+    pid_ = -1;
+  }
+  stop();
+  return how;
+}
+
+Result<nlohmann::json> WorkerProcess::request(const nlohmann::json& req, std::chrono::milliseconds timeout) {
+  if (pid_ <= 0) return fail(Errc::device, "the worker is not running");
+  const std::string line = req.dump() + "\n";
+  for (std::size_t off = 0; off < line.size();) {
+    ssize_t n = write(to_child_, line.data() + off, line.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail(Errc::device, died_how());
+    off += std::size_t(n);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (auto nl = buffer_.find('\n'); nl != std::string::npos) {
+      std::string answer = buffer_.substr(0, nl);
+      buffer_.erase(0, nl + 1);
+      auto j = nlohmann::json::parse(answer, nullptr, false);
+      if (j.is_discarded() || !j.is_object()) return fail(Errc::device, "the worker answered something that is not JSON");
+      if (!j.value("ok", false)) {
+        const std::string code = j.value("code", "error");
+        Errc c = code == "verify" ? Errc::verify : code == "invalid_input" ? Errc::invalid_input
+               : code == "no_device" ? Errc::no_device : Errc::device;
+        return fail(c, j.value("error", std::string("the worker reported a failure")));
+      }
+      return j;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      stop();
+      return fail(Errc::timeout, fmt::format("no answer within {} ms; the worker was killed", timeout.count()));
+    }
+    pollfd pfd{from_child_, POLLIN, 0};
+    int pr = poll(&pfd, 1, int(std::min<long long>(left.count(), INT_MAX)));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr == 0) continue;
+    char buf[65536];
+    ssize_t n = read(from_child_, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return fail(Errc::device, died_how());
+    buffer_.append(buf, std::size_t(n));
+  }
+}
+
+}  // namespace ft

@@ -1,5 +1,6 @@
 // flytune db: what a database holds -- runs, winners, statistics, variants and
-// the schema version. Opens the file read-only: it never writes.
+// the schema version -- and a safe copy of it. Opens the file read-only: it
+// never writes to it.
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -17,7 +18,7 @@
 namespace ft::cli {
 namespace {
 
-enum class DbView { runs, winners, stats, variants, schema };
+enum class DbView { runs, winners, stats, variants, schema, snapshot };
 
 struct DbOptions {
   std::string db = "./flytune.db";
@@ -31,6 +32,7 @@ struct DbOptions {
   std::string status;
   int limit = 0;
   bool sql = false;  // schema: print the CREATE statements
+  std::string out;   // snapshot: the new file
 };
 
 // A text table: columns padded to their widest cell; numbers right-aligned.
@@ -331,6 +333,13 @@ Status show_schema(db::Store& store, const DbOptions& opt) {
   return {};
 }
 
+Status write_snapshot(db::Store& store, const DbOptions& opt) {
+  FT_CHECK(store.snapshot(opt.out));
+  if (opt.json) fmt::print("{}\n", nlohmann::json{{"snapshot", opt.out}, {"from", store.path()}}.dump(2));
+  else fmt::print("wrote {} (a self-contained copy of {})\n", opt.out, store.path());
+  return {};
+}
+
 int run_db(const DbOptions& opt) {
   auto store = db::Store::open(opt.db, db::OpenMode::read_only);
   if (!store) return report_error(store.error());
@@ -341,6 +350,7 @@ int run_db(const DbOptions& opt) {
     case DbView::stats: shown = show_stats(*store, opt); break;
     case DbView::variants: shown = show_variants(*store, opt); break;
     case DbView::schema: shown = show_schema(*store, opt); break;
+    case DbView::snapshot: shown = write_snapshot(*store, opt); break;
   }
   if (!shown) return report_error(shown.error());
   return kExitOk;
@@ -375,6 +385,9 @@ Command setup_db(CLI::App& app) {
   variants->add_option("--limit", opt->limit, "At most this many rows")->check(CLI::NonNegativeNumber);
   CLI::App* schema = view("schema", "Schema version, applied migrations and table sizes", DbView::schema);
   schema->add_flag("--sql", opt->sql, "Print the schema's CREATE statements");
+  CLI::App* snapshot = view("snapshot", "Write a self-contained single-file copy (safe while a search runs)",
+                             DbView::snapshot);
+  snapshot->add_option("out", opt->out, "The new file (must not exist)")->required();
   return {sub, [opt] { return run_db(*opt); }};
 }
 

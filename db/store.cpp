@@ -1014,6 +1014,37 @@ Result<std::vector<VariantCount>> Store::variant_counts() {
   return collect<VariantCount>(q, [](const Query& r) { return VariantCount{r.text(0), r.text(1), r.text(2), r.i64(3)}; });
 }
 
+Status Store::snapshot(const std::string& out_path) {
+  std::error_code ec;
+  if (std::filesystem::exists(out_path, ec))
+    return fail(Errc::invalid_input, "already exists; pass a new path for the snapshot", out_path);
+  {
+    // VACUUM INTO reads a consistent snapshot and writes only the new file,
+    // so it works on a read-only connection; query_only would refuse it, so
+    // it is lifted for this one statement (the connection itself cannot write).
+    if (impl_->read_only) FT_CHECK(exec(impl_->db.get(), impl_->path, "PRAGMA query_only = OFF"));
+    struct QueryOnlyAgain {
+      Impl* impl;
+      ~QueryOnlyAgain() {
+        if (impl->read_only) (void)exec(impl->db.get(), impl->path, "PRAGMA query_only = ON");
+      }
+    } restore{impl_.get()};
+    sqlite3_stmt* raw = nullptr;
+    if (sqlite3_prepare_v2(impl_->db.get(), "VACUUM INTO ?1", -1, &raw, nullptr) != SQLITE_OK)
+      return std::unexpected(sqlite_error(impl_->db.get(), impl_->path, "snapshot"));
+    Stmt stmt(raw);
+    Query q(impl_->db.get(), raw);
+    q.bind(1, out_path);
+    if (auto s = q.run(); !s) return std::unexpected(impl_->error(s.error(), fmt::format("snapshot to {}", out_path)));
+  }
+  // The copy keeps the WAL flag; a single-file journal mode means readers of
+  // the copy create no -wal/-shm files beside it.
+  auto copy = FT_TRY(connect(out_path, SQLITE_OPEN_READWRITE));
+  auto mode = FT_TRY(query_text(copy.get(), out_path, "PRAGMA journal_mode = DELETE"));
+  if (mode != "delete") return fail(Errc::database, fmt::format("snapshot stays in journal mode '{}'", mode), out_path);
+  return {};
+}
+
 Result<SchemaInfo> Store::schema_info() {
   sqlite3* db = impl_->db.get();
   const std::string& path = impl_->path;

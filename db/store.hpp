@@ -291,6 +291,12 @@ class Store {
   Result<std::vector<MeasurementCount>> measurement_counts();
   Result<std::vector<VariantCount>> variant_counts();
 
+  // Writes a compact, self-contained copy to `out_path` (which must not exist):
+  // one file in rollback-journal mode, with everything committed so far,
+  // including what still sits in the -wal file. Use it to keep, share or check
+  // in a database; copying flytune.db alone with cp can miss recent results.
+  Status snapshot(const std::string& out_path);
+
   Result<SchemaInfo> schema_info();
   // The schema as CREATE statements from sqlite_master, sorted by type and
   // name, each ending in ";\n" (the golden file tests/data/schema_vN.sql).

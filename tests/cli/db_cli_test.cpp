@@ -148,6 +148,18 @@ TEST_F(DbCli, NeverWritesTheDatabase) {
   EXPECT_TRUE(FileSnapshot::of(path_) == before);
 }
 
+TEST_F(DbCli, SnapshotCopiesEverything) {
+  std::string copy = dir_.file("copy.db");
+  auto r = run_flytune({"db", "--db", path_, "snapshot", copy});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto again = run_flytune({"db", "--db", path_, "snapshot", copy});
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_NE(again.output.find("already exists"), std::string::npos) << again.output;
+  auto j = run_flytune({"db", "--db", copy, "winners", "--json"});
+  ASSERT_EQ(j.exit_code, 0) << j.output;
+  EXPECT_EQ(nlohmann::json::parse(j.output).size(), 2u);
+}
+
 TEST_F(DbCli, EmptyDatabaseSaysSo) {
   std::string fresh = dir_.file("fresh.db");
   ASSERT_TRUE(db::Store::open(fresh));

@@ -444,6 +444,30 @@ TEST_F(StoreRecords, Statistics) {
   EXPECT_EQ(rows("variants"), 3);
 }
 
+TEST_F(StoreRecords, SnapshotIsOneSelfContainedFile) {
+  // A writer still holds the source open, so recent pages may be only in its -wal.
+  ASSERT_TRUE(store_->add_measurement(test::sample_measurement(ids_, ids_.variant_fast, 64, 120.0)));
+  auto reader = Store::open(dir_.file("flytune.db"), OpenMode::read_only);
+  ASSERT_TRUE(reader) << reader.error().describe();
+  std::string copy = dir_.file("copy.db");
+  auto s = reader->snapshot(copy);
+  ASSERT_TRUE(s) << s.error().describe();
+  EXPECT_FALSE(exists(copy + "-wal"));
+  EXPECT_FALSE(reader->snapshot(copy));  // never overwrites
+  FileSnapshot before = FileSnapshot::of(copy);
+  {
+    auto c = Store::open(copy, OpenMode::read_only);
+    ASSERT_TRUE(c) << c.error().describe();
+    EXPECT_EQ(c->measurements()->size(), 7u);
+    EXPECT_EQ(c->winners()->size(), 2u);
+    EXPECT_EQ(c->schema_info()->journal_mode, "delete");
+    EXPECT_EQ(c->schema_info()->application_id, kApplicationId);
+  }
+  EXPECT_TRUE(FileSnapshot::of(copy) == before);
+  EXPECT_FALSE(exists(copy + "-wal"));
+  EXPECT_FALSE(exists(copy + "-shm"));
+}
+
 // ---- Crashes and concurrency -------------------------------------------------
 
 TEST(StoreDurability, MeasurementsSurviveACrash) {

@@ -35,7 +35,18 @@ struct EmuFunction {
   int shared_limit = 0;  // dynamic LDS this function may use now
 };
 
+// The in-memory file a library was loaded from stays open while it is loaded:
+// glibc knows libraries by path, and a reused descriptor number would make a
+// later dlopen of /proc/self/fd/N return this library again.
+struct MemoryFile {
+  int fd = -1;
+  ~MemoryFile() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 struct EmuModule {
+  MemoryFile file;  // declared first: closed after the library is unloaded
   DynLib library;
   std::map<std::string, std::unique_ptr<EmuFunction>> functions;
 };
@@ -205,9 +216,10 @@ Result<ModuleHandle> EmuDevice::load_module(std::span<const std::byte> image) {
     }
     written += std::size_t(n);
   }
+  auto module = std::make_unique<EmuModule>();
+  module->file.fd = fd;
   const std::string path = fmt::format("/proc/self/fd/{}", fd);
   auto lib = DynLib::open({path}, "emulated kernel library");
-  ::close(fd);
   if (!lib) return std::unexpected(with_context(lib.error(), info_.name));
   unsigned (*bind)(const Runtime*) = nullptr;
   if (!lib->bind(bind, FT_EMU_BIND_SYMBOL))
@@ -216,7 +228,6 @@ Result<ModuleHandle> EmuDevice::load_module(std::span<const std::byte> image) {
     return fail(Errc::device, fmt::format("the library was built for emulator ABI {}, this flytune runs ABI {}; rebuild it", abi,
                                           kAbiVersion),
                 info_.name);
-  auto module = std::make_unique<EmuModule>();
   module->library = std::move(*lib);
   std::lock_guard lock(state_->mutex);
   state_->modules.push_back(std::move(module));

@@ -1,0 +1,146 @@
+#pragma once
+// Full-layer helpers of the emulator tests: the small problem, the slice of
+// each target's variant space, and per-process caches of compiled units,
+// workloads and CPU references.
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "generator/atoms.hpp"
+#include "generator/emitter.hpp"
+#include "generator/space.hpp"
+#include "tests/emu/emu_test_support.hpp"
+#include "tuner/workload/layer.hpp"
+#include "tuner/workload/reference.hpp"
+
+namespace ft::emu::test {
+
+inline constexpr int kTokenCounts[] = {1, 7, 33};
+
+// E=4, H=256, I=512, top-2: small enough for the emulator, large enough for
+// several tiles in every direction.
+inline Problem small_problem(DType dtype) {
+  Problem p;
+  p.name = "emu-small";
+  p.experts = 4;
+  p.hidden = 256;
+  p.inter = 512;
+  p.topk = 2;
+  p.dtype = dtype;
+  return p;
+}
+
+// One layer plan per slot, cycling through the target's atoms (bf16 then f16)
+// and the axes so every target covers: every atom, both routed-weight
+// placements, both reductions, single and ping-pong LDS, split-K 2, plain and
+// shuffled weights, two warp layouts, two tile_k.
+inline std::vector<LayerPlan> plans_for(const Target& t) {
+  std::vector<const AtomInfo*> atoms = atoms_for(t, DType::bf16);
+  for (const AtomInfo* a : atoms_for(t, DType::f16)) atoms.push_back(a);
+  const int count = std::max<int>(8, int(atoms.size()));
+  std::vector<LayerPlan> plans;
+  for (int i = 0; i < count; ++i) {
+    const AtomInfo* atom = atoms[std::size_t(i) % atoms.size()];
+    Variant v;
+    v.target = &t;
+    v.dtype = atom->dtype;
+    v.atom = atom;
+    if (i % 3 == 2) {
+      v.warps_m = 1;
+      v.warps_n = 4;
+    } else {
+      v.warps_m = 2;
+      v.warps_n = 2;
+    }
+    v.tile_m = std::max(32, v.warps_m * atom->m);
+    v.tile_n = std::max(64, v.warps_n * atom->n);
+    v.tile_k = std::max(i % 3 == 0 ? 64 : 32, atom->k);
+    v.stages = i % 2 == 0 ? 2 : 1;
+    v.weight_in_stage1 = (i / 4) % 2 == 1;
+    v.reduce = (i / 2) % 2 == 1 ? Reduction::partials : Reduction::atomic;
+    v.layout = (i % 4 == 1 || i % 4 == 2) ? WeightLayoutKind::shuffled : WeightLayoutKind::plain;
+    LayerPlan plan;
+    plan.stage1 = v;
+    plan.stage1.kind = KernelKind::moe1;
+    plan.stage1.reduce = Reduction::atomic;
+    plan.stage2 = v;
+    plan.stage2.kind = KernelKind::moe2;
+    plan.stage2.split_k = (v.reduce == Reduction::atomic && i % 4 == 1) ? 2 : 1;
+    // Stage 2 reads W2 in the other layout on odd slots, so the layouts mix within a layer too.
+    if (i % 2 == 1)
+      plan.stage2.layout = v.layout == WeightLayoutKind::plain ? WeightLayoutKind::shuffled : WeightLayoutKind::plain;
+    plans.push_back(plan);
+  }
+  return plans;
+}
+
+inline std::string plan_label(const LayerPlan& p) { return p.stage1.name() + " + " + p.stage2.name(); }
+
+// Compiled units and loaded modules of one emulated target, per process.
+class TargetBench {
+ public:
+  static TargetBench& of(const Target& t) {
+    static std::map<std::string, std::unique_ptr<TargetBench>> benches;
+    auto& b = benches[std::string(t.name)];
+    if (!b) b.reset(new TargetBench(t));
+    return *b;
+  }
+
+  EmuDevice& device() { return *device_; }
+
+  Result<FunctionHandle> entry(const KernelSource& unit, const std::string& name) {
+    auto it = modules_.find(unit.name);
+    if (it == modules_.end()) {
+      auto lib = FT_TRY(compile_emulated(unit, target_, compile_options()));
+      const ModuleHandle m = FT_TRY(device_->load_library(lib));
+      it = modules_.emplace(unit.name, m).first;
+    }
+    return device_->function(it->second, name);
+  }
+
+  Result<LayerKernels> kernels(const LayerPlan& plan) {
+    const KernelSource support = emit_support(target_, plan.stage1.dtype);
+    LayerKernels k;
+    k.align = FT_TRY(entry(support, align_entry(target_)));
+    k.reduce = FT_TRY(entry(support, reduce_entry(target_, plan.stage2.reduce, plan.stage2.dtype)));
+    k.stage1 = FT_TRY(entry(emit_variant(plan.stage1), plan.stage1.name()));
+    k.stage2 = FT_TRY(entry(emit_variant(plan.stage2), plan.stage2.name()));
+    return k;
+  }
+
+ private:
+  explicit TargetBench(const Target& t) : target_(t) {
+    auto d = EmuDevice::create(t);
+    EXPECT_TRUE(d) << (d ? "" : d.error().describe());
+    if (d) device_ = std::move(*d);
+  }
+  const Target& target_;
+  std::unique_ptr<EmuDevice> device_;
+  std::map<std::string, ModuleHandle> modules_;
+};
+
+// Workloads (one expert with no tokens) and their references, per process.
+struct Case {
+  Workload workload;
+  ReferenceOutput reference[2];  // [weight in stage 2, weight in stage 1]
+};
+
+inline const Case& case_for(DType dtype, int tokens, std::uint64_t seed = 5) {
+  static std::map<std::tuple<DType, int, std::uint64_t>, std::unique_ptr<Case>> cases;
+  auto& c = cases[{dtype, tokens, seed}];
+  if (!c) {
+    c = std::make_unique<Case>();
+    auto w = make_workload(small_problem(dtype), tokens, WorkloadOptions{seed, 1});
+    EXPECT_TRUE(w) << (w ? "" : w.error().describe());
+    c->workload = std::move(*w);
+    c->reference[0] = reference_layer(c->workload, {.weight_in_stage1 = false});
+    c->reference[1] = reference_layer(c->workload, {.weight_in_stage1 = true});
+  }
+  return *c;
+}
+
+}  // namespace ft::emu::test

@@ -1,0 +1,78 @@
+// Whole MoE layers (align, stage 1, stage 2, reduce) through the emulator for
+// every target and a slice of its variant space, against the CPU reference, at
+// T = 1, 7, 33 with one expert receiving no tokens.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "tests/emu/layer_support.hpp"
+
+namespace ft::emu::test {
+namespace {
+
+using LayerParam = std::tuple<const char*, int>;  // target, plan slot
+
+class EmuLayer : public ::testing::TestWithParam<LayerParam> {};
+
+TEST_P(EmuLayer, MatchesTheCpuReference) {
+  const Target& t = target(std::get<0>(GetParam()));
+  const std::vector<LayerPlan> plans = plans_for(t);
+  const std::size_t slot = std::size_t(std::get<1>(GetParam()));
+  if (slot >= plans.size()) GTEST_SKIP() << t.name << " has " << plans.size() << " plans";
+  const LayerPlan& plan = plans[slot];
+  for (const Variant* v : {&plan.stage1, &plan.stage2}) {
+    const auto why = why_illegal(*v, small_problem(v->dtype));
+    ASSERT_FALSE(why) << v->name() << " is illegal: " << *why;
+  }
+  TargetBench& bench = TargetBench::of(t);
+  auto kernels = bench.kernels(plan);
+  ASSERT_TRUE(kernels) << kernels.error().describe();
+  for (int tokens : kTokenCounts) {
+    const Case& c = case_for(plan.stage1.dtype, tokens);
+    auto dw = DeviceWorkload::upload(bench.device(), c.workload);
+    ASSERT_TRUE(dw) << dw.error().describe();
+    auto cmp = verify_layer(*dw, *kernels, plan, c.reference[plan.stage1.weight_in_stage1 ? 1 : 0]);
+    ASSERT_TRUE(cmp) << plan_label(plan) << " T=" << tokens << ": " << cmp.error().describe();
+    EXPECT_TRUE(cmp->passed) << plan_label(plan) << " T=" << tokens << ": " << cmp->summary(std::size_t(c.workload.problem.hidden));
+    RecordProperty(fmt::format("T{}", tokens), cmp->summary());
+  }
+}
+
+std::string layer_name(const ::testing::TestParamInfo<LayerParam>& info) {
+  return fmt::format("{}_plan{}", std::get<0>(info.param), std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, EmuLayer,
+                         ::testing::Combine(::testing::Values("gfx90a", "gfx942", "gfx950", "sm_90a"), ::testing::Range(0, 8)),
+                         layer_name);
+
+// The slice covers every axis value on every target.
+TEST(EmuLayerSlice, CoversEveryAxisOnEveryTarget) {
+  for (const Target& t : all_targets()) {
+    const auto plans = plans_for(t);
+    EXPECT_GE(plans.size(), 8u) << t.name;
+    std::set<std::string> atoms;
+    std::set<int> stages, split;
+    std::set<bool> weight;
+    std::set<Reduction> reduce;
+    std::set<WeightLayoutKind> layouts;
+    for (const auto& p : plans) {
+      atoms.insert(std::string(p.stage1.atom->id));
+      stages.insert(p.stage1.stages);
+      split.insert(p.stage2.split_k);
+      weight.insert(p.stage1.weight_in_stage1);
+      reduce.insert(p.stage2.reduce);
+      layouts.insert(p.stage1.layout);
+      layouts.insert(p.stage2.layout);
+    }
+    EXPECT_EQ(atoms.size(), atoms_for(t, DType::bf16).size() + atoms_for(t, DType::f16).size()) << t.name;
+    EXPECT_EQ(stages.size(), 2u) << t.name;
+    EXPECT_EQ(split.size(), 2u) << t.name;
+    EXPECT_EQ(weight.size(), 2u) << t.name;
+    EXPECT_EQ(reduce.size(), 2u) << t.name;
+    EXPECT_EQ(layouts.size(), 2u) << t.name;
+  }
+}
+
+}  // namespace
+}  // namespace ft::emu::test

@@ -53,6 +53,7 @@ struct Runtime {
 #define FT_FLAVOUR_EMU 1
 #define FT_DEVICE inline
 #define FT_HOST_DEVICE inline
+#define FT_MEMCPY(dst, src, bytes) __builtin_memcpy(dst, src, bytes)
 #define FT_EMU_EXPORT __attribute__((visibility("default")))
 #define FT_KERNEL(threads, name)                                                  \
   extern "C" FT_EMU_EXPORT const int name##__ft_emu_max_threads = (threads);      \

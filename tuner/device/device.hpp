@@ -83,6 +83,7 @@ struct RuntimeReport {
   std::string library;          // which file loaded
   std::string version;          // driver / runtime version
   std::string problem;          // why it is not usable ("libcuda.so.1 not found", "no AMD GPU found")
+  std::string detail;           // what the runtime said ("hipGetDeviceCount: hipErrorNoDevice")
   std::vector<DeviceInfo> devices;
 };
 

@@ -9,12 +9,14 @@ namespace ft::cli {
 Command setup_targets(CLI::App& app);
 Command setup_db(CLI::App& app);
 Command setup_devices(CLI::App& app);
+Command setup_compile(CLI::App& app);
 
 inline std::vector<Command> register_commands(CLI::App& app) {
   return {
       setup_targets(app),
       setup_db(app),
       setup_devices(app),
+      setup_compile(app),
   };
 }
 

@@ -1,0 +1,141 @@
+// The default Mixtral space of each target, compiled by the toolchain CI has
+// for it and analysed: every variant compiles, disassembles with its atom's
+// matrix instruction, does not spill, and uses exactly the LDS its Variant
+// says (within the target's limit). gfx950 compiles where a capable toolchain
+// exists, else fails with backend_for's reason.
+#include <set>
+
+#include <gtest/gtest.h>
+
+#include "generator/emitter.hpp"
+#include "generator/space.hpp"
+#include "tests/compile/compile_test_support.hpp"
+#include "tuner/analyze/elf_image.hpp"
+#include "tuner/search/compile_space.hpp"
+
+namespace ft {
+namespace {
+
+using test::TargetBackend;
+
+// Every check of one compiled variant, as a list of failures (empty: fine).
+std::vector<std::string> problems_of(const CompiledVariant& cv, const Target& target) {
+  std::vector<std::string> out;
+  if (!cv.object) return {"does not compile: " + cv.object.error().describe()};
+  if (!cv.resources) return {"not analysed: " + cv.analysis_error};
+  const Resources& r = *cv.resources;
+  if (auto why = test::check_matrix_ops(r.matrix_ops, *cv.variant.atom, target); !why.empty()) out.push_back(why);
+  if (r.spills)
+    out.push_back(fmt::format("spills: scratch {} bytes, spill {} bytes ({}); VGPR {} AGPR {} SGPR {} regs {}",
+                              r.scratch_bytes, r.spill_bytes, r.notes, r.vgprs, r.agprs, r.sgprs, r.regs));
+  if (!cv.pruned_because.empty()) out.push_back("pruned: " + cv.pruned_because);
+  if (r.occupancy <= 0) out.push_back(fmt::format("occupancy {} ({})", r.occupancy, r.notes));
+  if (r.lds_bytes > target.lds_bytes) out.push_back(fmt::format("LDS {} bytes > limit {}", r.lds_bytes, target.lds_bytes));
+  if (r.lds_bytes != cv.variant.lds_bytes())
+    out.push_back(fmt::format("LDS {} bytes in the code object, Variant::lds_bytes() says {}", r.lds_bytes,
+                              cv.variant.lds_bytes()));
+  if (r.regs <= 0) out.push_back("no register count in the analysis");
+  return out;
+}
+
+class DefaultSpace : public ::testing::TestWithParam<TargetBackend> {};
+
+TEST_P(DefaultSpace, EveryVariantCompilesDisassemblesAndFits) {
+  const Target& target = *find_target(GetParam().target);
+  const Problem problem = test::mixtral();
+  CompileSpaceOptions opt;
+  opt.compile = test::compile_options_for(test::current_test_id(), GetParam().backend);
+  opt.progress = false;
+
+  if (!GetParam().backend) {
+    // gfx950: built only where a capable comgr or clang exists.
+    auto backend = backend_for(target);
+    if (!backend) {
+      auto cs = compile_space(target, problem, opt);
+      ASSERT_FALSE(cs) << "compile_space built gfx950 although backend_for says: " << backend.error().message;
+      EXPECT_EQ(cs.error().code, Errc::toolchain);
+      EXPECT_EQ(cs.error().message, backend.error().message);
+      return;
+    }
+  } else {
+    std::string missing = test::missing_toolchain(*GetParam().backend, target);
+    ASSERT_EQ(missing, "") << "the compile suite needs clang-19, comgr and NVRTC";
+  }
+
+  auto cs = compile_space(target, problem, opt);
+  ASSERT_TRUE(cs) << cs.error().describe();
+  if (GetParam().backend) EXPECT_EQ(cs->backend, *GetParam().backend) << "compiled by another backend";
+  EXPECT_GE(cs->variants.size(), 24u) << "the default Mixtral space should hold at least 24 legal variants";
+  Space space = enumerate_space(target, problem, SpaceOptions{});
+  EXPECT_EQ(cs->variants.size(), space.legal.size());
+
+  int compiled = 0;
+  for (const CompiledVariant& cv : cs->variants) {
+    auto found = problems_of(cv, target);
+    for (const auto& p : found) ADD_FAILURE() << cv.variant.name() << ": " << p;
+    compiled += cv.object.has_value();
+    if (cv.resources)
+      RecordProperty(cv.variant.name(), fmt::format("vgpr={} agpr={} sgpr={} regs={} lds={} occ={} {:.2f}s{}",
+                                                    cv.resources->vgprs, cv.resources->agprs, cv.resources->sgprs,
+                                                    cv.resources->regs, cv.resources->lds_bytes,
+                                                    cv.resources->occupancy, cv.object->compile_seconds,
+                                                    cv.object->from_cache ? " (cached)" : ""));
+  }
+  EXPECT_EQ(compiled, (int)cs->variants.size());
+
+  // The support unit (align, reduce, shuffle, reference, fill) and all its entry points.
+  ASSERT_TRUE(cs->support) << cs->support.error().describe();
+  auto image = ElfImage::parse(cs->support->binary);
+  ASSERT_TRUE(image) << image.error().describe();
+  for (const auto& entry : cs->support_source.entry_points)
+    EXPECT_NE(image->symbol(entry), nullptr) << "support unit lacks " << entry;
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixtral, DefaultSpace,
+                         ::testing::Values(TargetBackend{"gfx942", Backend::clang}, TargetBackend{"gfx90a", Backend::comgr},
+                                           TargetBackend{"sm_90a", Backend::nvrtc}, TargetBackend{"gfx950", std::nullopt}),
+                         [](const auto& info) { return test::param_name(info.param); });
+
+// The support unit on its own, per target (the f16 one too).
+class SupportUnit : public ::testing::TestWithParam<TargetBackend> {};
+
+TEST_P(SupportUnit, CompilesWithEveryEntryPoint) {
+  const Target& target = *find_target(GetParam().target);
+  ASSERT_EQ(test::missing_toolchain(*GetParam().backend, target), "");
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    KernelSource src = emit_support(target, dtype);
+    auto object = compile(src, target, test::compile_options_for(test::current_test_id(), GetParam().backend));
+    ASSERT_TRUE(object) << object.error().describe();
+    EXPECT_EQ(object->backend, *GetParam().backend);
+    auto image = ElfImage::parse(object->binary);
+    ASSERT_TRUE(image) << image.error().describe();
+    EXPECT_EQ(image->machine(), target.is_amd() ? kElfMachineAmdgpu : kElfMachineCuda);
+    EXPECT_FALSE(src.entry_points.empty());
+    for (const auto& entry : src.entry_points) EXPECT_NE(image->symbol(entry), nullptr) << src.name << " lacks " << entry;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Targets, SupportUnit,
+                         ::testing::Values(TargetBackend{"gfx942", Backend::clang}, TargetBackend{"gfx90a", Backend::comgr},
+                                           TargetBackend{"sm_90a", Backend::nvrtc}),
+                         [](const auto& info) { return test::param_name(info.param); });
+
+// gfx950 without a capable toolchain: compile() says exactly what backend_for says.
+TEST(Gfx950, FailsWithTheToolchainReasonOrCompiles) {
+  const Target& target = *find_target("gfx950");
+  auto backend = backend_for(target);
+  KernelSource src = emit_support(target, DType::bf16);
+  auto object = compile(src, target, test::compile_options_for(test::current_test_id(), std::nullopt));
+  if (backend) {
+    EXPECT_TRUE(object) << object.error().describe();
+    return;
+  }
+  ASSERT_FALSE(object);
+  EXPECT_EQ(object.error().code, Errc::toolchain);
+  EXPECT_EQ(object.error().message, backend.error().message);
+  EXPECT_NE(object.error().message.find("needs comgr from ROCm >= 6.4 or LLVM >= 20"), std::string::npos)
+      << object.error().message;
+}
+
+}  // namespace
+}  // namespace ft

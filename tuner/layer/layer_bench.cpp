@@ -52,8 +52,9 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   b->fill_ = FT_TRY(dev.function(m, fill_entry(target)));
 
   const std::size_t T = std::size_t(max_tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2;
-  // The smallest tile_m any variant uses gives the most padded rows.
-  const std::size_t rows = std::size_t(max_padded_rows(p, max_tokens, 16));
+  // The largest row block gives the most padding: size for the largest tile_m
+  // any space has; run_align refuses larger blocks.
+  const std::size_t rows = std::size_t(max_padded_rows(p, max_tokens, kMaxAlignBlock));
   b->x_ = FT_TRY(DeviceBuffer::allocate(dev, T * H * es));
   b->ids_ = FT_TRY(DeviceBuffer::allocate(dev, T * k * 4));
   b->weights_ = FT_TRY(DeviceBuffer::allocate(dev, T * k * 4));
@@ -148,6 +149,8 @@ Status LayerBench::set_inputs(int tokens, std::uint64_t seed, std::span<const st
 }
 
 Status LayerBench::run_align(int align_block, StreamHandle s) {
+  if (align_block < 1 || align_block > kMaxAlignBlock)
+    return fail(Errc::invalid_input, fmt::format("row block {} outside 1..{}", align_block, kMaxAlignBlock));
   MoeArgsHost a = args(align_block, 0);
   return launch(align_, align_launch(problem_), &a, sizeof a, s);
 }
@@ -359,6 +362,24 @@ Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1,
   out.stage1 = summarize(s1);
   out.stage2 = summarize(s2);
   out.reduce = summarize(red);
+  return out;
+}
+
+Result<LayerBench::AlignOutput> LayerBench::run_align_only(int align_block) {
+  AlignOutput out;
+  FT_CHECK(dev_.memset_u32(padded_rows_.ptr(), 0xffffffffu, 1));
+  FT_CHECK(run_align(align_block));
+  FT_CHECK(dev_.synchronize());
+  FT_CHECK(dev_.copy_to_host(&out.padded_rows, padded_rows_.ptr(), 4));
+  const long long cap = max_padded_rows(problem_, tokens_, align_block);
+  if (out.padded_rows < 0 || out.padded_rows > cap || out.padded_rows % align_block != 0)
+    return fail(Errc::verify, fmt::format("align wrote padded_rows {} (capacity {}, block {})", out.padded_rows, cap, align_block));
+  out.sorted_ids.resize(std::size_t(out.padded_rows));
+  out.block_experts.resize(std::size_t(out.padded_rows / align_block));
+  if (out.padded_rows > 0) {
+    FT_CHECK(dev_.copy_to_host(out.sorted_ids.data(), sorted_.ptr(), out.sorted_ids.size() * 4));
+    FT_CHECK(dev_.copy_to_host(out.block_experts.data(), block_experts_.ptr(), out.block_experts.size() * 4));
+  }
   return out;
 }
 

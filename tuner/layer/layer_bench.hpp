@@ -48,6 +48,9 @@ struct LayerTiming {
 
 class LayerBench {
  public:
+  // Buffers hold the sorted layout for row blocks up to this (the largest tile_m).
+  static constexpr int kMaxAlignBlock = 256;
+
   // Loads the support unit (emit_support) and allocates buffers for up to
   // max_tokens tokens.
   static Result<std::unique_ptr<LayerBench>> create(Device& dev, const Problem& problem, const Target& target,
@@ -67,6 +70,14 @@ class LayerBench {
   Result<Timing> time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt);
   Result<LayerTiming> time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
                                  const TimingOptions& opt);
+
+  // Runs align/sort alone and returns what it wrote, for checks against the CPU.
+  struct AlignOutput {
+    int padded_rows = 0;
+    std::vector<std::int32_t> sorted_ids;     // [padded_rows]
+    std::vector<std::int32_t> block_experts;  // [padded_rows / align_block]
+  };
+  Result<AlignOutput> run_align_only(int align_block);
 
   // The reference outputs, for host-side checks of the reference itself.
   Result<std::vector<std::uint16_t>> reference_intermediate(bool weight_in_stage1);

@@ -130,7 +130,13 @@ class Measurer {
     return worker_.request({{"op", "device"}}, 120s);
   }
 
-  void set_open_request(nlohmann::json open) { open_ = std::move(open); }
+  // Opens the problem in the worker; restarts re-send it.
+  Status open(nlohmann::json request) {
+    open_ = std::move(request);
+    auto r = call(open_, 300s);
+    if (!r) return std::unexpected(r.error());
+    return {};
+  }
 
   // Sends a request; a worker that died or hung is restarted (problem re-opened,
   // inputs re-sent) and the failure returned for the caller to record.
@@ -326,13 +332,13 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   TargetSummary ts;
   RecordedSpace rs = FT_TRY(compile_and_record(store, *target, cfg, ts, object_dir));
   const int max_tokens = std::max(*std::max_element(cfg.tokens.begin(), cfg.tokens.end()), cfg.verify_tokens);
-  m.set_open_request({{"op", "open"}, {"problem", {{"name", cfg.problem.name}, {"experts", cfg.problem.experts},
+  FT_CHECK(m.open({{"op", "open"}, {"problem", {{"name", cfg.problem.name}, {"experts", cfg.problem.experts},
                                                     {"hidden", cfg.problem.hidden}, {"inter", cfg.problem.inter},
                                                     {"topk", cfg.problem.topk}, {"dtype", to_string(cfg.problem.dtype)},
                                                     {"routing", cfg.problem.routing.kind == Routing::Kind::replay
                                                                     ? "replay:" + cfg.problem.routing.replay_file
                                                                     : cfg.problem.routing.key()}}},
-                      {"target", target->name}, {"support", rs.support_path}, {"max_tokens", max_tokens}});
+                      {"target", target->name}, {"support", rs.support_path}, {"max_tokens", max_tokens}}));
   const std::uint64_t seed = cfg.seed ? cfg.seed : std::stoull(hex_seed(), nullptr, 16);
 
   auto record = [&](std::int64_t variant_id, int tokens, const std::string& phase, db::MeasurementStatus st,

@@ -15,6 +15,7 @@ Command setup_search(CLI::App& app);
 Command setup_worker(CLI::App& app);
 Command setup_verify(CLI::App& app);
 Command setup_devices(CLI::App& app);
+Command setup_export(CLI::App& app);
 
 inline std::vector<Command> register_commands(CLI::App& app) {
   return {
@@ -27,6 +28,7 @@ inline std::vector<Command> register_commands(CLI::App& app) {
       setup_verify(app),
       setup_worker(app),
       setup_devices(app),
+      setup_export(app),
   };
 }
 

@@ -86,6 +86,13 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
     return path.string();
   };
   rs.support_path = FT_TRY(write_object(support));
+  // The support unit goes into the database too, so `flytune export` ships the
+  // exact align/reduce/shuffle build the winners were measured with.
+  FT_CHECK(store.put_code_object(support.hash, ext.substr(1), support.binary));
+  FT_TRY(store.upsert_variant({.kernel_name = support.kernel_name, .target = std::string(target.name), .kind = "support",
+                               .source_hash = support.cache_key, .code_object_hash = support.hash,
+                               .toolchain_id = rs.toolchain_id, .compile_log = support.log,
+                               .compile_seconds = support.compile_seconds}));
 
   for (const CompiledVariant& cv : rs.space.variants) {
     db::VariantRecord vr;

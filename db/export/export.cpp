@@ -1,0 +1,453 @@
+#include "db/export/export.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "db/store.hpp"
+#include "generator/emitter.hpp"
+#include "generator/launch.hpp"
+#include "generator/target.hpp"
+#include "generator/variant.hpp"
+#include "tuner/compile/compile.hpp"
+#include "tuner/compile/hash.hpp"
+#include "tuner/workload/kernel_args.hpp"
+
+namespace ft::db {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// The byte layout of ft::MoeArgs (templates/ft/moe_args.hpp), from its host mirror.
+json moe_args_layout() {
+  struct Field {
+    const char* name;
+    std::size_t offset, size;
+    const char* type;
+    const char* meaning;
+  };
+#define FT_FIELD(name, type, meaning) Field{#name, offsetof(MoeArgsHost, name), sizeof(MoeArgsHost::name), type, meaning}
+  const Field fields[] = {
+      FT_FIELD(x, "const u16*", "[T, hidden] activations"),
+      FT_FIELD(topk_ids, "const i32*", "[T, topk] expert of each (token, slot)"),
+      FT_FIELD(topk_weights, "const f32*", "[T, topk] routed weight of each (token, slot)"),
+      FT_FIELD(w1, "const u16*", "[experts, 2*inter, hidden] gate rows then up rows, in stage 1's weight layout"),
+      FT_FIELD(w2, "const u16*", "[experts, hidden, inter], in stage 2's weight layout"),
+      FT_FIELD(inter, "u16*", "[T*topk, inter] stage-1 output (workspace)"),
+      FT_FIELD(y_acc, "f32*", "atomic: [T, hidden]; partials: [T*topk, hidden] (workspace)"),
+      FT_FIELD(y, "u16*", "[T, hidden] output"),
+      FT_FIELD(sorted_ids, "i32*", "[max_padded_rows] (workspace)"),
+      FT_FIELD(block_experts, "i32*", "[max_padded_rows / align_block] (workspace)"),
+      FT_FIELD(padded_rows, "i32*", "[1] (workspace)"),
+      FT_FIELD(tokens, "i32", "T"),
+      FT_FIELD(hidden, "i32", "hidden"),
+      FT_FIELD(inter_size, "i32", "inter"),
+      FT_FIELD(experts, "i32", "experts"),
+      FT_FIELD(topk, "i32", "topk"),
+      FT_FIELD(align_block, "i32", "align_block of the bucket"),
+      FT_FIELD(max_padded_rows, "i32", "max_padded_rows for T and align_block"),
+      FT_FIELD(flags, "i32", "0 (bit 0 is read by the reference kernels only)"),
+  };
+#undef FT_FIELD
+  json out{{"struct", "ft::MoeArgs"}, {"size", sizeof(MoeArgsHost)}, {"alignment", alignof(MoeArgsHost)},
+           {"passed_as", "the kernel's single by-value parameter"}, {"fields", json::array()}};
+  for (const Field& f : fields)
+    out["fields"].push_back({{"name", f.name}, {"offset", f.offset}, {"size", f.size}, {"type", f.type}, {"meaning", f.meaning}});
+  return out;
+}
+
+json shuffle_args_layout() {
+  return {{"struct", "ft::ShuffleArgs"},
+          {"size", sizeof(ShuffleArgsHost)},
+          {"fields",
+           {{{"name", "src"}, {"offset", offsetof(ShuffleArgsHost, src)}, {"size", 8}, {"type", "const u16*"}},
+            {{"name", "dst"}, {"offset", offsetof(ShuffleArgsHost, dst)}, {"size", 8}, {"type", "u16*"}},
+            {{"name", "rows"}, {"offset", offsetof(ShuffleArgsHost, rows)}, {"size", 4}, {"type", "i32"}},
+            {{"name", "cols"}, {"offset", offsetof(ShuffleArgsHost, cols)}, {"size", 4}, {"type", "i32"}}}}};
+}
+
+json weight_layouts() {
+  return {{"plain", {{"offset", "row * cols + k"}, {"meaning", "row-major [rows, cols]"}}},
+          {"shuffled",
+           {{"offset", "(((row >> 4) * (cols >> 3) + (k >> 3)) * 16 + (row & 15)) * 8 + (k & 7)"},
+            {"meaning", "16-row x 8-column blocks stored contiguously, row-block-major (templates/ft/weight_layout.hpp)"},
+            {"requires", "rows a multiple of 16, cols a multiple of 8"},
+            {"w1", {{"rows", "experts * 2 * inter"}, {"cols", "hidden"}}},
+            {"w2", {{"rows", "experts * hidden"}, {"cols", "inter"}}}}}};
+}
+
+struct LoadedObject {
+  std::string file;  // <hash><ext>
+  std::vector<std::byte> bytes;
+};
+
+// Code objects by hash, read once, each checked against its name.
+class ObjectSet {
+ public:
+  ObjectSet(Store& store, std::string ext) : store_(store), ext_(std::move(ext)) {}
+
+  Result<std::string> from_store(const std::string& hash, const std::string& what) {
+    if (auto it = files_.find(hash); it != files_.end()) return it->second.file;
+    auto bytes = FT_TRY(store_.code_object(hash));
+    if (!bytes) return fail(Errc::database, fmt::format("code object {} is missing from the database", hash), what);
+    return add(hash, std::move(*bytes), what);
+  }
+
+  Result<std::string> add(const std::string& hash, std::vector<std::byte> bytes, const std::string& what) {
+    const std::string actual = xxh3_128_hex(bytes);
+    if (actual != hash)
+      return fail(Errc::database, fmt::format("code object {} is corrupt (its bytes hash to {})", hash, actual), what);
+    LoadedObject& o = files_[hash];
+    o.file = hash + ext_;
+    o.bytes = std::move(bytes);
+    return o.file;
+  }
+
+  std::vector<std::pair<std::string, std::vector<std::byte>>> take() {
+    std::vector<std::pair<std::string, std::vector<std::byte>>> out;
+    for (auto& [h, o] : files_) out.emplace_back(o.file, std::move(o.bytes));
+    return out;
+  }
+
+ private:
+  Store& store_;
+  std::string ext_;
+  std::map<std::string, LoadedObject> files_;
+};
+
+json launch_step(std::string step, const std::string& symbol, const std::string& file, const LaunchShape& shape_rule,
+                 std::string grid_formula, json grid_rule) {
+  return {{"step", std::move(step)},
+          {"op", "launch"},
+          {"symbol", symbol},
+          {"code_object", file},
+          {"block", {shape_rule.block, 1, 1}},
+          {"dynamic_shared", shape_rule.lds_bytes},
+          {"grid_formula", std::move(grid_formula)},
+          {"grid_rule", std::move(grid_rule)},
+          {"args", "ft::MoeArgs"}};
+}
+
+json stage_step(const Variant& v, const Problem& p, int align_block, const std::string& file) {
+  const LaunchShape s = stage_launch(v, p, 1, align_block);  // block and LDS do not depend on T
+  const bool first = v.kind == KernelKind::moe1;
+  json j = launch_step(first ? "stage1" : "stage2", v.name(), file, s, stage_grid_formula(v),
+                       {{"kind", "stage"},
+                        {"rows_per_block", v.tile_m},
+                        {"n", first ? "inter" : "hidden"},
+                        {"cols_per_block", v.tile_n},
+                        {"z", first ? 1 : v.split_k}});
+  j["weight"] = first ? "w1" : "w2";
+  j["weight_layout"] = std::string(to_string(v.layout));
+  j["variant"] = v.to_json();
+  return j;
+}
+
+Problem problem_of(const ProblemRecord& r) {
+  Problem p;
+  p.name = r.key;
+  p.experts = r.experts;
+  p.hidden = r.hidden;
+  p.inter = r.inter;
+  p.topk = r.topk;
+  if (auto d = parse_dtype(r.dtype)) p.dtype = *d;
+  return p;
+}
+
+std::string device_label(const DeviceRecord& d) { return fmt::format("{} ({}, {})", d.name, d.arch, d.runtime); }
+
+// Winners of kind 'layer' that pass the filters; refuses a mix of devices.
+Result<std::vector<WinnerRow>> layer_winners(Store& store, const std::optional<std::string>& target,
+                                             const std::optional<std::string>& device) {
+  WinnerFilter f;
+  f.kind = "layer";
+  f.arch = target;
+  auto rows = FT_TRY(store.winners(f));
+  std::erase_if(rows, [&](const WinnerRow& r) { return device && r.device.name != *device; });
+  std::set<std::int64_t> devices;
+  std::string names;
+  for (const WinnerRow& r : rows)
+    if (devices.insert(r.device.id).second) names += (names.empty() ? "" : "; ") + device_label(r.device);
+  if (devices.size() > 1)
+    return fail(Errc::usage, fmt::format("the database holds layer winners of {} devices ({}); pick one with --device or --target",
+                                         devices.size(), names),
+                store.path());
+  return rows;
+}
+
+// The support unit (align, reduce, shuffle, reference, fill) of a target and
+// dtype: from the database when the search recorded it, else compiled here.
+struct SupportUnit {
+  std::string file;
+  std::string toolchain;
+  bool compiled_here = false;
+};
+
+Result<SupportUnit> support_unit(Store& store, ObjectSet& objects, const Target& target, DType dtype,
+                                 std::int64_t toolchain_id) {
+  const std::string name = support_unit_name(target, dtype);
+  VariantFilter f;
+  f.kernel_name = name;
+  f.target = std::string(target.name);
+  f.kind = "support";
+  auto rows = FT_TRY(store.variants(f));
+  std::erase_if(rows, [](const VariantRecord& v) { return v.code_object_hash.empty(); });
+  auto same_toolchain = std::find_if(rows.begin(), rows.end(), [&](const VariantRecord& v) { return v.toolchain_id == toolchain_id; });
+  if (same_toolchain != rows.end())
+    return SupportUnit{FT_TRY(objects.from_store(same_toolchain->code_object_hash, name)), "", false};
+  CodeObject co = FT_TRY(compile(emit_support(target, dtype), target, CompileOptions{}));
+  SupportUnit out;
+  out.toolchain = co.toolchain_version;
+  out.compiled_here = true;
+  out.file = FT_TRY(objects.add(co.hash, std::move(co.binary), name));
+  return out;
+}
+
+Status write_file(const fs::path& path, const void* data, std::size_t size) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(static_cast<const char*>(data), std::streamsize(size));
+  f.close();
+  if (!f) return fail(Errc::io, "cannot write the file", path.string());
+  return {};
+}
+
+}  // namespace
+
+int select_bucket(const std::vector<int>& buckets, int tokens) {
+  auto it = std::lower_bound(buckets.begin(), buckets.end(), tokens);
+  return it != buckets.end() ? *it : buckets.back();
+}
+
+Result<ExportContents> build_export(const ExportOptions& opt) {
+  Store store = FT_TRY(Store::open(opt.db_path, OpenMode::read_only));
+  auto rows = FT_TRY(layer_winners(store, opt.target, opt.device));
+  if (rows.empty())
+    return fail(Errc::not_found,
+                fmt::format("no layer winners{}{}; run 'flytune search' (it records kind 'layer' winners) or check --target/--device",
+                            opt.target ? " for target " + *opt.target : "", opt.device ? " on device " + *opt.device : ""),
+                opt.db_path);
+  const DeviceRecord& device = rows.front().device;
+  const Target* target = FT_TRY(lookup_target(device.arch));
+  const std::int64_t toolchain_id = rows.front().variant.toolchain_id;
+  const ToolchainRecord& toolchain = rows.front().toolchain;
+  const std::string ext = target->is_nvidia() ? ".cubin" : ".hsaco";
+  ObjectSet objects(store, ext);
+  ExportContents out;
+  out.summary.target = std::string(target->name);
+  out.summary.device = device_label(device);
+
+  std::map<std::int64_t, RunRecord> runs;
+  for (RunRecord& r : FT_TRY(store.list_runs())) runs[r.id] = std::move(r);
+
+  std::map<std::string, SupportUnit> supports;  // by dtype
+  json problems = json::array();
+  std::string current_key;
+  for (const WinnerRow& row : rows) {
+    if (row.variant.toolchain_id != toolchain_id)
+      return fail(Errc::database, "layer winners were built by different toolchains; export one device and toolchain at a time",
+                  opt.db_path);
+    const Problem p = problem_of(row.problem);
+    const std::string what = fmt::format("{} T={}", row.problem.key, row.winner.tokens);
+    const json& params = row.variant.params;
+    if (!params.contains("stage1") || !params.contains("stage2") || !params.contains("stage1_kernel") ||
+        !params.contains("stage2_kernel"))
+      return fail(Errc::database, fmt::format("layer variant {} lacks stage1/stage2 parameters", row.variant.id), what);
+    const Variant v1 = FT_TRY(Variant::from_json(params["stage1"]));
+    const Variant v2 = FT_TRY(Variant::from_json(params["stage2"]));
+    // Each stage's code object: the variants row of that kernel by the same toolchain.
+    auto stage_file = [&](const Variant& v, const std::string& kernel) -> Result<std::string> {
+      if (v.name() != kernel)
+        return fail(Errc::database, fmt::format("stage parameters name {}, the row says {}", v.name(), kernel), what);
+      VariantFilter f;
+      f.kernel_name = kernel;
+      f.target = std::string(target->name);
+      f.toolchain_id = toolchain_id;
+      auto vs = FT_TRY(store.variants(f));
+      if (vs.empty() || vs.front().code_object_hash.empty())
+        return fail(Errc::database, fmt::format("no compiled code object for {}", kernel), what);
+      return objects.from_store(vs.front().code_object_hash, kernel);
+    };
+    const std::string file1 = FT_TRY(stage_file(v1, params["stage1_kernel"].get<std::string>()));
+    const std::string file2 = FT_TRY(stage_file(v2, params["stage2_kernel"].get<std::string>()));
+
+    const std::string dtype(to_string(p.dtype));
+    if (!supports.contains(dtype)) {
+      SupportUnit s = FT_TRY(support_unit(store, objects, *target, p.dtype, toolchain_id));
+      if (s.compiled_here) {
+        out.summary.support_compiled = true;
+        out.summary.notes.push_back(fmt::format(
+            "the database holds no support unit for {} {}; export compiled it with {} (the winners were built with {})",
+            target->name, dtype, s.toolchain, toolchain.version));
+      }
+      supports[dtype] = s;
+    }
+    const SupportUnit& support = supports[dtype];
+
+    const int align_block = std::max(v1.tile_m, v2.tile_m);  // as tuner/layer/layer_bench.cpp times the layer
+    const bool atomic = v2.reduce == Reduction::atomic;
+    json steps = json::array();
+    if (atomic)
+      steps.push_back({{"step", "clear_y_acc"}, {"op", "memset_u32"}, {"buffer", "y_acc"}, {"value", 0},
+                       {"count_formula", "T*hidden"}});
+    steps.push_back(launch_step("align", align_entry(*target), support.file, align_launch(p), "[1, 1, 1]",
+                                {{"kind", "single"}}));
+    steps.push_back(stage_step(v1, p, align_block, file1));
+    steps.push_back(stage_step(v2, p, align_block, file2));
+    steps.push_back(launch_step("reduce", reduce_entry(*target, v2.reduce, p.dtype), support.file, reduce_launch(p, 1),
+                                fmt::format("[ceil(T*hidden/8 / {0}), 1, 1]", kReduceThreads),
+                                {{"kind", "elementwise"}, {"elements_per_thread", 8}}));
+    json provenance{{"variant_id", row.variant.id}, {"run_id", row.winner.run_id}, {"chosen_at", row.winner.chosen_at}};
+    if (auto it = runs.find(row.winner.run_id); it != runs.end())
+      provenance.update({{"flytune_version", it->second.flytune_version},
+                         {"git_commit", it->second.git_commit},
+                         {"templates_commit", it->second.templates_commit},
+                         {"hostname", it->second.hostname}});
+    json bucket{{"tokens", row.winner.tokens},
+                {"kernel_name", row.variant.kernel_name},
+                {"align_block", align_block},
+                {"max_padded_rows_formula", max_padded_rows_formula()},
+                {"reduction", std::string(to_string(v2.reduce))},
+                {"weight_in_stage1", v1.weight_in_stage1},
+                {"weights", {{"w1", std::string(to_string(v1.layout))}, {"w2", std::string(to_string(v2.layout))}}},
+                {"workspace_bytes",
+                 {{"inter", "T*topk*inter*2"},
+                  {"y_acc", atomic ? "T*hidden*4" : "T*topk*hidden*4"},
+                  {"sorted_ids", "max_padded_rows*4"},
+                  {"block_experts", "max_padded_rows/align_block*4"},
+                  {"padded_rows", "4"}}},
+                {"steps", std::move(steps)},
+                {"time_us", {{"median", row.winner.median_us}, {"p10", row.winner.p10_us ? json(*row.winner.p10_us) : json()},
+                             {"p90", row.winner.p90_us ? json(*row.winner.p90_us) : json()}}},
+                {"provenance", std::move(provenance)}};
+    if (row.winner.speedup_vs_default) bucket["speedup_vs_default"] = *row.winner.speedup_vs_default;
+    if (problems.empty() || current_key != row.problem.key) {
+      current_key = row.problem.key;
+      problems.push_back({{"key", row.problem.key},
+                          {"experts", p.experts},
+                          {"hidden", p.hidden},
+                          {"inter", p.inter},
+                          {"topk", p.topk},
+                          {"dtype", dtype},
+                          {"activation", row.problem.activation},
+                          {"routing", row.problem.routing},
+                          {"support_code_object", support.file},
+                          {"buckets", json::array()}});
+      ++out.summary.problems;
+    }
+    problems.back()["buckets"].push_back(std::move(bucket));
+    ++out.summary.buckets;
+  }
+  for (json& pj : problems)
+    std::sort(pj["buckets"].begin(), pj["buckets"].end(),
+              [](const json& a, const json& b) { return a["tokens"].get<int>() < b["tokens"].get<int>(); });
+
+  json support_units = json::array();
+  for (const auto& [dtype, s] : supports) {
+    const Target& t = *target;
+    auto dt = *parse_dtype(dtype);
+    support_units.push_back({{"dtype", dtype},
+                             {"code_object", s.file},
+                             {"source", s.compiled_here ? "compiled by flytune export" : "database"},
+                             {"toolchain", s.compiled_here ? s.toolchain : toolchain.version},
+                             {"symbols",
+                              {{"align", align_entry(t)},
+                               {"reduce_atomic", reduce_entry(t, Reduction::atomic, dt)},
+                               {"reduce_partials", reduce_entry(t, Reduction::partials, dt)},
+                               {"shuffle", shuffle_entry(t)},
+                               {"reference1", reference_entry(t, KernelKind::moe1, dt)},
+                               {"reference2", reference_entry(t, KernelKind::moe2, dt)},
+                               {"fill", fill_entry(t)}}}});
+  }
+  out.manifest = {{"schema_version", kManifestSchemaVersion},
+                  {"target", target->name},
+                  {"vendor", std::string(to_string(target->vendor))},
+                  {"code_object_format", ext.substr(1)},
+                  {"exported_at", utc_now()},
+                  {"source_database", fs::path(opt.db_path).filename().string()},
+                  {"device",
+                   {{"runtime", device.runtime},
+                    {"name", device.name},
+                    {"arch", device.arch},
+                    {"compute_units", device.compute_units},
+                    {"memory_bytes", device.memory_bytes},
+                    {"driver_version", device.driver_version},
+                    {"runtime_version", device.runtime_version}}},
+                  {"toolchain", {{"backend", toolchain.backend}, {"version", toolchain.version}}},
+                  {"selection_rule", "the smallest tuned bucket >= T, else the largest bucket"},
+                  {"args", moe_args_layout()},
+                  {"shuffle",
+                   {{"args", shuffle_args_layout()},
+                    {"grid_formula", fmt::format("[ceil(rows*cols/8 / {0}), 1, 1]", kReduceThreads)},
+                    {"block", {kReduceThreads, 1, 1}}}},
+                  {"weight_layouts", weight_layouts()},
+                  {"support_units", std::move(support_units)},
+                  {"problems", std::move(problems)}};
+  out.objects = objects.take();
+  out.summary.code_objects = int(out.objects.size());
+  out.dispatch_header = dispatch_header(out.manifest);
+  return out;
+}
+
+Result<ExportSummary> export_winners(const ExportOptions& opt) {
+  ExportContents c = FT_TRY(build_export(opt));
+  const fs::path dir(opt.out_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail(Errc::io, fmt::format("cannot create the folder: {}", ec.message()), opt.out_dir);
+  for (const auto& [name, bytes] : c.objects) FT_CHECK(write_file(dir / name, bytes.data(), bytes.size()));
+  const std::string manifest = c.manifest.dump(2) + "\n";
+  c.summary.header_path = (dir / "flytune_dispatch.h").string();
+  FT_CHECK(write_file(c.summary.header_path, c.dispatch_header.data(), c.dispatch_header.size()));
+  // The manifest last: a folder with a manifest is complete.
+  c.summary.manifest_path = (dir / "manifest.json").string();
+  FT_CHECK(write_file(c.summary.manifest_path, manifest.data(), manifest.size()));
+  return c.summary;
+}
+
+int CoverageReport::untuned() const {
+  return int(std::count_if(lines.begin(), lines.end(), [](const CoverageLine& l) { return l.rule != "tuned"; }));
+}
+
+Result<CoverageReport> check_coverage(const std::string& db_path, const std::vector<int>& tokens,
+                                      const std::optional<std::string>& target, const std::optional<std::string>& device) {
+  Store store = FT_TRY(Store::open(db_path, OpenMode::read_only));
+  WinnerFilter f;
+  f.arch = target;
+  auto all = FT_TRY(store.winners(f));
+  std::erase_if(all, [&](const WinnerRow& r) { return device && r.device.name != *device; });
+  // (problem, device) -> buckets with a layer winner / with any winner.
+  std::map<std::pair<std::string, std::string>, std::set<int>> layer, any;
+  for (const WinnerRow& r : all) {
+    auto key = std::make_pair(r.problem.key, device_label(r.device));
+    any[key].insert(r.winner.tokens);
+    if (r.winner.kind == "layer") layer[key].insert(r.winner.tokens);
+  }
+  CoverageReport rep;
+  rep.requested = tokens;
+  for (const auto& [key, buckets] : any) {
+    const std::set<int>& tuned = layer[key];
+    for (int b : buckets)
+      if (!tuned.contains(b))
+        rep.incomplete_buckets.push_back(fmt::format("{} on {}: T={} has stage winners but no layer winner", key.first, key.second, b));
+    const std::vector<int> sorted(tuned.begin(), tuned.end());
+    for (int t : tokens) {
+      CoverageLine l{key.first, key.second, t, std::nullopt, ""};
+      if (sorted.empty()) {
+        l.rule = "no layer winner: refused";
+      } else {
+        l.bucket = select_bucket(sorted, t);
+        l.rule = *l.bucket == t ? "tuned" : *l.bucket > t ? "next bucket up" : "largest bucket";
+      }
+      rep.lines.push_back(std::move(l));
+    }
+  }
+  return rep;
+}
+
+}  // namespace ft::db

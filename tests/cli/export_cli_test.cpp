@@ -1,0 +1,77 @@
+// `flytune export` as users run it: the recorded H200 database, refusals with
+// one line and exit 1, the coverage report.
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/run_flytune.hpp"
+#include "tests/unit/db/db_test_support.hpp"
+#include "tuner/compile/hash.hpp"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string h200_db() { return std::string(FT_TEST_DATA_DIR) + "/h200.db"; }
+
+TEST(ExportCli, WritesManifestCodeObjectsAndHeader) {
+  test::ScratchDir dir;
+  const std::string out = dir.file("export");
+  const std::string before = xxh3_128_hex(test::read_bytes(h200_db()));
+  auto r = test::run_flytune({"export", "--db", h200_db(), "--out", out});
+  if (r.exit_code != 0 && r.output.find("toolchain") != std::string::npos) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("exported 1 problem(s), 6 bucket(s)"), std::string::npos) << r.output;
+  EXPECT_EQ(xxh3_128_hex(test::read_bytes(h200_db())), before) << "export modified the database";
+  std::ifstream f(out + "/manifest.json");
+  auto m = nlohmann::json::parse(f, nullptr, false);
+  ASSERT_FALSE(m.is_discarded());
+  EXPECT_EQ(m["schema_version"], 1);
+  for (const auto& b : m["problems"][0]["buckets"])
+    for (const auto& s : b["steps"])
+      if (s["op"] == "launch") {
+        const std::string name = s["code_object"];
+        ASSERT_TRUE(fs::exists(out + "/" + name)) << name;
+        EXPECT_EQ(xxh3_128_hex(test::read_bytes(out + "/" + name)) + ".cubin", name);
+      }
+  EXPECT_TRUE(fs::exists(out + "/flytune_dispatch.h"));
+}
+
+TEST(ExportCli, MissingAndCorruptDatabasesAreRefusedWithOneLine) {
+  test::ScratchDir dir;
+  auto missing = test::run_flytune({"export", "--db", dir.file("nope.db"), "--out", dir.file("o")});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_EQ(missing.output, "flytune: error: " + dir.file("nope.db") + ": no such database; run 'flytune search' first\n");
+  test::write_bytes(dir.file("bad.db"), std::string(4096, 'x'));
+  auto bad = test::run_flytune({"export", "--db", dir.file("bad.db"), "--out", dir.file("o")});
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.output.find("not a flytune database"), std::string::npos) << bad.output;
+  EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
+  EXPECT_FALSE(fs::exists(dir.file("o")));
+}
+
+TEST(ExportCli, OutIsRequired) {
+  auto r = test::run_flytune({"export", "--db", h200_db()});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--out DIR is required"), std::string::npos) << r.output;
+}
+
+TEST(ExportCli, CoverageListsUntunedBucketsAndTheRule) {
+  auto r = test::run_flytune({"export", "--check-coverage", "--tokens", "1..16384", "--db", h200_db()});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("T=1      tuned"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("T=2      NOT TUNED: runtime uses bucket T=16 (next bucket up)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("T=8192   NOT TUNED: runtime uses bucket T=16384 (next bucket up)"), std::string::npos);
+  EXPECT_NE(r.output.find("coverage: 6 of 15 requested (problem, T) have a tuned layer winner; 9 use the rule"),
+            std::string::npos) << r.output;
+  auto above = test::run_flytune({"export", "--check-coverage", "--tokens", "20000", "--db", h200_db()});
+  EXPECT_NE(above.output.find("T=20000  NOT TUNED: runtime uses bucket T=16384 (largest bucket"), std::string::npos)
+      << above.output;
+}
+
+}  // namespace
+}  // namespace ft

@@ -1,0 +1,171 @@
+// flytune export on the recorded H200 database (tests/data/h200.db): manifest,
+// code objects by hash, the dispatch header, refusals, coverage.
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "db/export/export.hpp"
+#include "generator/launch.hpp"
+#include "generator/variant.hpp"
+#include "tests/unit/db/db_test_support.hpp"
+#include "tests/unit/export/export_test_support.hpp"
+#include "tuner/compile/hash.hpp"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+TEST(Export, H200ManifestCodeObjectsExistAndHashToTheirNames) {
+  const test::SharedExport& ex = test::shared_h200_export();
+  if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
+  ASSERT_TRUE(ex.error.empty()) << ex.error;
+  const json& m = ex.manifest;
+  EXPECT_EQ(m["schema_version"], 1);
+  EXPECT_EQ(m["target"], "sm_90a");
+  EXPECT_EQ(m["code_object_format"], "cubin");
+  EXPECT_EQ(m["device"]["name"], "NVIDIA H200");
+  EXPECT_EQ(m["args"]["size"], 120);
+  ASSERT_EQ(m["problems"].size(), 1u);
+  const json& p = m["problems"][0];
+  EXPECT_EQ(p["key"], "moe_e8_h4096_i14336_k2_bf16_swiglu_uniform");
+  std::vector<int> buckets;
+  for (const json& b : p["buckets"]) buckets.push_back(b["tokens"]);
+  EXPECT_EQ(buckets, (std::vector<int>{1, 16, 64, 512, 4096, 16384}));
+
+  std::set<std::string> files;
+  for (const json& s : m["support_units"]) files.insert(s["code_object"].get<std::string>());
+  for (const json& b : p["buckets"]) {
+    std::vector<std::string> order;
+    for (const json& s : b["steps"]) {
+      order.push_back(s["step"]);
+      if (s["op"] == "launch") files.insert(s["code_object"].get<std::string>());
+    }
+    EXPECT_EQ(order, (std::vector<std::string>{"clear_y_acc", "align", "stage1", "stage2", "reduce"}));
+    EXPECT_TRUE(b["time_us"]["p10"].is_number() && b["time_us"]["p90"].is_number());
+  }
+  EXPECT_GE(files.size(), 3u);
+  for (const std::string& f : files) {
+    const fs::path path = fs::path(ex.dir) / f;
+    ASSERT_TRUE(fs::exists(path)) << f;
+    const std::string bytes = test::read_bytes(path.string());
+    EXPECT_EQ(xxh3_128_hex(bytes) + ".cubin", f);
+  }
+  EXPECT_TRUE(fs::exists(fs::path(ex.dir) / "flytune_dispatch.h"));
+}
+
+TEST(Export, StepsAgreeWithLaunchFormulasAndArgsLayout) {
+  const test::SharedExport& ex = test::shared_h200_export();
+  if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
+  ASSERT_TRUE(ex.error.empty()) << ex.error;
+  const json& p = ex.manifest["problems"][0];
+  Problem prob;
+  prob.experts = p["experts"];
+  prob.hidden = p["hidden"];
+  prob.inter = p["inter"];
+  prob.topk = p["topk"];
+  for (const json& b : p["buckets"]) {
+    const int align_block = b["align_block"];
+    int max_tile_m = 0;
+    for (const json& s : b["steps"]) {
+      if (!s.contains("variant")) continue;
+      auto v = Variant::from_json(s["variant"]);
+      ASSERT_TRUE(v) << v.error().describe();
+      max_tile_m = std::max(max_tile_m, v->tile_m);
+      EXPECT_EQ(s["symbol"], v->name());
+      EXPECT_EQ(s["block"][0], v->threads());
+      EXPECT_EQ(s["dynamic_shared"], v->lds_bytes());
+      EXPECT_EQ(s["grid_formula"], stage_grid_formula(*v));
+      EXPECT_EQ(s["grid_rule"]["rows_per_block"], v->tile_m);
+      EXPECT_EQ(s["grid_rule"]["cols_per_block"], v->tile_n);
+    }
+    EXPECT_EQ(align_block, max_tile_m);
+    EXPECT_EQ(b["steps"][1]["dynamic_shared"], (3 * prob.experts + 1) * 4);
+  }
+  const json& fields = ex.manifest["args"]["fields"];
+  ASSERT_EQ(fields.size(), 19u);
+  EXPECT_EQ(fields[0]["name"], "x");
+  EXPECT_EQ(fields[11]["name"], "tokens");
+  EXPECT_EQ(fields[11]["offset"], 88);
+  EXPECT_EQ(fields[18]["name"], "flags");
+  EXPECT_EQ(fields[18]["offset"], 116);
+  const std::string header = test::read_bytes((fs::path(ex.dir) / "flytune_dispatch.h").string());
+  EXPECT_NE(header.find("#define FLYTUNE_DISPATCH_COUNT 6"), std::string::npos);
+  EXPECT_NE(header.find("#define FLYTUNE_MOE_ARGS_SIZE 120"), std::string::npos);
+  EXPECT_NE(header.find(p["buckets"][0]["steps"][2]["symbol"].get<std::string>()), std::string::npos);
+}
+
+TEST(Export, LeavesTheDatabaseUntouched) {
+  const test::SharedExport& ex = test::shared_h200_export();
+  if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
+  ASSERT_TRUE(ex.error.empty()) << ex.error;
+  EXPECT_EQ(xxh3_128_hex(test::read_bytes(test::h200_db())), ex.db_hash_before);
+}
+
+TEST(Export, MissingDatabaseIsRefused) {
+  test::ScratchDir dir;
+  auto r = db::export_winners({dir.file("none.db"), dir.file("out"), {}, {}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("no such database"), std::string::npos) << r.error().describe();
+  EXPECT_FALSE(fs::exists(dir.file("out")));
+}
+
+TEST(Export, CorruptDatabaseIsRefused) {
+  test::ScratchDir dir;
+  test::write_bytes(dir.file("garbage.db"), "this is not a database at all, just text\n");
+  auto r = db::export_winners({dir.file("garbage.db"), dir.file("out"), {}, {}});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::database) << r.error().describe();
+  EXPECT_FALSE(fs::exists(dir.file("out")));
+  // A real database cut short: SQLite header intact, pages missing.
+  const std::string whole = test::read_bytes(test::h200_db());
+  test::write_bytes(dir.file("cut.db"), whole.substr(0, whole.size() / 3));
+  auto cut = db::export_winners({dir.file("cut.db"), dir.file("out2"), {}, {}});
+  ASSERT_FALSE(cut);
+  EXPECT_EQ(cut.error().code, Errc::database) << cut.error().describe();
+}
+
+TEST(Export, UnknownTargetFilterFindsNothing) {
+  auto r = db::build_export({test::h200_db(), "", std::string("gfx942"), {}});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("no layer winners for target gfx942"), std::string::npos) << r.error().describe();
+}
+
+TEST(Export, SelectBucketIsNextUpElseLargest) {
+  const std::vector<int> b{1, 16, 64, 512, 4096, 16384};
+  EXPECT_EQ(db::select_bucket(b, 1), 1);
+  EXPECT_EQ(db::select_bucket(b, 5), 16);
+  EXPECT_EQ(db::select_bucket(b, 64), 64);
+  EXPECT_EQ(db::select_bucket(b, 700), 4096);
+  EXPECT_EQ(db::select_bucket(b, 16385), 16384);
+}
+
+TEST(Export, CoverageOfPowersOfTwoUpTo16384) {
+  auto tokens = parse_token_list("1..16384");
+  ASSERT_TRUE(tokens);
+  tokens->push_back(20000);
+  auto rep = db::check_coverage(test::h200_db(), *tokens);
+  ASSERT_TRUE(rep) << rep.error().describe();
+  ASSERT_EQ(rep->lines.size(), tokens->size());
+  std::map<int, std::pair<int, std::string>> by_t;
+  for (const auto& l : rep->lines) {
+    ASSERT_TRUE(l.bucket);
+    by_t[l.tokens] = {*l.bucket, l.rule};
+  }
+  EXPECT_EQ(by_t[1], std::make_pair(1, std::string("tuned")));
+  EXPECT_EQ(by_t[2], std::make_pair(16, std::string("next bucket up")));
+  EXPECT_EQ(by_t[128], std::make_pair(512, std::string("next bucket up")));
+  EXPECT_EQ(by_t[4096], std::make_pair(4096, std::string("tuned")));
+  EXPECT_EQ(by_t[8192], std::make_pair(16384, std::string("next bucket up")));
+  EXPECT_EQ(by_t[16384], std::make_pair(16384, std::string("tuned")));
+  EXPECT_EQ(by_t[20000], std::make_pair(16384, std::string("largest bucket")));
+  EXPECT_EQ(rep->untuned(), int(tokens->size()) - 6);
+  EXPECT_TRUE(rep->incomplete_buckets.empty());
+}
+
+}  // namespace
+}  // namespace ft

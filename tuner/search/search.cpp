@@ -15,6 +15,7 @@
 
 #include "db/store.hpp"
 #include "generator/emitter.hpp"
+#include "generator/launch.hpp"
 #include "tuner/search/compile_space.hpp"
 #include "tuner/search/progress.hpp"
 #include "tuner/worker/worker_process.hpp"
@@ -89,10 +90,14 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
   // The support unit goes into the database too, so `flytune export` ships the
   // exact align/reduce/shuffle build the winners were measured with.
   FT_CHECK(store.put_code_object(support.hash, ext.substr(1), support.binary));
-  FT_TRY(store.upsert_variant({.kernel_name = support.kernel_name, .target = std::string(target.name), .kind = "support",
-                               .source_hash = support.cache_key, .code_object_hash = support.hash,
-                               .toolchain_id = rs.toolchain_id, .compile_log = support.log,
-                               .compile_seconds = support.compile_seconds}));
+  db::VariantRecord support_row{.kernel_name = support.kernel_name, .target = std::string(target.name), .kind = "support",
+                                 .source_hash = support.cache_key, .code_object_hash = support.hash,
+                                 .toolchain_id = rs.toolchain_id, .compile_log = support.log,
+                                 .compile_seconds = support.compile_seconds};
+  // Its resources are those of the align kernel, the layer's first launch.
+  const LaunchShape align = align_launch(cfg.problem);
+  if (auto r = analyze(support, target, align_entry(target), align.block, align.lds_bytes)) support_row.resources = to_db(*r);
+  FT_TRY(store.upsert_variant(support_row));
 
   for (const CompiledVariant& cv : rs.space.variants) {
     db::VariantRecord vr;

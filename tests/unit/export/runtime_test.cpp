@@ -1,0 +1,295 @@
+// The runtime library without a GPU: every refusal (files outside the folder,
+// hash mismatches, another target, bad manifests) before anything loads, and
+// the launch sequence of a plan recorded by a fake Device.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "flytune_runtime.h"
+#include "generator/launch.hpp"
+#include "generator/variant.hpp"
+#include "runtime/src/runtime_impl.hpp"
+#include "tests/unit/export/export_test_support.hpp"
+#include "tuner/workload/kernel_args.hpp"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Records what the runtime asks of a GPU; loads anything.
+class FakeDevice : public Device {
+ public:
+  struct Launch {
+    std::string symbol;
+    Dim3 grid, block;
+    int shared = 0;
+    MoeArgsHost args{};
+  };
+  explicit FakeDevice(std::string arch) { info_.runtime = "cuda", info_.name = "Fake GPU", info_.arch = std::move(arch); }
+  const DeviceInfo& info() const override { return info_; }
+  Result<DevicePtr> alloc(std::size_t) override { return fail(Errc::device, "fake"); }
+  Status free(DevicePtr) override { return {}; }
+  Status copy_to_device(DevicePtr, const void*, std::size_t, StreamHandle) override { return fail(Errc::device, "fake"); }
+  Status copy_to_host(void*, DevicePtr, std::size_t, StreamHandle) override { return fail(Errc::device, "fake"); }
+  Status copy_device(DevicePtr, DevicePtr, std::size_t, StreamHandle) override { return fail(Errc::device, "fake"); }
+  Status memset_u32(DevicePtr dst, std::uint32_t value, std::size_t count, StreamHandle s) override {
+    events.push_back("memset " + std::to_string(dst) + " " + std::to_string(value) + " x" + std::to_string(count) +
+                     (s.p ? " stream" : ""));
+    return {};
+  }
+  Result<ModuleHandle> load_module(std::span<const std::byte> image) override {
+    ++modules_loaded;
+    return ModuleHandle{reinterpret_cast<void*>(image.size())};
+  }
+  Status unload_module(ModuleHandle) override { return {}; }
+  Result<FunctionHandle> function(ModuleHandle, const std::string& name) override {
+    symbols.push_back(name);
+    return FunctionHandle{reinterpret_cast<void*>(symbols.size())};
+  }
+  Status set_dynamic_shared(FunctionHandle, int) override { return {}; }
+  Status launch(FunctionHandle f, Dim3 grid, Dim3 block, int shared, StreamHandle s, const void* args,
+                std::size_t size) override {
+    Launch l{symbols.at(reinterpret_cast<std::size_t>(f.p) - 1), grid, block, shared, {}};
+    if (size == sizeof(MoeArgsHost)) std::memcpy(&l.args, args, size);
+    launches.push_back(l);
+    events.push_back(std::string("launch ") + l.symbol + (s.p ? " stream" : ""));
+    return {};
+  }
+  Result<StreamHandle> create_stream() override { return StreamHandle{}; }
+  Status destroy_stream(StreamHandle) override { return {}; }
+  Status synchronize(StreamHandle) override {
+    events.push_back("synchronize");
+    return {};
+  }
+  Result<EventHandle> create_event() override { return EventHandle{}; }
+  Status destroy_event(EventHandle) override { return {}; }
+  Status record(EventHandle, StreamHandle) override { return {}; }
+  Result<float> elapsed_ms(EventHandle, EventHandle) override { return 0.f; }
+  Status begin_capture(StreamHandle) override { return {}; }
+  Result<GraphHandle> end_capture(StreamHandle) override { return GraphHandle{}; }
+  Status launch_graph(GraphHandle, StreamHandle) override { return {}; }
+  Status destroy_graph(GraphHandle) override { return {}; }
+
+  DeviceInfo info_;
+  int modules_loaded = 0;
+  std::vector<std::string> symbols;
+  std::vector<Launch> launches;
+  std::vector<std::string> events;
+};
+
+// A copy of the shared export that a test may tamper with.
+class RuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const test::SharedExport& ex = test::shared_h200_export();
+    if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
+    ASSERT_TRUE(ex.error.empty()) << ex.error;
+    dir_ = scratch_.file("copy");
+    fs::copy(ex.dir, dir_);
+    manifest_ = ex.manifest;
+  }
+  void write_manifest(const json& m) { test::write_bytes(dir_ + "/manifest.json", m.dump(1)); }
+  std::string first_stage_file() const {
+    return manifest_["problems"][0]["buckets"][0]["steps"][2]["code_object"].get<std::string>();
+  }
+  // Opens with a fake device; counts whether the device was ever asked for.
+  Result<std::unique_ptr<rt::Runtime>> open(const std::string& arch = "sm_90a") {
+    return rt::Runtime::open(dir_, [&]() -> Result<std::unique_ptr<Device>> {
+      ++devices_opened_;
+      auto d = std::make_unique<FakeDevice>(arch);
+      fake_ = d.get();
+      return std::unique_ptr<Device>(std::move(d));
+    });
+  }
+  // The C API's answer (status and message) for this folder.
+  std::pair<int, std::string> open_c() {
+    char err[512] = {0};
+    ft_runtime* rt = nullptr;
+    const int st = ft_runtime_open(dir_.c_str(), &rt, err, sizeof err);
+    if (rt) ft_runtime_close(rt);
+    return {st, err};
+  }
+
+  test::ScratchDir scratch_;
+  std::string dir_;
+  json manifest_;
+  int devices_opened_ = 0;
+  FakeDevice* fake_ = nullptr;
+};
+
+TEST_F(RuntimeTest, RefusesAFileOutsideTheFolder) {
+  for (const std::string& name : {"../" + first_stage_file(), std::string("/etc/passwd"), std::string("..")}) {
+    json m = manifest_;
+    m["problems"][0]["buckets"][0]["steps"][2]["code_object"] = name;
+    write_manifest(m);
+    auto r = open();
+    ASSERT_FALSE(r) << name;
+    EXPECT_EQ(r.error().code, Errc::io);
+    EXPECT_NE(r.error().message.find("outside its folder: '" + name + "'"), std::string::npos) << r.error().describe();
+    EXPECT_EQ(devices_opened_, 0);
+    auto [st, msg] = open_c();
+    EXPECT_EQ(st, FT_ERR_FILE);
+    EXPECT_NE(msg.find("outside its folder"), std::string::npos) << msg;
+  }
+}
+
+TEST_F(RuntimeTest, RefusesASymlinkLeadingOutOfTheFolder) {
+  const std::string outside = scratch_.file(first_stage_file());
+  fs::copy_file(dir_ + "/" + first_stage_file(), outside);
+  fs::remove(dir_ + "/" + first_stage_file());
+  fs::create_symlink(outside, dir_ + "/" + first_stage_file());
+  auto r = open();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::io) << r.error().describe();
+  EXPECT_EQ(devices_opened_, 0);
+}
+
+TEST_F(RuntimeTest, RefusesACodeObjectThatDoesNotMatchItsHash) {
+  const std::string path = dir_ + "/" + first_stage_file();
+  std::string bytes = test::read_bytes(path);
+  bytes[bytes.size() / 2] ^= 0x01;
+  test::write_bytes(path, bytes);
+  auto r = open();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::verify);
+  EXPECT_NE(r.error().message.find("does not match its recorded hash"), std::string::npos) << r.error().describe();
+  EXPECT_EQ(devices_opened_, 0);
+  EXPECT_EQ(open_c().first, FT_ERR_HASH);
+}
+
+TEST_F(RuntimeTest, RefusesAMissingCodeObject) {
+  fs::remove(dir_ + "/" + first_stage_file());
+  auto r = open();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::io);
+  EXPECT_NE(r.error().message.find("missing"), std::string::npos) << r.error().describe();
+  EXPECT_EQ(open_c().first, FT_ERR_FILE);
+}
+
+TEST_F(RuntimeTest, RefusesAnotherTarget) {
+  auto r = open("gfx942");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::no_device);
+  EXPECT_NE(r.error().message.find("the export is for sm_90a"), std::string::npos) << r.error().describe();
+  EXPECT_NE(r.error().message.find("is gfx942"), std::string::npos);
+  EXPECT_EQ(fake_->modules_loaded, 0);  // refused before loading anything
+}
+
+TEST_F(RuntimeTest, RefusesBadManifests) {
+  json newer = manifest_;
+  newer["schema_version"] = 2;
+  write_manifest(newer);
+  auto r = open();
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("schema_version 2, this runtime reads 1"), std::string::npos) << r.error().describe();
+  EXPECT_EQ(open_c().first, FT_ERR_MANIFEST);
+
+  test::write_bytes(dir_ + "/manifest.json", "{ not json");
+  r = open();
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("not a JSON object"), std::string::npos);
+
+  json missing = manifest_;
+  missing["problems"][0].erase("hidden");
+  write_manifest(missing);
+  r = open();
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("malformed"), std::string::npos) << r.error().describe();
+
+  fs::remove(dir_ + "/manifest.json");
+  r = open();
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("no manifest.json"), std::string::npos);
+  EXPECT_EQ(devices_opened_, 0);
+}
+
+TEST_F(RuntimeTest, SelectsNextBucketUpElseLargest) {
+  auto r = open();
+  ASSERT_TRUE(r) << r.error().describe();
+  const std::string key = manifest_["problems"][0]["key"];
+  for (auto [t, bucket] : std::vector<std::pair<int, int>>{{1, 1}, {5, 16}, {64, 64}, {700, 4096}, {4096, 4096}, {20000, 16384}}) {
+    auto plan = (*r)->select(key, t);
+    ASSERT_TRUE(plan) << plan.error().describe();
+    EXPECT_EQ(plan->bucket->tokens, bucket) << "T=" << t;
+  }
+  auto unknown = (*r)->select("moe_e1_h1_i1_k1_bf16_swiglu_uniform", 4);
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, Errc::not_found);
+  EXPECT_FALSE((*r)->select(key, 0));
+}
+
+// The launch path: memset + four launches on the caller's stream, no host
+// synchronisation, grids exactly as generator/launch.hpp computes them.
+TEST_F(RuntimeTest, LaunchMatchesLaunchFormulasWithoutSynchronising) {
+  auto r = open();
+  ASSERT_TRUE(r) << r.error().describe();
+  const json& pj = manifest_["problems"][0];
+  Problem p;
+  p.experts = pj["experts"], p.hidden = pj["hidden"], p.inter = pj["inter"], p.topk = pj["topk"];
+  for (int t : {1, 5, 64, 700, 4096}) {
+    auto plan = (*r)->select(pj["key"].get<std::string>(), t);
+    ASSERT_TRUE(plan);
+    rt::LayerBuffers b{1, 2, 3, 4, 5, 0, 0, 6, 7, 8, 9, 10, 11};
+    fake_->launches.clear();
+    fake_->events.clear();
+    int dummy_stream = 0;
+    ASSERT_TRUE((*r)->launch(*plan, b, StreamHandle{&dummy_stream}));
+    ASSERT_EQ(fake_->launches.size(), 4u);
+    ASSERT_EQ(fake_->events.size(), 5u);
+    EXPECT_EQ(fake_->events[0], "memset 7 0 x" + std::to_string(std::size_t(t) * p.hidden) + " stream");
+    for (const std::string& e : fake_->events) EXPECT_NE(e, "synchronize");
+    for (const std::string& e : fake_->events) EXPECT_TRUE(e.ends_with(" stream")) << e;
+    const json* bucket = nullptr;
+    for (const json& bj : pj["buckets"])
+      if (bj["tokens"] == plan->bucket->tokens) bucket = &bj;
+    ASSERT_NE(bucket, nullptr);
+    const int align_block = (*bucket)["align_block"];
+    const Variant v1 = *Variant::from_json((*bucket)["steps"][2]["variant"]);
+    const Variant v2 = *Variant::from_json((*bucket)["steps"][3]["variant"]);
+    auto same = [&](const FakeDevice::Launch& l, const LaunchShape& s, const std::string& what) {
+      EXPECT_EQ(l.grid.x, unsigned(s.grid_x)) << what << " T=" << t;
+      EXPECT_EQ(l.grid.y, unsigned(s.grid_y)) << what;
+      EXPECT_EQ(l.grid.z, unsigned(s.grid_z)) << what;
+      EXPECT_EQ(l.block.x, unsigned(s.block)) << what;
+      EXPECT_EQ(l.shared, s.lds_bytes) << what;
+    };
+    same(fake_->launches[0], align_launch(p), "align");
+    same(fake_->launches[1], stage_launch(v1, p, t, align_block), "stage1");
+    same(fake_->launches[2], stage_launch(v2, p, t, align_block), "stage2");
+    same(fake_->launches[3], reduce_launch(p, t), "reduce");
+    EXPECT_EQ(fake_->launches[1].symbol, v1.name());
+    EXPECT_EQ(fake_->launches[2].symbol, v2.name());
+    const MoeArgsHost& a = fake_->launches[1].args;
+    EXPECT_EQ(a.tokens, t);
+    EXPECT_EQ(a.align_block, align_block);
+    EXPECT_EQ(a.max_padded_rows, max_padded_rows(p, t, align_block));
+    EXPECT_EQ(a.w1, 4u);
+    EXPECT_EQ(a.y, 11u);
+    const rt::WorkspaceSizes w = (*r)->workspace(*plan);
+    EXPECT_EQ(w.sorted_ids, std::size_t(max_padded_rows(p, t, align_block)) * 4);
+    EXPECT_EQ(w.y_acc, std::size_t(t) * p.hidden * 4);
+  }
+  // A null buffer is refused before anything is enqueued.
+  auto plan = (*r)->select(pj["key"].get<std::string>(), 5);
+  fake_->events.clear();
+  rt::LayerBuffers missing{1, 2, 3, 4, 5, 0, 0, 6, 7, 8, 9, 10, 0};
+  EXPECT_FALSE((*r)->launch(*plan, missing, {}));
+  EXPECT_TRUE(fake_->events.empty());
+}
+
+TEST(RuntimeC, NullArgumentsAndMissingFolder) {
+  char err[256] = {0};
+  ft_runtime* rt = nullptr;
+  EXPECT_EQ(ft_runtime_open(nullptr, &rt, err, sizeof err), FT_ERR_ARGUMENT);
+  EXPECT_EQ(ft_runtime_open("/nonexistent/flytune-export", &rt, err, sizeof err), FT_ERR_MANIFEST);
+  EXPECT_EQ(rt, nullptr);
+  EXPECT_NE(std::string(err).find("no manifest.json"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace ft

@@ -13,6 +13,7 @@
 #include "tests/unit/db/db_test_support.hpp"
 #include "tests/unit/export/export_test_support.hpp"
 #include "tuner/compile/hash.hpp"
+#include "tuner/subprocess.hpp"
 
 namespace ft {
 namespace {
@@ -97,6 +98,25 @@ TEST(Export, StepsAgreeWithLaunchFormulasAndArgsLayout) {
   EXPECT_NE(header.find("#define FLYTUNE_DISPATCH_COUNT 6"), std::string::npos);
   EXPECT_NE(header.find("#define FLYTUNE_MOE_ARGS_SIZE 120"), std::string::npos);
   EXPECT_NE(header.find(p["buckets"][0]["steps"][2]["symbol"].get<std::string>()), std::string::npos);
+}
+
+// The generated header is plain C99 that a C compiler accepts without warnings.
+TEST(Export, DispatchHeaderCompilesAsC) {
+  const test::SharedExport& ex = test::shared_h200_export();
+  if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
+  ASSERT_TRUE(ex.error.empty()) << ex.error;
+  auto cc = find_executable("cc");
+  if (!cc) GTEST_SKIP() << "no C compiler: " << cc.error().describe();
+  const std::string src = ex.dir + "/use_header.c";
+  test::write_bytes(src, "#include \"flytune_dispatch.h\"\n"
+                         "int main(void) { return flytune_dispatch_table[FLYTUNE_DISPATCH_COUNT - 1].tokens == 16384 ? 0 : 1; }\n");
+  auto r = run_capture({*cc, "-std=c99", "-Wall", "-Wextra", "-pedantic", "-Werror", "-I", ex.dir, src, "-o", ex.dir + "/use_header"},
+                       {}, std::chrono::seconds(60));
+  ASSERT_TRUE(r) << r.error().describe();
+  EXPECT_EQ(r->exit_code, 0) << r->output;
+  auto run = run_capture({ex.dir + "/use_header"}, {}, std::chrono::seconds(10));
+  ASSERT_TRUE(run);
+  EXPECT_EQ(run->exit_code, 0);
 }
 
 TEST(Export, LeavesTheDatabaseUntouched) {

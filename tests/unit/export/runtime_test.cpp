@@ -282,6 +282,35 @@ TEST_F(RuntimeTest, LaunchMatchesLaunchFormulasWithoutSynchronising) {
   EXPECT_TRUE(fake_->events.empty());
 }
 
+// A stage that reads pre-shuffled weights gets the shuffled pointer, and a
+// launch without it is refused before anything is enqueued.
+TEST_F(RuntimeTest, ShuffledStageReadsTheShuffledWeights) {
+  json m = manifest_;
+  for (json& b : m["problems"][0]["buckets"]) b["steps"][2]["weight_layout"] = "shuffled";
+  write_manifest(m);
+  auto r = open();
+  ASSERT_TRUE(r) << r.error().describe();
+  auto plan = (*r)->select(m["problems"][0]["key"].get<std::string>(), 64);
+  ASSERT_TRUE(plan);
+  EXPECT_TRUE(plan->bucket->shuffled_w1);
+  EXPECT_FALSE(plan->bucket->shuffled_w2);
+  rt::LayerBuffers b{1, 2, 3, 4, 5, 0, 0, 6, 7, 8, 9, 10, 11};
+  auto refused = (*r)->launch(*plan, b, {});
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("pass w1_shuffled"), std::string::npos) << refused.error().describe();
+  EXPECT_TRUE(fake_->launches.empty());
+  b.w1_shuffled = 40;
+  ASSERT_TRUE((*r)->launch(*plan, b, {}));
+  ASSERT_EQ(fake_->launches.size(), 4u);
+  EXPECT_EQ(fake_->launches[1].args.w1, 40u);  // stage 1: shuffled
+  EXPECT_EQ(fake_->launches[2].args.w2, 5u);   // stage 2: plain
+  // The shuffle kernel itself: rows a multiple of 16, cols of 8.
+  EXPECT_FALSE((*r)->shuffle_weights(4, 40, 15, 8, {}));
+  ASSERT_TRUE((*r)->shuffle_weights(4, 40, 32, 16, {}));
+  EXPECT_EQ(fake_->launches.back().symbol, "ft_sm_90a_shuffle");
+  EXPECT_EQ(fake_->launches.back().grid.x, 1u);  // 32*16/8 = 64 chunks, 256 threads
+}
+
 TEST(RuntimeC, NullArgumentsAndMissingFolder) {
   char err[256] = {0};
   ft_runtime* rt = nullptr;

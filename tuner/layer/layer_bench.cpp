@@ -365,6 +365,12 @@ Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1,
   return out;
 }
 
+Status LayerBench::inject_fault() {
+  FillArgsHost a{0x10, std::uint64_t(1) << 24, 1, 1.0f, 0};  // page zero: never mapped
+  FT_CHECK(dev_.launch(fill_, Dim3{unsigned((a.count / 8 + 255) / 256), 1, 1}, Dim3{256, 1, 1}, 0, {}, &a, sizeof a));
+  return dev_.synchronize();
+}
+
 Result<LayerBench::AlignOutput> LayerBench::run_align_only(int align_block) {
   AlignOutput out;
   FT_CHECK(dev_.memset_u32(padded_rows_.ptr(), 0xffffffffu, 1));

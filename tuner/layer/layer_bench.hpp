@@ -87,6 +87,10 @@ class LayerBench {
   Result<std::vector<std::uint16_t>> download_w1();
   Result<std::vector<std::uint16_t>> download_w2();
 
+  // Launches the fill kernel through an invalid device address and waits:
+  // the device error a broken kernel would raise (crash-isolation tests).
+  Status inject_fault();
+
   int tokens() const { return tokens_; }
   Device& device() { return dev_; }
 

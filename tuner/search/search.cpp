@@ -155,7 +155,9 @@ class Measurer {
   Result<nlohmann::json> call(const nlohmann::json& req, std::chrono::milliseconds timeout) {
     if (!worker_.running()) FT_CHECK(restart());
     auto r = worker_.request(req, timeout);
-    if (!r && (r.error().code == Errc::timeout || !worker_.running())) {
+    // A device error ends the worker (its context may be gone); a timeout or a
+    // death already did. Start a fresh one for the next request.
+    if (!r && (r.error().code == Errc::timeout || r.error().code == Errc::device || !worker_.running())) {
       ++crashes_;
       if (!g_interrupted.load()) {
         if (auto st = restart(); !st) return std::unexpected(st.error());

@@ -144,6 +144,13 @@ struct WorkerService::State {
                             {"stage1", timing_json(t.stage1)}, {"stage2", timing_json(t.stage2)},
                             {"reduce", timing_json(t.reduce)}};
     }
+    if (op == "fault") {
+      // Fault injection for the crash-isolation tests: a launch that writes
+      // through an invalid device address, as a broken kernel would.
+      if (!bench) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
+      FT_CHECK(bench->inject_fault());
+      return fail(Errc::internal, "the injected fault did not fault");
+    }
     if (op == "telemetry") {
       Device* d = FT_TRY(dev());
       if (!telemetry) telemetry = Telemetry::open(d->info());
@@ -188,6 +195,9 @@ int serve_worker(const std::string& selector, std::istream& in, std::ostream& ou
     auto req = nlohmann::json::parse(line, nullptr, false);
     nlohmann::json answer = req.is_discarded() ? error_json(Error{Errc::invalid_input, "request is not JSON", {}}) : service.handle(req);
     out << answer.dump() << '\n' << std::flush;
+    // A device error may leave the GPU context unusable (illegal address, lost
+    // context): end here so the search starts a fresh worker.
+    if (answer.value("code", "") == "device") return 3;
   }
   return 0;
 }

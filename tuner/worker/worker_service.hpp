@@ -11,6 +11,8 @@
 //   time   {variant, code_object, entry, warmup, reps, flush_l2} -> {median_us, p10_us, p90_us, min_us, samples}
 //   verify_layer / time_layer {stage1: {variant, code_object, entry}, stage2: {...}, reps, graph}
 //   telemetry                                -> {sm_clock_mhz, mem_clock_mhz, temperature_c}
+//   fault                                    a launch through an invalid address (tests)
+// After answering a device error the worker exits: the GPU context may be unusable.
 // Every answer has "ok"; failures carry "error" and "code".
 #include <istream>
 #include <memory>

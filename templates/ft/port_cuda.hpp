@@ -7,14 +7,9 @@
 #define FT_MEMCPY(dst, src, bytes) memcpy(dst, src, bytes)
 #define FT_KERNEL(threads, name) extern "C" __global__ void __launch_bounds__(threads) name
 
-namespace ft {
+#include "ft/int_types.hpp"
 
-using u8 = unsigned char;
-using u16 = unsigned short;
-using u32 = unsigned int;
-using i32 = int;
-using u64 = unsigned long long;
-using i64 = long long;
+namespace ft {
 
 inline constexpr int kWaveSize = 32;
 #define FT_UNROLL _Pragma("unroll")

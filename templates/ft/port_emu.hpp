@@ -61,14 +61,9 @@ struct Runtime {
 // The compiler decides; full unrolling only slows the host compile.
 #define FT_UNROLL
 
-namespace ft {
+#include "ft/int_types.hpp"
 
-using u8 = unsigned char;
-using u16 = unsigned short;
-using u32 = unsigned int;
-using i32 = int;
-using u64 = unsigned long long;
-using i64 = long long;
+namespace ft {
 
 inline constexpr int kWaveSize = FT_EMU_WAVE_SIZE;
 

@@ -10,14 +10,9 @@
 #define FT_KERNEL(threads, name) \
   extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(threads, threads))) void name
 
-namespace ft {
+#include "ft/int_types.hpp"
 
-using u8 = unsigned char;
-using u16 = unsigned short;
-using u32 = unsigned int;
-using i32 = int;
-using u64 = unsigned long long;
-using i64 = long long;
+namespace ft {
 
 inline constexpr int kWaveSize = 64;
 #define FT_UNROLL _Pragma("unroll")

@@ -29,7 +29,9 @@ Result<DynLib> DynLib::open(std::initializer_list<std::string_view> names, std::
     if (n.empty()) continue;
     std::string name(n);
     dlerror();
-    if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+    // NODELETE: vendor runtimes and compilers are not safe to unload mid-process,
+    // and leak checkers can then still name them.
+    if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE)) {
       DynLib lib;
       lib.handle_ = h;
       lib.path_ = name;

@@ -555,17 +555,32 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
                                  w.p90_us.value_or(0), std::nullopt, speedup, {}});
     }
 
-    // 3. The whole layer with the two winners (matching routed-weight placement),
-    //    verified at this token count, then timed.
+    // 3. The whole layer. Stages are tuned alone, but a layer pads every
+    //    expert's rows to the larger tile_m of its pair, so the pair is chosen
+    //    among the best three of each stage by timing them together; it is then
+    //    verified at this token count and timed at length.
     if (best[KernelKind::moe1].empty() || best[KernelKind::moe2].empty()) continue;
-    const Candidate* c1 = best[KernelKind::moe1].front().second;
+    const Candidate* c1 = nullptr;
     const Candidate* c2 = nullptr;
-    for (auto& [t, c] : best[KernelKind::moe2])
-      if (c->cv->variant.weight_in_stage1 == c1->cv->variant.weight_in_stage1) {
-        c2 = c;
-        break;
+    double best_pair_us = 0;
+    constexpr std::size_t kTopPerStage = 3;
+    for (std::size_t i = 0; i < std::min(kTopPerStage, best[KernelKind::moe1].size()); ++i)
+      for (std::size_t j = 0; j < std::min(kTopPerStage, best[KernelKind::moe2].size()); ++j) {
+        const Candidate* a = best[KernelKind::moe1][i].second;
+        const Candidate* b = best[KernelKind::moe2][j].second;
+        if (a->cv->variant.weight_in_stage1 != b->cv->variant.weight_in_stage1) continue;
+        if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
+        nlohmann::json probe{{"op", "time_layer"}, {"stage1", a->spec}, {"stage2", b->spec}, {"reps", kAbReps}, {"graph", cfg.graph}};
+        auto t = m.call(probe, 300s);
+        if (!t) continue;
+        const double us = (*t)["total"]["median_us"].get<double>();
+        if (!c1 || us < best_pair_us) {
+          c1 = a;
+          c2 = b;
+          best_pair_us = us;
+        }
       }
-    if (!c2) continue;
+    if (!c1 || !c2) continue;
     db::VariantRecord layer;
     layer.kernel_name = c1->cv->variant.name() + "+" + c2->cv->variant.name();
     layer.target = std::string(target->name);

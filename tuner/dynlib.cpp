@@ -23,15 +23,14 @@ DynLib& DynLib::operator=(DynLib&& o) noexcept {
   return *this;
 }
 
-Result<DynLib> DynLib::open(std::initializer_list<std::string_view> names, std::string_view what) {
+Result<DynLib> DynLib::open(std::initializer_list<std::string_view> names, std::string_view what, Lifetime lifetime) {
+  const int flags = RTLD_NOW | RTLD_LOCAL | (lifetime == Lifetime::process ? RTLD_NODELETE : 0);
   std::string tried, last_error;
   for (std::string_view n : names) {
     if (n.empty()) continue;
     std::string name(n);
     dlerror();
-    // NODELETE: vendor runtimes and compilers are not safe to unload mid-process,
-    // and leak checkers can then still name them.
-    if (void* h = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE)) {
+    if (void* h = dlopen(name.c_str(), flags)) {
       DynLib lib;
       lib.handle_ = h;
       lib.path_ = name;

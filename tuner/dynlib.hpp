@@ -19,9 +19,15 @@ class DynLib {
   DynLib(const DynLib&) = delete;
   DynLib& operator=(const DynLib&) = delete;
 
+  // How long the code stays mapped. Vendor runtimes and compilers stay for the
+  // process (unloading them mid-process is unsafe, and leak checkers can still
+  // name them); libraries flytune builds itself (emulated kernels) unload on close.
+  enum class Lifetime { process, until_closed };
+
   // Tries each name in order (sonames, then absolute paths); the error lists
   // all tried names and the last dlerror().
-  static Result<DynLib> open(std::initializer_list<std::string_view> names, std::string_view what);
+  static Result<DynLib> open(std::initializer_list<std::string_view> names, std::string_view what,
+                             Lifetime lifetime = Lifetime::process);
 
   bool loaded() const { return handle_ != nullptr; }
   const std::string& path() const { return path_; }  // the name that loaded

@@ -219,7 +219,8 @@ Result<ModuleHandle> EmuDevice::load_module(std::span<const std::byte> image) {
   auto module = std::make_unique<EmuModule>();
   module->file.fd = fd;
   const std::string path = fmt::format("/proc/self/fd/{}", fd);
-  auto lib = DynLib::open({path}, "emulated kernel library");
+  // Unloadable: the descriptor number (and so the path) is reused after unload.
+  auto lib = DynLib::open({path}, "emulated kernel library", DynLib::Lifetime::until_closed);
   if (!lib) return std::unexpected(with_context(lib.error(), info_.name));
   unsigned (*bind)(const Runtime*) = nullptr;
   if (!lib->bind(bind, FT_EMU_BIND_SYMBOL))

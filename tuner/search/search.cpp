@@ -45,9 +45,8 @@ db::Resources to_db(const Resources& r) {
   return out;
 }
 
-std::string hex_seed() {
-  return fmt::format("{:x}", std::uint64_t(Clock::now().time_since_epoch().count()) ^ std::uint64_t(getpid()) << 32);
-}
+// A fresh seed when none is given: the clock mixed with the process id.
+std::uint64_t fresh_seed() { return std::uint64_t(Clock::now().time_since_epoch().count()) ^ (std::uint64_t(getpid()) << 32); }
 
 // Everything one target's compile produced, recorded in the store.
 struct RecordedSpace {
@@ -133,8 +132,8 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
 // The GPU half of a search: one worker, restarted after faults.
 class Measurer {
  public:
-  Measurer(const SearchConfig& cfg, db::Store& store, std::int64_t run_id)
-      : cfg_(cfg), store_(store), run_id_(run_id),
+  explicit Measurer(const SearchConfig& cfg)
+      : cfg_(cfg),
         exe_(cfg.worker_executable.empty() ? self_executable() : cfg.worker_executable) {}
 
   Result<nlohmann::json> start_and_query_device() {
@@ -194,8 +193,6 @@ class Measurer {
   }
 
   const SearchConfig& cfg_;
-  db::Store& store_;
-  std::int64_t run_id_;
   std::string exe_;
   WorkerProcess worker_;
   nlohmann::json open_, inputs_;
@@ -309,7 +306,7 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   }
 
   // --- GPU search -------------------------------------------------------------
-  Measurer m(cfg, store, summary.run_id);
+  Measurer m(cfg);
   auto dev = m.start_and_query_device();
   if (!dev) {
     (void)store.end_run(summary.run_id, db::RunStatus::failed);
@@ -353,7 +350,7 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
                                                                     ? "replay:" + cfg.problem.routing.replay_file
                                                                     : cfg.problem.routing.key()}}},
                       {"target", target->name}, {"support", rs.support_path}, {"max_tokens", max_tokens}}));
-  const std::uint64_t seed = cfg.seed ? cfg.seed : std::stoull(hex_seed(), nullptr, 16);
+  const std::uint64_t seed = cfg.seed ? cfg.seed : fresh_seed();
 
   auto record = [&](std::int64_t variant_id, int tokens, const std::string& phase, db::MeasurementStatus st,
                     const nlohmann::json& result, const std::string& error, const nlohmann::json& tele) -> Status {

@@ -44,6 +44,7 @@ class FakeDevice : public Device {
   }
   Result<ModuleHandle> load_module(std::span<const std::byte> image) override {
     ++modules_loaded;
+    if (loads_out) ++*loads_out;  // outlives the device, which a refused open destroys
     return ModuleHandle{reinterpret_cast<void*>(image.size())};
   }
   Status unload_module(ModuleHandle) override { return {}; }
@@ -77,6 +78,7 @@ class FakeDevice : public Device {
 
   DeviceInfo info_;
   int modules_loaded = 0;
+  int* loads_out = nullptr;
   std::vector<std::string> symbols;
   std::vector<Launch> launches;
   std::vector<std::string> events;
@@ -103,6 +105,7 @@ class RuntimeTest : public ::testing::Test {
       ++devices_opened_;
       auto d = std::make_unique<FakeDevice>(arch);
       fake_ = d.get();
+      d->loads_out = &modules_loaded_;
       return std::unique_ptr<Device>(std::move(d));
     });
   }
@@ -119,7 +122,8 @@ class RuntimeTest : public ::testing::Test {
   std::string dir_;
   json manifest_;
   int devices_opened_ = 0;
-  FakeDevice* fake_ = nullptr;
+  FakeDevice* fake_ = nullptr;  // valid only while the runtime that owns it lives
+  int modules_loaded_ = 0;
 };
 
 TEST_F(RuntimeTest, RefusesAFileOutsideTheFolder) {
@@ -177,7 +181,7 @@ TEST_F(RuntimeTest, RefusesAnotherTarget) {
   EXPECT_EQ(r.error().code, Errc::no_device);
   EXPECT_NE(r.error().message.find("the export is for sm_90a"), std::string::npos) << r.error().describe();
   EXPECT_NE(r.error().message.find("is gfx942"), std::string::npos);
-  EXPECT_EQ(fake_->modules_loaded, 0);  // refused before loading anything
+  EXPECT_EQ(modules_loaded_, 0);  // refused before loading anything
 }
 
 TEST_F(RuntimeTest, RefusesBadManifests) {

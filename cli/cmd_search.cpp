@@ -124,7 +124,7 @@ int run(const SearchOptions& opt) {
   if (!summary) return report_error(summary.error());
   if (opt.json) fmt::print("{}\n", summary->to_json().dump(2));
   else print_summary(*summary, cfg.problem);
-  return summary->interrupted ? 130 : kExitOk;
+  return summary->interrupted ? kExitInterrupted : kExitOk;
 }
 
 }  // namespace

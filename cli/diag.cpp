@@ -12,6 +12,4 @@ int report_error(const Error& e) {
   return e.code == Errc::usage ? kExitUsage : kExitError;
 }
 
-void warn(std::string_view message) { fmt::print(stderr, "flytune: warning: {}\n", message); }
-
 }  // namespace ft::cli

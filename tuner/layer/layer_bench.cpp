@@ -389,11 +389,6 @@ Result<LayerBench::AlignOutput> LayerBench::run_align_only(int align_block) {
   return out;
 }
 
-Result<std::vector<std::uint16_t>> LayerBench::reference_intermediate(bool w1) {
-  FT_CHECK(ensure_reference(w1));
-  return download(inter_ref_[w1 ? 1 : 0].ptr(), std::size_t(tokens_) * problem_.topk * problem_.inter);
-}
-
 Result<std::vector<std::uint16_t>> LayerBench::reference_output(bool w1) {
   FT_CHECK(ensure_reference(w1));
   return download(y_ref_[w1 ? 1 : 0].ptr(), std::size_t(tokens_) * problem_.hidden);

@@ -80,7 +80,6 @@ class LayerBench {
   Result<AlignOutput> run_align_only(int align_block);
 
   // The reference outputs, for host-side checks of the reference itself.
-  Result<std::vector<std::uint16_t>> reference_intermediate(bool weight_in_stage1);
   Result<std::vector<std::uint16_t>> reference_output(bool weight_in_stage1);
   // Current inputs copied back to the host (small problems only).
   Result<std::vector<std::uint16_t>> download_x();

@@ -20,11 +20,6 @@ Progress::Progress(std::string what, std::size_t total, bool enabled)
 
 Progress::~Progress() { finish(); }
 
-void Progress::set_total(std::size_t total) {
-  std::lock_guard lock(mu_);
-  total_ = total;
-}
-
 void Progress::advance(const std::string& item, std::size_t by) {
   std::lock_guard lock(mu_);
   done_ += by;

@@ -14,7 +14,6 @@ class Progress {
   ~Progress();
   // Thread-safe.
   void advance(const std::string& item, std::size_t by = 1);
-  void set_total(std::size_t total);
   void finish();
 
  private:

@@ -1,6 +1,7 @@
 // The comgr backend: HIP source -> LLVM bitcode -> relocatable -> executable
 // code object, entirely in memory through libamd_comgr (API 2.x; the 2.4 of
 // ROCm 5.2 has no single source-to-relocatable action, so three steps).
+#include <mutex>
 #include <regex>
 #include <utility>
 
@@ -89,6 +90,12 @@ class ComgrSession {
 }  // namespace
 
 Result<BackendOutput> compile_with_comgr(const BackendJob& job) {
+  // comgr 2.x compiles with an in-process LLVM whose global state is not safe
+  // for concurrent actions: parallel compiles crashed intermittently (seen in
+  // the compile_all test). One comgr compile at a time per process; clang and
+  // NVRTC still run in parallel.
+  static std::mutex comgr_mutex;
+  std::lock_guard lock(comgr_mutex);
   const ComgrApi& api = *FT_TRY(comgr_api());
   ComgrSession session(api);
   auto input = FT_TRY(session.new_set());

@@ -20,6 +20,10 @@ constexpr std::array kAtoms{
   AtomInfo{#id, "mma.sync", M, N, K, elem, targets, "", sass, 32},
 #include "templates/ft/atoms_mma_sync.def"
 #undef FT_MMA_SYNC
+#define FT_WGMMA(id, M, NSTEP, K, elem, ptx_types, targets, sass) \
+  AtomInfo{#id, "wgmma", M, NSTEP, K, elem, targets, "", sass, 32},
+#include "templates/ft/atoms_wgmma.def"
+#undef FT_WGMMA
 };
 
 }  // namespace
@@ -36,6 +40,7 @@ bool AtomInfo::available_on(std::string_view target) const {
 }
 
 std::string AtomInfo::short_name() const {
+  if (warpgroup()) return "wgmma";  // its N is the variant's (weight matrices x tile_n)
   return fmt::format("{}{}x{}x{}", family == "mfma" ? "mfma" : "mma", m, n, k);
 }
 

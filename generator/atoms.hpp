@@ -14,13 +14,16 @@ namespace ft {
 
 struct AtomInfo {
   std::string_view id;          // the device type ft::atom::<id>
-  std::string_view family;      // "mfma" | "mma.sync"
-  int m, n, k;
+  std::string_view family;      // "mfma" | "mma.sync" | "wgmma"
+  int m, n, k;                  // wgmma: n is the step of N; a variant's N is weight matrices x tile_n
   DType dtype;
   std::string_view targets;     // comma separated
   std::string_view asm_cdna2;   // mnemonic LLVM prints on gfx90a (MFMA)
   std::string_view asm_cdna3;   // on gfx940+ (MFMA); SASS name for NVIDIA atoms
-  int lanes;                    // 64 (wave) or 32 (warp)
+  int lanes;                    // 64 (wave) or 32 (warp; a wgmma warpgroup is 4 warps)
+
+  // A warpgroup atom reading shared memory (WgmmaGemm), not a wave-level one (TiledGemm).
+  bool warpgroup() const { return family == "wgmma"; }
 
   int a_regs() const { return m * k / lanes; }   // 16-bit elements per lane
   int b_regs() const { return n * k / lanes; }

@@ -41,6 +41,22 @@ Status parse_list(std::string_view values, std::string_view axis, std::vector<T>
 
 bool divides(long long a, long long b) { return b > 0 && a % b == 0; }
 
+// The shape rules of ft::WgmmaGemm (templates/ft/wgmma_gemm.hpp).
+std::optional<std::string> why_illegal_wgmma(const Variant& v) {
+  if (v.warps_n != 1 || v.warps_m % 4 != 0 || v.warps_m > 8)
+    return fmt::format("wgmma needs 4x1 or 8x1 warps (one or two warpgroups along M), not {}x{}", v.warps_m, v.warps_n);
+  const int groups = v.warps_m / 4;
+  if (v.tile_m % (groups * v.atom->m) != 0)
+    return fmt::format("tile_m {} does not give each of {} warpgroups whole {}-row wgmma blocks", v.tile_m, groups, v.atom->m);
+  const int n = v.weight_matrices() * v.tile_n;
+  if (n != 64 && n != 128 && n != 256)
+    return fmt::format("wgmma N = {} weight matrices x tile_n {} = {} is not 64, 128 or 256", v.weight_matrices(), v.tile_n, n);
+  if (v.tile_k != 64) return fmt::format("wgmma k-tiles are 64 deep (one 128-byte swizzle row), not {}", v.tile_k);
+  if (v.stages < 3) return fmt::format("the wgmma ring needs at least 3 stages, not {}", v.stages);
+  if (v.layout != WeightLayoutKind::plain) return std::string("wgmma reads plain K-major weights, not shuffled ones");
+  return std::nullopt;
+}
+
 }  // namespace
 
 SpaceOptions SpaceOptions::wide() {
@@ -54,6 +70,8 @@ SpaceOptions SpaceOptions::wide() {
   o.weight_in_stage1 = {false, true};
   o.reduce = {Reduction::atomic, Reduction::partials};
   o.layout = {WeightLayoutKind::plain, WeightLayoutKind::shuffled};
+  o.wgmma_tile_n = {32, 64, 128, 256};
+  o.wgmma_stages = {3, 4, 5};
   return o;
 }
 
@@ -63,6 +81,9 @@ SpaceOptions SpaceOptions::small() {
   o.tile_n = {64};
   o.tile_k = {32};
   o.warps = {{2, 2}};
+  o.wgmma_tile_m = {64};
+  o.wgmma_tile_n = {64};
+  o.wgmma_warps = {{4, 1}};
   return o;
 }
 
@@ -101,8 +122,11 @@ Result<SpaceOptions> SpaceOptions::parse(std::string_view text) {
         if (v == "moe2") return KernelKind::moe2;
         return fail(Errc::invalid_input, fmt::format("--space: kind '{}' is not moe1 or moe2", v));
       });
-    else if (axis == "warps")
-      st = parse_list(values, axis, o.warps, [](std::string_view v) -> Result<std::pair<int, int>> {
+    else if (axis == "wgmma_tile_m") st = parse_list(values, axis, o.wgmma_tile_m, int_of);
+    else if (axis == "wgmma_tile_n") st = parse_list(values, axis, o.wgmma_tile_n, int_of);
+    else if (axis == "wgmma_stages") st = parse_list(values, axis, o.wgmma_stages, int_of);
+    else if (axis == "warps" || axis == "wgmma_warps")
+      st = parse_list(values, axis, axis == "warps" ? o.warps : o.wgmma_warps, [](std::string_view v) -> Result<std::pair<int, int>> {
         auto x = v.find('x');
         if (x == std::string_view::npos) return fail(Errc::invalid_input, fmt::format("--space: warps '{}' is not MxN, e.g. 2x2", v));
         auto m = to_int(v.substr(0, x), "warps");
@@ -131,7 +155,7 @@ Result<SpaceOptions> SpaceOptions::parse(std::string_view text) {
     else
       return fail(Errc::invalid_input,
                   fmt::format("--space: unknown axis '{}'; axes: kind, atom, tile_m, tile_n, tile_k, warps, stages, "
-                              "split_k, weight, reduce, layout",
+                              "split_k, weight, reduce, layout, wgmma_tile_m, wgmma_tile_n, wgmma_warps, wgmma_stages",
                               axis));
     if (!st) return std::unexpected(st.error());
   }
@@ -144,12 +168,16 @@ std::optional<std::string> why_illegal(const Variant& v, const Problem& p) {
   if (!a.available_on(t.name)) return fmt::format("atom {} does not exist on {}", a.id, t.name);
   if (a.dtype != v.dtype) return fmt::format("atom {} takes {}, the variant is {}", a.id, to_string(a.dtype), to_string(v.dtype));
   if (a.lanes != t.wave_size) return fmt::format("atom {} needs {}-lane waves, {} has {}", a.id, a.lanes, t.name, t.wave_size);
-  if (v.tile_m % (v.warps_m * a.m) != 0)
+  if (a.warpgroup()) {
+    if (auto why = why_illegal_wgmma(v)) return why;
+  } else if (v.tile_m % (v.warps_m * a.m) != 0)
     return fmt::format("tile_m {} is not a multiple of warps_m {} x atom M {}", v.tile_m, v.warps_m, a.m);
-  if (v.tile_n % (v.warps_n * a.n) != 0)
+  else if (v.tile_n % (v.warps_n * a.n) != 0)
     return fmt::format("tile_n {} is not a multiple of warps_n {} x atom N {}", v.tile_n, v.warps_n, a.n);
-  if (v.tile_k % a.k != 0 || v.tile_k % 8 != 0) return fmt::format("tile_k {} is not a multiple of atom K {} and of 8", v.tile_k, a.k);
-  if (v.stages != 1 && v.stages != 2) return fmt::format("stages {} is not 1 (single) or 2 (ping-pong)", v.stages);
+  else if (v.tile_k % a.k != 0 || v.tile_k % 8 != 0)
+    return fmt::format("tile_k {} is not a multiple of atom K {} and of 8", v.tile_k, a.k);
+  else if (v.stages != 1 && v.stages != 2)
+    return fmt::format("stages {} is not 1 (single) or 2 (ping-pong)", v.stages);
   if (v.threads() > 1024) return fmt::format("{} threads per block exceed 1024", v.threads());
   if (v.lds_bytes() > t.lds_bytes) return fmt::format("LDS use {} bytes exceeds {}", v.lds_bytes(), t.lds_bytes);
   if (int regs = v.register_estimate(); regs > t.regs_per_lane)
@@ -175,13 +203,14 @@ Space enumerate_space(const Target& target, const Problem& problem, const SpaceO
   } else {
     for (const auto& id : o.atoms) atoms.push_back(find_atom(id));
   }
+  const std::vector<int> wgmma_tile_k{64};
   for (KernelKind kind : o.kinds)
     for (const AtomInfo* atom : atoms)
-      for (int tm : o.tile_m)
-        for (int tn : o.tile_n)
-          for (int tk : o.tile_k)
-            for (auto [wm, wn] : o.warps)
-              for (int st : o.stages)
+      for (int tm : atom->warpgroup() ? o.wgmma_tile_m : o.tile_m)
+        for (int tn : atom->warpgroup() ? o.wgmma_tile_n : o.tile_n)
+          for (int tk : atom->warpgroup() ? wgmma_tile_k : o.tile_k)
+            for (auto [wm, wn] : atom->warpgroup() ? o.wgmma_warps : o.warps)
+              for (int st : atom->warpgroup() ? o.wgmma_stages : o.stages)
                 for (bool w1 : o.weight_in_stage1)
                   for (WeightLayoutKind layout : o.layout) {
                     // Stage-2-only axes collapse to one value for stage 1.

@@ -22,14 +22,21 @@ struct SpaceOptions {
   std::vector<int> tile_k{32, 64};
   std::vector<std::pair<int, int>> warps{{1, 4}, {2, 2}};
   std::vector<int> stages{2};
-  std::vector<int> split_k{1};                 // stage 2
+  std::vector<int> split_k{1, 4};              // stage 2
   std::vector<bool> weight_in_stage1{false};
   std::vector<Reduction> reduce{Reduction::atomic};  // stage 2
   std::vector<WeightLayoutKind> layout{WeightLayoutKind::plain};
+  // The Hopper wgmma family has its own tile, warp and stage axes (tile_k is
+  // always 64: one 128-byte swizzle row); the axes above apply to the others.
+  std::vector<int> wgmma_tile_m{64, 128, 256};
+  std::vector<int> wgmma_tile_n{64, 128, 256};
+  std::vector<std::pair<int, int>> wgmma_warps{{4, 1}, {8, 1}};
+  std::vector<int> wgmma_stages{4};
 
   // "default", "wide", "small", then ';'-separated overrides "axis=v1,v2", e.g.
   // "wide;tile_m=16,64;warps=2x2". Axes: kind, atom, tile_m, tile_n, tile_k,
-  // warps, stages, split_k, weight (stage1|stage2), reduce, layout.
+  // warps, stages, split_k, weight (stage1|stage2), reduce, layout, and the
+  // wgmma family's wgmma_tile_m, wgmma_tile_n, wgmma_warps, wgmma_stages.
   static Result<SpaceOptions> parse(std::string_view text);
   static SpaceOptions wide();
   static SpaceOptions small();  // a handful of variants, for quick checks

@@ -8,6 +8,9 @@ namespace ft {
 int Variant::threads() const { return warps_m * warps_n * atom->lanes; }
 
 int Variant::lds_bytes() const {
+  // Mirrors ft::WgmmaGemm::kSmemBytes: 128-byte rows (tile_k 64) of A and all
+  // weight tiles per stage, plus 1024 bytes to align the ring for the swizzle.
+  if (atom->warpgroup()) return stages * (tile_m + weight_matrices() * tile_n) * tile_k * 2 + 1024;
   // Mirrors ft::TiledGemm::kSmemBytes: rows of A then of each weight matrix,
   // each tile_k wide plus one 16-byte pad, per LDS stage.
   const int rows = tile_m + weight_matrices() * tile_n;
@@ -15,6 +18,12 @@ int Variant::lds_bytes() const {
 }
 
 int Variant::register_estimate() const {
+  if (atom->warpgroup()) {
+    const int groups = warps_m * warps_n / 4;
+    const int acc = tile_m / groups / atom->m * weight_matrices() * tile_n / 2;
+    const int chunks = (tile_m + weight_matrices() * tile_n) * 8 / threads();
+    return acc + chunks * 2 + 24;  // accumulators, a 64-bit source pointer per copy, addressing
+  }
   const int rm = tile_m / warps_m / atom->m, rn = tile_n / warps_n / atom->n;
   const int acc = weight_matrices() * rm * rn * atom->c_regs();
   const int frags = (rm * atom->a_regs() + rn * atom->b_regs()) / 2;  // two 16-bit values per register

@@ -17,6 +17,7 @@ struct MfmaLayout {
   static constexpr int M = M_, N = N_, K = K_;
   static constexpr Elem elem = E_;
   static constexpr int lanes = 64;
+  static constexpr bool kWarpgroup = false;  // a wave-level atom (TiledGemm), not a wgmma (WgmmaGemm)
   static constexpr int a_regs = M * K / 64;
   static constexpr int b_regs = N * K / 64;
   static constexpr int c_regs = M * N / 64;
@@ -40,6 +41,7 @@ struct MmaSyncM16N8K16Layout {
   static constexpr int M = 16, N = 8, K = 16;
   static constexpr Elem elem = E_;
   static constexpr int lanes = 32;
+  static constexpr bool kWarpgroup = false;
   static constexpr int a_regs = 8, b_regs = 4, c_regs = 4;
   static constexpr int a_contig = 2, b_contig = 2;
 

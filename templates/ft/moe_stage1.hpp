@@ -7,7 +7,7 @@ namespace ft {
 
 template <class Cfg>
 struct Stage1 {
-  using Gemm = TiledGemm<Cfg, 2>;
+  using Gemm = GemmFor<Cfg, 2>;
   static constexpr int kThreads = Gemm::kThreads;
   static constexpr int kSmemBytes = Gemm::kSmemBytes;
 
@@ -34,10 +34,10 @@ struct Stage1 {
 
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)
-        FT_UNROLL for (int i = 0; i < Gemm::Atom::c_regs; ++i) {
+        FT_UNROLL for (int i = 0; i < Gemm::kCRegs; ++i) {
           const int id = ids[Gemm::acc_row(rm, i)];
           if (id >= pairs) continue;
-          const float gate = g.acc[0][rm][rn][i], up = g.acc[1][rm][rn][i];
+          const float gate = g.acc_at(0, rm, rn, i), up = g.acc_at(1, rm, rn, i);
           float h = silu(gate, exp_f32(-gate)) * up;
           if constexpr (Cfg::weight_in_stage1) h *= p.topk_weights[id];
           p.inter[(long long)id * I + n0 + Gemm::acc_col(rn, i)] = from_f32<Cfg::elem>(h);

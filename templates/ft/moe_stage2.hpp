@@ -8,7 +8,7 @@ namespace ft {
 
 template <class Cfg>
 struct Stage2 {
-  using Gemm = TiledGemm<Cfg, 1>;
+  using Gemm = GemmFor<Cfg, 1>;
   static constexpr int kThreads = Gemm::kThreads;
   static constexpr int kSmemBytes = Gemm::kSmemBytes;
   static_assert(Cfg::split_k == 1 || Cfg::reduce == Reduce::atomic, "split-K partial sums need atomic reduction");
@@ -37,10 +37,10 @@ struct Stage2 {
 
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)
-        FT_UNROLL for (int i = 0; i < Gemm::Atom::c_regs; ++i) {
+        FT_UNROLL for (int i = 0; i < Gemm::kCRegs; ++i) {
           const int id = ids[Gemm::acc_row(rm, i)];
           if (id >= pairs) continue;
-          float v = g.acc[0][rm][rn][i];
+          float v = g.acc_at(0, rm, rn, i);
           if constexpr (!Cfg::weight_in_stage1) v *= p.topk_weights[id];
           const int c = n0 + Gemm::acc_col(rn, i);
           if constexpr (Cfg::reduce == Reduce::atomic)

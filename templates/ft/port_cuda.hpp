@@ -33,4 +33,22 @@ FT_DEVICE int atomic_add(int* p, int v) { return atomicAdd(p, v); }
 
 FT_DEVICE float exp_f32(float x) { return __expf(x); }
 
+// Asynchronous global -> shared copies and the shared-memory address space,
+// used by the Hopper GEMM (wgmma_gemm.hpp) only.
+FT_DEVICE u32 shared_address(const void* p) { return u32(__cvta_generic_to_shared(p)); }
+// Copies 16 bytes, or writes 16 zero bytes when !valid (src is then not read).
+FT_DEVICE void copy_async_16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(shared_address(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+FT_DEVICE void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N committed copy groups of this thread are pending.
+template <int N>
+FT_DEVICE void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Makes this thread's shared-memory writes visible to the async proxy (wgmma).
+FT_DEVICE void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 }  // namespace ft

@@ -93,6 +93,20 @@ FT_DEVICE int atomic_add(int* p, int v) { return std::atomic_ref<int>(*p).fetch_
 
 FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }
 
+// The Hopper GEMM's asynchronous copies, done at issue; shared addresses are
+// offsets into the block's LDS.
+FT_DEVICE u32 shared_address(const void* p) {
+  return u32(static_cast<const unsigned char*>(p) - emu::detail::lane().lds);
+}
+FT_DEVICE void copy_async_16(void* dst, const void* src, bool valid) {
+  if (valid) __builtin_memcpy(dst, src, 16);
+  else __builtin_memset(dst, 0, 16);
+}
+FT_DEVICE void copy_async_commit() {}
+template <int N>
+FT_DEVICE void copy_async_wait() {}
+FT_DEVICE void fence_async_proxy() {}
+
 namespace emu {
 
 // The cross-lane primitive the emulated atoms (atom_emulate.hpp) are built on.

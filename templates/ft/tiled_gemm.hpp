@@ -32,10 +32,14 @@ struct TiledGemm {
   static_assert(Cfg::stages == 1 || Cfg::stages == 2, "single or ping-pong LDS");
   static_assert(Atom::a_regs % Atom::a_contig == 0 && Atom::b_regs % Atom::b_contig == 0);
 
+  static constexpr int kCRegs = Atom::c_regs;  // accumulators per lane per atom
+
   float acc[NB][RM][RN][Atom::c_regs];
   const u16* src[kChunksPerThread];  // row start of each chunk this thread copies (null: zero row)
   int step[kChunksPerThread];
   Chunk16 staged[kChunksPerThread];
+
+  FT_DEVICE float& acc_at(int nb, int rm, int rn, int i) { return acc[nb][rm][rn][i]; }
 
   // a_row(r): start of gathered row r of A (or nullptr for a padding row);
   // b_row(nb, r): start of row r of weight matrix nb in its layout.

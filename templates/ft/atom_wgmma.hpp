@@ -1,0 +1,143 @@
+#pragma once
+// NVIDIA Hopper warpgroup atoms (rows of atoms_wgmma.def): one
+// wgmma.mma_async.m64nNk16 whose A (64 x 16) and B (N x 16) are read from
+// shared memory through 64-bit descriptors, accumulating into N/2 fp32
+// registers per lane of the 128-lane warpgroup. Operand tiles are K-major with
+// 128-byte rows in the 128-byte swizzled layout (wgmma_gemm.hpp writes them):
+// the 16-byte chunk c of row r sits at chunk c ^ (r % 8), and groups of 8 rows
+// are 1024 bytes apart.
+//
+// Accumulator register i of lane l of warp w (of the warpgroup) holds
+//   row 16 w + l / 4 + 8 ((i / 2) % 2),  column 8 (i / 4) + 2 (l % 4) + i % 2
+// (PTX ISA, "Matrix fragments for wgmma.m64nNk16": the m16n8 layout of
+// mma.sync repeated along N, one 16-row slice per warp).
+namespace ft {
+
+// The descriptor of a K-major, 128-byte-swizzled operand slice starting at
+// shared-memory byte address `addr` (1024-aligned tile plus a k offset of
+// 32 bytes per k16 step): leading byte offset 16 (unused by this layout),
+// stride byte offset 1024 (8 rows of 128 bytes), layout type 1 (128B swizzle).
+FT_HOST_DEVICE constexpr u64 wgmma_descriptor(u32 addr) {
+  return u64((addr & 0x3FFFF) >> 4) | (u64(16 >> 4) << 16) | (u64(1024 >> 4) << 32) | (u64(1) << 62);
+}
+
+// The shared-memory byte address a descriptor starts at.
+FT_HOST_DEVICE constexpr u32 wgmma_descriptor_address(u64 desc) { return u32(desc & 0x3FFF) << 4; }
+
+// Byte offset, from a 1024-aligned tile base, of element (row, k) of a
+// K-major tile with 64-element (128-byte) rows in the 128-byte swizzle.
+FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k) {
+  const u32 logical = u32(row) * 128 + u32(k) * 2;
+  return logical ^ (((logical >> 7) & 7) << 4);
+}
+
+}  // namespace ft
+
+#if defined(FT_FLAVOUR_CUDA)
+// Every accumulator register is named in the instruction, so the operand
+// lists are spelled out: "+f" lists by macro, the "{%0, ...}" text below.
+#define FT_WGMMA_F4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define FT_WGMMA_F16(d, i) FT_WGMMA_F4(d, i), FT_WGMMA_F4(d, i + 4), FT_WGMMA_F4(d, i + 8), FT_WGMMA_F4(d, i + 12)
+#define FT_WGMMA_F32(d, i) FT_WGMMA_F16(d, i), FT_WGMMA_F16(d, i + 16)
+#define FT_WGMMA_F64(d, i) FT_WGMMA_F32(d, i), FT_WGMMA_F32(d, i + 32)
+#define FT_WGMMA_F128(d, i) FT_WGMMA_F64(d, i), FT_WGMMA_F64(d, i + 64)
+#define FT_WGMMA_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FT_WGMMA_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FT_WGMMA_D128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+// d += A x B^T (scale-d predicate true; the kernels zero d first).
+#define FT_WGMMA_ASM(N, R, next, ptx_types)                                                                 \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k16." ptx_types " " \
+  FT_WGMMA_D##R ", %" #R ", %" #next ", p, 1, 1, 0, 0;\n}\n"
+
+#define FT_WGMMA(id, M, NSTEP, K, elem, ptx_types, targets, sass)                                     \
+  struct id {                                                                                        \
+    static constexpr int M_ = M, K_ = K;                                                             \
+    static constexpr Elem element = Elem::elem;                                                      \
+    static constexpr bool kWarpgroup = true;                                                         \
+    template <int N>                                                                                 \
+    FT_DEVICE static void mma(float (&d)[N / 2], u64 a, u64 b) {                                     \
+      static_assert(N == 64 || N == 128 || N == 256, "wgmma atoms here: N = 64, 128 or 256");          \
+      if constexpr (N == 64)                                                                         \
+        asm volatile(FT_WGMMA_ASM(64, 32, 33, ptx_types) : FT_WGMMA_F32(d, 0) : "l"(a), "l"(b));     \
+      else if constexpr (N == 128)                                                                   \
+        asm volatile(FT_WGMMA_ASM(128, 64, 65, ptx_types) : FT_WGMMA_F64(d, 0) : "l"(a), "l"(b));    \
+      else                                                                                           \
+        asm volatile(FT_WGMMA_ASM(256, 128, 129, ptx_types) : FT_WGMMA_F128(d, 0) : "l"(a), "l"(b)); \
+    }                                                                                                \
+  };
+
+namespace ft {
+// Orders this warpgroup's register and shared-memory accesses before the
+// wgmma that follow (required before the first wgmma of a batch).
+FT_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+FT_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// Waits until at most N committed wgmma groups of this warpgroup are pending.
+template <int N>
+FT_DEVICE void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across the
+// asynchronous wgmma (it cannot see that they touch these registers).
+template <int R>
+FT_DEVICE void wgmma_fence_operands(float (&d)[R]) {
+  FT_UNROLL for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+}  // namespace ft
+
+#elif defined(FT_FLAVOUR_EMU)
+// Emulation: each lane computes its own accumulator slots straight from the
+// emulated shared memory, decoding the descriptors and the swizzle exactly as
+// the layout above says, so a template that writes tiles in another layout
+// gets wrong answers here too. Issue order is execution order, so the
+// fences and waits have nothing to do.
+#define FT_WGMMA(id, M, NSTEP, K, elem, ptx_types, targets, sass)              \
+  struct id {                                                                 \
+    static constexpr int M_ = M, K_ = K;                                      \
+    static constexpr Elem element = Elem::elem;                               \
+    static constexpr bool kWarpgroup = true;                                  \
+    template <int N>                                                          \
+    FT_DEVICE static void mma(float (&d)[N / 2], u64 a, u64 b) {              \
+      static_assert(N == 64 || N == 128 || N == 256, "wgmma atoms here: N = 64, 128 or 256"); \
+      emu::emulate_wgmma<Elem::elem, N>(d, a, b);                              \
+    }                                                                         \
+  };
+
+namespace ft {
+namespace emu {
+template <Elem E, int N>
+void emulate_wgmma(float (&d)[N / 2], u64 a_desc, u64 b_desc) {
+  const unsigned char* lds = shared_memory();
+  const u32 a0 = wgmma_descriptor_address(a_desc), b0 = wgmma_descriptor_address(b_desc);
+  // A slice start = 1024-aligned tile + k offset; the swizzle acts on the
+  // address bits, so element (r, k) lives at swizzle(start + r*128 + 2k).
+  auto element = [&](u32 start, int r, int k) {
+    const u32 logical = start + u32(r) * 128 + u32(k) * 2;
+    u16 v;
+    __builtin_memcpy(&v, lds + (logical ^ (((logical >> 7) & 7) << 4)), 2);
+    return to_f32<E>(v);
+  };
+  const int t = thread_index() % 128, warp = t / 32, lane = t % 32;
+  for (int i = 0; i < N / 2; ++i) {
+    const int row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2);
+    const int col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+    float acc = d[i];
+    for (int k = 0; k < 16; ++k) acc += element(a0, row, k) * element(b0, col, k);
+    d[i] = acc;
+  }
+}
+}  // namespace emu
+FT_DEVICE void wgmma_fence() {}
+FT_DEVICE void wgmma_commit() {}
+template <int N>
+FT_DEVICE void wgmma_wait() {}
+template <int R>
+FT_DEVICE void wgmma_fence_operands(float (&)[R]) {}
+}  // namespace ft
+#endif
+
+#if defined(FT_WGMMA)
+namespace ft::atom {
+#include "ft/atoms_wgmma.def"
+}  // namespace ft::atom
+#undef FT_WGMMA
+#endif

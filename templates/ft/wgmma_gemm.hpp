@@ -1,0 +1,133 @@
+#pragma once
+// The Hopper GEMM machinery (sm_90a and its CPU emulation), with the interface
+// of TiledGemm so the MoE stages use either: a block of one or two warpgroups
+// computes a tile_m x tile_n tile of A (gathered rows) times NB weight
+// matrices. The NB weight tiles sit side by side in shared memory and one
+// wgmma m64nNk16 (N = NB * tile_n) covers them all, so stage 1's gate and up
+// accumulators of a (row, column) land in the same lane.
+//
+// Tiles are 64 elements (128 bytes) deep in k, written by cp.async straight
+// into the 128-byte swizzled layout wgmma reads (atom_wgmma.hpp), in a ring
+// of `stages` buffers. Loads run stages - 2 k-tiles ahead of the math: the
+// one buffer of slack lets the previous tile's wgmma still be reading while
+// the next copy is issued, with a single barrier per k-tile.
+namespace ft {
+
+template <class Cfg, int NB>
+struct WgmmaGemm;
+
+#if defined(FT_FLAVOUR_CUDA) || defined(FT_FLAVOUR_EMU)
+template <class Cfg, int NB>
+struct WgmmaGemm {
+  using Atom = typename Cfg::Atom;
+  static constexpr int TM = Cfg::tile_m, TN = Cfg::tile_n, TK = Cfg::tile_k;
+  static constexpr int kWarpgroups = Cfg::warps_m * Cfg::warps_n / 4;
+  static constexpr int kThreads = kWarpgroups * 128;
+  static constexpr int kGroupRows = TM / kWarpgroups;  // rows of A each warpgroup owns
+  static constexpr int RM = kGroupRows / 64;           // 64-row wgmma blocks per warpgroup
+  static constexpr int kN = NB * TN;                   // the wgmma's N
+  static constexpr int RN = TN / 8;                    // 8-column accumulator blocks per weight matrix
+  static constexpr int kCRegs = 4;                     // accumulators per lane per 8-column block
+  static constexpr int kRows = TM + kN;                // shared-memory rows per stage: A, then weights
+  static constexpr int kStageBytes = kRows * 128;
+  static constexpr int kSmemBytes = Cfg::stages * kStageBytes + 1024;  // + room to align to 1024
+  static constexpr int kChunksPerThread = kRows * 8 / kThreads;
+  static constexpr int kRowStep = kThreads / 8;  // rows between one thread's consecutive chunks
+
+  static_assert(Atom::kWarpgroup, "WgmmaGemm takes a wgmma atom");
+  static_assert(Cfg::warps_n == 1 && Cfg::warps_m % 4 == 0, "whole warpgroups stacked along M");
+  static_assert(TK == 64, "k-tiles are one 128-byte swizzle row deep");
+  static_assert(kGroupRows % 64 == 0, "each warpgroup owns whole 64-row wgmma blocks");
+  static_assert(kN == 64 || kN == 128 || kN == 256, "the wgmma atoms here take N = 64, 128 or 256");
+  static_assert(Cfg::stages >= 3, "the ring needs a slack buffer");
+  static_assert(kRowStep % 8 == 0, "a thread's chunks keep one swizzle phase");
+  static_assert(Cfg::layout == WeightLayout::plain, "wgmma reads plain K-major weights");
+
+  float acc[RM][kN / 2];
+  const u16* src[kChunksPerThread];  // row start (plus this thread's chunk) of each copy; null: zero row
+
+  FT_DEVICE float& acc_at(int nb, int rm, int rn, int i) { return acc[rm][(nb * RN + rn) * 4 + i]; }
+
+  template <class ARow, class BRow>
+  FT_DEVICE void setup(ARow a_row, BRow b_row) {
+    FT_UNROLL for (int rm = 0; rm < RM; ++rm)
+      FT_UNROLL for (int i = 0; i < kN / 2; ++i) acc[rm][i] = 0.0f;
+    const int tid = thread_index();
+    FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
+      const int row = tid / 8 + j * kRowStep;
+      const u16* p = row < TM ? a_row(row) : b_row((row - TM) / TN, (row - TM) % TN);
+      src[j] = p ? p + (tid % 8) * 8 : nullptr;
+    }
+  }
+
+  // Issues the copies of the k-tile starting at k0 into `stage`.
+  FT_DEVICE void load(unsigned char* stage, int k0) const {
+    const int tid = thread_index();
+    const int chunk = (tid % 8) ^ ((tid / 8) % 8);  // the same swizzle phase for all of this thread's rows
+    FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
+      const int row = tid / 8 + j * kRowStep;
+      copy_async_16(stage + row * 128 + chunk * 16, src[j] ? src[j] + k0 : src[0], src[j] != nullptr);
+    }
+  }
+
+  // Accumulates A[:, k_begin:k_end] x B^T into acc.
+  FT_DEVICE void run(int k_begin, int k_end) {
+    unsigned char* window = shared_memory();
+    // Swizzle and descriptors act on shared addresses: align tiles to 1024 there.
+    const u32 window_addr = shared_address(window);
+    unsigned char* ring = window + (((window_addr + 1023u) & ~1023u) - window_addr);
+    const u32 ring_addr = shared_address(ring);
+    constexpr int S = Cfg::stages;
+    const int tiles = (k_end - k_begin) / TK;
+    const int group = thread_index() / 128;
+
+    FT_UNROLL for (int s = 0; s < S - 2; ++s) {
+      if (s < tiles) load(ring + s * kStageBytes, k_begin + s * TK);
+      copy_async_commit();  // empty groups keep the count uniform
+    }
+    for (int t = 0; t < tiles; ++t) {
+      copy_async_wait<S - 3>();  // this thread's copies of tile t have landed
+      fence_async_proxy();
+      barrier();                 // everyone's have; every warpgroup is done with tile t - 2
+      const u32 stage = ring_addr + u32((t % S) * kStageBytes);
+      wgmma_fence();
+      FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
+      FT_UNROLL for (int kk = 0; kk < TK / 16; ++kk)
+        FT_UNROLL for (int rm = 0; rm < RM; ++rm) {
+          const u32 a = stage + u32((group * kGroupRows + rm * 64) * 128 + kk * 32);
+          const u32 b = stage + u32(TM * 128 + kk * 32);
+          Atom::template mma<kN>(acc[rm], wgmma_descriptor(a), wgmma_descriptor(b));
+        }
+      wgmma_commit();
+      FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
+      wgmma_wait<1>();  // tile t - 1's wgmma are done: its buffer is free after the next barrier
+      const int next = t + S - 2;
+      if (next < tiles) load(ring + (next % S) * kStageBytes, k_begin + next * TK);
+      copy_async_commit();
+    }
+    wgmma_wait<0>();
+    FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
+  }
+
+  // Tile coordinates of accumulator acc_at(nb, rm, rn, i) of this lane.
+  FT_DEVICE static int acc_row(int rm, int i) {
+    const int tid = thread_index();
+    return (tid / 128) * kGroupRows + rm * 64 + ((tid / 32) % 4) * 16 + (tid % 32) / 4 + 8 * ((i / 2) % 2);
+  }
+  FT_DEVICE static int acc_col(int rn, int i) { return rn * 8 + 2 * (thread_index() % 4) + i % 2; }
+};
+#endif
+
+// The GEMM machinery of a stage: by the family of its atom.
+template <bool UseFirst, class First, class Second>
+struct SelectType {
+  using type = First;
+};
+template <class First, class Second>
+struct SelectType<false, First, Second> {
+  using type = Second;
+};
+template <class Cfg, int NB>
+using GemmFor = typename SelectType<Cfg::Atom::kWarpgroup, WgmmaGemm<Cfg, NB>, TiledGemm<Cfg, NB>>::type;
+
+}  // namespace ft

@@ -32,15 +32,22 @@ struct Stage1 {
         });
     g.run(0, int(H));
 
+    constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;  // adjacent columns stored together
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)
-        FT_UNROLL for (int i = 0; i < Gemm::kCRegs; ++i) {
+        FT_UNROLL for (int i = 0; i < Gemm::kCRegs; i += kStep) {
           const int id = ids[Gemm::acc_row(rm, i)];
           if (id >= pairs) continue;
-          const float gate = g.acc_at(0, rm, rn, i), up = g.acc_at(1, rm, rn, i);
-          float h = silu(gate, exp_f32(-gate)) * up;
-          if constexpr (Cfg::weight_in_stage1) h *= p.topk_weights[id];
-          p.inter[(long long)id * I + n0 + Gemm::acc_col(rn, i)] = from_f32<Cfg::elem>(h);
+          u16 h[kStep];
+          FT_UNROLL for (int s = 0; s < kStep; ++s) {
+            const float gate = g.acc_at(0, rm, rn, i + s), up = g.acc_at(1, rm, rn, i + s);
+            float v = silu(gate, exp_f32(-gate)) * up;
+            if constexpr (Cfg::weight_in_stage1) v *= p.topk_weights[id];
+            h[s] = from_f32<Cfg::elem>(v);
+          }
+          u16* out = p.inter + (long long)id * I + n0 + Gemm::acc_col(rn, i);
+          if constexpr (kStep == 2) store_pair(out, h[0], h[1]);
+          else *out = h[0];
         }
   }
 };

@@ -35,18 +35,27 @@ struct Stage2 {
         });
     g.run(k_begin, k_begin + k_len);
 
+    constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;  // adjacent columns added / stored together
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)
-        FT_UNROLL for (int i = 0; i < Gemm::kCRegs; ++i) {
+        FT_UNROLL for (int i = 0; i < Gemm::kCRegs; i += kStep) {
           const int id = ids[Gemm::acc_row(rm, i)];
           if (id >= pairs) continue;
-          float v = g.acc_at(0, rm, rn, i);
-          if constexpr (!Cfg::weight_in_stage1) v *= p.topk_weights[id];
+          float v[kStep];
+          FT_UNROLL for (int s = 0; s < kStep; ++s) {
+            v[s] = g.acc_at(0, rm, rn, i + s);
+            if constexpr (!Cfg::weight_in_stage1) v[s] *= p.topk_weights[id];
+          }
           const int c = n0 + Gemm::acc_col(rn, i);
-          if constexpr (Cfg::reduce == Reduce::atomic)
-            atomic_add(&p.y_acc[(long long)(id / p.topk) * H + c], v);
-          else
-            p.y_acc[(long long)id * H + c] = v;
+          float* out = Cfg::reduce == Reduce::atomic ? &p.y_acc[(long long)(id / p.topk) * H + c]
+                                                     : &p.y_acc[(long long)id * H + c];
+          if constexpr (Cfg::reduce == Reduce::atomic) {
+            if constexpr (kStep == 2) atomic_add_pair(out, v[0], v[1]);
+            else atomic_add(out, v[0]);
+          } else {
+            if constexpr (kStep == 2) store_pair(out, v[0], v[1]);
+            else *out = v[0];
+          }
         }
   }
 };

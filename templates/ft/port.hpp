@@ -19,6 +19,8 @@
 //   ft::Chunk16, ft::zero_chunk()  a 16-byte register value (the unit of global/LDS copies)
 //   FT_MEMCPY(dst, src, n)   a fixed-size copy the compiler keeps in registers
 //   FT_UNROLL                 full-unroll hint for loops over register arrays
+//   ft::store_pair(u16*|float*, a, b), ft::atomic_add_pair(float*, a, b)  two adjacent elements
+//     (one 4/8-byte store, one red.v2 on CUDA), for atoms whose lanes hold column pairs
 //   CUDA and EMU only (the Hopper GEMM): ft::shared_address(p), ft::copy_async_16(dst, src, valid),
 //     ft::copy_async_commit(), ft::copy_async_wait<N>(), ft::fence_async_proxy()
 //   atom instruction hooks: see atom_mfma.hpp / atom_mma_sync.hpp (EMU uses atom_emulate.hpp)

@@ -33,6 +33,14 @@ FT_DEVICE int atomic_add(int* p, int v) { return atomicAdd(p, v); }
 
 FT_DEVICE float exp_f32(float x) { return __expf(x); }
 
+// Two adjacent elements at once (p 4- / 8-byte aligned): the epilogues of
+// atoms whose lanes hold column pairs.
+FT_DEVICE void store_pair(u16* p, u16 a, u16 b) { *reinterpret_cast<u32*>(p) = u32(a) | (u32(b) << 16); }
+FT_DEVICE void store_pair(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+FT_DEVICE void atomic_add_pair(float* p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
 // Asynchronous global -> shared copies and the shared-memory address space,
 // used by the Hopper GEMM (wgmma_gemm.hpp) only.
 FT_DEVICE u32 shared_address(const void* p) { return u32(__cvta_generic_to_shared(p)); }

@@ -93,6 +93,10 @@ FT_DEVICE int atomic_add(int* p, int v) { return std::atomic_ref<int>(*p).fetch_
 
 FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }
 
+FT_DEVICE void store_pair(u16* p, u16 a, u16 b) { p[0] = a; p[1] = b; }
+FT_DEVICE void store_pair(float* p, float a, float b) { p[0] = a; p[1] = b; }
+FT_DEVICE void atomic_add_pair(float* p, float a, float b) { atomic_add(p, a); atomic_add(p + 1, b); }
+
 // The Hopper GEMM's asynchronous copies, done at issue; shared addresses are
 // offsets into the block's LDS.
 FT_DEVICE u32 shared_address(const void* p) {

@@ -45,4 +45,10 @@ FT_DEVICE int atomic_add(int* p, int v) {
 
 FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }
 
+// Column-pair epilogue helpers (the MFMA layouts hold row runs, so the
+// stages do not call these on AMD; they exist so the stages compile).
+FT_DEVICE void store_pair(u16* p, u16 a, u16 b) { p[0] = a; p[1] = b; }
+FT_DEVICE void store_pair(float* p, float a, float b) { p[0] = a; p[1] = b; }
+FT_DEVICE void atomic_add_pair(float* p, float a, float b) { atomic_add(p, a); atomic_add(p + 1, b); }
+
 }  // namespace ft

@@ -33,6 +33,10 @@ struct TiledGemm {
   static_assert(Atom::a_regs % Atom::a_contig == 0 && Atom::b_regs % Atom::b_contig == 0);
 
   static constexpr int kCRegs = Atom::c_regs;  // accumulators per lane per atom
+  // Accumulators 2j and 2j+1 of a lane are columns c, c+1 of one row (mma.sync), so
+  // epilogues may store them as a pair; MFMA lanes hold runs of rows instead.
+  static constexpr bool kPairedColumns = Atom::c_regs % 2 == 0 && Atom::c_row(0, 1) == Atom::c_row(0, 0) &&
+                                         Atom::c_col(0, 1) == Atom::c_col(0, 0) + 1 && Atom::c_col(0, 0) % 2 == 0;
 
   float acc[NB][RM][RN][Atom::c_regs];
   const u16* src[kChunksPerThread];  // row start of each chunk this thread copies (null: zero row)

@@ -28,6 +28,7 @@ struct WgmmaGemm {
   static constexpr int kN = NB * TN;                   // the wgmma's N
   static constexpr int RN = TN / 8;                    // 8-column accumulator blocks per weight matrix
   static constexpr int kCRegs = 4;                     // accumulators per lane per 8-column block
+  static constexpr bool kPairedColumns = true;         // 2j, 2j+1: columns c, c+1 of one row
   static constexpr int kRows = TM + kN;                // shared-memory rows per stage: A, then weights
   static constexpr int kStageBytes = kRows * 128;
   static constexpr int kSmemBytes = Cfg::stages * kStageBytes + 1024;  // + room to align to 1024
@@ -41,6 +42,7 @@ struct WgmmaGemm {
   static_assert(kN == 64 || kN == 128 || kN == 256, "the wgmma atoms here take N = 64, 128 or 256");
   static_assert(Cfg::stages >= 3, "the ring needs a slack buffer");
   static_assert(kRowStep % 8 == 0, "a thread's chunks keep one swizzle phase");
+  static_assert(kRows * 8 % kThreads == 0, "every thread copies the same number of chunks");
   static_assert(Cfg::layout == WeightLayout::plain, "wgmma reads plain K-major weights");
 
   float acc[RM][kN / 2];

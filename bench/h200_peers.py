@@ -406,9 +406,9 @@ def stage_table(stage_rows):
         line = (f"| {r['T']} | {r['stage1_floor']:.0f} | {t(r['stage1'], r['stage1_floor'])} | {r['stage2_floor']:.0f} "
                 f"| {t(r['stage2'], r['stage2_floor'])} | {r['layer_floor']:.0f} | {t(r['layer'], r['layer_floor'])} | {gap} |")
         if in_layer:
-            parts = r.get("in_layer")
-            split = " / ".join(f"{parts.get(k) or 0:.1f}" for k in ("align_us", "stage1_us", "stage2_us", "reduce_us"))
-            line += f" {split} |" if parts else " - |"
+            parts = r.get("in_layer") or {}
+            keys = ("align_us", "stage1_us", "stage2_us", "reduce_us")
+            line += (" " + " / ".join(f"{parts.get(k) or 0:.1f}" for k in keys) + " |") if parts else " - |"
         lines.append(line)
     return lines
 

@@ -152,6 +152,8 @@ def moe_layer(x, ids, weights, w1, w2, cfg):
     I = two_i // 2
     topk = ids.shape[1]
     slots = T * topk
+    # The kernels index rows with unit inner strides and weights by slot.
+    assert x.stride(1) == 1 and w1.is_contiguous() and w2.is_contiguous() and weights.is_contiguous()
     sorted_ids, block_expert = align(ids, E, block_m)
     num_m = block_expert.numel()
     h = torch.empty(slots, I, device=x.device, dtype=torch.bfloat16)

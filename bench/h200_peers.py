@@ -464,13 +464,16 @@ def main():
         s["rows"] = bench_slice(I, tokens, wins, args, gemm, copy, gen)
         s["stages"] = [stage_row(T, I, wins, gemm, copy) for T in tokens]
         s["winners"] = (s.pop("search", None) or {}).get("winners", [])  # the rest is in search_iI.json
+        write_report(report, args.out)  # after every slice: a run cut short keeps what it measured
+    print(markdown(report))
 
-    text = markdown(report)
-    print(text)
-    with open(args.out, "w") as f:
-        f.write(text)
-    with open(args.out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
+
+def write_report(report, out):
+    done = {**report, "slices": [s for s in report["slices"] if "rows" in s]}
+    with open(out, "w") as f:
+        f.write(markdown(done))
+    with open(out + ".json", "w") as f:
+        json.dump(done, f, indent=1)
 
 
 if __name__ == "__main__":

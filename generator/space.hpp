@@ -29,7 +29,7 @@ struct SpaceOptions {
   // The Hopper wgmma family has its own tile, warp and stage axes (tile_k is
   // always 64: one 128-byte swizzle row); the axes above apply to the others.
   std::vector<int> wgmma_tile_m{64, 128, 256};
-  std::vector<int> wgmma_tile_n{64, 128, 256};
+  std::vector<int> wgmma_tile_n{32, 64, 128, 256};  // 32: stage 1 with N = 64, more blocks at decode
   std::vector<std::pair<int, int>> wgmma_warps{{4, 1}, {8, 1}};
   std::vector<int> wgmma_stages{4, 7};  // deep rings keep more weight bytes in flight (decode)
 

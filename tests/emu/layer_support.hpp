@@ -36,8 +36,9 @@ inline Problem small_problem(DType dtype) {
 
 // One layer plan per slot, cycling through the target's atoms (bf16 then f16)
 // and the axes so every target covers: every atom, both routed-weight
-// placements, both reductions, single and ping-pong LDS, split-K 2, plain and
-// shuffled weights, two warp layouts, two tile_k.
+// placements, both reductions, single and ping-pong LDS (and 3- and 4-deep
+// rings for wgmma), split-K 2, plain and shuffled weights, two warp layouts,
+// two tile_k.
 inline std::vector<LayerPlan> plans_for(const Target& t) {
   std::vector<const AtomInfo*> atoms = atoms_for(t, DType::bf16);
   for (const AtomInfo* a : atoms_for(t, DType::f16)) atoms.push_back(a);
@@ -63,6 +64,17 @@ inline std::vector<LayerPlan> plans_for(const Target& t) {
     v.weight_in_stage1 = (i / 4) % 2 == 1;
     v.reduce = (i / 2) % 2 == 1 ? Reduction::partials : Reduction::atomic;
     v.layout = (i % 4 == 1 || i % 4 == 2) ? WeightLayoutKind::shuffled : WeightLayoutKind::plain;
+    if (atom->warpgroup()) {
+      // The wgmma family's own shapes: one or two warpgroups, 64-deep k-tiles,
+      // a ring of 3 or 4 buffers, plain weights.
+      v.warps_m = i % 2 == 0 ? 4 : 8;
+      v.warps_n = 1;
+      v.tile_m = 64 * (v.warps_m / 4);
+      v.tile_n = 64;
+      v.tile_k = 64;
+      v.stages = 3 + i % 2;
+      v.layout = WeightLayoutKind::plain;
+    }
     LayerPlan plan;
     plan.stage1 = v;
     plan.stage1.kind = KernelKind::moe1;
@@ -71,7 +83,7 @@ inline std::vector<LayerPlan> plans_for(const Target& t) {
     plan.stage2.kind = KernelKind::moe2;
     plan.stage2.split_k = (v.reduce == Reduction::atomic && i % 4 == 1) ? 2 : 1;
     // Stage 2 reads W2 in the other layout on odd slots, so the layouts mix within a layer too.
-    if (i % 2 == 1)
+    if (i % 2 == 1 && !atom->warpgroup())
       plan.stage2.layout = v.layout == WeightLayoutKind::plain ? WeightLayoutKind::shuffled : WeightLayoutKind::plain;
     plans.push_back(plan);
   }

@@ -66,7 +66,7 @@ TEST(EmuLayerSlice, CoversEveryAxisOnEveryTarget) {
       layouts.insert(p.stage2.layout);
     }
     EXPECT_EQ(atoms.size(), atoms_for(t, DType::bf16).size() + atoms_for(t, DType::f16).size()) << t.name;
-    EXPECT_EQ(stages.size(), 2u) << t.name;
+    EXPECT_GE(stages.size(), 2u) << t.name;  // 1 and 2; plus 3 and 4 where wgmma atoms exist
     EXPECT_EQ(split.size(), 2u) << t.name;
     EXPECT_EQ(weight.size(), 2u) << t.name;
     EXPECT_EQ(reduce.size(), 2u) << t.name;

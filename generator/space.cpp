@@ -49,8 +49,8 @@ std::optional<std::string> why_illegal_wgmma(const Variant& v) {
   if (v.tile_m % (groups * v.atom->m) != 0)
     return fmt::format("tile_m {} does not give each of {} warpgroups whole {}-row wgmma blocks", v.tile_m, groups, v.atom->m);
   const int n = v.weight_matrices() * v.tile_n;
-  if (n != 64 && n != 128 && n != 256)
-    return fmt::format("wgmma N = {} weight matrices x tile_n {} = {} is not 64, 128 or 256", v.weight_matrices(), v.tile_n, n);
+  if (n != 32 && n != 64 && n != 128 && n != 256)
+    return fmt::format("wgmma N = {} weight matrices x tile_n {} = {} is not 32, 64, 128 or 256", v.weight_matrices(), v.tile_n, n);
   if (v.tile_k != 64) return fmt::format("wgmma k-tiles are 64 deep (one 128-byte swizzle row), not {}", v.tile_k);
   if (v.stages < 3) return fmt::format("the wgmma ring needs at least 3 stages, not {}", v.stages);
   if (v.layout != WeightLayoutKind::plain) return std::string("wgmma reads plain K-major weights, not shuffled ones");

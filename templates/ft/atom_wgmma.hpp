@@ -41,6 +41,7 @@ FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k) {
 #define FT_WGMMA_F32(d, i) FT_WGMMA_F16(d, i), FT_WGMMA_F16(d, i + 16)
 #define FT_WGMMA_F64(d, i) FT_WGMMA_F32(d, i), FT_WGMMA_F32(d, i + 32)
 #define FT_WGMMA_F128(d, i) FT_WGMMA_F64(d, i), FT_WGMMA_F64(d, i + 64)
+#define FT_WGMMA_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FT_WGMMA_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FT_WGMMA_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define FT_WGMMA_D128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
@@ -56,8 +57,10 @@ FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k) {
     static constexpr bool kWarpgroup = true;                                                         \
     template <int N>                                                                                 \
     FT_DEVICE static void mma(float (&d)[N / 2], u64 a, u64 b) {                                     \
-      static_assert(N == 64 || N == 128 || N == 256, "wgmma atoms here: N = 64, 128 or 256");          \
-      if constexpr (N == 64)                                                                         \
+      static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma atoms here: N = 32, 64, 128 or 256"); \
+      if constexpr (N == 32)                                                                         \
+        asm volatile(FT_WGMMA_ASM(32, 16, 17, ptx_types) : FT_WGMMA_F16(d, 0) : "l"(a), "l"(b));     \
+      else if constexpr (N == 64)                                                                    \
         asm volatile(FT_WGMMA_ASM(64, 32, 33, ptx_types) : FT_WGMMA_F32(d, 0) : "l"(a), "l"(b));     \
       else if constexpr (N == 128)                                                                   \
         asm volatile(FT_WGMMA_ASM(128, 64, 65, ptx_types) : FT_WGMMA_F64(d, 0) : "l"(a), "l"(b));    \
@@ -97,7 +100,7 @@ FT_DEVICE void wgmma_fence_operands(float (&d)[R]) {
     static constexpr bool kWarpgroup = true;                                  \
     template <int N>                                                          \
     FT_DEVICE static void mma(float (&d)[N / 2], u64 a, u64 b) {              \
-      static_assert(N == 64 || N == 128 || N == 256, "wgmma atoms here: N = 64, 128 or 256"); \
+      static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma atoms here: N = 32, 64, 128 or 256"); \
       emu::emulate_wgmma<Elem::elem, N>(d, a, b);                              \
     }                                                                         \
   };

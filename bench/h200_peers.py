@@ -448,18 +448,16 @@ def main():
     report["gemm_flops"], report["hbm_bytes"] = gemm, copy
     print(f"ceilings: dense bf16 GEMM {gemm/1e12:.0f} TFLOP/s, HBM copy {copy/1e12:.2f} TB/s", flush=True)
 
-    # Every search first, each in its own process, while the peers hold no GPU memory.
+    # One slice at a time (flytune's search in its own process, then the peers),
+    # so a run cut short keeps every slice it finished.
+    gen = torch.Generator(device="cuda").manual_seed(1)
     for I in inters:
         s = {"inter": I}
+        report["slices"].append(s)
         try:
             s["search"] = flytune_search(args, I, gemm, copy)
         except Exception as e:  # the peers still run; the flytune cells say why
             s["search_error"] = str(e)[:200]
-        report["slices"].append(s)
-
-    gen = torch.Generator(device="cuda").manual_seed(1)
-    for s in report["slices"]:
-        I = s["inter"]
         wins = winners_by_kind(s.get("search"))
         s["rows"] = bench_slice(I, tokens, wins, args, gemm, copy, gen)
         s["stages"] = [stage_row(T, I, wins, gemm, copy) for T in tokens]

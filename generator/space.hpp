@@ -31,7 +31,7 @@ struct SpaceOptions {
   std::vector<int> wgmma_tile_m{64, 128, 256};
   std::vector<int> wgmma_tile_n{32, 64, 128, 256};  // 32: stage 1 with N = 64, more blocks at decode
   std::vector<std::pair<int, int>> wgmma_warps{{4, 1}, {8, 1}};
-  std::vector<int> wgmma_stages{4, 7};  // deep rings keep more weight bytes in flight (decode)
+  std::vector<int> wgmma_stages{3, 4, 7};  // deeper rings keep more bytes in flight; 3 lets two blocks share an SM
 
   // "default", "wide", "small", then ';'-separated overrides "axis=v1,v2", e.g.
   // "wide;tile_m=16,64;warps=2x2". Axes: kind, atom, tile_m, tile_n, tile_k,

@@ -9,6 +9,7 @@
 #include "ft/atom_wgmma.hpp"
 #include "ft/tiled_gemm.hpp"
 #include "ft/wgmma_gemm.hpp"
+#include "ft/tile_order.hpp"
 #include "ft/moe_align.hpp"
 #include "ft/moe_stage1.hpp"
 #include "ft/moe_stage2.hpp"

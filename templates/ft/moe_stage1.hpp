@@ -12,10 +12,12 @@ struct Stage1 {
   static constexpr int kSmemBytes = Gemm::kSmemBytes;
 
   FT_DEVICE static void run(const MoeArgs& p) {
-    const int row0 = block_index_x() * Cfg::tile_m;
+    int row_block, col_tile;
+    tile_of_block<Gemm::kTileGroup>(p.max_padded_rows / Cfg::tile_m, p.inter_size / Cfg::tile_n, row_block, col_tile);
+    const int row0 = row_block * Cfg::tile_m;
     if (row0 >= *p.padded_rows) return;  // uniform across the block
     const int expert = p.block_experts[row0 / p.align_block];
-    const int n0 = block_index_y() * Cfg::tile_n;
+    const int n0 = col_tile * Cfg::tile_n;
     const int pairs = p.tokens * p.topk;
     const long long H = p.hidden, I = p.inter_size;
     const i32* ids = p.sorted_ids + row0;

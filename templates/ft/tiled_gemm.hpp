@@ -33,6 +33,7 @@ struct TiledGemm {
   static_assert(Atom::a_regs % Atom::a_contig == 0 && Atom::b_regs % Atom::b_contig == 0);
 
   static constexpr int kCRegs = Atom::c_regs;  // accumulators per lane per atom
+  static constexpr int kTileGroup = 1;         // grid walk (tile_order.hpp): plain
   // Accumulators 2j and 2j+1 of a lane are columns c, c+1 of one row (mma.sync), so
   // epilogues may store them as a pair; MFMA lanes hold runs of rows instead.
   static constexpr bool kPairedColumns = Atom::c_regs % 2 == 0 && Atom::c_row(0, 1) == Atom::c_row(0, 0) &&

@@ -8,9 +8,11 @@
 //
 // Tiles are 64 elements (128 bytes) deep in k, written by cp.async straight
 // into the 128-byte swizzled layout wgmma reads (atom_wgmma.hpp), in a ring
-// of `stages` buffers. Loads run stages - 2 k-tiles ahead of the math: the
-// one buffer of slack lets the previous tile's wgmma still be reading while
-// the next copy is issued, with a single barrier per k-tile.
+// of `stages` buffers. Loads run stages - 1 k-tiles ahead of the math: after
+// a k-tile's wgmma are issued, a second barrier confirms every warpgroup has
+// finished the previous k-tile, whose buffer then takes the next copy while
+// this k-tile computes. (Profiling showed the tensor pipe waiting on loads,
+// not on L2 bandwidth, so depth in flight is what pays.)
 namespace ft {
 
 template <class Cfg, int NB>
@@ -29,6 +31,7 @@ struct WgmmaGemm {
   static constexpr int RN = TN / 8;                    // 8-column accumulator blocks per weight matrix
   static constexpr int kCRegs = 4;                     // accumulators per lane per 8-column block
   static constexpr bool kPairedColumns = true;         // 2j, 2j+1: columns c, c+1 of one row
+  static constexpr int kTileGroup = 8;                 // grid walk (tile_order.hpp): bands of 8 column tiles
   static constexpr int kRows = TM + kN;                // shared-memory rows per stage: A, then weights
   static constexpr int kStageBytes = kRows * 128;
   static constexpr int kSmemBytes = Cfg::stages * kStageBytes + 1024;  // + room to align to 1024
@@ -40,7 +43,7 @@ struct WgmmaGemm {
   static_assert(TK == 64, "k-tiles are one 128-byte swizzle row deep");
   static_assert(kGroupRows % 64 == 0, "each warpgroup owns whole 64-row wgmma blocks");
   static_assert(kN == 32 || kN == 64 || kN == 128 || kN == 256, "the wgmma atoms here take N = 32, 64, 128 or 256");
-  static_assert(Cfg::stages >= 3, "the ring needs a slack buffer");
+  static_assert(Cfg::stages >= 3, "at least two k-tiles in flight");
   static_assert(kRowStep % 8 == 0, "a thread's chunks keep one swizzle phase");
   static_assert(kRows * 8 % kThreads == 0, "every thread copies the same number of chunks");
   static_assert(Cfg::layout == WeightLayout::plain, "wgmma reads plain K-major weights");
@@ -83,14 +86,14 @@ struct WgmmaGemm {
     const int tiles = (k_end - k_begin) / TK;
     const int group = thread_index() / 128;
 
-    FT_UNROLL for (int s = 0; s < S - 2; ++s) {
+    FT_UNROLL for (int s = 0; s < S - 1; ++s) {
       if (s < tiles) load(ring + s * kStageBytes, k_begin + s * TK);
       copy_async_commit();  // empty groups keep the count uniform
     }
     for (int t = 0; t < tiles; ++t) {
-      copy_async_wait<S - 3>();  // this thread's copies of tile t have landed
+      copy_async_wait<S - 2>();  // this thread's copies of tile t have landed
       fence_async_proxy();
-      barrier();                 // everyone's have; every warpgroup is done with tile t - 2
+      barrier();                 // everyone's have
       const u32 stage = ring_addr + u32((t % S) * kStageBytes);
       wgmma_fence();
       FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
@@ -102,8 +105,9 @@ struct WgmmaGemm {
         }
       wgmma_commit();
       FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
-      wgmma_wait<1>();  // tile t - 1's wgmma are done: its buffer is free after the next barrier
-      const int next = t + S - 2;
+      wgmma_wait<1>();  // this warpgroup's tile t - 1 wgmma are done
+      barrier();        // every warpgroup's are: tile t - 1's buffer is free while tile t computes
+      const int next = t + S - 1;
       if (next < tiles) load(ring + (next % S) * kStageBytes, k_begin + next * TK);
       copy_async_commit();
     }

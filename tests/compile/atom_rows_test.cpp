@@ -27,7 +27,8 @@ std::vector<AtomRow> all_rows() {
 }
 
 // The smallest legal stage-1 tile for the atom: 2x2 waves of one atom each in
-// M and N (N at least 64, which every problem's sizes divide), K = 32.
+// M and N (N at least 64, which every problem's sizes divide), K = 32; for a
+// wgmma atom, one warpgroup on a 64 x (2 x 32) tile.
 Variant small_variant(const AtomInfo& atom, const Target& target) {
   Variant v;
   v.target = &target;
@@ -40,6 +41,14 @@ Variant small_variant(const AtomInfo& atom, const Target& target) {
   v.tile_n = std::max(64, 2 * atom.n);
   v.tile_k = std::max(32, atom.k);
   v.stages = 2;
+  if (atom.warpgroup()) {  // one warpgroup, N = 2 x 32, one 64-deep swizzle row per k-tile
+    v.warps_m = 4;
+    v.warps_n = 1;
+    v.tile_m = atom.m;
+    v.tile_n = 32;
+    v.tile_k = 64;
+    v.stages = 3;
+  }
   return v;
 }
 

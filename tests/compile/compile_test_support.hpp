@@ -75,7 +75,8 @@ inline Problem mixtral(DType dtype = DType::bf16) {
 // Empty when `matrix_ops` holds only the instruction `atom` asks for on
 // `target`, at least once; otherwise what is wrong. AMD: the exact mnemonic
 // LLVM's disassembler prints. NVIDIA: PTX opcodes of the atom's shape and type
-// (mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32).
+// (mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, or
+// wgmma.mma_async.sync.aligned.m64n<N>k16.f32.bf16.bf16).
 inline std::string check_matrix_ops(const std::map<std::string, int>& matrix_ops, const AtomInfo& atom,
                                     const Target& target) {
   std::string listed;
@@ -89,8 +90,11 @@ inline std::string check_matrix_ops(const std::map<std::string, int>& matrix_ops
     if (matrix_ops.size() != 1) return fmt::format("other matrix instructions besides {}:{}", want, listed);
     return "";
   }
-  std::string shape = fmt::format("mma.sync.aligned.m{}n{}k{}.", atom.m, atom.n, atom.k);
-  std::string types = fmt::format(".f32.{0}.{0}.f32", to_string(atom.dtype));
+  // wgmma: any N (the variant's weight matrices x tile_n), f32 accumulation, no C type suffix.
+  std::string shape = atom.warpgroup() ? fmt::format("wgmma.mma_async.sync.aligned.m{}n", atom.m)
+                                       : fmt::format("mma.sync.aligned.m{}n{}k{}.", atom.m, atom.n, atom.k);
+  std::string types = atom.warpgroup() ? fmt::format("k{0}.f32.{1}.{1}", atom.k, to_string(atom.dtype))
+                                       : fmt::format(".f32.{0}.{0}.f32", to_string(atom.dtype));
   int count = 0;
   for (const auto& [op, n] : matrix_ops) {
     if (!op.starts_with(shape) || !op.ends_with(types))

@@ -76,7 +76,49 @@ INSTANTIATE_TEST_SUITE_P(
         IllegalCase{"gfx942", "mfma_f32_16x16x16_bf16", 64, 256, 32, 4, 8, 2, 1, KernelKind::moe1, Reduction::atomic, "threads per block exceed 1024"},
         IllegalCase{"sm_90a", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2, 1, KernelKind::moe1, Reduction::atomic, "does not exist on sm_90a"},
         IllegalCase{"gfx950", "mfma_f32_32x32x16_bf16", 256, 256, 64, 2, 2, 1, 1, KernelKind::moe1, Reduction::atomic, "registers per lane"},
-        IllegalCase{"sm_90a", "mma_m16n8k16_f32_bf16", 64, 96, 64, 2, 2, 1, 1, KernelKind::moe1, Reduction::atomic, "inter 14336 is not a multiple of tile_n 96"}));
+        IllegalCase{"sm_90a", "mma_m16n8k16_f32_bf16", 64, 96, 64, 2, 2, 1, 1, KernelKind::moe1, Reduction::atomic, "inter 14336 is not a multiple of tile_n 96"},
+        // The Hopper wgmma family's own rules.
+        IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 64, 2, 2, 4, 1, KernelKind::moe1, Reduction::atomic, "wgmma needs 4x1 or 8x1 warps"},
+        IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 64, 8, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "does not give each of 2 warpgroups whole 64-row"},
+        IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 128, 256, 64, 8, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "wgmma N = 2 weight matrices x tile_n 256 = 512"},
+        IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 128, 128, 32, 8, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "k-tiles are 64 deep"},
+        IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 2, 1, KernelKind::moe1, Reduction::atomic, "at least 3 stages"},
+        IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 7, 1, KernelKind::moe1, Reduction::atomic, "LDS use 345088 bytes exceeds 232448"},
+        IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 128, 128, 64, 4, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "registers per lane"},
+        IllegalCase{"gfx942", "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "does not exist on gfx942"}));
+
+TEST(Space, WgmmaFamilyHasItsOwnAxes) {
+  auto o = SpaceOptions::parse("wgmma_tile_m=128;wgmma_tile_n=64,256;wgmma_warps=8x1;wgmma_stages=3,5;kind=moe2");
+  ASSERT_TRUE(o) << o.error().describe();
+  EXPECT_EQ(o->wgmma_tile_m, (std::vector<int>{128}));
+  EXPECT_EQ(o->wgmma_warps, (std::vector<std::pair<int, int>>{{8, 1}}));
+  EXPECT_EQ(o->wgmma_stages, (std::vector<int>{3, 5}));
+  EXPECT_FALSE(SpaceOptions::parse("wgmma_warps=8"));
+  // The wgmma axes shape only wgmma variants, and every legal one is 64 deep,
+  // whole warpgroups, plain weights; the mma.sync ones keep their own axes.
+  Space s = enumerate_space(*find_target("sm_90a"), mixtral(), *o);
+  int wgmma = 0;
+  for (const Variant& v : s.legal) {
+    if (!v.atom->warpgroup()) {
+      EXPECT_NE(v.warps_m, 8) << v.name();
+      continue;
+    }
+    ++wgmma;
+    EXPECT_EQ(v.tile_m, 128) << v.name();
+    EXPECT_EQ(v.tile_k, 64) << v.name();
+    EXPECT_EQ(v.warps_m * v.warps_n, 8) << v.name();
+    EXPECT_TRUE(v.stages == 3 || v.stages == 5) << v.name();
+    EXPECT_EQ(v.layout, WeightLayoutKind::plain) << v.name();
+    EXPECT_NE(v.name().find("_wgmma_s"), std::string::npos) << v.name();
+  }
+  EXPECT_GT(wgmma, 0);
+  // The default space of sm_90a holds both families; gfx942's holds no wgmma.
+  auto has_wgmma = [](const Space& sp) {
+    return std::any_of(sp.legal.begin(), sp.legal.end(), [](const Variant& v) { return v.atom->warpgroup(); });
+  };
+  EXPECT_TRUE(has_wgmma(enumerate_space(*find_target("sm_90a"), mixtral(), SpaceOptions{})));
+  EXPECT_FALSE(has_wgmma(enumerate_space(*find_target("gfx942"), mixtral(), SpaceOptions{})));
+}
 
 TEST(Space, ParseOverridesAndErrors) {
   auto o = SpaceOptions::parse("wide;tile_m=16,64;warps=2x2;kind=moe2;reduce=partials");

@@ -257,6 +257,8 @@ def flytune_search(args, I, gemm, copy):
     out_dir = os.path.dirname(args.out) or "."
     cmd = [args.flytune, "search", "--inter", str(I), "--tokens", args.tokens, "--db", os.path.join(out_dir, "bench.db"),
            "--graph", "--json", "--ceilings", f"{gemm/1e12:.1f},{copy/1e12:.3f}"]
+    if args.space:
+        cmd += ["--space", args.space]
     t0 = time.time()
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
@@ -435,6 +437,7 @@ def main():
     ap.add_argument("--inter", default=",".join(map(str, INTERS)), help="intermediate sizes I (tensor-parallel slices)")
     ap.add_argument("--search-json", help="load flytune's search --json output per slice from this path "
                                           "({inter} is replaced by I) instead of running the search")
+    ap.add_argument("--space", help="flytune's variant space (--space of flytune search; default: its default space)")
     ap.add_argument("--skip-triton", action="store_true")
     ap.add_argument("--skip-jax", action="store_true")
     args = ap.parse_args()

@@ -54,6 +54,13 @@ std::optional<std::string> why_illegal_wgmma(const Variant& v) {
   if (v.tile_k != 64) return fmt::format("wgmma k-tiles are 64 deep (one 128-byte swizzle row), not {}", v.tile_k);
   if (v.stages < 3) return fmt::format("the wgmma ring needs at least 3 stages, not {}", v.stages);
   if (v.layout != WeightLayoutKind::plain) return std::string("wgmma reads plain K-major weights, not shuffled ones");
+  // One block must fit the register file at the registers each thread needs
+  // (the producer warpgroup of a specialised block gets as many as the others).
+  const Target& t = *v.target;
+  const int file = t.regs_file_per_simd * t.wave_size * t.simds_per_cu;
+  if (v.register_estimate() * v.threads() > file)
+    return fmt::format("needs about {} registers per thread x {} threads, more than the {} of an SM", v.register_estimate(),
+                       v.threads(), file);
   return std::nullopt;
 }
 
@@ -125,6 +132,12 @@ Result<SpaceOptions> SpaceOptions::parse(std::string_view text) {
     else if (axis == "wgmma_tile_m") st = parse_list(values, axis, o.wgmma_tile_m, int_of);
     else if (axis == "wgmma_tile_n") st = parse_list(values, axis, o.wgmma_tile_n, int_of);
     else if (axis == "wgmma_stages") st = parse_list(values, axis, o.wgmma_stages, int_of);
+    else if (axis == "wgmma_producer")
+      st = parse_list(values, axis, o.wgmma_producer, [](std::string_view v) -> Result<bool> {
+        if (v == "on") return true;
+        if (v == "off") return false;
+        return fail(Errc::invalid_input, fmt::format("--space: wgmma_producer '{}' is not on or off", v));
+      });
     else if (axis == "warps" || axis == "wgmma_warps")
       st = parse_list(values, axis, axis == "warps" ? o.warps : o.wgmma_warps, [](std::string_view v) -> Result<std::pair<int, int>> {
         auto x = v.find('x');
@@ -155,7 +168,7 @@ Result<SpaceOptions> SpaceOptions::parse(std::string_view text) {
     else
       return fail(Errc::invalid_input,
                   fmt::format("--space: unknown axis '{}'; axes: kind, atom, tile_m, tile_n, tile_k, warps, stages, "
-                              "split_k, weight, reduce, layout, wgmma_tile_m, wgmma_tile_n, wgmma_warps, wgmma_stages",
+                              "split_k, weight, reduce, layout, wgmma_tile_m, wgmma_tile_n, wgmma_warps, wgmma_stages, wgmma_producer",
                               axis));
     if (!st) return std::unexpected(st.error());
   }
@@ -170,7 +183,9 @@ std::optional<std::string> why_illegal(const Variant& v, const Problem& p) {
   if (a.lanes != t.wave_size) return fmt::format("atom {} needs {}-lane waves, {} has {}", a.id, a.lanes, t.name, t.wave_size);
   if (a.warpgroup()) {
     if (auto why = why_illegal_wgmma(v)) return why;
-  } else if (v.tile_m % (v.warps_m * a.m) != 0)
+  } else if (v.warp_specialized)
+    return fmt::format("warp specialisation is a wgmma-family option; atom {} is not a wgmma", a.id);
+  else if (v.tile_m % (v.warps_m * a.m) != 0)
     return fmt::format("tile_m {} is not a multiple of warps_m {} x atom M {}", v.tile_m, v.warps_m, a.m);
   else if (v.tile_n % (v.warps_n * a.n) != 0)
     return fmt::format("tile_n {} is not a multiple of warps_n {} x atom N {}", v.tile_n, v.warps_n, a.n);
@@ -217,8 +232,10 @@ Space enumerate_space(const Target& target, const Problem& problem, const SpaceO
                     std::vector<int> splits = kind == KernelKind::moe2 ? o.split_k : std::vector<int>{1};
                     std::vector<Reduction> reduces =
                         kind == KernelKind::moe2 ? o.reduce : std::vector<Reduction>{Reduction::atomic};
+                    const std::vector<bool> producers = atom->warpgroup() ? o.wgmma_producer : std::vector<bool>{false};
                     for (int sk : splits)
-                      for (Reduction red : reduces) {
+                      for (Reduction red : reduces)
+                        for (bool ws : producers) {
                         Variant v;
                         v.target = &target;
                         v.kind = kind;
@@ -234,6 +251,7 @@ Space enumerate_space(const Target& target, const Problem& problem, const SpaceO
                         v.weight_in_stage1 = w1;
                         v.reduce = red;
                         v.layout = layout;
+                        v.warp_specialized = ws;
                         if (auto why = why_illegal(v, problem)) space.rejected.push_back({v, *why});
                         else space.legal.push_back(v);
                       }

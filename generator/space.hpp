@@ -31,12 +31,14 @@ struct SpaceOptions {
   std::vector<int> wgmma_tile_m{64, 128, 256};
   std::vector<int> wgmma_tile_n{32, 64, 128, 256};  // 32: stage 1 with N = 64, more blocks at decode
   std::vector<std::pair<int, int>> wgmma_warps{{4, 1}, {8, 1}};
+  std::vector<bool> wgmma_producer{false, true};  // on: a producer warpgroup feeds mbarrier-synchronised consumers
   std::vector<int> wgmma_stages{3, 4, 7};  // deeper rings keep more bytes in flight; 3 lets two blocks share an SM
 
   // "default", "wide", "small", then ';'-separated overrides "axis=v1,v2", e.g.
   // "wide;tile_m=16,64;warps=2x2". Axes: kind, atom, tile_m, tile_n, tile_k,
   // warps, stages, split_k, weight (stage1|stage2), reduce, layout, and the
-  // wgmma family's wgmma_tile_m, wgmma_tile_n, wgmma_warps, wgmma_stages.
+  // wgmma family's wgmma_tile_m, wgmma_tile_n, wgmma_warps, wgmma_stages,
+  // wgmma_producer (off, on).
   static Result<SpaceOptions> parse(std::string_view text);
   static SpaceOptions wide();
   static SpaceOptions small();  // a handful of variants, for quick checks

@@ -1,16 +1,20 @@
 #include "generator/variant.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace ft {
 
-int Variant::threads() const { return warps_m * warps_n * atom->lanes; }
+int Variant::threads() const { return (warps_m * warps_n + (warp_specialized ? 4 : 0)) * atom->lanes; }
 
 int Variant::lds_bytes() const {
   // Mirrors ft::WgmmaGemm::kSmemBytes: 128-byte rows (tile_k 64) of A and all
   // weight tiles per stage, plus 1024 bytes to align the ring for the swizzle.
-  if (atom->warpgroup()) return stages * (tile_m + weight_matrices() * tile_n) * tile_k * 2 + 1024;
+  // Warp-specialised blocks add a full and an empty mbarrier (8 bytes each) per stage.
+  if (atom->warpgroup())
+    return stages * (tile_m + weight_matrices() * tile_n) * tile_k * 2 + 1024 + (warp_specialized ? 16 * stages : 0);
   // Mirrors ft::TiledGemm::kSmemBytes: rows of A then of each weight matrix,
   // each tile_k wide plus one 16-byte pad, per LDS stage.
   const int rows = tile_m + weight_matrices() * tile_n;
@@ -21,8 +25,12 @@ int Variant::register_estimate() const {
   if (atom->warpgroup()) {
     const int groups = warps_m * warps_n / 4;
     const int acc = tile_m / groups / atom->m * weight_matrices() * tile_n / 2;
-    const int chunks = (tile_m + weight_matrices() * tile_n) * 8 / threads();
-    return acc + chunks * 2 + 24;  // accumulators, a 64-bit source pointer per copy, addressing
+    const int loaders = warp_specialized ? 128 : threads();
+    const int chunks = (tile_m + weight_matrices() * tile_n) * 8 / loaders;
+    // Accumulators, a 64-bit source pointer per copy, addressing; a producer
+    // warpgroup holds the pointers but no accumulators, yet all threads get
+    // the kernel's register count.
+    return warp_specialized ? std::max(acc, chunks * 2) + 24 : acc + chunks * 2 + 24;
   }
   const int rm = tile_m / warps_m / atom->m, rn = tile_n / warps_n / atom->n;
   const int acc = weight_matrices() * rm * rn * atom->c_regs();
@@ -44,6 +52,7 @@ std::string Variant::name() const {
     if (weight_in_stage1) s += "_norw";
   }
   if (layout == WeightLayoutKind::shuffled) s += "_shuf";
+  if (warp_specialized) s += "_ws";
   return s;
 }
 
@@ -58,6 +67,7 @@ nlohmann::json Variant::to_json() const {
                         {"warps_m", warps_m},
                         {"warps_n", warps_n},
                         {"stages", stages},
+                        {"warp_specialized", warp_specialized},
                         {"split_k", split_k},
                         {"weight_in_stage1", weight_in_stage1},
                         {"reduce", to_string(reduce)},
@@ -95,6 +105,11 @@ Result<Variant> Variant::from_json(const nlohmann::json& j) {
   auto w = j.find("weight_in_stage1");
   if (w == j.end() || !w->is_boolean()) return bad("missing weight_in_stage1");
   v.weight_in_stage1 = w->get<bool>();
+  // Absent in records written before the field existed: not specialised.
+  if (auto ws = j.find("warp_specialized"); ws != j.end()) {
+    if (!ws->is_boolean()) return bad("warp_specialized is not a boolean");
+    v.warp_specialized = ws->get<bool>();
+  }
   std::string reduce = str("reduce"), layout = str("layout");
   if (reduce == "atomic") v.reduce = Reduction::atomic;
   else if (reduce == "partials") v.reduce = Reduction::partials;

@@ -25,7 +25,8 @@ struct Variant {
   const AtomInfo* atom = nullptr;
   int tile_m = 64, tile_n = 128, tile_k = 64;
   int warps_m = 2, warps_n = 2;              // waves (AMD) / warps (NVIDIA) per block and their layout
-  int stages = 2;                            // LDS buffers: 1 single, 2 ping-pong
+  int stages = 2;                            // LDS buffers: 1 single, 2 ping-pong (wgmma: ring depth)
+  bool warp_specialized = false;             // wgmma only: a producer warpgroup copies, the others compute
   int split_k = 1;                           // stage 2 only
   bool weight_in_stage1 = false;             // routed weight applied by stage 1 (stage 2 then skips it)
   Reduction reduce = Reduction::atomic;      // stage 2 only

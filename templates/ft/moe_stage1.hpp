@@ -34,6 +34,7 @@ struct Stage1 {
         });
     g.run(0, int(H));
 
+    if (!Gemm::holds_results()) return;  // a producer warpgroup only copied
     constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;  // adjacent columns stored together
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)

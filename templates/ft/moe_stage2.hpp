@@ -37,6 +37,7 @@ struct Stage2 {
         });
     g.run(k_begin, k_begin + k_len);
 
+    if (!Gemm::holds_results()) return;  // a producer warpgroup only copied
     constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;  // adjacent columns added / stored together
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)

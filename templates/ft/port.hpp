@@ -22,7 +22,8 @@
 //   ft::store_pair(u16*|float*, a, b), ft::atomic_add_pair(float*, a, b)  two adjacent elements
 //     (one 4/8-byte store, one red.v2 on CUDA), for atoms whose lanes hold column pairs
 //   CUDA and EMU only (the Hopper GEMM): ft::shared_address(p), ft::copy_async_16(dst, src, valid),
-//     ft::copy_async_commit(), ft::copy_async_wait<N>(), ft::fence_async_proxy()
+//     ft::copy_async_commit(), ft::copy_async_wait<N>(), ft::fence_async_proxy(),
+//     ft::mbarrier_init(u64*, count), ft::mbarrier_arrive(u64*), ft::mbarrier_wait(u64*, parity)
 //   atom instruction hooks: see atom_mfma.hpp / atom_mma_sync.hpp (EMU uses atom_emulate.hpp)
 #if defined(FT_EMULATE)
 #include "ft/port_emu.hpp"

@@ -56,6 +56,26 @@ template <int N>
 FT_DEVICE void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+// Shared-memory barriers (mbarrier, 8 bytes each): arrivals complete a phase,
+// waits name the parity of the phase they wait for.
+FT_DEVICE void mbarrier_init(u64* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(count) : "memory");
+}
+FT_DEVICE void mbarrier_arrive(u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
+// Returns once the phase of parity `parity` has completed (acquire: what the
+// arriving threads wrote before arriving is visible after).
+FT_DEVICE void mbarrier_wait(u64* bar, int parity) {
+  u32 done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
 // Makes this thread's shared-memory writes visible to the async proxy (wgmma).
 FT_DEVICE void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 

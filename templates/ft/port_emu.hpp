@@ -11,7 +11,7 @@
 // FT_EMU_ABI_ONLY defined.
 namespace ft::emu {
 
-inline constexpr unsigned kAbiVersion = 1;
+inline constexpr unsigned kAbiVersion = 2;
 
 // What one lane sees of its launch.
 struct LaneContext {
@@ -29,6 +29,11 @@ struct Runtime {
   // publish `bytes` from `mine`; each receives every lane's copy in `all`, in
   // lane order. A wave-level barrier on both sides.
   void (*wave_exchange)(int lanes, const void* mine, unsigned bytes, void* all);
+  // Lets the other lanes of the block run (a spin wait's body); the caller
+  // stays runnable.
+  void (*yield)();
+  // Ends the launch with `what` as its error (a wait that can never finish).
+  void (*fault)(const char* what);
 };
 
 }  // namespace ft::emu
@@ -96,6 +101,33 @@ FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }
 FT_DEVICE void store_pair(u16* p, u16 a, u16 b) { p[0] = a; p[1] = b; }
 FT_DEVICE void store_pair(float* p, float a, float b) { p[0] = a; p[1] = b; }
 FT_DEVICE void atomic_add_pair(float* p, float a, float b) { atomic_add(p, a); atomic_add(p + 1, b); }
+
+// Shared-memory barriers (mbarrier): the count of arrivals still expected, the
+// count each phase starts with, and the number of completed phases; lanes run
+// one at a time, so plain arithmetic is atomic here.
+struct EmuMbarrier {
+  u16 pending, expected;
+  u32 phases;
+};
+static_assert(sizeof(EmuMbarrier) == 8, "an mbarrier is 8 bytes of shared memory");
+FT_DEVICE void mbarrier_init(u64* bar, int count) {
+  *reinterpret_cast<EmuMbarrier*>(bar) = EmuMbarrier{u16(count), u16(count), 0u};
+}
+FT_DEVICE void mbarrier_arrive(u64* bar) {
+  EmuMbarrier& b = *reinterpret_cast<EmuMbarrier*>(bar);
+  if (--b.pending == 0) {
+    b.pending = b.expected;
+    ++b.phases;
+  }
+}
+// Returns once the phase of parity `parity` has completed.
+FT_DEVICE void mbarrier_wait(u64* bar, int parity) {
+  const EmuMbarrier& b = *reinterpret_cast<const EmuMbarrier*>(bar);
+  for (long spins = 0; int(b.phases & 1u) == parity; ++spins) {
+    if (spins == 1000000L) emu::detail::runtime->fault("an mbarrier wait never completed (arrivals missing: a deadlock)");
+    emu::detail::runtime->yield();
+  }
+}
 
 // The Hopper GEMM's asynchronous copies, done at issue; shared addresses are
 // offsets into the block's LDS.

@@ -45,6 +45,7 @@ struct TiledGemm {
   Chunk16 staged[kChunksPerThread];
 
   FT_DEVICE float& acc_at(int nb, int rm, int rn, int i) { return acc[nb][rm][rn][i]; }
+  FT_DEVICE static bool holds_results() { return true; }  // every thread computes
 
   // a_row(r): start of gathered row r of A (or nullptr for a padding row);
   // b_row(nb, r): start of row r of weight matrix nb in its layout.

@@ -23,9 +23,13 @@ template <class Cfg, int NB>
 struct WgmmaGemm {
   using Atom = typename Cfg::Atom;
   static constexpr int TM = Cfg::tile_m, TN = Cfg::tile_n, TK = Cfg::tile_k;
-  static constexpr int kWarpgroups = Cfg::warps_m * Cfg::warps_n / 4;
-  static constexpr int kThreads = kWarpgroups * 128;
-  static constexpr int kGroupRows = TM / kWarpgroups;  // rows of A each warpgroup owns
+  // Warp-specialised blocks add one producer warpgroup (the last) that only
+  // copies; otherwise every thread copies and computes.
+  static constexpr bool kSpecialized = Cfg::warp_specialized;
+  static constexpr int kConsumers = Cfg::warps_m * Cfg::warps_n / 4;  // warpgroups running wgmma
+  static constexpr int kThreads = (kConsumers + (kSpecialized ? 1 : 0)) * 128;
+  static constexpr int kLoaders = kSpecialized ? 128 : kThreads;  // threads issuing the copies
+  static constexpr int kGroupRows = TM / kConsumers;  // rows of A each consumer warpgroup owns
   static constexpr int RM = kGroupRows / 64;           // 64-row wgmma blocks per warpgroup
   static constexpr int kN = NB * TN;                   // the wgmma's N
   static constexpr int RN = TN / 8;                    // 8-column accumulator blocks per weight matrix
@@ -34,9 +38,10 @@ struct WgmmaGemm {
   static constexpr int kTileGroup = 8;                 // grid walk (tile_order.hpp): bands of 8 column tiles
   static constexpr int kRows = TM + kN;                // shared-memory rows per stage: A, then weights
   static constexpr int kStageBytes = kRows * 128;
-  static constexpr int kSmemBytes = Cfg::stages * kStageBytes + 1024;  // + room to align to 1024
-  static constexpr int kChunksPerThread = kRows * 8 / kThreads;
-  static constexpr int kRowStep = kThreads / 8;  // rows between one thread's consecutive chunks
+  static constexpr int kBarrierBytes = kSpecialized ? 2 * Cfg::stages * 8 : 0;  // full + empty mbarrier per stage
+  static constexpr int kSmemBytes = Cfg::stages * kStageBytes + 1024 + kBarrierBytes;  // + room to align to 1024
+  static constexpr int kChunksPerThread = kRows * 8 / kLoaders;
+  static constexpr int kRowStep = kLoaders / 8;  // rows between one thread's consecutive chunks
 
   static_assert(Atom::kWarpgroup, "WgmmaGemm takes a wgmma atom");
   static_assert(Cfg::warps_n == 1 && Cfg::warps_m % 4 == 0, "whole warpgroups stacked along M");
@@ -45,7 +50,7 @@ struct WgmmaGemm {
   static_assert(kN == 32 || kN == 64 || kN == 128 || kN == 256, "the wgmma atoms here take N = 32, 64, 128 or 256");
   static_assert(Cfg::stages >= 3, "at least two k-tiles in flight");
   static_assert(kRowStep % 8 == 0, "a thread's chunks keep one swizzle phase");
-  static_assert(kRows * 8 % kThreads == 0, "every thread copies the same number of chunks");
+  static_assert(kRows * 8 % kLoaders == 0, "every loading thread copies the same number of chunks");
   static_assert(Cfg::layout == WeightLayout::plain, "wgmma reads plain K-major weights");
 
   float acc[RM][kN / 2];
@@ -53,39 +58,70 @@ struct WgmmaGemm {
 
   FT_DEVICE float& acc_at(int nb, int rm, int rn, int i) { return acc[rm][(nb * RN + rn) * 4 + i]; }
 
+  // Whether this thread holds accumulators (the producer warpgroup does not).
+  FT_DEVICE static bool holds_results() { return thread_index() < kConsumers * 128; }
+  // This thread's index among the copying threads, or -1.
+  FT_DEVICE static int loader_index() {
+    const int tid = thread_index();
+    if constexpr (kSpecialized) return tid >= kConsumers * 128 ? tid - kConsumers * 128 : -1;
+    return tid;
+  }
+
   template <class ARow, class BRow>
   FT_DEVICE void setup(ARow a_row, BRow b_row) {
     FT_UNROLL for (int rm = 0; rm < RM; ++rm)
       FT_UNROLL for (int i = 0; i < kN / 2; ++i) acc[rm][i] = 0.0f;
-    const int tid = thread_index();
+    const int l = loader_index();
+    if (l < 0) return;
     FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
-      const int row = tid / 8 + j * kRowStep;
+      const int row = l / 8 + j * kRowStep;
       const u16* p = row < TM ? a_row(row) : b_row((row - TM) / TN, (row - TM) % TN);
-      src[j] = p ? p + (tid % 8) * 8 : nullptr;
+      src[j] = p ? p + (l % 8) * 8 : nullptr;
     }
   }
 
-  // Issues the copies of the k-tile starting at k0 into `stage`.
+  // Issues this thread's copies of the k-tile starting at k0 into `stage`.
   FT_DEVICE void load(unsigned char* stage, int k0) const {
-    const int tid = thread_index();
-    const int chunk = (tid % 8) ^ ((tid / 8) % 8);  // the same swizzle phase for all of this thread's rows
+    const int l = loader_index();
+    const int chunk = (l % 8) ^ ((l / 8) % 8);  // the same swizzle phase for all of this thread's rows
     FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
-      const int row = tid / 8 + j * kRowStep;
+      const int row = l / 8 + j * kRowStep;
       copy_async_16(stage + row * 128 + chunk * 16, src[j] ? src[j] + k0 : src[0], src[j] != nullptr);
     }
   }
 
-  // Accumulates A[:, k_begin:k_end] x B^T into acc.
+  // One k-tile's wgmma for this warpgroup, from the stage at shared address `stage`.
+  FT_DEVICE void mma_tile(u32 stage) {
+    const int group = thread_index() / 128;
+    wgmma_fence();
+    FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
+    FT_UNROLL for (int kk = 0; kk < TK / 16; ++kk)
+      FT_UNROLL for (int rm = 0; rm < RM; ++rm) {
+        const u32 a = stage + u32((group * kGroupRows + rm * 64) * 128 + kk * 32);
+        const u32 b = stage + u32(TM * 128 + kk * 32);
+        Atom::template mma<kN>(acc[rm], wgmma_descriptor(a), wgmma_descriptor(b));
+      }
+    wgmma_commit();
+    FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
+  }
+
+  // Accumulates A[:, k_begin:k_end] x B^T into acc (consumer threads).
   FT_DEVICE void run(int k_begin, int k_end) {
     unsigned char* window = shared_memory();
     // Swizzle and descriptors act on shared addresses: align tiles to 1024 there.
     const u32 window_addr = shared_address(window);
     unsigned char* ring = window + (((window_addr + 1023u) & ~1023u) - window_addr);
     const u32 ring_addr = shared_address(ring);
-    constexpr int S = Cfg::stages;
     const int tiles = (k_end - k_begin) / TK;
-    const int group = thread_index() / 128;
+    if constexpr (kSpecialized)
+      run_specialized(ring, ring_addr, k_begin, tiles);
+    else
+      run_together(ring, ring_addr, k_begin, tiles);
+  }
 
+  // Every thread copies and computes; two block barriers per k-tile.
+  FT_DEVICE void run_together(unsigned char* ring, u32 ring_addr, int k_begin, int tiles) {
+    constexpr int S = Cfg::stages;
     FT_UNROLL for (int s = 0; s < S - 1; ++s) {
       if (s < tiles) load(ring + s * kStageBytes, k_begin + s * TK);
       copy_async_commit();  // empty groups keep the count uniform
@@ -94,22 +130,53 @@ struct WgmmaGemm {
       copy_async_wait<S - 2>();  // this thread's copies of tile t have landed
       fence_async_proxy();
       barrier();                 // everyone's have
-      const u32 stage = ring_addr + u32((t % S) * kStageBytes);
-      wgmma_fence();
-      FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
-      FT_UNROLL for (int kk = 0; kk < TK / 16; ++kk)
-        FT_UNROLL for (int rm = 0; rm < RM; ++rm) {
-          const u32 a = stage + u32((group * kGroupRows + rm * 64) * 128 + kk * 32);
-          const u32 b = stage + u32(TM * 128 + kk * 32);
-          Atom::template mma<kN>(acc[rm], wgmma_descriptor(a), wgmma_descriptor(b));
-        }
-      wgmma_commit();
-      FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
+      mma_tile(ring_addr + u32((t % S) * kStageBytes));
       wgmma_wait<1>();  // this warpgroup's tile t - 1 wgmma are done
       barrier();        // every warpgroup's are: tile t - 1's buffer is free while tile t computes
       const int next = t + S - 1;
       if (next < tiles) load(ring + (next % S) * kStageBytes, k_begin + next * TK);
       copy_async_commit();
+    }
+    wgmma_wait<0>();
+    FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
+  }
+
+  // The producer warpgroup copies, the consumer warpgroups compute; they meet
+  // only at a "full" and an "empty" mbarrier per stage, so neither ever waits
+  // at a block barrier. The producer keeps stages - 1 k-tiles in flight: it
+  // publishes tile t - S + 1 (its copies landed, fenced for wgmma's async
+  // proxy, then a release arrive) before waiting for tile t's buffer.
+  FT_DEVICE void run_specialized(unsigned char* ring, u32 ring_addr, int k_begin, int tiles) {
+    constexpr int S = Cfg::stages;
+    u64* full = reinterpret_cast<u64*>(ring + S * kStageBytes);
+    u64* empty = full + S;
+    if (thread_index() == 0)
+      for (int s = 0; s < S; ++s) {
+        mbarrier_init(&full[s], kLoaders);
+        mbarrier_init(&empty[s], kConsumers * 128);
+      }
+    barrier();
+    if (!holds_results()) {
+      for (int t = 0; t < tiles; ++t) {
+        if (t >= S - 1) {
+          copy_async_wait<S - 2>();  // tile t - S + 1 has landed
+          fence_async_proxy();
+          mbarrier_arrive(&full[(t - S + 1) % S]);
+        }
+        if (t >= S) mbarrier_wait(&empty[t % S], (t / S - 1) & 1);  // consumers are done with tile t - S
+        load(ring + (t % S) * kStageBytes, k_begin + t * TK);
+        copy_async_commit();
+      }
+      copy_async_wait<0>();
+      fence_async_proxy();
+      for (int u = tiles - S + 1 > 0 ? tiles - S + 1 : 0; u < tiles; ++u) mbarrier_arrive(&full[u % S]);
+      return;
+    }
+    for (int t = 0; t < tiles; ++t) {
+      mbarrier_wait(&full[t % S], (t / S) & 1);
+      mma_tile(ring_addr + u32((t % S) * kStageBytes));
+      wgmma_wait<1>();                                      // tile t - 1's wgmma are done
+      if (t > 0) mbarrier_arrive(&empty[(t - 1) % S]);  // its buffer may take a new tile
     }
     wgmma_wait<0>();
     FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);

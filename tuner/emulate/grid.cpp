@@ -108,7 +108,19 @@ void rt_wave_exchange(int lanes, const void* mine, unsigned bytes, void* all) {
   std::memcpy(all, buf.data(), std::size_t(lanes) * bytes);
 }
 
-const Runtime kRuntime{kAbiVersion, &rt_current, &rt_barrier, &rt_wave_exchange};
+void rt_yield() {
+  BlockState& b = *tl_block;
+  Lane& lane = b.lanes[tl_lane];
+  lane.state = LaneState::ready;  // runnable again as soon as the others had their turn
+  yield_to_scheduler(b, lane);
+}
+
+void rt_fault(const char* what) {
+  BlockState& b = *tl_block;
+  lane_fault(b, b.lanes[tl_lane], what);
+}
+
+const Runtime kRuntime{kAbiVersion, &rt_current, &rt_barrier, &rt_wave_exchange, &rt_yield, &rt_fault};
 
 void lane_main(void* p) {
   Lane& lane = *static_cast<Lane*>(p);

@@ -79,6 +79,7 @@ SpaceOptions SpaceOptions::wide() {
   o.layout = {WeightLayoutKind::plain, WeightLayoutKind::shuffled};
   o.wgmma_tile_n = {32, 64, 128, 256};
   o.wgmma_stages = {3, 4, 5};
+  o.wgmma_producer = {false, true};
   return o;
 }
 

@@ -31,7 +31,10 @@ struct SpaceOptions {
   std::vector<int> wgmma_tile_m{64, 128, 256};
   std::vector<int> wgmma_tile_n{32, 64, 128, 256};  // 32: stage 1 with N = 64, more blocks at decode
   std::vector<std::pair<int, int>> wgmma_warps{{4, 1}, {8, 1}};
-  std::vector<bool> wgmma_producer{false, true};  // on: a producer warpgroup feeds mbarrier-synchronised consumers
+  // on: a producer warpgroup feeds mbarrier-synchronised consumers. Off by
+  // default: on the H200 it measured ~40% slower than the shared ring
+  // (docs/PERFORMANCE.md); `wide` searches both.
+  std::vector<bool> wgmma_producer{false};
   std::vector<int> wgmma_stages{3, 4, 7};  // deeper rings keep more bytes in flight; 3 lets two blocks share an SM
 
   // "default", "wide", "small", then ';'-separated overrides "axis=v1,v2", e.g.

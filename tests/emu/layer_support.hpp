@@ -37,7 +37,7 @@ inline Problem small_problem(DType dtype) {
 // One layer plan per slot, cycling through the target's atoms (bf16 then f16)
 // and the axes so every target covers: every atom, both routed-weight
 // placements, both reductions, single and ping-pong LDS (and 3- and 4-deep
-// rings for wgmma), split-K 2, plain and shuffled weights, two warp layouts,
+// rings for wgmma, with and without a producer warpgroup), split-K 2, plain and shuffled weights, two warp layouts,
 // two tile_k.
 inline std::vector<LayerPlan> plans_for(const Target& t) {
   std::vector<const AtomInfo*> atoms = atoms_for(t, DType::bf16);
@@ -74,6 +74,7 @@ inline std::vector<LayerPlan> plans_for(const Target& t) {
       v.tile_k = 64;
       v.stages = 3 + i % 2;
       v.layout = WeightLayoutKind::plain;
+      v.warp_specialized = i % 4 == 3;  // a producer warpgroup and mbarriers on some slots
     }
     LayerPlan plan;
     plan.stage1 = v;

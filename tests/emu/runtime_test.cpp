@@ -18,7 +18,8 @@ struct ProbeArgs {
 };
 
 const std::vector<std::string> kProbeEntries = {"ft_probe_lds_rotate", "ft_probe_divergent", "ft_probe_wave_sum",
-                                                "ft_probe_atomic", "ft_probe_lds_poison"};
+                                                "ft_probe_atomic", "ft_probe_lds_poison", "ft_probe_mbarrier_handoff",
+                                                "ft_probe_mbarrier_deadlock"};
 
 struct Buffer {
   Device& d;
@@ -107,6 +108,29 @@ TEST(EmuRuntime, AtomicsAcrossWorkerThreads) {
   ProbeArgs a{out.p, 256, 0, 0};
   ASSERT_TRUE(l->device->launch(l->fn("ft_probe_atomic"), {40, 1, 1}, {256, 1, 1}, 0, {}, &a, sizeof a));
   EXPECT_EQ(out.read()[0], 40 * 256);
+}
+
+TEST(EmuRuntime, MbarrierHandsOffBetweenLanes) {
+  auto l = load(target("sm_90a"), unit_from_file("runtime_probe.cpp", kProbeEntries));
+  ASSERT_TRUE(l) << l.error().describe();
+  const int n = 96;
+  Buffer out(*l->device, std::size_t(3 * n));
+  ProbeArgs a{out.p, n, 0, 0};
+  ASSERT_TRUE(l->device->launch(l->fn("ft_probe_mbarrier_handoff"), {2, 1, 1}, {unsigned(n), 1, 1}, 128, {}, &a, sizeof a));
+  const auto v = out.read();
+  for (int r = 0; r < 3; ++r)
+    for (int t = 1; t < n; ++t) ASSERT_EQ(v[std::size_t(r * n + t)], 1000 + r) << "round " << r << " thread " << t;
+}
+
+TEST(EmuRuntime, MbarrierDeadlockIsReportedNotHung) {
+  auto l = load(target("sm_90a"), unit_from_file("runtime_probe.cpp", kProbeEntries));
+  ASSERT_TRUE(l) << l.error().describe();
+  Buffer out(*l->device, 1);
+  ProbeArgs a{out.p, 1, 0, 0};
+  auto r = l->device->launch(l->fn("ft_probe_mbarrier_deadlock"), {1, 1, 1}, {1, 1, 1}, 64, {}, &a, sizeof a);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("mbarrier wait never completed"), std::string::npos) << r.error().message;
+  EXPECT_EQ(out.read()[0], 0);
 }
 
 TEST(EmuRuntime, LdsStartsPoisoned) {

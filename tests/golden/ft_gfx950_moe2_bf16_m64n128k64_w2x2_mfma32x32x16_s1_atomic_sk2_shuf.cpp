@@ -11,6 +11,7 @@ struct Config {
   static constexpr int tile_m = 64, tile_n = 128, tile_k = 64;
   static constexpr int warps_m = 2, warps_n = 2;
   static constexpr int stages = 1;
+  static constexpr bool warp_specialized = false;
   static constexpr int split_k = 2;
   static constexpr bool weight_in_stage1 = false;
   static constexpr ft::Reduce reduce = ft::Reduce::atomic;

@@ -11,6 +11,7 @@ struct Config {
   static constexpr int tile_m = 32, tile_n = 64, tile_k = 32;
   static constexpr int warps_m = 2, warps_n = 2;
   static constexpr int stages = 2;
+  static constexpr bool warp_specialized = false;
   static constexpr int split_k = 1;
   static constexpr bool weight_in_stage1 = true;
   static constexpr ft::Reduce reduce = ft::Reduce::atomic;

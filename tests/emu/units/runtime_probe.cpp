@@ -47,3 +47,38 @@ FT_KERNEL(256, ft_probe_atomic)(ProbeArgs a) { ft::atomic_add(a.out, 1); }
 
 // Uses LDS without writing it first: reads the poison.
 FT_KERNEL(64, ft_probe_lds_poison)(ProbeArgs a) { a.out[ft::thread_index()] = reinterpret_cast<int*>(ft::shared_memory())[0]; }
+
+// Thread 0 hands a value per round to every other thread through a "full"
+// mbarrier and waits on an "empty" one before overwriting it (the protocol of
+// the warp-specialised Hopper GEMM). A wait that returned early reads a stale
+// or poisoned value.
+FT_KERNEL(256, ft_probe_mbarrier_handoff)(ProbeArgs a) {
+  ft::u64* bars = reinterpret_cast<ft::u64*>(ft::shared_memory());  // [0] full, [1] empty
+  int* data = reinterpret_cast<int*>(ft::shared_memory() + 64);
+  const int tid = ft::thread_index(), n = a.n;
+  if (tid == 0) {
+    ft::mbarrier_init(&bars[0], 1);
+    ft::mbarrier_init(&bars[1], n - 1);
+  }
+  ft::barrier();
+  for (int r = 0; r < 3; ++r) {
+    if (tid == 0) {
+      if (r > 0) ft::mbarrier_wait(&bars[1], (r - 1) & 1);
+      data[0] = 1000 + r;
+      ft::mbarrier_arrive(&bars[0]);
+    } else {
+      ft::mbarrier_wait(&bars[0], r & 1);
+      a.out[r * n + tid] = data[0];
+      ft::mbarrier_arrive(&bars[1]);
+    }
+  }
+}
+
+// A wait whose phase can never complete (one arrival of the two expected).
+FT_KERNEL(64, ft_probe_mbarrier_deadlock)(ProbeArgs a) {
+  ft::u64* bar = reinterpret_cast<ft::u64*>(ft::shared_memory());
+  ft::mbarrier_init(bar, 2);
+  ft::mbarrier_arrive(bar);
+  ft::mbarrier_wait(bar, 0);
+  a.out[0] = 1;
+}

@@ -70,6 +70,12 @@ TEST(EmitterGolden, Sm90aWgmmaStage1TwoWarpgroups) {
   check_golden(emit_variant(make("sm_90a", KernelKind::moe1, "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4)));
 }
 
+TEST(EmitterGolden, Sm90aWgmmaStage2WarpSpecialized) {
+  Variant v = make("sm_90a", KernelKind::moe2, "wgmma_m64k16_f32_bf16", 128, 256, 64, 8, 1, 4);
+  v.warp_specialized = true;
+  check_golden(emit_variant(v));
+}
+
 TEST(EmitterGolden, Gfx90aSupport) { check_golden(emit_support(*find_target("gfx90a"), DType::bf16)); }
 
 TEST(Emitter, EntryPointIsTheVariantName) {

@@ -87,6 +87,47 @@ INSTANTIATE_TEST_SUITE_P(
         IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 128, 128, 64, 4, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "registers per lane"},
         IllegalCase{"gfx942", "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "does not exist on gfx942"}));
 
+TEST(Space, WarpSpecialisationIsAWgmmaOption) {
+  Variant v;
+  v.target = find_target("sm_90a");
+  v.atom = find_atom("wgmma_m64k16_f32_bf16");
+  v.kind = KernelKind::moe2;
+  v.tile_m = 128;
+  v.tile_n = 256;
+  v.tile_k = 64;
+  v.warps_m = 8;
+  v.warps_n = 1;
+  v.stages = 4;
+  const int shared_ring = v.lds_bytes();
+  v.warp_specialized = true;
+  EXPECT_FALSE(why_illegal(v, mixtral())) << v.name();
+  EXPECT_EQ(v.threads(), 384);                       // two consumer warpgroups + the producer
+  EXPECT_EQ(v.lds_bytes(), shared_ring + 16 * 4);    // a full and an empty mbarrier per stage
+  EXPECT_TRUE(v.name().ends_with("_atomic_ws")) << v.name();
+  auto back = Variant::from_json(v.to_json());
+  ASSERT_TRUE(back) << back.error().describe();
+  EXPECT_TRUE(back->warp_specialized);
+  nlohmann::json old_record = v.to_json();
+  old_record.erase("warp_specialized");  // written before the field existed
+  auto old = Variant::from_json(old_record);
+  ASSERT_TRUE(old) << old.error().describe();
+  EXPECT_FALSE(old->warp_specialized);
+  old_record["warp_specialized"] = "yes";
+  EXPECT_FALSE(Variant::from_json(old_record));
+
+  Variant m = *default_variant(*find_target("sm_90a"), mixtral(), KernelKind::moe1);
+  m.warp_specialized = true;
+  auto why = why_illegal(m, mixtral());
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("wgmma-family option"), std::string::npos) << *why;
+
+  auto o = SpaceOptions::parse("wgmma_producer=on,off");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->wgmma_producer, (std::vector<bool>{true, false}));
+  EXPECT_FALSE(SpaceOptions::parse("wgmma_producer=maybe"));
+  EXPECT_EQ(SpaceOptions{}.wgmma_producer, std::vector<bool>{false});  // measured slower: off by default
+}
+
 TEST(Space, WgmmaFamilyHasItsOwnAxes) {
   auto o = SpaceOptions::parse("wgmma_tile_m=128;wgmma_tile_n=64,256;wgmma_warps=8x1;wgmma_stages=3,5;kind=moe2");
   ASSERT_TRUE(o) << o.error().describe();

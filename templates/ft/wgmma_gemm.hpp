@@ -12,7 +12,9 @@
 // a k-tile's wgmma are issued, a second barrier confirms every warpgroup has
 // finished the previous k-tile, whose buffer then takes the next copy while
 // this k-tile computes. (Profiling showed the tensor pipe waiting on loads,
-// not on L2 bandwidth, so depth in flight is what pays.)
+// not on L2 bandwidth, so depth in flight is what pays.) Warp-specialised
+// blocks (Cfg::warp_specialized) instead give all copies to one extra
+// producer warpgroup and meet the consumers at mbarriers (run_specialized).
 namespace ft {
 
 template <class Cfg, int NB>

@@ -12,20 +12,10 @@
 namespace ft::emu::test {
 namespace {
 
-// The lane-fragment atoms (MFMA, mma.sync). A wgmma reads shared memory
-// through descriptors, so it is checked through the layer kernels instead
-// (layer_test.cpp plans, flytune verify).
-std::vector<const AtomInfo*> fragment_atoms(const Target& t, DType d) {
-  std::vector<const AtomInfo*> out;
-  for (const AtomInfo* a : atoms_for(t, d))
-    if (!a->warpgroup()) out.push_back(a);
-  return out;
-}
-
 std::vector<std::string> probe_entries(const Target& t) {
   std::vector<std::string> names;
   for (DType d : {DType::bf16, DType::f16})
-    for (const AtomInfo* a : fragment_atoms(t, d)) names.push_back(atom_probe_entry(*a));
+    for (const AtomInfo* a : atoms_for(t, d)) names.push_back(atom_probe_entry(*a));
   names.push_back(t.is_nvidia() ? "ft_probe_broken_mma" : "ft_probe_broken_mfma");
   return names;
 }
@@ -38,7 +28,7 @@ TEST_P(EveryAtom, EmulatedAtomEqualsCpuMatmul) {
   ASSERT_TRUE(l) << l.error().describe();
   int atoms = 0;
   for (DType d : {DType::bf16, DType::f16})
-    for (const AtomInfo* atom : fragment_atoms(t, d)) {
+    for (const AtomInfo* atom : atoms_for(t, d)) {
       ++atoms;
       for (bool exact : {true, false}) {
         const AtomProbeInputs in = make_atom_probe_inputs(*atom, 7, exact);
@@ -47,8 +37,8 @@ TEST_P(EveryAtom, EmulatedAtomEqualsCpuMatmul) {
         const std::vector<float> want = atom_probe_expected(in);
         for (std::size_t i = 0; i < want.size(); ++i)
           ASSERT_EQ(std::bit_cast<std::uint32_t>((*got)[i]), std::bit_cast<std::uint32_t>(want[i]))
-              << atom->id << (exact ? " exact" : " random") << " C[" << i / std::size_t(atom->n) << ", "
-              << i % std::size_t(atom->n) << "]: " << (*got)[i] << " vs " << want[i];
+              << atom->id << (exact ? " exact" : " random") << " C[" << i / std::size_t(in.n) << ", "
+              << i % std::size_t(in.n) << "]: " << (*got)[i] << " vs " << want[i];
       }
     }
   EXPECT_GE(atoms, t.is_nvidia() ? 2 : 4);

@@ -14,7 +14,7 @@ namespace ft {
 AtomProbeInputs make_atom_probe_inputs(const AtomInfo& atom, std::uint64_t seed, bool exact) {
   AtomProbeInputs in;
   in.m = atom.m;
-  in.n = atom.n;
+  in.n = atom.warpgroup() ? kWgmmaProbeN : atom.n;
   in.k = atom.k;
   in.dtype = atom.dtype;
   auto value = [&](std::uint64_t stream, std::size_t i, float range) {
@@ -57,7 +57,11 @@ Result<std::vector<float>> run_atom_probe(Device& d, FunctionHandle probe, const
   FT_CHECK(d.copy_to_device(c_in.ptr(), in.c_in.data(), in.c_in.size() * 4));
   FT_CHECK(d.memset_u32(c_out.ptr(), 0xffffffffu, in.c_in.size()));  // NaN: unwritten outputs show
   const Args args{a.ptr(), b.ptr(), c_in.ptr(), c_out.ptr()};
-  FT_CHECK(d.launch(probe, Dim3{1, 1, 1}, Dim3{unsigned(atom.lanes), 1, 1}, 0, {}, &args, sizeof args));
+  // A warpgroup atom runs on 128 threads and reads its operands from shared memory.
+  const unsigned threads = atom.warpgroup() ? 128u : unsigned(atom.lanes);
+  const int shared = atom.warpgroup() ? kWgmmaProbeSharedBytes : 0;
+  if (shared > 0) FT_CHECK(d.set_dynamic_shared(probe, shared));
+  FT_CHECK(d.launch(probe, Dim3{1, 1, 1}, Dim3{threads, 1, 1}, shared, {}, &args, sizeof args));
   std::vector<float> c(in.c_in.size());
   FT_CHECK(d.copy_to_host(c.data(), c_out.ptr(), c.size() * 4));
   FT_CHECK(d.synchronize());

@@ -1,7 +1,7 @@
 #pragma once
 // One matrix atom on one operand pair, on any Device: the host side of the
 // probe kernels in tests/emu/units/atom_probe.cpp (entry ft_probe_<atom id>,
-// one wave / warp, argument {a, b, c_in, c_out}). Used to check the emulated
+// one wave / warp, or one warpgroup for wgmma atoms; argument {a, b, c_in, c_out}). Used to check the emulated
 // atoms against a plain CPU matmul, and the emulator against the hardware.
 #include <cstdint>
 #include <string>
@@ -11,6 +11,11 @@
 #include "tuner/device/device.hpp"
 
 namespace ft {
+
+// Warpgroup (wgmma) atoms are probed at N = 64, from a swizzled shared-memory
+// tile of 128 rows x 128 bytes (plus room to align it to 1024 bytes).
+inline constexpr int kWgmmaProbeN = 64;
+inline constexpr int kWgmmaProbeSharedBytes = 128 * 128 + 1024;
 
 struct AtomProbeInputs {
   int m = 0, n = 0, k = 0;
@@ -32,7 +37,8 @@ std::vector<float> atom_probe_expected(const AtomProbeInputs& in);
 
 std::string atom_probe_entry(const AtomInfo& atom);  // "ft_probe_<id>"
 
-// Uploads the operands, launches `probe` with one wave / warp, returns C [M, N].
+// Uploads the operands, launches `probe` with one wave / warp (a warpgroup and
+// its shared memory for wgmma atoms), returns C [M, N].
 Result<std::vector<float>> run_atom_probe(Device& device, FunctionHandle probe, const AtomInfo& atom,
                                           const AtomProbeInputs& in);
 

@@ -39,6 +39,47 @@ struct broken_mma : ft::atom::mma_m16n8k16_f32_bf16 {
 FT_KERNEL(32, ft_probe_broken_mma)(AtomProbeArgs p) { atom_probe<broken_mma>(p); }
 #endif
 
+#if defined(FT_FLAVOUR_CUDA) || (defined(FT_FLAVOUR_EMU) && FT_EMU_WAVE_SIZE == 32)
+// A wgmma atom, one warpgroup (128 threads), on A [64, 16] and B [64, 16]: the
+// operands are written into a 1024-aligned, 128-byte-swizzled tile (A rows
+// 0-63, B rows 64-127) at k offset 32 -- the third k16 step of a 64-deep row
+// -- and read through descriptors; C in and out by the documented accumulator
+// layout (atom_wgmma.hpp). N = 64 (AtomProbeInputs for warpgroup atoms).
+template <class Atom>
+FT_DEVICE void wgmma_probe(const AtomProbeArgs& p) {
+  constexpr int N = 64, kOff = 32;
+  unsigned char* window = ft::shared_memory();
+  const ft::u32 window_addr = ft::shared_address(window);
+  unsigned char* tile = window + (((window_addr + 1023u) & ~1023u) - window_addr);
+  const int t = ft::thread_index();
+  for (int e = t; e < (64 + N) * 16; e += 128) {
+    const int row = e / 16, k = e % 16;
+    const ft::u16 v = row < 64 ? p.a[row * 16 + k] : p.b[(row - 64) * 16 + k];
+    FT_MEMCPY(tile + ft::swizzle128_offset(row, kOff + k), &v, 2);
+  }
+  const int warp = t / 32, lane = t % 32;
+  float d[N / 2];
+  for (int i = 0; i < N / 2; ++i)
+    d[i] = p.c_in[(16 * warp + lane / 4 + 8 * ((i / 2) % 2)) * N + 8 * (i / 4) + 2 * (lane % 4) + i % 2];
+  ft::fence_async_proxy();
+  ft::barrier();
+  const ft::u32 a = ft::shared_address(tile) + kOff * 2, b = ft::shared_address(tile) + 64 * 128 + kOff * 2;
+  ft::wgmma_fence();
+  ft::wgmma_fence_operands(d);
+  Atom::template mma<N>(d, ft::wgmma_descriptor(a), ft::wgmma_descriptor(b));
+  ft::wgmma_commit();
+  ft::wgmma_wait<0>();
+  ft::wgmma_fence_operands(d);
+  for (int i = 0; i < N / 2; ++i)
+    p.c_out[(16 * warp + lane / 4 + 8 * ((i / 2) % 2)) * N + 8 * (i / 4) + 2 * (lane % 4) + i % 2] = d[i];
+}
+
+#define FT_WGMMA_PROBE(id) \
+  FT_KERNEL(128, ft_probe_##id)(AtomProbeArgs p) { wgmma_probe<ft::atom::id>(p); }
+FT_WGMMA_PROBE(wgmma_m64k16_f32_bf16)
+FT_WGMMA_PROBE(wgmma_m64k16_f32_f16)
+#endif
+
 #if defined(FT_FLAVOUR_EMU) && FT_EMU_WAVE_SIZE == 64
 FT_PROBE(mfma_f32_16x16x16_bf16)
 FT_PROBE(mfma_f32_32x32x8_bf16)

@@ -24,12 +24,13 @@ FT_HOST_DEVICE constexpr u64 wgmma_descriptor(u32 addr) {
 // The shared-memory byte address a descriptor starts at.
 FT_HOST_DEVICE constexpr u32 wgmma_descriptor_address(u64 desc) { return u32(desc & 0x3FFF) << 4; }
 
+// The 128-byte swizzle on a shared-memory byte address: the 16-byte chunk
+// bits [4, 7) are XORed with the row bits [7, 10).
+FT_HOST_DEVICE constexpr u32 swizzle128(u32 logical) { return logical ^ (((logical >> 7) & 7) << 4); }
+
 // Byte offset, from a 1024-aligned tile base, of element (row, k) of a
 // K-major tile with 64-element (128-byte) rows in the 128-byte swizzle.
-FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k) {
-  const u32 logical = u32(row) * 128 + u32(k) * 2;
-  return logical ^ (((logical >> 7) & 7) << 4);
-}
+FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k) { return swizzle128(u32(row) * 128 + u32(k) * 2); }
 
 }  // namespace ft
 
@@ -50,24 +51,15 @@ FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k) {
   "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k16." ptx_types " " \
   FT_WGMMA_D##R ", %" #R ", %" #next ", p, 1, 1, 0, 0;\n}\n"
 
-#define FT_WGMMA(id, M, NSTEP, K, elem, ptx_types, targets, sass)                                     \
-  struct id {                                                                                        \
-    static constexpr int M_ = M, K_ = K;                                                             \
-    static constexpr Elem element = Elem::elem;                                                      \
-    static constexpr bool kWarpgroup = true;                                                         \
-    template <int N>                                                                                 \
-    FT_DEVICE static void mma(float (&d)[N / 2], u64 a, u64 b) {                                     \
-      static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma atoms here: N = 32, 64, 128 or 256"); \
-      if constexpr (N == 32)                                                                         \
-        asm volatile(FT_WGMMA_ASM(32, 16, 17, ptx_types) : FT_WGMMA_F16(d, 0) : "l"(a), "l"(b));     \
-      else if constexpr (N == 64)                                                                    \
-        asm volatile(FT_WGMMA_ASM(64, 32, 33, ptx_types) : FT_WGMMA_F32(d, 0) : "l"(a), "l"(b));     \
-      else if constexpr (N == 128)                                                                   \
-        asm volatile(FT_WGMMA_ASM(128, 64, 65, ptx_types) : FT_WGMMA_F64(d, 0) : "l"(a), "l"(b));    \
-      else                                                                                           \
-        asm volatile(FT_WGMMA_ASM(256, 128, 129, ptx_types) : FT_WGMMA_F128(d, 0) : "l"(a), "l"(b)); \
-    }                                                                                                \
-  };
+#define FT_WGMMA_ISSUE(N, d, a, b, elem, ptx_types)                                            \
+  if constexpr (N == 32)                                                                       \
+    asm volatile(FT_WGMMA_ASM(32, 16, 17, ptx_types) : FT_WGMMA_F16(d, 0) : "l"(a), "l"(b));   \
+  else if constexpr (N == 64)                                                                  \
+    asm volatile(FT_WGMMA_ASM(64, 32, 33, ptx_types) : FT_WGMMA_F32(d, 0) : "l"(a), "l"(b));   \
+  else if constexpr (N == 128)                                                                 \
+    asm volatile(FT_WGMMA_ASM(128, 64, 65, ptx_types) : FT_WGMMA_F64(d, 0) : "l"(a), "l"(b));  \
+  else                                                                                         \
+    asm volatile(FT_WGMMA_ASM(256, 128, 129, ptx_types) : FT_WGMMA_F128(d, 0) : "l"(a), "l"(b))
 
 namespace ft {
 // Orders this warpgroup's register and shared-memory accesses before the
@@ -93,17 +85,7 @@ FT_DEVICE void wgmma_fence_operands(float (&d)[R]) {
 // the layout above says, so a template that writes tiles in another layout
 // gets wrong answers here too. Issue order is execution order, so the
 // fences and waits have nothing to do.
-#define FT_WGMMA(id, M, NSTEP, K, elem, ptx_types, targets, sass)              \
-  struct id {                                                                 \
-    static constexpr int M_ = M, K_ = K;                                      \
-    static constexpr Elem element = Elem::elem;                               \
-    static constexpr bool kWarpgroup = true;                                  \
-    template <int N>                                                          \
-    FT_DEVICE static void mma(float (&d)[N / 2], u64 a, u64 b) {              \
-      static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma atoms here: N = 32, 64, 128 or 256"); \
-      emu::emulate_wgmma<Elem::elem, N>(d, a, b);                              \
-    }                                                                         \
-  };
+#define FT_WGMMA_ISSUE(N, d, a, b, elem, ptx_types) emu::emulate_wgmma<Elem::elem, N>(d, a, b)
 
 namespace ft {
 namespace emu {
@@ -114,9 +96,8 @@ void emulate_wgmma(float (&d)[N / 2], u64 a_desc, u64 b_desc) {
   // A slice start = 1024-aligned tile + k offset; the swizzle acts on the
   // address bits, so element (r, k) lives at swizzle(start + r*128 + 2k).
   auto element = [&](u32 start, int r, int k) {
-    const u32 logical = start + u32(r) * 128 + u32(k) * 2;
     u16 v;
-    __builtin_memcpy(&v, lds + (logical ^ (((logical >> 7) & 7) << 4)), 2);
+    __builtin_memcpy(&v, lds + swizzle128(start + u32(r) * 128 + u32(k) * 2), 2);
     return to_f32<E>(v);
   };
   const int t = thread_index() % 128, warp = t / 32, lane = t % 32;
@@ -138,7 +119,19 @@ FT_DEVICE void wgmma_fence_operands(float (&)[R]) {}
 }  // namespace ft
 #endif
 
-#if defined(FT_WGMMA)
+#if defined(FT_WGMMA_ISSUE)
+// One atom type per row; the flavour above supplies how an instruction issues.
+#define FT_WGMMA(id, M, NSTEP, K, elem, ptx_types, targets, sass)                                          \
+  struct id {                                                                                             \
+    static constexpr int M_ = M, K_ = K;                                                                  \
+    static constexpr Elem element = Elem::elem;                                                           \
+    static constexpr bool kWarpgroup = true;                                                              \
+    template <int N>                                                                                      \
+    FT_DEVICE static void mma(float (&d)[N / 2], u64 a, u64 b) {                                          \
+      static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma atoms here: N = 32, 64, 128 or 256"); \
+      FT_WGMMA_ISSUE(N, d, a, b, elem, ptx_types);                                                        \
+    }                                                                                                     \
+  };
 namespace ft::atom {
 #include "ft/atoms_wgmma.def"
 }  // namespace ft::atom

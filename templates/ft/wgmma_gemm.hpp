@@ -107,7 +107,8 @@ struct WgmmaGemm {
     FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
   }
 
-  // Accumulates A[:, k_begin:k_end] x B^T into acc (consumer threads).
+  // Accumulates A[:, k_begin:k_end] x B^T into acc; every thread of the block
+  // calls it (a producer warpgroup only copies).
   FT_DEVICE void run(int k_begin, int k_end) {
     unsigned char* window = shared_memory();
     // Swizzle and descriptors act on shared addresses: align tiles to 1024 there.

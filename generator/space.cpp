@@ -219,44 +219,55 @@ Space enumerate_space(const Target& target, const Problem& problem, const SpaceO
   } else {
     for (const auto& id : o.atoms) atoms.push_back(find_atom(id));
   }
-  const std::vector<int> wgmma_tile_k{64};
-  for (KernelKind kind : o.kinds)
-    for (const AtomInfo* atom : atoms)
-      for (int tm : atom->warpgroup() ? o.wgmma_tile_m : o.tile_m)
-        for (int tn : atom->warpgroup() ? o.wgmma_tile_n : o.tile_n)
-          for (int tk : atom->warpgroup() ? wgmma_tile_k : o.tile_k)
-            for (auto [wm, wn] : atom->warpgroup() ? o.wgmma_warps : o.warps)
-              for (int st : atom->warpgroup() ? o.wgmma_stages : o.stages)
-                for (bool w1 : o.weight_in_stage1)
-                  for (WeightLayoutKind layout : o.layout) {
-                    // Stage-2-only axes collapse to one value for stage 1.
-                    std::vector<int> splits = kind == KernelKind::moe2 ? o.split_k : std::vector<int>{1};
-                    std::vector<Reduction> reduces =
-                        kind == KernelKind::moe2 ? o.reduce : std::vector<Reduction>{Reduction::atomic};
-                    const std::vector<bool> producers = atom->warpgroup() ? o.wgmma_producer : std::vector<bool>{false};
-                    for (int sk : splits)
-                      for (Reduction red : reduces)
-                        for (bool ws : producers) {
-                        Variant v;
-                        v.target = &target;
-                        v.kind = kind;
-                        v.dtype = problem.dtype;
-                        v.atom = atom;
-                        v.tile_m = tm;
-                        v.tile_n = tn;
-                        v.tile_k = tk;
-                        v.warps_m = wm;
-                        v.warps_n = wn;
-                        v.stages = st;
-                        v.split_k = sk;
-                        v.weight_in_stage1 = w1;
-                        v.reduce = red;
-                        v.layout = layout;
-                        v.warp_specialized = ws;
-                        if (auto why = why_illegal(v, problem)) space.rejected.push_back({v, *why});
-                        else space.legal.push_back(v);
-                      }
-                  }
+  // The shape axes of an atom's family: the wgmma family has its own (tile_k
+  // is always one 64-deep swizzle row; only it has a producer warpgroup).
+  struct ShapeAxes {
+    const std::vector<int>& tile_m;
+    const std::vector<int>& tile_n;
+    std::vector<int> tile_k;
+    const std::vector<std::pair<int, int>>& warps;
+    const std::vector<int>& stages;
+    std::vector<bool> producer;
+  };
+  const ShapeAxes wave_axes{o.tile_m, o.tile_n, o.tile_k, o.warps, o.stages, {false}};
+  const ShapeAxes wgmma_axes{o.wgmma_tile_m, o.wgmma_tile_n, {64}, o.wgmma_warps, o.wgmma_stages, o.wgmma_producer};
+  for (KernelKind kind : o.kinds) {
+    // Stage-2-only axes collapse to one value for stage 1.
+    const std::vector<int> splits = kind == KernelKind::moe2 ? o.split_k : std::vector<int>{1};
+    const std::vector<Reduction> reduces = kind == KernelKind::moe2 ? o.reduce : std::vector<Reduction>{Reduction::atomic};
+    for (const AtomInfo* atom : atoms) {
+      const ShapeAxes& ax = atom->warpgroup() ? wgmma_axes : wave_axes;
+      for (int tm : ax.tile_m)
+        for (int tn : ax.tile_n)
+          for (int tk : ax.tile_k)
+            for (auto [wm, wn] : ax.warps)
+              for (int st : ax.stages)
+                for (bool ws : ax.producer)
+                  for (bool w1 : o.weight_in_stage1)
+                    for (WeightLayoutKind layout : o.layout)
+                      for (int sk : splits)
+                        for (Reduction red : reduces) {
+                          Variant v;
+                          v.target = &target;
+                          v.kind = kind;
+                          v.dtype = problem.dtype;
+                          v.atom = atom;
+                          v.tile_m = tm;
+                          v.tile_n = tn;
+                          v.tile_k = tk;
+                          v.warps_m = wm;
+                          v.warps_n = wn;
+                          v.stages = st;
+                          v.warp_specialized = ws;
+                          v.split_k = sk;
+                          v.weight_in_stage1 = w1;
+                          v.reduce = red;
+                          v.layout = layout;
+                          if (auto why = why_illegal(v, problem)) space.rejected.push_back({v, *why});
+                          else space.legal.push_back(v);
+                        }
+    }
+  }
   return space;
 }
 

@@ -24,6 +24,11 @@ FT_HOST_DEVICE constexpr u64 wgmma_descriptor(u32 addr) {
 // The shared-memory byte address a descriptor starts at.
 FT_HOST_DEVICE constexpr u32 wgmma_descriptor_address(u64 desc) { return u32(desc & 0x3FFF) << 4; }
 
+// The accumulator layout above: row and column of register i of thread t of
+// the warpgroup (t = thread index % 128).
+FT_HOST_DEVICE constexpr int wgmma_acc_row(int t, int i) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2); }
+FT_HOST_DEVICE constexpr int wgmma_acc_col(int t, int i) { return 8 * (i / 4) + 2 * (t % 4) + i % 2; }
+
 // The 128-byte swizzle on a shared-memory byte address: the 16-byte chunk
 // bits [4, 7) are XORed with the row bits [7, 10).
 FT_HOST_DEVICE constexpr u32 swizzle128(u32 logical) { return logical ^ (((logical >> 7) & 7) << 4); }
@@ -100,10 +105,9 @@ void emulate_wgmma(float (&d)[N / 2], u64 a_desc, u64 b_desc) {
     __builtin_memcpy(&v, lds + swizzle128(start + u32(r) * 128 + u32(k) * 2), 2);
     return to_f32<E>(v);
   };
-  const int t = thread_index() % 128, warp = t / 32, lane = t % 32;
+  const int t = thread_index() % 128;
   for (int i = 0; i < N / 2; ++i) {
-    const int row = 16 * warp + lane / 4 + 8 * ((i / 2) % 2);
-    const int col = 8 * (i / 4) + 2 * (lane % 4) + i % 2;
+    const int row = wgmma_acc_row(t, i), col = wgmma_acc_col(t, i);
     float acc = d[i];
     for (int k = 0; k < 16; ++k) acc += element(a0, row, k) * element(b0, col, k);
     d[i] = acc;

@@ -188,9 +188,10 @@ struct WgmmaGemm {
   // Tile coordinates of accumulator acc_at(nb, rm, rn, i) of this lane.
   FT_DEVICE static int acc_row(int rm, int i) {
     const int tid = thread_index();
-    return (tid / 128) * kGroupRows + rm * 64 + ((tid / 32) % 4) * 16 + (tid % 32) / 4 + 8 * ((i / 2) % 2);
+    return (tid / 128) * kGroupRows + rm * 64 + wgmma_acc_row(tid % 128, i);
   }
-  FT_DEVICE static int acc_col(int rn, int i) { return rn * 8 + 2 * (thread_index() % 4) + i % 2; }
+  // i < 4: within one 8-column block, so the atom layout's column is the offset in it.
+  FT_DEVICE static int acc_col(int rn, int i) { return rn * 8 + wgmma_acc_col(thread_index() % 128, i); }
 };
 #endif
 

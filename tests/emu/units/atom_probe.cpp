@@ -57,10 +57,8 @@ FT_DEVICE void wgmma_probe(const AtomProbeArgs& p) {
     const ft::u16 v = row < 64 ? p.a[row * 16 + k] : p.b[(row - 64) * 16 + k];
     FT_MEMCPY(tile + ft::swizzle128_offset(row, kOff + k), &v, 2);
   }
-  const int warp = t / 32, lane = t % 32;
   float d[N / 2];
-  for (int i = 0; i < N / 2; ++i)
-    d[i] = p.c_in[(16 * warp + lane / 4 + 8 * ((i / 2) % 2)) * N + 8 * (i / 4) + 2 * (lane % 4) + i % 2];
+  for (int i = 0; i < N / 2; ++i) d[i] = p.c_in[ft::wgmma_acc_row(t, i) * N + ft::wgmma_acc_col(t, i)];
   ft::fence_async_proxy();
   ft::barrier();
   const ft::u32 a = ft::shared_address(tile) + kOff * 2, b = ft::shared_address(tile) + 64 * 128 + kOff * 2;
@@ -70,8 +68,7 @@ FT_DEVICE void wgmma_probe(const AtomProbeArgs& p) {
   ft::wgmma_commit();
   ft::wgmma_wait<0>();
   ft::wgmma_fence_operands(d);
-  for (int i = 0; i < N / 2; ++i)
-    p.c_out[(16 * warp + lane / 4 + 8 * ((i / 2) % 2)) * N + 8 * (i / 4) + 2 * (lane % 4) + i % 2] = d[i];
+  for (int i = 0; i < N / 2; ++i) p.c_out[ft::wgmma_acc_row(t, i) * N + ft::wgmma_acc_col(t, i)] = d[i];
 }
 
 #define FT_WGMMA_PROBE(id) \

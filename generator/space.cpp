@@ -53,7 +53,10 @@ std::optional<std::string> why_illegal_wgmma(const Variant& v) {
     return fmt::format("wgmma N = {} weight matrices x tile_n {} = {} is not 32, 64, 128 or 256", v.weight_matrices(), v.tile_n, n);
   if (v.tile_k != 64) return fmt::format("wgmma k-tiles are 64 deep (one 128-byte swizzle row), not {}", v.tile_k);
   if (v.stages < 3) return fmt::format("the wgmma ring needs at least 3 stages, not {}", v.stages);
-  if (v.layout != WeightLayoutKind::plain) return std::string("wgmma reads plain K-major weights, not shuffled ones");
+  const WeightLayoutKind wanted = v.warp_specialized ? WeightLayoutKind::tiled : WeightLayoutKind::plain;
+  if (v.layout != wanted)
+    return fmt::format("wgmma {} reads {} weights, not {} ones", v.warp_specialized ? "with a producer warpgroup" : "without a producer warpgroup",
+                       to_string(wanted), to_string(v.layout));
   // One block must fit the register file at the registers each thread needs
   // (the producer warpgroup of a specialised block gets as many as the others).
   const Target& t = *v.target;
@@ -164,7 +167,8 @@ Result<SpaceOptions> SpaceOptions::parse(std::string_view text) {
       st = parse_list(values, axis, o.layout, [](std::string_view v) -> Result<WeightLayoutKind> {
         if (v == "plain") return WeightLayoutKind::plain;
         if (v == "shuffled") return WeightLayoutKind::shuffled;
-        return fail(Errc::invalid_input, fmt::format("--space: layout '{}' is not plain or shuffled", v));
+        if (v == "tiled") return WeightLayoutKind::tiled;
+        return fail(Errc::invalid_input, fmt::format("--space: layout '{}' is not plain, shuffled or tiled", v));
       });
     else
       return fail(Errc::invalid_input,
@@ -186,6 +190,8 @@ std::optional<std::string> why_illegal(const Variant& v, const Problem& p) {
     if (auto why = why_illegal_wgmma(v)) return why;
   } else if (v.warp_specialized)
     return fmt::format("warp specialisation is a wgmma-family option; atom {} is not a wgmma", a.id);
+  else if (v.layout == WeightLayoutKind::tiled)
+    return fmt::format("the tiled weight layout feeds wgmma bulk copies; atom {} is not a wgmma", a.id);
   else if (v.tile_m % (v.warps_m * a.m) != 0)
     return fmt::format("tile_m {} is not a multiple of warps_m {} x atom M {}", v.tile_m, v.warps_m, a.m);
   else if (v.tile_n % (v.warps_n * a.n) != 0)
@@ -219,6 +225,10 @@ Space enumerate_space(const Target& target, const Problem& problem, const SpaceO
   } else {
     for (const auto& id : o.atoms) atoms.push_back(find_atom(id));
   }
+  // The wgmma family's weight layout is not an axis: it follows the producer
+  // warpgroup (bulk copies need tiled weights, the shared ring reads plain).
+  const std::vector<WeightLayoutKind> plain_only{WeightLayoutKind::plain}, tiled_only{WeightLayoutKind::tiled};
+  auto wgmma_layout = [&](bool ws) -> const std::vector<WeightLayoutKind>& { return ws ? tiled_only : plain_only; };
   // The shape axes of an atom's family: the wgmma family has its own (tile_k
   // is always one 64-deep swizzle row; only it has a producer warpgroup).
   struct ShapeAxes {
@@ -244,7 +254,7 @@ Space enumerate_space(const Target& target, const Problem& problem, const SpaceO
               for (int st : ax.stages)
                 for (bool ws : ax.producer)
                   for (bool w1 : o.weight_in_stage1)
-                    for (WeightLayoutKind layout : o.layout)
+                    for (WeightLayoutKind layout : atom->warpgroup() ? wgmma_layout(ws) : o.layout)
                       for (int sk : splits)
                         for (Reduction red : reduces) {
                           Variant v;

@@ -31,15 +31,17 @@ struct SpaceOptions {
   std::vector<int> wgmma_tile_m{64, 128, 256};
   std::vector<int> wgmma_tile_n{32, 64, 128, 256};  // 32: stage 1 with N = 64, more blocks at decode
   std::vector<std::pair<int, int>> wgmma_warps{{4, 1}, {8, 1}};
-  // on: a producer warpgroup feeds mbarrier-synchronised consumers. Off by
-  // default: on the H200 it measured ~40% slower than the shared ring
-  // (docs/PERFORMANCE.md); `wide` searches both.
+  // on: a producer warpgroup feeds mbarrier-synchronised consumers, weights
+  // moved by bulk copies from the tiled layout; off: the shared cp.async ring
+  // on plain weights. (The wgmma family's layout follows this axis; `layout`
+  // applies to the other families.)
   std::vector<bool> wgmma_producer{false};
   std::vector<int> wgmma_stages{3, 4, 7};  // deeper rings keep more bytes in flight; 3 lets two blocks share an SM
 
   // "default", "wide", "small", then ';'-separated overrides "axis=v1,v2", e.g.
   // "wide;tile_m=16,64;warps=2x2". Axes: kind, atom, tile_m, tile_n, tile_k,
-  // warps, stages, split_k, weight (stage1|stage2), reduce, layout, and the
+  // warps, stages, split_k, weight (stage1|stage2), reduce, layout (plain,
+  // shuffled; not for wgmma), and the
   // wgmma family's wgmma_tile_m, wgmma_tile_n, wgmma_warps, wgmma_stages,
   // wgmma_producer (off, on).
   static Result<SpaceOptions> parse(std::string_view text);

@@ -25,8 +25,8 @@ int Variant::register_estimate() const {
   if (atom->warpgroup()) {
     const int groups = warps_m * warps_n / 4;
     const int acc = tile_m / groups / atom->m * weight_matrices() * tile_n / 2;
-    const int loaders = warp_specialized ? 128 : threads();
-    const int chunks = (tile_m + weight_matrices() * tile_n) * 8 / loaders;
+    // A producer warpgroup copies only A 16 bytes at a time (bulk copies move the weights).
+    const int chunks = warp_specialized ? tile_m * 8 / 128 : (tile_m + weight_matrices() * tile_n) * 8 / threads();
     // Accumulators, a 64-bit source pointer per copy, addressing; a producer
     // warpgroup holds the pointers but no accumulators, yet all threads get
     // the kernel's register count.
@@ -52,6 +52,7 @@ std::string Variant::name() const {
     if (weight_in_stage1) s += "_norw";
   }
   if (layout == WeightLayoutKind::shuffled) s += "_shuf";
+  if (layout == WeightLayoutKind::tiled) s += "_tiled";
   if (warp_specialized) s += "_ws";
   return s;
 }
@@ -116,12 +117,20 @@ Result<Variant> Variant::from_json(const nlohmann::json& j) {
   else return bad("unknown reduce '" + reduce + "'");
   if (layout == "plain") v.layout = WeightLayoutKind::plain;
   else if (layout == "shuffled") v.layout = WeightLayoutKind::shuffled;
+  else if (layout == "tiled") v.layout = WeightLayoutKind::tiled;
   else return bad("unknown layout '" + layout + "'");
   return v;
 }
 
 std::string_view to_string(KernelKind k) { return k == KernelKind::moe1 ? "moe1" : "moe2"; }
 std::string_view to_string(Reduction r) { return r == Reduction::atomic ? "atomic" : "partials"; }
-std::string_view to_string(WeightLayoutKind l) { return l == WeightLayoutKind::plain ? "plain" : "shuffled"; }
+std::string_view to_string(WeightLayoutKind l) {
+  switch (l) {
+    case WeightLayoutKind::plain: return "plain";
+    case WeightLayoutKind::shuffled: return "shuffled";
+    case WeightLayoutKind::tiled: return "tiled";
+  }
+  return "?";
+}
 
 }  // namespace ft

@@ -16,7 +16,7 @@ namespace ft {
 
 enum class KernelKind { moe1, moe2 };        // stage 1 (gate/up + SwiGLU), stage 2 (down + scatter)
 enum class Reduction { atomic, partials };   // stage 2: fp32 atomics into [T,H], or per-slot partials
-enum class WeightLayoutKind { plain, shuffled };
+enum class WeightLayoutKind { plain, shuffled, tiled };  // templates/ft/weight_layout.hpp
 
 struct Variant {
   const Target* target = nullptr;
@@ -26,7 +26,7 @@ struct Variant {
   int tile_m = 64, tile_n = 128, tile_k = 64;
   int warps_m = 2, warps_n = 2;              // waves (AMD) / warps (NVIDIA) per block and their layout
   int stages = 2;                            // LDS buffers: 1 single, 2 ping-pong (wgmma: ring depth)
-  bool warp_specialized = false;             // wgmma only: a producer warpgroup copies, the others compute
+  bool warp_specialized = false;             // wgmma only: a producer warpgroup copies (weights tiled), the others compute
   int split_k = 1;                           // stage 2 only
   bool weight_in_stage1 = false;             // routed weight applied by stage 1 (stage 2 then skips it)
   Reduction reduce = Reduction::atomic;      // stage 2 only

@@ -8,7 +8,7 @@ struct MoeArgs {
   const u16* x;               // [T, H] activations
   const i32* topk_ids;        // [T, k] expert of each (token, slot)
   const float* topk_weights;  // [T, k] routed weight of each (token, slot)
-  const u16* w1;              // [E, 2I, H] gate rows then up rows (plain or pre-shuffled)
+  const u16* w1;              // [E, 2I, H] gate rows then up rows (plain, pre-shuffled or tiled)
   const u16* w2;              // [E, H, I]
   u16* inter;                 // [T*k, I] stage-1 output, row = token*k + slot
   float* y_acc;               // atomic: [T, H] fp32 sums; partials: [T*k, H]
@@ -27,17 +27,19 @@ struct MoeArgs {
                               // the layer kernels fix the routed-weight placement at compile time
 };
 
-// The weight pre-shuffle kernel's argument.
+// The weight pre-arrangement kernel's argument.
 struct ShuffleArgs {
   const u16* src;  // [rows, cols] row-major
-  u16* dst;        // the same elements in the pre-shuffled order (weight_layout.hpp)
+  u16* dst;        // the same elements in the `layout` order (weight_layout.hpp)
   i32 rows;        // all experts' rows together (E * N), a multiple of 16
-  i32 cols;        // K, a multiple of 8
+  i32 cols;        // K, a multiple of 8 (of 64 for tiled)
+  i32 layout;      // the destination layout: 1 shuffled, 2 tiled (WeightLayout); 0 is read as shuffled
+  i32 reserved;    // zero
 };
 
 inline constexpr i32 kFlagWeightInStage1 = 1;
 
 enum class Reduce { atomic, partials };
-enum class WeightLayout { plain, shuffled };
+enum class WeightLayout { plain, shuffled, tiled };
 
 }  // namespace ft

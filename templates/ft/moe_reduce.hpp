@@ -26,14 +26,15 @@ FT_DEVICE void moe_reduce(const MoeArgs& p) {
   copy_bytes<u16, 8>(p.y + first, out);
 }
 
-// Rearranges weights into the shuffled layout (weight_layout.hpp), one 16-byte
-// chunk per thread. Grid: ceil(rows * cols / 8 / kReduceThreads).
+// Rearranges weights into the shuffled or the tiled layout (weight_layout.hpp),
+// one 16-byte chunk per thread. Grid: ceil(rows * cols / 8 / kReduceThreads).
 FT_DEVICE void shuffle_weights(const ShuffleArgs& s) {
   const long long c = (long long)block_index_x() * kReduceThreads + thread_index();
   const long long per_row = s.cols / 8;
   if (c >= (long long)s.rows * per_row) return;
   const long long row = c / per_row, k = (c % per_row) * 8;
-  *reinterpret_cast<Chunk16*>(s.dst + shuffled_offset(row, k, s.cols)) =
+  const long long to = s.layout == int(WeightLayout::tiled) ? tiled_offset(row, k, s.rows) : shuffled_offset(row, k, s.cols);
+  *reinterpret_cast<Chunk16*>(s.dst + to) =
       *reinterpret_cast<const Chunk16*>(s.src + row * s.cols + k);
 }
 

@@ -28,9 +28,9 @@ struct Stage1 {
           const int id = ids[r];
           return id < pairs ? p.x + (long long)(id / p.topk) * H : nullptr;
         },
-        [&](int nb, int r) -> const u16* {
+        [&](int nb, int r, int k) -> const u16* {
           const long long row = (long long)expert * 2 * I + nb * I + n0 + r;  // nb 0: gate, 1: up
-          return p.w1 + weight_offset<Cfg::layout>(row, 0, H);
+          return p.w1 + weight_offset<Cfg::layout>(row, k, H, p.experts * 2 * I);
         });
     g.run(0, int(H));
 

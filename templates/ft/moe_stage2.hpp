@@ -32,8 +32,8 @@ struct Stage2 {
           const int id = ids[r];
           return id < pairs ? p.inter + (long long)id * I : nullptr;
         },
-        [&](int, int r) -> const u16* {
-          return p.w2 + weight_offset<Cfg::layout>((long long)expert * H + n0 + r, 0, I);
+        [&](int, int r, int k) -> const u16* {
+          return p.w2 + weight_offset<Cfg::layout>((long long)expert * H + n0 + r, k, I, p.experts * H);
         });
     g.run(k_begin, k_begin + k_len);
 

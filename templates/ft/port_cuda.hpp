@@ -78,5 +78,42 @@ FT_DEVICE void mbarrier_wait(u64* bar, int parity) {
 }
 // Makes this thread's shared-memory writes visible to the async proxy (wgmma).
 FT_DEVICE void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// An arrival that also expects `bytes` more of bulk copies: the phase completes
+// once every arrival is in and that many bytes have landed.
+FT_DEVICE void mbarrier_arrive_expect_tx(u64* bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+// An arrival on `bar` made when this thread's earlier cp.async copies have
+// landed; counted among the barrier's expected arrivals (.noinc).
+FT_DEVICE void copy_async_arrive(u64* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");
+}
+// Ends this thread now. A producer warpgroup leaves this way so that the
+// compiler sees no path from its lean register budget into the epilogue.
+FT_DEVICE void producer_exit() {
+  asm volatile("exit;\n" ::: "memory");
+  __builtin_unreachable();
+}
+// Hands registers between the warpgroups of a block (all lanes of a warpgroup
+// execute it): the producer of a warp-specialised block gives its surplus to
+// the consumers, whose accumulators need it.
+template <int N>
+FT_DEVICE void registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+FT_DEVICE void registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+// One bulk copy (the TMA unit, no tensor map) of `bytes` contiguous bytes,
+// global -> shared, counted off `bar`'s expected bytes when it lands. Both
+// addresses 16-byte aligned, bytes a multiple of 16.
+FT_DEVICE void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   shared_address(dst)),
+               "l"(src), "r"(bytes), "r"(shared_address(bar))
+               : "memory");
+}
 
 }  // namespace ft

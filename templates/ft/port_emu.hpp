@@ -102,28 +102,43 @@ FT_DEVICE void store_pair(u16* p, u16 a, u16 b) { p[0] = a; p[1] = b; }
 FT_DEVICE void store_pair(float* p, float a, float b) { p[0] = a; p[1] = b; }
 FT_DEVICE void atomic_add_pair(float* p, float a, float b) { atomic_add(p, a); atomic_add(p + 1, b); }
 
-// Shared-memory barriers (mbarrier): the count of arrivals still expected, the
-// count each phase starts with, and the number of completed phases; lanes run
-// one at a time, so plain arithmetic is atomic here.
+// Shared-memory barriers (mbarrier): the arrivals still expected, the count
+// each phase starts with, the parity of the completed phases, and the bytes of
+// bulk copies still expected (negative when a copy landed before its
+// expect_tx, as the hardware allows). Lanes run one at a time, so plain
+// arithmetic is atomic here.
 struct EmuMbarrier {
-  u16 pending, expected;
-  u32 phases;
+  u32 pending : 15, expected : 15, parity : 1, unused : 1;
+  i32 tx;
 };
 static_assert(sizeof(EmuMbarrier) == 8, "an mbarrier is 8 bytes of shared memory");
+namespace emu::detail {
+inline EmuMbarrier& mbarrier(u64* bar) { return *reinterpret_cast<EmuMbarrier*>(bar); }
+// A phase completes when every arrival is in and every expected byte landed.
+inline void mbarrier_settle(EmuMbarrier& b) {
+  if (b.pending == 0 && b.tx == 0) {
+    b.pending = b.expected;
+    b.parity ^= 1u;
+  }
+}
+}  // namespace emu::detail
 FT_DEVICE void mbarrier_init(u64* bar, int count) {
-  *reinterpret_cast<EmuMbarrier*>(bar) = EmuMbarrier{u16(count), u16(count), 0u};
+  emu::detail::mbarrier(bar) = EmuMbarrier{u32(count), u32(count), 0u, 0u, 0};
 }
 FT_DEVICE void mbarrier_arrive(u64* bar) {
-  EmuMbarrier& b = *reinterpret_cast<EmuMbarrier*>(bar);
-  if (--b.pending == 0) {
-    b.pending = b.expected;
-    ++b.phases;
-  }
+  EmuMbarrier& b = emu::detail::mbarrier(bar);
+  if (b.pending == 0) emu::detail::runtime->fault("an mbarrier got more arrivals than its count");
+  --b.pending;
+  emu::detail::mbarrier_settle(b);
+}
+FT_DEVICE void mbarrier_arrive_expect_tx(u64* bar, u32 bytes) {
+  emu::detail::mbarrier(bar).tx += i32(bytes);
+  mbarrier_arrive(bar);
 }
 // Returns once the phase of parity `parity` has completed.
 FT_DEVICE void mbarrier_wait(u64* bar, int parity) {
-  const EmuMbarrier& b = *reinterpret_cast<const EmuMbarrier*>(bar);
-  for (long spins = 0; int(b.phases & 1u) == parity; ++spins) {
+  const EmuMbarrier& b = emu::detail::mbarrier(bar);
+  for (long spins = 0; int(b.parity) == parity; ++spins) {
     if (spins == 1000000L) emu::detail::runtime->fault("an mbarrier wait never completed (arrivals missing: a deadlock)");
     emu::detail::runtime->yield();
   }
@@ -139,6 +154,24 @@ FT_DEVICE void copy_async_16(void* dst, const void* src, bool valid) {
   else __builtin_memset(dst, 0, 16);
 }
 FT_DEVICE void copy_async_commit() {}
+// A fiber cannot end mid-call: the producer returns and the stage skips its
+// epilogue (holds_results()).
+FT_DEVICE void producer_exit() {}
+// Register budgets mean nothing on the host.
+template <int N>
+FT_DEVICE void registers_decrease() {}
+template <int N>
+FT_DEVICE void registers_increase() {}
+// Copies land at issue, so the arrival is made at once.
+FT_DEVICE void copy_async_arrive(u64* bar) { mbarrier_arrive(bar); }
+FT_DEVICE void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
+  if ((shared_address(dst) | u32(reinterpret_cast<unsigned long long>(src)) | bytes) % 16 != 0)
+    emu::detail::runtime->fault("a bulk copy with an address or size not a multiple of 16 bytes");
+  __builtin_memcpy(dst, src, bytes);
+  EmuMbarrier& b = emu::detail::mbarrier(bar);
+  b.tx -= i32(bytes);
+  emu::detail::mbarrier_settle(b);
+}
 template <int N>
 FT_DEVICE void copy_async_wait() {}
 FT_DEVICE void fence_async_proxy() {}

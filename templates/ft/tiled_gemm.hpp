@@ -48,9 +48,9 @@ struct TiledGemm {
   FT_DEVICE static bool holds_results() { return true; }  // every thread computes
 
   // a_row(r): start of gathered row r of A (or nullptr for a padding row);
-  // b_row(nb, r): start of row r of weight matrix nb in its layout.
-  template <class ARow, class BRow>
-  FT_DEVICE void setup(ARow a_row, BRow b_row) {
+  // b_at(nb, r, k): element (r, k) of weight matrix nb's tile in its layout.
+  template <class ARow, class BAt>
+  FT_DEVICE void setup(ARow a_row, BAt b_at) {
     FT_UNROLL for (int nb = 0; nb < NB; ++nb)
       FT_UNROLL for (int rm = 0; rm < RM; ++rm)
         FT_UNROLL for (int rn = 0; rn < RN; ++rn)
@@ -65,7 +65,7 @@ struct TiledGemm {
         if (row < TM) {
           src[j] = a_row(row);
         } else {
-          src[j] = b_row((row - TM) / TN, (row - TM) % TN);
+          src[j] = b_at((row - TM) / TN, (row - TM) % TN, 0);
           step[j] = kBStep;
         }
       }

@@ -4,16 +4,27 @@
 // shuffled: 16-row x 8-column (16-byte) blocks stored contiguously, blocks in
 //           row-block-major order, so the 16 rows an atom's lanes need for one
 //           k-chunk are 256 consecutive bytes (one fully coalesced load).
+// tiled:    64-column (128-byte) slices of all rows, slice after slice; in a
+//           slice each row's eight 16-byte chunks sit in the 128-byte swizzle
+//           (chunk c at c ^ (row % 8)). A run of rows starting at a multiple of
+//           8 is then, byte for byte, the shared-memory tile wgmma reads, so
+//           one bulk copy moves a whole weight tile (wgmma_gemm.hpp).
 namespace ft {
 
 FT_HOST_DEVICE long long shuffled_offset(long long row, long long k, long long cols) {
   return (((row >> 4) * (cols >> 3) + (k >> 3)) * 16 + (row & 15)) * 8 + (k & 7);
 }
 
+FT_HOST_DEVICE long long tiled_offset(long long row, long long k, long long rows) {
+  return ((k >> 6) * rows + row) * 64 + ((((k >> 3) & 7) ^ (row & 7)) << 3) + (k & 7);
+}
+
+// Element (row, k) of a [rows, cols] weight matrix in layout L.
 template <WeightLayout L>
-FT_HOST_DEVICE long long weight_offset(long long row, long long k, long long cols) {
+FT_HOST_DEVICE long long weight_offset(long long row, long long k, long long cols, long long rows) {
   if constexpr (L == WeightLayout::plain) return row * cols + k;
-  else return shuffled_offset(row, k, cols);
+  else if constexpr (L == WeightLayout::shuffled) return shuffled_offset(row, k, cols);
+  else return tiled_offset(row, k, rows);
 }
 
 }  // namespace ft

@@ -14,7 +14,11 @@
 // this k-tile computes. (Profiling showed the tensor pipe waiting on loads,
 // not on L2 bandwidth, so depth in flight is what pays.) Warp-specialised
 // blocks (Cfg::warp_specialized) instead give all copies to one extra
-// producer warpgroup and meet the consumers at mbarriers (run_specialized).
+// producer warpgroup and meet the consumers at mbarriers (run_specialized):
+// its lanes copy the gathered A rows with cp.async, and one lane moves each
+// weight tile with a single bulk copy (the TMA unit) from weights stored in
+// the tiled layout (weight_layout.hpp), where a tile is already the
+// swizzled shared-memory image.
 namespace ft {
 
 template <class Cfg, int NB>
@@ -26,7 +30,8 @@ struct WgmmaGemm {
   using Atom = typename Cfg::Atom;
   static constexpr int TM = Cfg::tile_m, TN = Cfg::tile_n, TK = Cfg::tile_k;
   // Warp-specialised blocks add one producer warpgroup (the last) that only
-  // copies; otherwise every thread copies and computes.
+  // copies, and read tiled weights by bulk copy; otherwise every thread
+  // copies and computes, and weights are plain.
   static constexpr bool kSpecialized = Cfg::warp_specialized;
   static constexpr int kConsumers = Cfg::warps_m * Cfg::warps_n / 4;  // warpgroups running wgmma
   static constexpr int kThreads = (kConsumers + (kSpecialized ? 1 : 0)) * 128;
@@ -42,7 +47,17 @@ struct WgmmaGemm {
   static constexpr int kStageBytes = kRows * 128;
   static constexpr int kBarrierBytes = kSpecialized ? 2 * Cfg::stages * 8 : 0;  // full + empty mbarrier per stage
   static constexpr int kSmemBytes = Cfg::stages * kStageBytes + 1024 + kBarrierBytes;  // + room to align to 1024
-  static constexpr int kChunksPerThread = kRows * 8 / kLoaders;
+  static constexpr int kCopiedRows = kSpecialized ? TM : kRows;  // rows copied 16 bytes at a time: bulk copies move the weights
+  static constexpr int kChunksPerThread = kCopiedRows * 8 / kLoaders;
+  static constexpr u32 kWeightTileBytes = TN * 128;
+  // Registers per lane after a two-consumer specialised block rebalances its
+  // 64K-register file (384 lanes launch with 168 each): the producer keeps
+  // what its address arithmetic needs, the consumers' accumulators get the
+  // rest. Only for blocks whose 128+ accumulators per lane put the kernel at
+  // the 168 cap anyway: an increase beyond the registers the block was
+  // launched with would wait forever.
+  static constexpr bool kRebalance = kSpecialized && kConsumers == 2 && RM * kN / 2 >= 128;
+  static constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;
   static constexpr int kRowStep = kLoaders / 8;  // rows between one thread's consecutive chunks
 
   static_assert(Atom::kWarpgroup, "WgmmaGemm takes a wgmma atom");
@@ -52,11 +67,14 @@ struct WgmmaGemm {
   static_assert(kN == 32 || kN == 64 || kN == 128 || kN == 256, "the wgmma atoms here take N = 32, 64, 128 or 256");
   static_assert(Cfg::stages >= 3, "at least two k-tiles in flight");
   static_assert(kRowStep % 8 == 0, "a thread's chunks keep one swizzle phase");
-  static_assert(kRows * 8 % kLoaders == 0, "every loading thread copies the same number of chunks");
-  static_assert(Cfg::layout == WeightLayout::plain, "wgmma reads plain K-major weights");
+  static_assert(kCopiedRows * 8 % kLoaders == 0, "every loading thread copies the same number of chunks");
+  static_assert(Cfg::layout == (kSpecialized ? WeightLayout::tiled : WeightLayout::plain),
+                "the shared ring reads plain K-major weights, the producer warpgroup tiled ones");
 
   float acc[RM][kN / 2];
   const u16* src[kChunksPerThread];  // row start (plus this thread's chunk) of each copy; null: zero row
+  const u16* weight_tile[NB];        // bulk copies: each weight tile's first 64-deep slice
+  long long weight_slice = 0;        // elements from one 64-deep slice of a tiled weight to the next
 
   FT_DEVICE float& acc_at(int nb, int rm, int rn, int i) { return acc[rm][(nb * RN + rn) * 4 + i]; }
 
@@ -69,16 +87,22 @@ struct WgmmaGemm {
     return tid;
   }
 
-  template <class ARow, class BRow>
-  FT_DEVICE void setup(ARow a_row, BRow b_row) {
+  // a_row(r): start of gathered row r of A (or nullptr for a padding row);
+  // b_at(nb, r, k): element (r, k) of weight matrix nb's tile in its layout.
+  template <class ARow, class BAt>
+  FT_DEVICE void setup(ARow a_row, BAt b_at) {
     FT_UNROLL for (int rm = 0; rm < RM; ++rm)
       FT_UNROLL for (int i = 0; i < kN / 2; ++i) acc[rm][i] = 0.0f;
     const int l = loader_index();
     if (l < 0) return;
     FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
       const int row = l / 8 + j * kRowStep;
-      const u16* p = row < TM ? a_row(row) : b_row((row - TM) / TN, (row - TM) % TN);
+      const u16* p = row < TM ? a_row(row) : b_at((row - TM) / TN, (row - TM) % TN, 0);
       src[j] = p ? p + (l % 8) * 8 : nullptr;
+    }
+    if constexpr (kSpecialized) {
+      FT_UNROLL for (int nb = 0; nb < NB; ++nb) weight_tile[nb] = b_at(nb, 0, 0);
+      weight_slice = b_at(0, 0, TK) - weight_tile[0];
     }
   }
 
@@ -146,37 +170,45 @@ struct WgmmaGemm {
 
   // The producer warpgroup copies, the consumer warpgroups compute; they meet
   // only at a "full" and an "empty" mbarrier per stage, so neither ever waits
-  // at a block barrier. The producer keeps stages - 1 k-tiles in flight: it
-  // publishes tile t - S + 1 (its copies landed, fenced for wgmma's async
-  // proxy, then a release arrive) before waiting for tile t's buffer.
+  // at a block barrier. A stage's "full" phase completes when each producer
+  // lane's A copies have landed (its cp.async arrival) and the bytes of the
+  // weight tiles' bulk copies, announced by the issuing lane, are in. The
+  // producer runs ahead until the ring is full, then refills a stage as soon
+  // as the consumers release it.
   FT_DEVICE void run_specialized(unsigned char* ring, u32 ring_addr, int k_begin, int tiles) {
     constexpr int S = Cfg::stages;
     u64* full = reinterpret_cast<u64*>(ring + S * kStageBytes);
     u64* empty = full + S;
     if (thread_index() == 0)
       for (int s = 0; s < S; ++s) {
-        mbarrier_init(&full[s], kLoaders);
+        mbarrier_init(&full[s], kLoaders + 1);  // + the bulk copies' issuer
         mbarrier_init(&empty[s], kConsumers * 128);
       }
     barrier();
     if (!holds_results()) {
+      if constexpr (kRebalance) registers_decrease<kProducerRegisters>();
+      const bool issuer = loader_index() == 0;
+      const long long first_slice = k_begin / TK;
       for (int t = 0; t < tiles; ++t) {
-        if (t >= S - 1) {
-          copy_async_wait<S - 2>();  // tile t - S + 1 has landed
-          fence_async_proxy();
-          mbarrier_arrive(&full[(t - S + 1) % S]);
+        const int s = t % S;
+        if (t >= S) mbarrier_wait(&empty[s], (t / S - 1) & 1);  // consumers are done with tile t - S
+        unsigned char* stage = ring + s * kStageBytes;
+        if (issuer) {
+          mbarrier_arrive_expect_tx(&full[s], NB * kWeightTileBytes);
+          FT_UNROLL for (int nb = 0; nb < NB; ++nb)
+            bulk_copy(stage + (TM + nb * TN) * 128, weight_tile[nb] + (first_slice + t) * weight_slice, kWeightTileBytes,
+                      &full[s]);
         }
-        if (t >= S) mbarrier_wait(&empty[t % S], (t / S - 1) & 1);  // consumers are done with tile t - S
-        load(ring + (t % S) * kStageBytes, k_begin + t * TK);
-        copy_async_commit();
+        load(stage, k_begin + t * TK);
+        copy_async_arrive(&full[s]);
       }
-      copy_async_wait<0>();
-      fence_async_proxy();
-      for (int u = tiles - S + 1 > 0 ? tiles - S + 1 : 0; u < tiles; ++u) mbarrier_arrive(&full[u % S]);
+      producer_exit();
       return;
     }
+    if constexpr (kRebalance) registers_increase<kConsumerRegisters>();
     for (int t = 0; t < tiles; ++t) {
       mbarrier_wait(&full[t % S], (t / S) & 1);
+      fence_async_proxy();  // the A rows came through the generic proxy; wgmma reads through the async one
       mma_tile(ring_addr + u32((t % S) * kStageBytes));
       wgmma_wait<1>();                                      // tile t - 1's wgmma are done
       if (t > 0) mbarrier_arrive(&empty[(t - 1) % S]);  // its buffer may take a new tile

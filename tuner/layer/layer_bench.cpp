@@ -139,7 +139,7 @@ Status LayerBench::set_inputs(int tokens, std::uint64_t seed, std::span<const st
   if (seed != seed_ || !reference_ready_[0]) {
     FT_CHECK(fill(w1_.ptr(), E * 2 * I * H, seed * 3 + 2, float(1.0 / std::sqrt(double(H)))));
     FT_CHECK(fill(w2_.ptr(), E * H * I, seed * 3 + 3, float(1.0 / std::sqrt(double(I)))));
-    shuffled_ready_ = false;
+    arranged_ready_ = {};
   }
   seed_ = seed;
   FT_CHECK(dev_.copy_to_device(ids_.ptr(), ids.data(), pairs * 4));
@@ -155,18 +155,24 @@ Status LayerBench::run_align(int align_block, StreamHandle s) {
   return launch(align_, align_launch(problem_), &a, sizeof a, s);
 }
 
-Status LayerBench::ensure_shuffled(WeightLayoutKind layout) {
-  if (layout == WeightLayoutKind::plain || shuffled_ready_) return {};
+Status LayerBench::ensure_arranged(WeightLayoutKind layout) {
+  const int l = int(layout);
+  if (layout == WeightLayoutKind::plain || arranged_ready_[l]) return {};
   const std::size_t H = problem_.hidden, I = problem_.inter, E = problem_.experts, es = 2;
-  if (!w1_shuffled_) w1_shuffled_ = FT_TRY(DeviceBuffer::allocate(dev_, E * 2 * I * H * es));
-  if (!w2_shuffled_) w2_shuffled_ = FT_TRY(DeviceBuffer::allocate(dev_, E * H * I * es));
-  ShuffleArgsHost a1{w1_.ptr(), w1_shuffled_.ptr(), int(E * 2 * I), int(H)};
+  if (!w1_arranged_[l]) w1_arranged_[l] = FT_TRY(DeviceBuffer::allocate(dev_, E * 2 * I * H * es));
+  if (!w2_arranged_[l]) w2_arranged_[l] = FT_TRY(DeviceBuffer::allocate(dev_, E * H * I * es));
+  ShuffleArgsHost a1{w1_.ptr(), w1_arranged_[l].ptr(), int(E * 2 * I), int(H), l};
   FT_CHECK(launch(shuffle_, shuffle_launch(E * 2 * I, H), &a1, sizeof a1));
-  ShuffleArgsHost a2{w2_.ptr(), w2_shuffled_.ptr(), int(E * H), int(I)};
+  ShuffleArgsHost a2{w2_.ptr(), w2_arranged_[l].ptr(), int(E * H), int(I), l};
   FT_CHECK(launch(shuffle_, shuffle_launch(E * H, I), &a2, sizeof a2));
   FT_CHECK(dev_.synchronize());
-  shuffled_ready_ = true;
+  arranged_ready_[l] = true;
   return {};
+}
+
+DevicePtr LayerBench::weights(int which, WeightLayoutKind layout) const {
+  if (layout == WeightLayoutKind::plain) return which == 1 ? w1_.ptr() : w2_.ptr();
+  return (which == 1 ? w1_arranged_ : w2_arranged_)[int(layout)].ptr();
 }
 
 Status LayerBench::ensure_reference(bool w1) {
@@ -187,10 +193,8 @@ Status LayerBench::ensure_reference(bool w1) {
 Status LayerBench::run_stage(const Variant& v, FunctionHandle f, DevicePtr inter, StreamHandle s) {
   MoeArgsHost a = args(v.tile_m, 0);
   a.inter = inter;
-  if (v.layout == WeightLayoutKind::shuffled) {
-    a.w1 = w1_shuffled_.ptr();
-    a.w2 = w2_shuffled_.ptr();
-  }
+  a.w1 = weights(1, v.layout);
+  a.w2 = weights(2, v.layout);
   return launch(f, stage_launch(v, problem_, tokens_, v.tile_m), &a, sizeof a, s);
 }
 
@@ -217,7 +221,7 @@ Result<Comparison> LayerBench::compare_with(DevicePtr out, DevicePtr reference, 
 
 Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) {
   FT_CHECK(ensure_reference(v.weight_in_stage1));
-  FT_CHECK(ensure_shuffled(v.layout));
+  FT_CHECK(ensure_arranged(v.layout));
   FT_CHECK(run_align(v.tile_m));
   const std::size_t pairs = std::size_t(tokens_) * problem_.topk;
   const int ref = v.weight_in_stage1 ? 1 : 0;
@@ -242,8 +246,8 @@ Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1
   if (v1.weight_in_stage1 != v2.weight_in_stage1)
     return fail(Errc::invalid_input, "stage 1 and stage 2 disagree on where the routed weight is applied");
   FT_CHECK(ensure_reference(v1.weight_in_stage1));
-  FT_CHECK(ensure_shuffled(v1.layout));
-  FT_CHECK(ensure_shuffled(v2.layout));
+  FT_CHECK(ensure_arranged(v1.layout));
+  FT_CHECK(ensure_arranged(v2.layout));
   const std::size_t n = std::size_t(tokens_) * problem_.hidden;
   FT_CHECK(dev_.memset_u32(inter_.ptr(), kNaN16x2, std::size_t(tokens_) * problem_.topk * problem_.inter / 2));
   FT_CHECK(dev_.memset_u32(y_.ptr(), kNaN16x2, n / 2));
@@ -258,7 +262,7 @@ Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1
 }
 
 Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt) {
-  FT_CHECK(ensure_shuffled(v.layout));
+  FT_CHECK(ensure_arranged(v.layout));
   FT_CHECK(run_align(v.tile_m));
   // Stage 1 writes inter_; stage 2 reads it (random values from set_inputs, or
   // an earlier stage-1 run: the work timed is the same either way).
@@ -288,8 +292,8 @@ Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const 
 
 Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
                                            const TimingOptions& opt) {
-  FT_CHECK(ensure_shuffled(v1.layout));
-  FT_CHECK(ensure_shuffled(v2.layout));
+  FT_CHECK(ensure_arranged(v1.layout));
+  FT_CHECK(ensure_arranged(v2.layout));
   const int align_block = std::max(v1.tile_m, v2.tile_m);  // a multiple of both (powers of two)
   const std::size_t acc_words = (v2.reduce == Reduction::atomic ? 1 : std::size_t(problem_.topk)) *
                                 std::size_t(tokens_) * problem_.hidden;
@@ -300,7 +304,7 @@ Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1,
     auto mark = [&](int i) -> Status { return with_events ? dev_.record(ev[i], stream) : Status{}; };
     MoeArgsHost a = args(align_block, 0);
     MoeArgsHost a1 = a;  // each stage reads its weights in its own layout
-    if (v1.layout == WeightLayoutKind::shuffled) a1.w1 = w1_shuffled_.ptr();
+    a1.w1 = weights(1, v1.layout);
     FT_CHECK(mark(0));
     FT_CHECK(launch(align_, align_launch(problem_), &a, sizeof a, stream));
     FT_CHECK(mark(1));
@@ -308,7 +312,7 @@ Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1,
     FT_CHECK(mark(2));
     if (v2.reduce == Reduction::atomic) FT_CHECK(dev_.memset_u32(y_acc_.ptr(), 0u, acc_words, stream));
     MoeArgsHost a2 = a;
-    if (v2.layout == WeightLayoutKind::shuffled) a2.w2 = w2_shuffled_.ptr();
+    a2.w2 = weights(2, v2.layout);
     FT_CHECK(launch(f2, stage_launch(v2, problem_, tokens_, align_block), &a2, sizeof a2, stream));
     FT_CHECK(mark(3));
     FT_CHECK(launch(v2.reduce == Reduction::atomic ? reduce_atomic_ : reduce_partials_, reduce_launch(problem_, tokens_),

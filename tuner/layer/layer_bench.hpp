@@ -98,7 +98,9 @@ class LayerBench {
   MoeArgsHost args(int align_block, int flags) const;
   Status launch(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st = {});
   Status run_align(int align_block, StreamHandle s = {});
-  Status ensure_shuffled(WeightLayoutKind layout);
+  // W1 and W2 in `layout`, arranged on the device on first use.
+  Status ensure_arranged(WeightLayoutKind layout);
+  DevicePtr weights(int which, WeightLayoutKind layout) const;  // which: 1 (W1) or 2 (W2)
   Status ensure_reference(bool weight_in_stage1);
   Status run_stage(const Variant& v, FunctionHandle f, DevicePtr inter, StreamHandle s = {});
   Status run_reduce(Reduction r, StreamHandle s = {});
@@ -113,11 +115,12 @@ class LayerBench {
   int tokens_ = 0;
   std::vector<ModuleHandle> modules_;
   FunctionHandle align_, reduce_atomic_, reduce_partials_, shuffle_, reference1_, reference2_, fill_;
-  DeviceBuffer x_, ids_, weights_, w1_, w2_, w1_shuffled_, w2_shuffled_, inter_, y_acc_, y_, sorted_, block_experts_,
+  DeviceBuffer x_, ids_, weights_, w1_, w2_, inter_, y_acc_, y_, sorted_, block_experts_,
       padded_rows_, flush_;
   std::array<DeviceBuffer, 2> inter_ref_, y_ref_;  // by weight_in_stage1
   std::array<bool, 2> reference_ready_{false, false};
-  bool shuffled_ready_ = false;
+  std::array<DeviceBuffer, 3> w1_arranged_, w2_arranged_;  // by WeightLayoutKind (plain: w1_, w2_)
+  std::array<bool, 3> arranged_ready_{};
   std::uint64_t seed_ = 0;
 };
 

@@ -37,7 +37,9 @@ struct ShuffleArgsHost {
   std::uint64_t dst = 0;
   std::int32_t rows = 0;
   std::int32_t cols = 0;
+  std::int32_t layout = 1;  // WeightLayoutKind of dst: 1 shuffled, 2 tiled
+  std::int32_t reserved = 0;
 };
-static_assert(sizeof(ShuffleArgsHost) == 24, "ShuffleArgsHost must match ft::ShuffleArgs");
+static_assert(sizeof(ShuffleArgsHost) == 32, "ShuffleArgsHost must match ft::ShuffleArgs");
 
 }  // namespace ft

@@ -42,16 +42,15 @@ Result<DeviceWorkload> DeviceWorkload::upload(Device& device, const Workload& w)
 
 Result<DevicePtr> DeviceWorkload::weights(int which, WeightLayoutKind layout) {
   if (which != 1 && which != 2) return fail(Errc::internal, fmt::format("weights({}): W1 or W2 only", which));
-  DeviceBuffer* slots = which == 1 ? w1_ : w2_;
-  if (layout == WeightLayoutKind::plain) return slots[0].ptr();
-  if (!slots[1].ptr()) {
+  DeviceBuffer& slot = (which == 1 ? w1_ : w2_)[int(layout)];
+  if (layout != WeightLayoutKind::plain && !slot.ptr()) {
     const Problem& p = workload_->problem;
     const long long rows = which == 1 ? (long long)p.experts * 2 * p.inter : (long long)p.experts * p.hidden;
     const long long cols = which == 1 ? p.hidden : p.inter;
-    const auto shuffled = FT_TRY(shuffle_weights_host(which == 1 ? workload_->w1 : workload_->w2, rows, cols));
-    slots[1] = FT_TRY(upload_bytes(*device_, shuffled.data(), shuffled.size() * 2));
+    const auto arranged = FT_TRY(arrange_weights_host(which == 1 ? workload_->w1 : workload_->w2, rows, cols, layout));
+    slot = FT_TRY(upload_bytes(*device_, arranged.data(), arranged.size() * 2));
   }
-  return slots[1].ptr();
+  return slot.ptr();
 }
 
 int LayerPlan::effective_align_block() const { return align_block > 0 ? align_block : std::max(stage1.tile_m, stage2.tile_m); }
@@ -184,13 +183,13 @@ Result<AlignResult> run_align(DeviceWorkload& dw, FunctionHandle align, int alig
 }
 
 Result<std::vector<std::uint16_t>> run_shuffle(Device& d, FunctionHandle shuffle, std::span<const std::uint16_t> src,
-                                               long long rows, long long cols) {
+                                               long long rows, long long cols, WeightLayoutKind layout) {
   if (rows % 16 != 0 || cols % 8 != 0 || (long long)src.size() != rows * cols)
     return fail(Errc::invalid_input, fmt::format("weight shuffle of [{}, {}] with {} elements", rows, cols, src.size()));
   DeviceBuffer in = FT_TRY(upload_bytes(d, src.data(), src.size() * 2));
   DeviceBuffer out = FT_TRY(DeviceBuffer::allocate(d, src.size() * 2));
   FT_CHECK(d.memset_u32(out.ptr(), 0xffffffffu, src.size() / 2));
-  ShuffleArgsHost args{in.ptr(), out.ptr(), int(rows), int(cols)};
+  ShuffleArgsHost args{in.ptr(), out.ptr(), int(rows), int(cols), int(layout)};
   const LaunchShape s = shuffle_launch(rows, cols);
   FT_CHECK(d.launch(shuffle, Dim3{unsigned(s.grid_x), 1, 1}, Dim3{unsigned(s.block), 1, 1}, 0, {}, &args, sizeof args));
   std::vector<std::uint16_t> r(src.size());

@@ -17,8 +17,8 @@
 
 namespace ft {
 
-// A workload's tensors on a device (weights also in the shuffled layout, built
-// on first use with the host shuffle), plus the layer's scratch buffers.
+// A workload's tensors on a device (weights also in the shuffled or tiled
+// layout, built on first use on the host), plus the layer's scratch buffers.
 class DeviceWorkload {
  public:
   static Result<DeviceWorkload> upload(Device& device, const Workload& workload);
@@ -33,7 +33,7 @@ class DeviceWorkload {
  private:
   Device* device_ = nullptr;
   const Workload* workload_ = nullptr;
-  DeviceBuffer w1_[2], w2_[2];  // [plain, shuffled]
+  DeviceBuffer w1_[3], w2_[3];  // by WeightLayoutKind: plain, shuffled, tiled
 };
 
 struct LayerKernels {
@@ -78,8 +78,10 @@ struct AlignResult {
 };
 Result<AlignResult> run_align(DeviceWorkload& dw, FunctionHandle align, int align_block);
 
-// The weight pre-shuffle kernel on `src` [rows, cols].
+// The weight pre-arrangement kernel on `src` [rows, cols], into `layout`
+// (shuffled or tiled).
 Result<std::vector<std::uint16_t>> run_shuffle(Device& device, FunctionHandle shuffle, std::span<const std::uint16_t> src,
-                                               long long rows, long long cols);
+                                               long long rows, long long cols,
+                                               WeightLayoutKind layout = WeightLayoutKind::shuffled);
 
 }  // namespace ft

@@ -211,7 +211,7 @@ Result<int> compile_command(const CompileCommandOptions& opt) {
   } else {
     print_table(cs, *target);
     fmt::print(
-        "\n{}: {} compiled, {} failed, {} pruned (spills or no fit){}; {} rejected by legality; compile time {} "
+        "\n{}: {} compiled, {} failed, {} pruned (spills, no fit or serialised wgmma){}; {} rejected by legality; compile time {} "
         "summed ({} wall, {} jobs); cache hits {}/{}; code objects and index.json in {}\n",
         target->name, totals.compiled, totals.failed, totals.pruned,
         totals.analysis_failed ? fmt::format(", {} not analysed", totals.analysis_failed) : "",

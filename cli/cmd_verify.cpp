@@ -61,7 +61,7 @@ int run(VerifyOptions opt) {
                    row.check, row.detail);
     std::size_t variant_checks = 0;
     for (const auto& row : r->rows) variant_checks += row.check.starts_with("ft_");
-    fmt::print("\n{}: {} checks ({} variant checks), {} failed, {} variants pruned (spills), {}\n", r->device,
+    fmt::print("\n{}: {} checks ({} variant checks), {} failed, {} variants pruned (spills, no fit, serialised wgmma), {}\n", r->device,
                r->rows.size(), variant_checks, r->failures, r->skipped, format_duration(r->seconds));
   }
   return r->failures ? kExitError : kExitOk;

@@ -43,8 +43,8 @@ bool divides(long long a, long long b) { return b > 0 && a % b == 0; }
 
 // The shape rules of ft::WgmmaGemm (templates/ft/wgmma_gemm.hpp).
 std::optional<std::string> why_illegal_wgmma(const Variant& v) {
-  if (v.warps_n != 1 || v.warps_m % 4 != 0 || v.warps_m > 8)
-    return fmt::format("wgmma needs 4x1 or 8x1 warps (one or two warpgroups along M), not {}x{}", v.warps_m, v.warps_n);
+  if (v.warps_n != 1 || v.warps_m % 4 != 0 || v.warps_m > 12)
+    return fmt::format("wgmma needs 4x1, 8x1 or 12x1 warps (one to three warpgroups along M), not {}x{}", v.warps_m, v.warps_n);
   const int groups = v.warps_m / 4;
   if (v.tile_m % (groups * v.atom->m) != 0)
     return fmt::format("tile_m {} does not give each of {} warpgroups whole {}-row wgmma blocks", v.tile_m, groups, v.atom->m);
@@ -57,8 +57,16 @@ std::optional<std::string> why_illegal_wgmma(const Variant& v) {
   if (v.layout != wanted)
     return fmt::format("wgmma {} reads {} weights, not {} ones", v.warp_specialized ? "with a producer warpgroup" : "without a producer warpgroup",
                        to_string(wanted), to_string(v.layout));
+  // The shared ring: every thread copies the same number of 16-byte chunks,
+  // each in one swizzle phase (rows 8 apart).
+  if (!v.warp_specialized) {
+    const int chunks = (v.tile_m + n) * 8;
+    if (chunks % v.threads() != 0 || v.threads() / 8 % 8 != 0)
+      return fmt::format("{} rows of 16-byte chunks do not split evenly over {} threads", v.tile_m + n, v.threads());
+  }
   // One block must fit the register file at the registers each thread needs
-  // (the producer warpgroup of a specialised block gets as many as the others).
+  // (the producer warpgroup of a specialised block gets as many as the others:
+  // ptxas allocates one count for the whole kernel).
   const Target& t = *v.target;
   const int file = t.regs_file_per_simd * t.wave_size * t.simds_per_cu;
   if (v.register_estimate() * v.threads() > file)
@@ -80,8 +88,9 @@ SpaceOptions SpaceOptions::wide() {
   o.weight_in_stage1 = {false, true};
   o.reduce = {Reduction::atomic, Reduction::partials};
   o.layout = {WeightLayoutKind::plain, WeightLayoutKind::shuffled};
+  o.wgmma_tile_m = {64, 128, 192, 256};
   o.wgmma_tile_n = {32, 64, 128, 256};
-  o.wgmma_stages = {3, 4, 5};
+  o.wgmma_stages = {3, 4, 5, 7};
   o.wgmma_producer = {false, true};
   return o;
 }

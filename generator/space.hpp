@@ -28,14 +28,14 @@ struct SpaceOptions {
   std::vector<WeightLayoutKind> layout{WeightLayoutKind::plain};
   // The Hopper wgmma family has its own tile, warp and stage axes (tile_k is
   // always 64: one 128-byte swizzle row); the axes above apply to the others.
-  std::vector<int> wgmma_tile_m{64, 128, 256};
+  std::vector<int> wgmma_tile_m{64, 128, 192};  // 192: three consumer warpgroups (12x1)
   std::vector<int> wgmma_tile_n{32, 64, 128, 256};  // 32: stage 1 with N = 64, more blocks at decode
-  std::vector<std::pair<int, int>> wgmma_warps{{4, 1}, {8, 1}};
+  std::vector<std::pair<int, int>> wgmma_warps{{4, 1}, {8, 1}, {12, 1}};
   // on: a producer warpgroup feeds mbarrier-synchronised consumers, weights
-  // moved by bulk copies from the tiled layout; off: the shared cp.async ring
-  // on plain weights. (The wgmma family's layout follows this axis; `layout`
-  // applies to the other families.)
-  std::vector<bool> wgmma_producer{false};
+  // moved by bulk copies from the tiled layout (wins prefill); off: the shared
+  // cp.async ring on plain weights (wins decode). The wgmma family's layout
+  // follows this axis; `layout` applies to the other families.
+  std::vector<bool> wgmma_producer{false, true};
   std::vector<int> wgmma_stages{3, 4, 7};  // deeper rings keep more bytes in flight; 3 lets two blocks share an SM
 
   // "default", "wide", "small", then ';'-separated overrides "axis=v1,v2", e.g.

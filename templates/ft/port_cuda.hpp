@@ -65,16 +65,17 @@ FT_DEVICE void mbarrier_arrive(u64* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(shared_address(bar)) : "memory");
 }
 // Returns once the phase of parity `parity` has completed (acquire: what the
-// arriving threads wrote before arriving is visible after).
+// arriving threads wrote before arriving is visible after). The retry loop is
+// inside the asm: a C++ loop here let the compiler move wgmma accumulators
+// between registers while a wgmma was in flight, which ptxas answers by
+// serialising every wgmma (its warning C7515).
 FT_DEVICE void mbarrier_wait(u64* bar, int parity) {
-  u32 done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(shared_address(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
+  asm volatile(
+      "{\n.reg .pred done;\nft_mbarrier_retry:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra ft_mbarrier_retry;\n}\n" ::"r"(shared_address(bar)),
+      "r"(parity)
+      : "memory");
 }
 // Makes this thread's shared-memory writes visible to the async proxy (wgmma).
 FT_DEVICE void fence_async_proxy() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
@@ -94,17 +95,6 @@ FT_DEVICE void copy_async_arrive(u64* bar) {
 FT_DEVICE void producer_exit() {
   asm volatile("exit;\n" ::: "memory");
   __builtin_unreachable();
-}
-// Hands registers between the warpgroups of a block (all lanes of a warpgroup
-// execute it): the producer of a warp-specialised block gives its surplus to
-// the consumers, whose accumulators need it.
-template <int N>
-FT_DEVICE void registers_decrease() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
-}
-template <int N>
-FT_DEVICE void registers_increase() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 // One bulk copy (the TMA unit, no tensor map) of `bytes` contiguous bytes,
 // global -> shared, counted off `bar`'s expected bytes when it lands. Both

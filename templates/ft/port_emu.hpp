@@ -157,11 +157,6 @@ FT_DEVICE void copy_async_commit() {}
 // A fiber cannot end mid-call: the producer returns and the stage skips its
 // epilogue (holds_results()).
 FT_DEVICE void producer_exit() {}
-// Register budgets mean nothing on the host.
-template <int N>
-FT_DEVICE void registers_decrease() {}
-template <int N>
-FT_DEVICE void registers_increase() {}
 // Copies land at issue, so the arrival is made at once.
 FT_DEVICE void copy_async_arrive(u64* bar) { mbarrier_arrive(bar); }
 FT_DEVICE void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {

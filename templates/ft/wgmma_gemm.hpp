@@ -50,14 +50,6 @@ struct WgmmaGemm {
   static constexpr int kCopiedRows = kSpecialized ? TM : kRows;  // rows copied 16 bytes at a time: bulk copies move the weights
   static constexpr int kChunksPerThread = kCopiedRows * 8 / kLoaders;
   static constexpr u32 kWeightTileBytes = TN * 128;
-  // Registers per lane after a two-consumer specialised block rebalances its
-  // 64K-register file (384 lanes launch with 168 each): the producer keeps
-  // what its address arithmetic needs, the consumers' accumulators get the
-  // rest. Only for blocks whose 128+ accumulators per lane put the kernel at
-  // the 168 cap anyway: an increase beyond the registers the block was
-  // launched with would wait forever.
-  static constexpr bool kRebalance = kSpecialized && kConsumers == 2 && RM * kN / 2 >= 128;
-  static constexpr int kProducerRegisters = 56, kConsumerRegisters = 224;
   static constexpr int kRowStep = kLoaders / 8;  // rows between one thread's consecutive chunks
 
   static_assert(Atom::kWarpgroup, "WgmmaGemm takes a wgmma atom");
@@ -91,8 +83,6 @@ struct WgmmaGemm {
   // b_at(nb, r, k): element (r, k) of weight matrix nb's tile in its layout.
   template <class ARow, class BAt>
   FT_DEVICE void setup(ARow a_row, BAt b_at) {
-    FT_UNROLL for (int rm = 0; rm < RM; ++rm)
-      FT_UNROLL for (int i = 0; i < kN / 2; ++i) acc[rm][i] = 0.0f;
     const int l = loader_index();
     if (l < 0) return;
     FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
@@ -114,6 +104,11 @@ struct WgmmaGemm {
       const int row = l / 8 + j * kRowStep;
       copy_async_16(stage + row * 128 + chunk * 16, src[j] ? src[j] + k0 : src[0], src[j] != nullptr);
     }
+  }
+
+  FT_DEVICE void zero_accumulators() {
+    FT_UNROLL for (int rm = 0; rm < RM; ++rm)
+      FT_UNROLL for (int i = 0; i < kN / 2; ++i) acc[rm][i] = 0.0f;
   }
 
   // One k-tile's wgmma for this warpgroup, from the stage at shared address `stage`.
@@ -140,6 +135,7 @@ struct WgmmaGemm {
     unsigned char* ring = window + (((window_addr + 1023u) & ~1023u) - window_addr);
     const u32 ring_addr = shared_address(ring);
     const int tiles = (k_end - k_begin) / TK;
+    zero_accumulators();
     if constexpr (kSpecialized)
       run_specialized(ring, ring_addr, k_begin, tiles);
     else
@@ -186,7 +182,6 @@ struct WgmmaGemm {
       }
     barrier();
     if (!holds_results()) {
-      if constexpr (kRebalance) registers_decrease<kProducerRegisters>();
       const bool issuer = loader_index() == 0;
       const long long first_slice = k_begin / TK;
       for (int t = 0; t < tiles; ++t) {
@@ -205,7 +200,10 @@ struct WgmmaGemm {
       producer_exit();
       return;
     }
-    if constexpr (kRebalance) registers_increase<kConsumerRegisters>();
+    // K is at least one k-tile (legality), and saying so keeps the compiler
+    // from a zero-tile path whose zeroed accumulators meet the in-flight
+    // wgmma at the final wait (ptxas would then serialise every wgmma: C7515).
+    if (tiles < 1) __builtin_unreachable();
     for (int t = 0; t < tiles; ++t) {
       mbarrier_wait(&full[t % S], (t / S) & 1);
       fence_async_proxy();  // the A rows came through the generic proxy; wgmma reads through the async one

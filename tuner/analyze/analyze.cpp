@@ -94,6 +94,10 @@ Result<Resources> analyze_nvidia(const CodeObject& object, const Target& target,
   if (r.spills)
     add_note(r.notes, fmt::format("stack {} bytes, spill stores {} bytes, spill loads {} bytes", report->stack_bytes,
                                   report->spill_store_bytes, report->spill_load_bytes));
+  if (!report->wgmma_serialized.empty()) {
+    r.serialized_mma = true;
+    add_note(r.notes, report->wgmma_serialized);
+  }
   if (object.ptx.empty()) {
     add_note(r.notes, "no PTX kept, so no instruction counts");
   } else {

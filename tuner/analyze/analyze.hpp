@@ -22,6 +22,7 @@ struct Resources {
   int scratch_bytes = 0;  // AMD private segment / NVIDIA stack frame, per lane
   int spill_bytes = 0;    // AMD 4 x spilled VGPRs+SGPRs; NVIDIA spill store bytes
   bool spills = false;    // any spill or scratch use
+  bool serialized_mma = false;  // NVIDIA: ptxas serialised the wgmma (its warning is in notes)
   int occupancy = 0;      // waves per SIMD (warps per SM sub-partition); 0: does not fit
   std::map<std::string, int> matrix_ops;  // mnemonic -> count (v_mfma_*; NVIDIA: PTX mma/wgmma)
   int instructions = 0;   // AMD: machine instructions of the kernel; NVIDIA: PTX instructions

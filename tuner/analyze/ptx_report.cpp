@@ -38,6 +38,14 @@ Result<PtxasReport> parse_ptxas_report(std::string_view log, std::string_view en
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     std::smatch m;
+    // Printed before the entry's "Compiling" line, naming the function.
+    if (auto at = line.find("wgmma.mma_async instructions are serialized"); at != std::string::npos) {
+      if (line.find(fmt::format("function '{}'", entry)) != std::string::npos) {
+        auto code = line.find("(C7");
+        report.wgmma_serialized = std::string(trim(line.substr(code != std::string::npos && code < at ? code : at)));
+      }
+      continue;
+    }
     if (std::regex_search(line, m, compiling_re)) {
       in_entry = m[1].str() == entry;
       found = found || in_entry;

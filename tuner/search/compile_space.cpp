@@ -39,6 +39,7 @@ Result<CompiledSpace> compile_space(const Target& target, const Problem& problem
         cv.resources = *r;
         if (r->spills) cv.pruned_because = fmt::format("spills ({} bytes of scratch/spill)", std::max(r->spill_bytes, r->scratch_bytes));
         else if (r->occupancy == 0) cv.pruned_because = "does not fit on the target (occupancy 0)";
+        else if (r->serialized_mma) cv.pruned_because = "ptxas serialised its wgmma (a performance warning; see the notes)";
       } else {
         cv.analysis_error = r.error().describe();
       }

@@ -49,7 +49,9 @@ std::string dispatch_header(const json& m) {
     h += fmt::format("#define FLYTUNE_MOE_ARGS_OFFSET_{} {}\n", f["name"].get<std::string>(), f["offset"].get<int>());
   h += "/* max_padded_rows = " + m["problems"][0]["buckets"][0]["max_padded_rows_formula"].get<std::string>() + "\n";
   h += " * shuffled weight offset of (row, k) in [rows, cols]: " +
-       m["weight_layouts"]["shuffled"]["offset"].get<std::string>() + " */\n\n";
+       m["weight_layouts"]["shuffled"]["offset"].get<std::string>() + "\n";
+  h += " * tiled weight offset of (row, k) in [rows, cols]: " + m["weight_layouts"]["tiled"]["offset"].get<std::string>() +
+       " */\n\n";
   h += R"(/* One step of a layer. grid_kind 0: grid [1,1,1]; 1 (stage): grid
  * [max_padded_rows / rows_per_block, (n_is_inter ? inter : hidden) / cols_per_block, grid_z];
  * 2 (elementwise): grid [ceil(T*hidden/8 / block_x), 1, 1]. */
@@ -64,7 +66,7 @@ typedef struct flytune_dispatch_kernel {
   int n_is_inter;
   int cols_per_block;
   int grid_z;
-  const char* weight_layout; /* "plain" or "shuffled" (stages) */
+  const char* weight_layout; /* "plain", "shuffled" or "tiled" (stages) */
 } flytune_dispatch_kernel;
 
 /* One problem and token bucket: clear y_acc (when clear_y_acc) on the stream,

@@ -69,7 +69,17 @@ json shuffle_args_layout() {
            {{{"name", "src"}, {"offset", offsetof(ShuffleArgsHost, src)}, {"size", 8}, {"type", "const u16*"}},
             {{"name", "dst"}, {"offset", offsetof(ShuffleArgsHost, dst)}, {"size", 8}, {"type", "u16*"}},
             {{"name", "rows"}, {"offset", offsetof(ShuffleArgsHost, rows)}, {"size", 4}, {"type", "i32"}},
-            {{"name", "cols"}, {"offset", offsetof(ShuffleArgsHost, cols)}, {"size", 4}, {"type", "i32"}}}}};
+            {{"name", "cols"}, {"offset", offsetof(ShuffleArgsHost, cols)}, {"size", 4}, {"type", "i32"}},
+            {{"name", "layout"},
+             {"offset", offsetof(ShuffleArgsHost, layout)},
+             {"size", sizeof(ShuffleArgsHost::layout)},
+             {"type", "i32"},
+             {"meaning", "the layout dst receives: 1 shuffled, 2 tiled (0 is read as shuffled)"}},
+            {{"name", "reserved"},
+             {"offset", offsetof(ShuffleArgsHost, reserved)},
+             {"size", sizeof(ShuffleArgsHost::reserved)},
+             {"type", "i32"},
+             {"meaning", "0"}}}}};
 }
 
 json weight_layouts() {
@@ -78,6 +88,15 @@ json weight_layouts() {
            {{"offset", "(((row >> 4) * (cols >> 3) + (k >> 3)) * 16 + (row & 15)) * 8 + (k & 7)"},
             {"meaning", "16-row x 8-column blocks stored contiguously, row-block-major (templates/ft/weight_layout.hpp)"},
             {"requires", "rows a multiple of 16, cols a multiple of 8"},
+            {"w1", {{"rows", "experts * 2 * inter"}, {"cols", "hidden"}}},
+            {"w2", {{"rows", "experts * hidden"}, {"cols", "inter"}}}}},
+          {"tiled",
+           {{"offset", "((k >> 6) * rows + row) * 64 + ((((k >> 3) & 7) ^ (row & 7)) << 3) + (k & 7)"},
+            {"meaning",
+             "64-column slices of all rows, slice after slice; in a slice each row's 16-byte chunks sit in the 128-byte "
+             "swizzle (chunk c at c ^ (row % 8)) (templates/ft/weight_layout.hpp); read by the sm_90a wgmma kernels "
+             "with a producer warpgroup (names ending _tiled_ws)"},
+            {"requires", "rows a multiple of 16, cols a multiple of 64"},
             {"w1", {{"rows", "experts * 2 * inter"}, {"cols", "hidden"}}},
             {"w2", {{"rows", "experts * hidden"}, {"cols", "inter"}}}}}};
 }

@@ -123,15 +123,23 @@ LayerCheck check_layer(ft_runtime* rt, const std::string& problem_key, int token
   if (ft_runtime_upload(rt, ids, host_ids.data(), host_ids.size() * 4) != FT_OK ||
       ft_runtime_upload(rt, weights, host_weights.data(), host_weights.size() * 4) != FT_OK)
     return failed("upload");
-  if (ft_plan_needs_shuffled(plan, 1)) {
-    void* s = mem.get(E * 2 * I * H * es);
-    if (!s || ft_runtime_shuffle_weights(rt, w1, s, int(E * 2 * I), int(H), nullptr) != FT_OK) return failed("shuffle w1");
-    b.w1_shuffled = s;
-  }
-  if (ft_plan_needs_shuffled(plan, 2)) {
-    void* s = mem.get(E * H * I * es);
-    if (!s || ft_runtime_shuffle_weights(rt, w2, s, int(E * H), int(I), nullptr) != FT_OK) return failed("shuffle w2");
-    b.w2_shuffled = s;
+  // Each stage's weights in the layout its kernel reads (a server does this once, at load time).
+  const struct {
+    int stage;
+    const void* plain;
+    std::size_t rows, cols;
+    const void** shuffled;
+    const void** tiled;
+  } stage_weights[] = {{1, w1, E * 2 * I, H, &b.w1_shuffled, &b.w1_tiled}, {2, w2, E * H, I, &b.w2_shuffled, &b.w2_tiled}};
+  for (const auto& w : stage_weights) {
+    const int layout = ft_plan_needs_shuffled(plan, w.stage) ? FT_WEIGHT_LAYOUT_SHUFFLED
+                       : ft_plan_needs_tiled(plan, w.stage)  ? FT_WEIGHT_LAYOUT_TILED
+                                                              : FT_WEIGHT_LAYOUT_PLAIN;
+    if (layout == FT_WEIGHT_LAYOUT_PLAIN) continue;
+    void* dst = mem.get(w.rows * w.cols * es);
+    if (!dst || ft_runtime_arrange_weights(rt, w.plain, dst, int(w.rows), int(w.cols), layout, nullptr) != FT_OK)
+      return failed("arrange w" + std::to_string(w.stage));
+    *(layout == FT_WEIGHT_LAYOUT_SHUFFLED ? w.shuffled : w.tiled) = dst;
   }
   // The reference first: it overwrites `inter`, which the layer then rewrites.
   if (ft_plan_reference(plan, &b, y_ref, nullptr) != FT_OK) return failed("reference");

@@ -30,7 +30,15 @@ typedef enum ft_status {
   FT_ERR_ARGUMENT = 7     /* a bad argument (null buffer, T < 1, ...) */
 } ft_status;
 
-/* Device pointers of one layer call. Workspace sizes: ft_plan_workspace. */
+/* The layouts a stage may read its weights in (docs/EXPORT.md, weight_layouts). */
+typedef enum ft_weight_layout {
+  FT_WEIGHT_LAYOUT_PLAIN = 0,     /* row-major, as given */
+  FT_WEIGHT_LAYOUT_SHUFFLED = 1,  /* 16-row x 8-column blocks */
+  FT_WEIGHT_LAYOUT_TILED = 2      /* 64-column slices, 128-byte swizzle (sm_90a producer-warpgroup kernels) */
+} ft_weight_layout;
+
+/* Device pointers of one layer call. Workspace sizes: ft_plan_workspace.
+ * Fields are only ever appended (ABI): zero-initialise the struct. */
 typedef struct ft_layer_buffers {
   const void* x;              /* [T, hidden] bf16/f16 */
   const int32_t* topk_ids;    /* [T, topk] */
@@ -45,6 +53,8 @@ typedef struct ft_layer_buffers {
   int32_t* block_experts;     /* workspace */
   int32_t* padded_rows;       /* workspace */
   void* y;                    /* [T, hidden] output */
+  const void* w1_tiled;       /* w1 after ft_runtime_arrange_weights(..., FT_WEIGHT_LAYOUT_TILED, ...); needed where stage 1 says tiled */
+  const void* w2_tiled;       /* w2 likewise for stage 2 */
 } ft_layer_buffers;
 
 typedef struct ft_workspace_sizes {
@@ -80,6 +90,8 @@ int ft_plan_tokens(const ft_plan* plan);
 void ft_plan_shape(const ft_plan* plan, ft_problem_shape* out);
 /* 1 where that stage (1 or 2) reads pre-shuffled weights. */
 int ft_plan_needs_shuffled(const ft_plan* plan, int stage);
+/* 1 where that stage (1 or 2) reads tiled weights. */
+int ft_plan_needs_tiled(const ft_plan* plan, int stage);
 void ft_plan_workspace(const ft_plan* plan, ft_workspace_sizes* out);
 /* Enqueues the layer on `stream` (CUstream / hipStream_t; NULL: the default stream). */
 int ft_plan_launch(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream);
@@ -88,6 +100,11 @@ int ft_plan_launch(const ft_plan* plan, const ft_layer_buffers* buffers, void* s
  * layout (docs/EXPORT.md); asynchronous on `stream`. For w1: rows =
  * experts*2*inter, cols = hidden; for w2: rows = experts*hidden, cols = inter. */
 int ft_runtime_shuffle_weights(ft_runtime* rt, const void* src, void* dst, int rows, int cols, void* stream);
+/* The same for any layout a stage may need: `layout` FT_WEIGHT_LAYOUT_SHUFFLED
+ * (rows a multiple of 16, cols of 8) or FT_WEIGHT_LAYOUT_TILED (rows a multiple
+ * of 16, cols of 64); other values are FT_ERR_ARGUMENT. src and dst must not
+ * overlap. */
+int ft_runtime_arrange_weights(ft_runtime* rt, const void* src, void* dst, int rows, int cols, int layout, void* stream);
 
 /* Helpers for programs without their own GPU runtime code (examples, checks). */
 int ft_runtime_alloc(ft_runtime* rt, size_t bytes, void** out);

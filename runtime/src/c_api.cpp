@@ -53,13 +53,25 @@ ft::DevicePtr ptr(const void* p) { return ft::DevicePtr(reinterpret_cast<std::ui
 ft::rt::LayerBuffers buffers_of(const ft_layer_buffers& b) {
   return {ptr(b.x),     ptr(b.topk_ids),   ptr(b.topk_weights), ptr(b.w1),           ptr(b.w2),
           ptr(b.w1_shuffled), ptr(b.w2_shuffled), ptr(b.inter), ptr(b.y_acc), ptr(b.sorted_ids),
-          ptr(b.block_experts), ptr(b.padded_rows), ptr(b.y)};
+          ptr(b.block_experts), ptr(b.padded_rows), ptr(b.y), ptr(b.w1_tiled), ptr(b.w2_tiled)};
+}
+
+// The C enum is the layout number ft::ShuffleArgs::layout and the manifest use.
+static_assert(FT_WEIGHT_LAYOUT_PLAIN == int(ft::WeightLayoutKind::plain) &&
+              FT_WEIGHT_LAYOUT_SHUFFLED == int(ft::WeightLayoutKind::shuffled) &&
+              FT_WEIGHT_LAYOUT_TILED == int(ft::WeightLayoutKind::tiled));
+
+ft::WeightLayoutKind stage_layout(const ft_plan& plan, int stage) {
+  return stage == 1 ? plan.plan.bucket->w1_layout : stage == 2 ? plan.plan.bucket->w2_layout : ft::WeightLayoutKind::plain;
 }
 
 }  // namespace
 
 namespace ft::rt {
 Runtime* runtime_of(::ft_runtime* handle) { return handle ? handle->rt.get() : nullptr; }
+::ft_runtime* adopt_runtime(std::unique_ptr<Runtime> runtime) {
+  return runtime ? new (std::nothrow) ::ft_runtime{std::move(runtime), {}} : nullptr;
+}
 }  // namespace ft::rt
 
 extern "C" {
@@ -124,8 +136,11 @@ void ft_plan_shape(const ft_plan* plan, ft_problem_shape* out) {
 }
 
 int ft_plan_needs_shuffled(const ft_plan* plan, int stage) {
-  if (!plan) return 0;
-  return stage == 1 ? plan->plan.bucket->shuffled_w1 : stage == 2 ? plan->plan.bucket->shuffled_w2 : 0;
+  return plan && stage_layout(*plan, stage) == ft::WeightLayoutKind::shuffled ? 1 : 0;
+}
+
+int ft_plan_needs_tiled(const ft_plan* plan, int stage) {
+  return plan && stage_layout(*plan, stage) == ft::WeightLayoutKind::tiled ? 1 : 0;
 }
 
 void ft_plan_workspace(const ft_plan* plan, ft_workspace_sizes* out) {
@@ -147,6 +162,17 @@ int ft_plan_reference(const ft_plan* plan, const ft_layer_buffers* buffers, void
 int ft_runtime_shuffle_weights(ft_runtime* rt, const void* src, void* dst, int rows, int cols, void* stream) {
   if (!rt) return FT_ERR_ARGUMENT;
   return record(rt, rt->rt->shuffle_weights(ptr(src), ptr(dst), rows, cols, ft::StreamHandle{stream}));
+}
+
+int ft_runtime_arrange_weights(ft_runtime* rt, const void* src, void* dst, int rows, int cols, int layout, void* stream) {
+  if (!rt) return FT_ERR_ARGUMENT;
+  if (layout != FT_WEIGHT_LAYOUT_SHUFFLED && layout != FT_WEIGHT_LAYOUT_TILED)
+    return record(rt, ft::Error{Errc::usage,
+                                "ft_runtime_arrange_weights: layout " + std::to_string(layout) +
+                                    " is neither FT_WEIGHT_LAYOUT_SHUFFLED (1) nor FT_WEIGHT_LAYOUT_TILED (2)",
+                                {}});
+  return record(rt, rt->rt->arrange_weights(ptr(src), ptr(dst), rows, cols, ft::WeightLayoutKind(layout),
+                                            ft::StreamHandle{stream}));
 }
 
 int ft_runtime_alloc(ft_runtime* rt, size_t bytes, void** out) {

@@ -73,7 +73,11 @@ Result<Step> parse_step(const json& j) {
   } else {
     return fail(Errc::invalid_input, "step " + s.name + ": unknown grid_rule kind '" + kind + "'");
   }
-  s.shuffled_weights = j.value("weight_layout", std::string("plain")) == "shuffled";
+  const std::string layout = j.value("weight_layout", std::string("plain"));
+  if (layout == "plain") s.weight_layout = WeightLayoutKind::plain;
+  else if (layout == "shuffled") s.weight_layout = WeightLayoutKind::shuffled;
+  else if (layout == "tiled") s.weight_layout = WeightLayoutKind::tiled;
+  else return fail(Errc::invalid_input, "step " + s.name + ": unknown weight_layout '" + layout + "'");
   if (s.block < 1) return fail(Errc::invalid_input, "step " + s.name + ": block size < 1");
   return s;
 }
@@ -117,8 +121,8 @@ Result<Manifest> parse(const json& j) {
       b.weight_in_stage1 = bj.at("weight_in_stage1").get<bool>();
       for (const json& sj : bj.at("steps")) {
         Step s = FT_TRY(parse_step(sj));
-        if (s.name == "stage1") b.shuffled_w1 = s.shuffled_weights;
-        if (s.name == "stage2") b.shuffled_w2 = s.shuffled_weights;
+        if (s.name == "stage1") b.w1_layout = s.weight_layout;
+        if (s.name == "stage2") b.w2_layout = s.weight_layout;
         b.steps.push_back(std::move(s));
       }
       if (b.tokens < 1 || b.align_block < 1)
@@ -142,6 +146,27 @@ Result<Manifest> parse(const json& j) {
 }
 
 unsigned to_grid(long long n) { return unsigned(std::max<long long>(n, 0)); }
+
+// The copy of a stage's weights its layout asks for, and what to tell a
+// caller who passed none.
+struct StageWeights {
+  DevicePtr ptr = 0;
+  std::string missing;  // "w1_tiled (stage 1 reads tiled weights: ...)"
+};
+
+StageWeights stage_weights(int stage, WeightLayoutKind layout, DevicePtr plain, DevicePtr shuffled, DevicePtr tiled) {
+  const std::string w = "w" + std::to_string(stage), st = "stage " + std::to_string(stage);
+  switch (layout) {
+    case WeightLayoutKind::shuffled:
+      return {shuffled, w + "_shuffled (" + st + " reads pre-shuffled weights: pass " + w +
+                            "_shuffled, made by ft_runtime_shuffle_weights)"};
+    case WeightLayoutKind::tiled:
+      return {tiled, w + "_tiled (" + st + " reads tiled weights: pass " + w +
+                         "_tiled, made by ft_runtime_arrange_weights with FT_WEIGHT_LAYOUT_TILED)"};
+    case WeightLayoutKind::plain: break;
+  }
+  return {plain, w};
+}
 
 }  // namespace
 
@@ -283,21 +308,24 @@ WorkspaceSizes Runtime::workspace(const Plan& plan) const {
 Status Runtime::launch(const Plan& plan, const LayerBuffers& b, StreamHandle stream) {
   const ProblemEntry& p = *plan.problem;
   const Bucket& bucket = *plan.bucket;
-  const DevicePtr w1 = bucket.shuffled_w1 ? b.w1_shuffled : b.w1;
-  const DevicePtr w2 = bucket.shuffled_w2 ? b.w2_shuffled : b.w2;
-  const DevicePtr needed[] = {b.x, b.topk_ids, b.topk_weights, w1, w2, b.inter, b.y_acc, b.sorted_ids, b.block_experts, b.padded_rows, b.y};
-  if (std::find(std::begin(needed), std::end(needed), DevicePtr(0)) != std::end(needed))
-    return fail(Errc::usage, std::string("a layer buffer is null") +
-                                 ((bucket.shuffled_w1 && !b.w1_shuffled) || (bucket.shuffled_w2 && !b.w2_shuffled)
-                                      ? " (this bucket reads pre-shuffled weights: pass w1_shuffled/w2_shuffled)"
-                                      : ""));
+  const StageWeights w1 = stage_weights(1, bucket.w1_layout, b.w1, b.w1_shuffled, b.w1_tiled);
+  const StageWeights w2 = stage_weights(2, bucket.w2_layout, b.w2, b.w2_shuffled, b.w2_tiled);
+  const std::pair<DevicePtr, std::string> needed[] = {
+      {b.x, "x"},           {b.topk_ids, "topk_ids"},   {b.topk_weights, "topk_weights"},
+      {w1.ptr, w1.missing}, {w2.ptr, w2.missing},       {b.inter, "inter"},
+      {b.y_acc, "y_acc"},   {b.sorted_ids, "sorted_ids"}, {b.block_experts, "block_experts"},
+      {b.padded_rows, "padded_rows"}, {b.y, "y"}};
+  std::string null_buffers;  // every one, so a caller fixes them in one go
+  for (const auto& [buffer, name] : needed)
+    if (!buffer) null_buffers += (null_buffers.empty() ? "" : ", ") + name;
+  if (!null_buffers.empty()) return fail(Errc::usage, "null layer buffers: " + null_buffers);
   const long long rows = max_padded_rows(p, plan.tokens, bucket.align_block);
   MoeArgsHost a{};
   a.x = b.x;
   a.topk_ids = b.topk_ids;
   a.topk_weights = b.topk_weights;
-  a.w1 = w1;
-  a.w2 = w2;
+  a.w1 = w1.ptr;
+  a.w2 = w2.ptr;
   a.inter = b.inter;
   a.y_acc = b.y_acc;
   a.y = b.y;
@@ -333,12 +361,23 @@ Status Runtime::launch(const Plan& plan, const LayerBuffers& b, StreamHandle str
 }
 
 Status Runtime::shuffle_weights(DevicePtr src, DevicePtr dst, int rows, int cols, StreamHandle stream) {
+  return arrange_weights(src, dst, rows, cols, WeightLayoutKind::shuffled, stream);
+}
+
+Status Runtime::arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols, WeightLayoutKind layout, StreamHandle stream) {
   if (manifest_.supports.empty()) return fail(Errc::invalid_input, "the export has no support unit");
-  if (!src || !dst) return fail(Errc::usage, "shuffle: null source or destination");
-  if (rows < 16 || cols < 8 || rows % 16 || cols % 8)
-    return fail(Errc::usage, "shuffle: rows must be a multiple of 16 and cols of 8 (got " + std::to_string(rows) + " x " +
-                                 std::to_string(cols) + ")");
-  ShuffleArgsHost a{src, dst, rows, cols};
+  if (layout != WeightLayoutKind::shuffled && layout != WeightLayoutKind::tiled)
+    return fail(Errc::usage, "arrange weights: the layout must be shuffled (1) or tiled (2); plain weights need no arranging");
+  const std::string what(to_string(layout));
+  if (!src || !dst) return fail(Errc::usage, what + " weights: null source or destination");
+  const int col_unit = layout == WeightLayoutKind::tiled ? 64 : 8;
+  if (rows < 16 || cols < col_unit || rows % 16 || cols % col_unit)
+    return fail(Errc::usage, what + " weights: rows must be a multiple of 16 and cols of " + std::to_string(col_unit) +
+                                 " (got " + std::to_string(rows) + " x " + std::to_string(cols) + ")");
+  const DevicePtr bytes = DevicePtr(rows) * DevicePtr(cols) * 2;
+  if (src < dst + bytes && dst < src + bytes)
+    return fail(Errc::usage, what + " weights: source and destination overlap; arrange into a separate buffer");
+  ShuffleArgsHost a{src, dst, rows, cols, int(layout), 0};
   const long long chunks = (long long)rows * cols / 8;
   return device_->launch(manifest_.supports.front().shuffle_fn, Dim3{unsigned((chunks + kSupportThreads - 1) / kSupportThreads), 1, 1},
                          Dim3{kSupportThreads, 1, 1}, 0, stream, &a, sizeof a);

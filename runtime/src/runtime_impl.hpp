@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "generator/error.hpp"
+#include "generator/variant.hpp"
 #include "tuner/device/device.hpp"
 
 struct ft_runtime;  // the C API handle (flytune_runtime.h)
@@ -33,7 +34,7 @@ struct Step {
   int cols_per_block = 0;
   int grid_z = 1;
   int elements_per_thread = 8;  // elementwise grids
-  bool shuffled_weights = false;
+  WeightLayoutKind weight_layout = WeightLayoutKind::plain;  // stages: the layout of the weights they read
   FunctionHandle function;  // after loading
 };
 
@@ -42,7 +43,7 @@ struct Bucket {
   int align_block = 0;
   bool atomic = true;
   bool weight_in_stage1 = false;
-  bool shuffled_w1 = false, shuffled_w2 = false;
+  WeightLayoutKind w1_layout = WeightLayoutKind::plain, w2_layout = WeightLayoutKind::plain;
   std::vector<Step> steps;
 };
 
@@ -91,6 +92,7 @@ struct Plan {
 struct LayerBuffers {
   DevicePtr x = 0, topk_ids = 0, topk_weights = 0, w1 = 0, w2 = 0, w1_shuffled = 0, w2_shuffled = 0;
   DevicePtr inter = 0, y_acc = 0, sorted_ids = 0, block_experts = 0, padded_rows = 0, y = 0;
+  DevicePtr w1_tiled = 0, w2_tiled = 0;  // appended, as in ft_layer_buffers
 };
 
 struct WorkspaceSizes {
@@ -110,6 +112,9 @@ class Runtime {
   // Asynchronous: one memset (atomic reduction) and four launches on `stream`.
   Status launch(const Plan& plan, const LayerBuffers& b, StreamHandle stream);
   Status shuffle_weights(DevicePtr src, DevicePtr dst, int rows, int cols, StreamHandle stream);
+  // src [rows, cols] row-major -> dst in `layout` (shuffled or tiled), by the
+  // support unit's shuffle kernel; Errc::usage for sizes the layout cannot hold.
+  Status arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols, WeightLayoutKind layout, StreamHandle stream);
   Status fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed, float scale);
   Status reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream);
 
@@ -127,5 +132,8 @@ class Runtime {
 
 // The C API handle's runtime, for C++ code (tests) that needs its Device.
 Runtime* runtime_of(struct ::ft_runtime* handle);
+// A C API handle over a runtime opened in C++ (tests with their own Device);
+// ft_runtime_close frees it.
+struct ::ft_runtime* adopt_runtime(std::unique_ptr<Runtime> runtime);
 
 }  // namespace ft::rt

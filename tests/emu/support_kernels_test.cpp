@@ -1,6 +1,6 @@
 // The layer's support kernels under emulation: align/sort against the CPU
 // (per-expert sets: order within an expert may differ), the weight pre-shuffle
-// against the host shuffle (bitwise), the seeded fill against the host
+// and tiling against the host arrangement (bitwise), the seeded fill against the host
 // generator (bitwise), on every target.
 #include <gtest/gtest.h>
 
@@ -54,7 +54,7 @@ TEST_P(SupportKernels, AlignMatchesTheCpu) {
     }
 }
 
-TEST_P(SupportKernels, ShuffleKernelEqualsHostShuffle) {
+TEST_P(SupportKernels, ShuffleKernelEqualsHostArrangement) {
   const Target& t = target(GetParam());
   TargetBench& bench = TargetBench::of(t);
   auto shuffle = bench.entry(emit_support(t, DType::bf16), shuffle_entry(t));
@@ -71,6 +71,13 @@ TEST_P(SupportKernels, ShuffleKernelEqualsHostShuffle) {
     auto host = shuffle_weights_host(m.w, m.rows, m.cols);
     ASSERT_TRUE(host);
     EXPECT_TRUE(*device == *host) << t.name << ": the shuffle kernel and the host shuffle disagree";
+    // The same kernel with ShuffleArgs::layout = tiled writes the tiled layout.
+    auto device_tiled = run_shuffle(bench.device(), *shuffle, m.w, m.rows, m.cols, WeightLayoutKind::tiled);
+    ASSERT_TRUE(device_tiled) << device_tiled.error().describe();
+    auto host_tiled = arrange_weights_host(m.w, m.rows, m.cols, WeightLayoutKind::tiled);
+    ASSERT_TRUE(host_tiled) << host_tiled.error().describe();
+    EXPECT_TRUE(*device_tiled == *host_tiled) << t.name << ": the shuffle kernel in tiled mode and the host tiling disagree";
+    EXPECT_FALSE(*device_tiled == *device) << t.name << ": tiled and shuffled outputs must differ";
   }
 }
 

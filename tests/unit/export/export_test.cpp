@@ -1,5 +1,6 @@
 // flytune export on the recorded H200 database (tests/data/h200.db): manifest,
 // code objects by hash, the dispatch header, refusals, coverage.
+#include <cstddef>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -14,6 +15,7 @@
 #include "tests/unit/export/export_test_support.hpp"
 #include "tuner/compile/hash.hpp"
 #include "tuner/subprocess.hpp"
+#include "tuner/workload/kernel_args.hpp"
 
 namespace ft {
 namespace {
@@ -98,6 +100,93 @@ TEST(Export, StepsAgreeWithLaunchFormulasAndArgsLayout) {
   EXPECT_NE(header.find("#define FLYTUNE_DISPATCH_COUNT 6"), std::string::npos);
   EXPECT_NE(header.find("#define FLYTUNE_MOE_ARGS_SIZE 120"), std::string::npos);
   EXPECT_NE(header.find(p["buckets"][0]["steps"][2]["symbol"].get<std::string>()), std::string::npos);
+}
+
+// ft::ShuffleArgs as the manifest describes it: the host mirror's offsets,
+// the layout selector and the reserved word after cols, no gaps.
+TEST(Export, ShuffleArgsLayoutHasTheLayoutField) {
+  const test::SharedExport& ex = test::shared_h200_export();
+  if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
+  ASSERT_TRUE(ex.error.empty()) << ex.error;
+  const json& args = ex.manifest["shuffle"]["args"];
+  EXPECT_EQ(args["struct"], "ft::ShuffleArgs");
+  EXPECT_EQ(args["size"], 32);
+  EXPECT_EQ(args["size"], sizeof(ShuffleArgsHost));
+  const json& fields = args["fields"];
+  ASSERT_EQ(fields.size(), 6u);
+  const std::vector<std::string> names{"src", "dst", "rows", "cols", "layout", "reserved"};
+  const std::vector<int> offsets{0, 8, 16, 20, 24, 28}, sizes{8, 8, 4, 4, 4, 4};
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    EXPECT_EQ(fields[i]["name"], names[i]);
+    EXPECT_EQ(fields[i]["offset"], offsets[i]) << names[i];
+    EXPECT_EQ(fields[i]["size"], sizes[i]) << names[i];
+  }
+  EXPECT_EQ(fields[4]["offset"], offsetof(ShuffleArgsHost, layout));
+  EXPECT_EQ(fields[5]["offset"], offsetof(ShuffleArgsHost, reserved));
+  EXPECT_EQ(fields[4]["type"], "i32");
+  EXPECT_NE(fields[4]["meaning"].get<std::string>().find("1 shuffled, 2 tiled"), std::string::npos);
+  EXPECT_EQ(ex.manifest["shuffle"]["block"][0], kReduceThreads);
+}
+
+// weight_layouts documents tiled with the formula of tuner/workload/shuffle.hpp
+// and templates/ft/weight_layout.hpp; the header repeats it.
+TEST(Export, WeightLayoutsDocumentTiled) {
+  const test::SharedExport& ex = test::shared_h200_export();
+  if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
+  ASSERT_TRUE(ex.error.empty()) << ex.error;
+  const json& layouts = ex.manifest["weight_layouts"];
+  for (const char* name : {"plain", "shuffled", "tiled"}) EXPECT_TRUE(layouts.contains(name)) << name;
+  const json& tiled = layouts["tiled"];
+  const std::string formula = "((k >> 6) * rows + row) * 64 + ((((k >> 3) & 7) ^ (row & 7)) << 3) + (k & 7)";
+  EXPECT_EQ(tiled["offset"], formula);
+  EXPECT_EQ(tiled["requires"], "rows a multiple of 16, cols a multiple of 64");
+  EXPECT_EQ(tiled["w1"]["rows"], "experts * 2 * inter");
+  EXPECT_EQ(tiled["w1"]["cols"], "hidden");
+  EXPECT_EQ(tiled["w2"]["rows"], "experts * hidden");
+  EXPECT_EQ(tiled["w2"]["cols"], "inter");
+  EXPECT_NE(tiled["meaning"].get<std::string>().find("_tiled_ws"), std::string::npos);
+  // Every stage names a layout the manifest documents.
+  for (const json& b : ex.manifest["problems"][0]["buckets"])
+    for (const json& s : b["steps"]) {
+      if (s.contains("weight_layout")) {
+        EXPECT_TRUE(layouts.contains(s["weight_layout"].get<std::string>())) << s["weight_layout"];
+      }
+    }
+  const std::string header = test::read_bytes((fs::path(ex.dir) / "flytune_dispatch.h").string());
+  EXPECT_NE(header.find("tiled weight offset of (row, k) in [rows, cols]: " + formula), std::string::npos);
+}
+
+// A layer winner whose stage 2 reads tiled weights (a copy of h200.db with
+// its stage-2 kernels renamed and re-described as tiled): the stage step,
+// the bucket's weights and the dispatch header say tiled.
+TEST(Export, TiledStageIsExportedAsTiled) {
+  test::ScratchDir dir;
+  const std::string db = dir.file("tiled.db");
+  fs::copy_file(test::h200_db(), db);
+  test::raw_sql(db,
+                "UPDATE variants SET kernel_name = kernel_name || '_tiled', params_json = json_set(params_json, '$.layout', 'tiled') "
+                "WHERE kind = 'moe2' AND kernel_name IN "
+                "(SELECT json_extract(params_json, '$.stage2_kernel') FROM variants WHERE kind = 'layer');"
+                "UPDATE variants SET params_json = json_set(params_json, '$.stage2.layout', 'tiled', '$.stage2_kernel', "
+                "json_extract(params_json, '$.stage2_kernel') || '_tiled') WHERE kind = 'layer';");
+  auto c = db::build_export({db, "", {}, {}});
+  if (!c && c.error().code == Errc::toolchain) GTEST_SKIP() << c.error().describe();
+  ASSERT_TRUE(c) << c.error().describe();
+  const json& buckets = c->manifest["problems"][0]["buckets"];
+  ASSERT_EQ(buckets.size(), 6u);
+  for (const json& b : buckets) {
+    EXPECT_EQ(b["weights"]["w1"], "plain");
+    EXPECT_EQ(b["weights"]["w2"], "tiled");
+    const json& stage2 = b["steps"][3];
+    ASSERT_EQ(stage2["step"], "stage2");
+    EXPECT_EQ(stage2["weight"], "w2");
+    EXPECT_EQ(stage2["weight_layout"], "tiled");
+    EXPECT_TRUE(stage2["symbol"].get<std::string>().ends_with("_tiled")) << stage2["symbol"];
+    EXPECT_EQ(stage2["variant"]["layout"], "tiled");
+    EXPECT_EQ(b["steps"][2]["weight_layout"], "plain");
+  }
+  EXPECT_NE(c->dispatch_header.find("_tiled\", \""), std::string::npos);  // the stage-2 symbol
+  EXPECT_NE(c->dispatch_header.find(", \"tiled\"}"), std::string::npos);  // its weight_layout
 }
 
 // The generated header is plain C99 that a C compiler accepts without warnings.

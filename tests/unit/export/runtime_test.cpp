@@ -1,6 +1,7 @@
 // The runtime library without a GPU: every refusal (files outside the folder,
 // hash mismatches, another target, bad manifests) before anything loads, and
 // the launch sequence of a plan recorded by a fake Device.
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -28,7 +29,8 @@ class FakeDevice : public Device {
     std::string symbol;
     Dim3 grid, block;
     int shared = 0;
-    MoeArgsHost args{};
+    MoeArgsHost args{};             // the layer kernels' argument
+    std::vector<std::byte> raw_args;  // any kernel's argument, as passed
   };
   explicit FakeDevice(std::string arch) { info_.runtime = "cuda", info_.name = "Fake GPU", info_.arch = std::move(arch); }
   const DeviceInfo& info() const override { return info_; }
@@ -55,8 +57,10 @@ class FakeDevice : public Device {
   Status set_dynamic_shared(FunctionHandle, int) override { return {}; }
   Status launch(FunctionHandle f, Dim3 grid, Dim3 block, int shared, StreamHandle s, const void* args,
                 std::size_t size) override {
-    Launch l{symbols.at(reinterpret_cast<std::size_t>(f.p) - 1), grid, block, shared, {}};
+    Launch l{symbols.at(reinterpret_cast<std::size_t>(f.p) - 1), grid, block, shared, {}, {}};
     if (size == sizeof(MoeArgsHost)) std::memcpy(&l.args, args, size);
+    l.raw_args.resize(size);
+    std::memcpy(l.raw_args.data(), args, size);
     launches.push_back(l);
     events.push_back(std::string("launch ") + l.symbol + (s.p ? " stream" : ""));
     return {};
@@ -296,8 +300,8 @@ TEST_F(RuntimeTest, ShuffledStageReadsTheShuffledWeights) {
   ASSERT_TRUE(r) << r.error().describe();
   auto plan = (*r)->select(m["problems"][0]["key"].get<std::string>(), 64);
   ASSERT_TRUE(plan);
-  EXPECT_TRUE(plan->bucket->shuffled_w1);
-  EXPECT_FALSE(plan->bucket->shuffled_w2);
+  EXPECT_EQ(plan->bucket->w1_layout, WeightLayoutKind::shuffled);
+  EXPECT_EQ(plan->bucket->w2_layout, WeightLayoutKind::plain);
   rt::LayerBuffers b{1, 2, 3, 4, 5, 0, 0, 6, 7, 8, 9, 10, 11};
   auto refused = (*r)->launch(*plan, b, {});
   ASSERT_FALSE(refused);
@@ -309,10 +313,199 @@ TEST_F(RuntimeTest, ShuffledStageReadsTheShuffledWeights) {
   EXPECT_EQ(fake_->launches[1].args.w1, 40u);  // stage 1: shuffled
   EXPECT_EQ(fake_->launches[2].args.w2, 5u);   // stage 2: plain
   // The shuffle kernel itself: rows a multiple of 16, cols of 8.
-  EXPECT_FALSE((*r)->shuffle_weights(4, 40, 15, 8, {}));
-  ASSERT_TRUE((*r)->shuffle_weights(4, 40, 32, 16, {}));
+  EXPECT_FALSE((*r)->shuffle_weights(0x10000, 0x20000, 15, 8, {}));
+  ASSERT_TRUE((*r)->shuffle_weights(0x10000, 0x20000, 32, 16, {}));
   EXPECT_EQ(fake_->launches.back().symbol, "ft_sm_90a_shuffle");
   EXPECT_EQ(fake_->launches.back().grid.x, 1u);  // 32*16/8 = 64 chunks, 256 threads
+}
+
+// The shuffle kernel's argument as launched (ft::ShuffleArgs, 32 bytes).
+ShuffleArgsHost shuffle_args_of(const FakeDevice::Launch& l) {
+  ShuffleArgsHost a{};
+  EXPECT_EQ(l.raw_args.size(), sizeof a);
+  if (l.raw_args.size() == sizeof a) std::memcpy(&a, l.raw_args.data(), sizeof a);
+  return a;
+}
+
+// Stage 1 shuffled, stage 2 tiled: the manifest of a Hopper winner whose
+// stage 2 has a producer warpgroup.
+json mixed_layouts(json m) {
+  for (json& b : m["problems"][0]["buckets"]) {
+    b["steps"][2]["weight_layout"] = "shuffled";
+    b["steps"][3]["weight_layout"] = "tiled";
+  }
+  return m;
+}
+
+// Each stage gets the copy its layout asks for; a launch without a needed copy
+// is refused, naming every missing copy and how to make it, before anything
+// is enqueued.
+TEST_F(RuntimeTest, TiledStageReadsTheTiledWeights) {
+  const json m = mixed_layouts(manifest_);
+  write_manifest(m);
+  auto r = open();
+  ASSERT_TRUE(r) << r.error().describe();
+  auto plan = (*r)->select(m["problems"][0]["key"].get<std::string>(), 64);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->bucket->w1_layout, WeightLayoutKind::shuffled);
+  EXPECT_EQ(plan->bucket->w2_layout, WeightLayoutKind::tiled);
+  rt::LayerBuffers b{1, 2, 3, 4, 5, 0, 0, 6, 7, 8, 9, 10, 11};
+  auto both = (*r)->launch(*plan, b, {});
+  ASSERT_FALSE(both);
+  EXPECT_EQ(both.error().code, Errc::usage);
+  EXPECT_NE(both.error().message.find("pass w1_shuffled"), std::string::npos) << both.error().describe();
+  EXPECT_NE(both.error().message.find("pass w2_tiled"), std::string::npos) << both.error().describe();
+  b.w1_shuffled = 40;
+  b.w2_tiled = 41;  // the wrong copies for these stages: plain w2 and tiled w1 are not looked at
+  b.w2 = 0;
+  b.w1_tiled = 0;
+  auto one = (*r)->launch(*plan, b, {});
+  ASSERT_TRUE(one) << one.error().describe();
+  b.w2_tiled = 0;
+  auto tiled_missing = (*r)->launch(*plan, b, {});
+  ASSERT_FALSE(tiled_missing);
+  EXPECT_EQ(tiled_missing.error().message,
+            "null layer buffers: w2_tiled (stage 2 reads tiled weights: pass w2_tiled, made by ft_runtime_arrange_weights "
+            "with FT_WEIGHT_LAYOUT_TILED)");
+  ASSERT_EQ(fake_->launches.size(), 4u);  // only the successful launch enqueued anything
+  EXPECT_EQ(fake_->launches[1].args.w1, 40u);
+  EXPECT_EQ(fake_->launches[2].args.w2, 41u);
+  // Other null buffers are named too.
+  b.w2_tiled = 41;
+  b.y = 0;
+  b.topk_ids = 0;
+  auto others = (*r)->launch(*plan, b, {});
+  ASSERT_FALSE(others);
+  EXPECT_EQ(others.error().message, "null layer buffers: topk_ids, y");
+}
+
+TEST_F(RuntimeTest, RefusesAnUnknownWeightLayout) {
+  json m = manifest_;
+  m["problems"][0]["buckets"][0]["steps"][3]["weight_layout"] = "swizzled";
+  write_manifest(m);
+  auto r = open();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::invalid_input);
+  EXPECT_NE(r.error().message.find("step stage2: unknown weight_layout 'swizzled'"), std::string::npos) << r.error().describe();
+  EXPECT_EQ(devices_opened_, 0);
+  EXPECT_EQ(open_c().first, FT_ERR_MANIFEST);
+}
+
+// ft_arrange_weights and ft_shuffle_weights launch the support unit's shuffle
+// kernel with the layout in ft::ShuffleArgs; sizes are checked per layout.
+TEST_F(RuntimeTest, ArrangeWeightsPassesTheLayoutToTheShuffleKernel) {
+  auto r = open();
+  ASSERT_TRUE(r) << r.error().describe();
+  const DevicePtr src = 0x100000, dst = 0x200000;
+  ASSERT_TRUE((*r)->arrange_weights(src, dst, 32, 128, WeightLayoutKind::tiled, {}));
+  ASSERT_EQ(fake_->launches.size(), 1u);
+  EXPECT_EQ(fake_->launches[0].symbol, "ft_sm_90a_shuffle");
+  EXPECT_EQ(fake_->launches[0].grid.x, 2u);  // 32*128/8 = 512 chunks, 256 threads
+  EXPECT_EQ(fake_->launches[0].block.x, 256u);
+  ShuffleArgsHost a = shuffle_args_of(fake_->launches[0]);
+  EXPECT_EQ(a.src, src);
+  EXPECT_EQ(a.dst, dst);
+  EXPECT_EQ(a.rows, 32);
+  EXPECT_EQ(a.cols, 128);
+  EXPECT_EQ(a.layout, 2);
+  EXPECT_EQ(a.reserved, 0);
+  ASSERT_TRUE((*r)->shuffle_weights(src, dst, 32, 16, {}));
+  EXPECT_EQ(shuffle_args_of(fake_->launches.back()).layout, 1);
+  ASSERT_TRUE((*r)->arrange_weights(src, dst, 32, 24, WeightLayoutKind::shuffled, {}));
+  EXPECT_EQ(shuffle_args_of(fake_->launches.back()).layout, 1);
+  const std::size_t launched = fake_->launches.size();
+
+  // tiled: rows a multiple of 16, cols of 64.
+  auto cols = (*r)->arrange_weights(src, dst, 32, 96, WeightLayoutKind::tiled, {});
+  ASSERT_FALSE(cols);
+  EXPECT_EQ(cols.error().code, Errc::usage);
+  EXPECT_EQ(cols.error().message, "tiled weights: rows must be a multiple of 16 and cols of 64 (got 32 x 96)");
+  EXPECT_FALSE((*r)->arrange_weights(src, dst, 24, 128, WeightLayoutKind::tiled, {}));
+  EXPECT_FALSE((*r)->arrange_weights(src, dst, 32, 32, WeightLayoutKind::tiled, {}));
+  EXPECT_FALSE((*r)->arrange_weights(src, dst, 32, 20, WeightLayoutKind::shuffled, {}));
+  auto plain = (*r)->arrange_weights(src, dst, 32, 128, WeightLayoutKind::plain, {});
+  ASSERT_FALSE(plain);
+  EXPECT_NE(plain.error().message.find("shuffled (1) or tiled (2)"), std::string::npos) << plain.error().describe();
+  EXPECT_FALSE((*r)->arrange_weights(0, dst, 32, 128, WeightLayoutKind::tiled, {}));
+  auto overlap = (*r)->arrange_weights(src, src + 32 * 128 * 2 - 2, 32, 128, WeightLayoutKind::tiled, {});
+  ASSERT_FALSE(overlap);
+  EXPECT_NE(overlap.error().message.find("overlap"), std::string::npos) << overlap.error().describe();
+  EXPECT_TRUE((*r)->arrange_weights(src, src + 32 * 128 * 2, 32, 128, WeightLayoutKind::tiled, {}));  // adjacent is fine
+  EXPECT_EQ(fake_->launches.size(), launched + 1);
+}
+
+// The C API over the same runtime: the layout queries, the appended tiled
+// buffers reaching the kernels, the arrange call and its argument checks.
+TEST_F(RuntimeTest, CApiReportsLayoutsAndTakesTiledBuffers) {
+  const json m = mixed_layouts(manifest_);
+  write_manifest(m);
+  auto r = open();
+  ASSERT_TRUE(r) << r.error().describe();
+  FakeDevice* fake = fake_;
+  ft_runtime* rt = rt::adopt_runtime(std::move(*r));
+  ASSERT_NE(rt, nullptr);
+  ft_plan* plan = nullptr;
+  ASSERT_EQ(ft_runtime_select(rt, m["problems"][0]["key"].get<std::string>().c_str(), 64, &plan), FT_OK);
+  EXPECT_EQ(ft_plan_needs_shuffled(plan, 1), 1);
+  EXPECT_EQ(ft_plan_needs_shuffled(plan, 2), 0);
+  EXPECT_EQ(ft_plan_needs_tiled(plan, 1), 0);
+  EXPECT_EQ(ft_plan_needs_tiled(plan, 2), 1);
+  EXPECT_EQ(ft_plan_needs_tiled(plan, 0), 0);
+  EXPECT_EQ(ft_plan_needs_tiled(plan, 3), 0);
+  EXPECT_EQ(ft_plan_needs_tiled(nullptr, 2), 0);
+
+  auto p = [](std::uintptr_t v) { return reinterpret_cast<void*>(v); };
+  ft_layer_buffers b{};
+  b.x = p(1), b.topk_ids = static_cast<const std::int32_t*>(p(2)), b.topk_weights = static_cast<const float*>(p(3));
+  b.w1 = p(4), b.w2 = p(5), b.w1_shuffled = p(40);
+  b.inter = p(6), b.y_acc = static_cast<float*>(p(7)), b.sorted_ids = static_cast<std::int32_t*>(p(8));
+  b.block_experts = static_cast<std::int32_t*>(p(9)), b.padded_rows = static_cast<std::int32_t*>(p(10)), b.y = p(11);
+  EXPECT_EQ(ft_plan_launch(plan, &b, nullptr), FT_ERR_ARGUMENT);
+  EXPECT_NE(std::string(ft_runtime_last_error(rt)).find("pass w2_tiled"), std::string::npos) << ft_runtime_last_error(rt);
+  EXPECT_TRUE(fake->launches.empty());
+  b.w2_tiled = p(51);
+  b.w1_tiled = p(50);  // not read: stage 1 is shuffled
+  ASSERT_EQ(ft_plan_launch(plan, &b, nullptr), FT_OK) << ft_runtime_last_error(rt);
+  ASSERT_EQ(fake->launches.size(), 4u);
+  EXPECT_EQ(fake->launches[1].args.w1, 40u);
+  EXPECT_EQ(fake->launches[2].args.w2, 51u);
+
+  void* src = p(0x100000);
+  void* dst = p(0x200000);
+  ASSERT_EQ(ft_runtime_arrange_weights(rt, src, dst, 64, 256, FT_WEIGHT_LAYOUT_TILED, nullptr), FT_OK);
+  EXPECT_EQ(shuffle_args_of(fake->launches.back()).layout, 2);
+  EXPECT_EQ(shuffle_args_of(fake->launches.back()).rows, 64);
+  ASSERT_EQ(ft_runtime_arrange_weights(rt, src, dst, 64, 256, FT_WEIGHT_LAYOUT_SHUFFLED, nullptr), FT_OK);
+  EXPECT_EQ(shuffle_args_of(fake->launches.back()).layout, 1);
+  ASSERT_EQ(ft_runtime_shuffle_weights(rt, src, dst, 64, 8, nullptr), FT_OK);
+  EXPECT_EQ(shuffle_args_of(fake->launches.back()).layout, 1);
+  const std::size_t launched = fake->launches.size();
+  for (int bad : {int(FT_WEIGHT_LAYOUT_PLAIN), 3, -1}) {
+    EXPECT_EQ(ft_runtime_arrange_weights(rt, src, dst, 64, 256, bad, nullptr), FT_ERR_ARGUMENT) << bad;
+    EXPECT_NE(std::string(ft_runtime_last_error(rt)).find("FT_WEIGHT_LAYOUT_TILED (2)"), std::string::npos)
+        << ft_runtime_last_error(rt);
+  }
+  EXPECT_EQ(ft_runtime_arrange_weights(rt, src, dst, 64, 200, FT_WEIGHT_LAYOUT_TILED, nullptr), FT_ERR_ARGUMENT);
+  EXPECT_NE(std::string(ft_runtime_last_error(rt)).find("cols of 64"), std::string::npos) << ft_runtime_last_error(rt);
+  EXPECT_EQ(ft_runtime_arrange_weights(nullptr, src, dst, 64, 256, FT_WEIGHT_LAYOUT_TILED, nullptr), FT_ERR_ARGUMENT);
+  EXPECT_EQ(fake->launches.size(), launched);
+  ft_plan_free(plan);
+  ft_runtime_close(rt);
+}
+
+// ft_layer_buffers only grows at its end: the fields of earlier releases keep
+// their offsets, the tiled copies follow y.
+TEST(RuntimeC, LayerBuffersAppendTheTiledCopies) {
+  constexpr std::size_t p = sizeof(void*);
+  EXPECT_EQ(offsetof(ft_layer_buffers, w1), 3 * p);
+  EXPECT_EQ(offsetof(ft_layer_buffers, w1_shuffled), 5 * p);
+  EXPECT_EQ(offsetof(ft_layer_buffers, inter), 7 * p);
+  EXPECT_EQ(offsetof(ft_layer_buffers, y), 12 * p);
+  EXPECT_EQ(offsetof(ft_layer_buffers, w1_tiled), 13 * p);
+  EXPECT_EQ(offsetof(ft_layer_buffers, w2_tiled), 14 * p);
+  EXPECT_EQ(sizeof(ft_layer_buffers), 15 * p);
+  EXPECT_EQ(FT_WEIGHT_LAYOUT_SHUFFLED, 1);
+  EXPECT_EQ(FT_WEIGHT_LAYOUT_TILED, 2);
 }
 
 TEST(RuntimeC, NullArgumentsAndMissingFolder) {

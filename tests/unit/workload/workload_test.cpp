@@ -1,5 +1,6 @@
 // The shared workload pieces: seeded generation and routing, replay files, the
-// 16-bit conversions, the comparison and its bounds, the host weight shuffle,
+// 16-bit conversions, the comparison and its bounds, the host weight shuffle
+// and tiling,
 // and the CPU reference against a double-precision recomputation.
 #include <gtest/gtest.h>
 
@@ -213,6 +214,63 @@ TEST(Shuffle, IndexIsAPermutationOfWholeChunks) {
   std::vector<std::uint16_t> src(std::size_t(rows * cols));
   EXPECT_FALSE(shuffle_weights_host(src, 40, 48));
   EXPECT_FALSE(shuffle_weights_host(src, rows, 44));
+}
+
+// The tiled layout (weight_layout.hpp): 64-column slices of all rows, each
+// row's eight 16-byte chunks in the 128-byte swizzle.
+TEST(Tiled, IndexIsAPermutationOfWholeChunks) {
+  const long long rows = 32, cols = 192;
+  std::set<long long> seen;
+  for (long long r = 0; r < rows; ++r)
+    for (long long k = 0; k < cols; ++k) {
+      const long long t = tiled_index(r, k, rows);
+      ASSERT_TRUE(t >= 0 && t < rows * cols) << r << "," << k;
+      seen.insert(t);
+      if (k % 8 != 0) EXPECT_EQ(t, tiled_index(r, k - 1, rows) + 1);  // 16-byte chunks stay contiguous
+      // Each row's 64 columns of a slice fill its own 128 bytes of that slice.
+      EXPECT_EQ(t / 64, (k / 64) * rows + r) << r << "," << k;
+    }
+  EXPECT_EQ(seen.size(), std::size_t(rows * cols));
+}
+
+TEST(Tiled, RowsZeroToSevenSwizzleTheirChunks) {
+  const long long rows = 16;
+  for (long long r = 0; r < 8; ++r)
+    for (long long c = 0; c < 8; ++c) {
+      // Chunk c of row r sits at chunk c ^ r of the row's 128 bytes, in every slice.
+      EXPECT_EQ(tiled_index(r, 8 * c, rows), r * 64 + ((c ^ r) * 8)) << r << "," << c;
+      EXPECT_EQ(tiled_index(r, 64 + 8 * c, rows), (rows + r) * 64 + ((c ^ r) * 8)) << r << "," << c;
+      // Rows 8..15 repeat the pattern of rows 0..7 (row % 8).
+      EXPECT_EQ(tiled_index(r + 8, 8 * c, rows) - tiled_index(r, 8 * c, rows), 8 * 64);
+    }
+  // Row 0 keeps its chunks in order; row 7 reverses them.
+  EXPECT_EQ(tiled_index(0, 24, rows), 24);
+  EXPECT_EQ(tiled_index(7, 0, rows), 7 * 64 + 56);
+  EXPECT_EQ(tiled_index(7, 56, rows), 7 * 64);
+}
+
+TEST(Tiled, HostArrangementPlacesEveryElementAndChecksSizes) {
+  const long long rows = 32, cols = 128;
+  std::vector<std::uint16_t> src(std::size_t(rows * cols));
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = std::uint16_t(i * 7 + 1);
+  auto tiled = arrange_weights_host(src, rows, cols, WeightLayoutKind::tiled);
+  ASSERT_TRUE(tiled) << tiled.error().describe();
+  for (long long r = 0; r < rows; ++r)
+    for (long long k = 0; k < cols; ++k)
+      ASSERT_EQ((*tiled)[std::size_t(tiled_index(r, k, rows))], src[std::size_t(r * cols + k)]) << r << "," << k;
+  auto shuffled = arrange_weights_host(src, rows, cols, WeightLayoutKind::shuffled);
+  ASSERT_TRUE(shuffled);
+  EXPECT_NE(*tiled, *shuffled);
+  EXPECT_EQ(*arrange_weights_host(src, rows, cols, WeightLayoutKind::plain), src);
+  // cols must be a multiple of 64 for tiled (8 is enough for shuffled), rows of 16.
+  std::vector<std::uint16_t> narrow(std::size_t(rows * 96));
+  auto refused = arrange_weights_host(narrow, rows, 96, WeightLayoutKind::tiled);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("columns of 64"), std::string::npos) << refused.error().describe();
+  EXPECT_TRUE(arrange_weights_host(narrow, rows, 96, WeightLayoutKind::shuffled));
+  std::vector<std::uint16_t> short_rows(std::size_t(24 * cols));
+  EXPECT_FALSE(arrange_weights_host(short_rows, 24, cols, WeightLayoutKind::tiled));
+  EXPECT_FALSE(arrange_weights_host(src, rows, cols - 64, WeightLayoutKind::tiled));  // element count mismatch
 }
 
 // The reference against a straightforward double-precision recomputation.

@@ -37,8 +37,8 @@ inline Problem small_problem(DType dtype) {
 // One layer plan per slot, cycling through the target's atoms (bf16 then f16)
 // and the axes so every target covers: every atom, both routed-weight
 // placements, both reductions, single and ping-pong LDS (and 3- and 4-deep
-// rings for wgmma, with and without a producer warpgroup), split-K 2, plain and shuffled weights, two warp layouts,
-// two tile_k.
+// rings for wgmma, with and without a producer warpgroup), split-K 2, plain and shuffled weights (tiled for the
+// producer warpgroup), two warp layouts, two tile_k.
 inline std::vector<LayerPlan> plans_for(const Target& t) {
   std::vector<const AtomInfo*> atoms = atoms_for(t, DType::bf16);
   for (const AtomInfo* a : atoms_for(t, DType::f16)) atoms.push_back(a);
@@ -65,16 +65,17 @@ inline std::vector<LayerPlan> plans_for(const Target& t) {
     v.reduce = (i / 2) % 2 == 1 ? Reduction::partials : Reduction::atomic;
     v.layout = (i % 4 == 1 || i % 4 == 2) ? WeightLayoutKind::shuffled : WeightLayoutKind::plain;
     if (atom->warpgroup()) {
-      // The wgmma family's own shapes: one or two warpgroups, 64-deep k-tiles,
-      // a ring of 3 or 4 buffers, plain weights.
-      v.warps_m = i % 2 == 0 ? 4 : 8;
+      // The wgmma family's own shapes: one to three warpgroups, 64-deep
+      // k-tiles, a ring of 3 or 4 buffers; on some slots a producer warpgroup
+      // with mbarriers and bulk copies of tiled weights, else plain weights.
+      v.warps_m = i % 4 == 2 ? 12 : i % 2 == 0 ? 4 : 8;
       v.warps_n = 1;
+      v.warp_specialized = i % 4 == 3 || i % 4 == 2;
       v.tile_m = 64 * (v.warps_m / 4);
-      v.tile_n = 64;
+      v.tile_n = v.warps_m == 12 ? 32 : 64;
       v.tile_k = 64;
       v.stages = 3 + i % 2;
-      v.layout = WeightLayoutKind::plain;
-      v.warp_specialized = i % 4 == 3;  // a producer warpgroup and mbarriers on some slots
+      v.layout = v.warp_specialized ? WeightLayoutKind::tiled : WeightLayoutKind::plain;
     }
     LayerPlan plan;
     plan.stage1 = v;

@@ -43,8 +43,8 @@ struct WrongRowStage1 {
           const int id = ids[r];
           return id < pairs ? p.x + (long long)((id / p.topk + 1) % p.tokens) * H : nullptr;  // the mutation
         },
-        [&](int nb, int r) -> const ft::u16* {
-          return p.w1 + ((long long)expert * 2 * I + nb * I + n0 + r) * H;
+        [&](int nb, int r, int k) -> const ft::u16* {
+          return p.w1 + ((long long)expert * 2 * I + nb * I + n0 + r) * H + k;
         });
     g.run(0, int(H));
     for (int rm = 0; rm < Gemm::RM; ++rm)

@@ -39,6 +39,26 @@ TEST(PtxasReport, ReadsEachEntry) {
   EXPECT_EQ(b->spill_load_bytes, 32);
 }
 
+// ptxas names the function in its wgmma performance warnings, printed before
+// the entry's "Compiling" line.
+TEST(PtxasReport, KeepsTheEntrysWgmmaSerialisationWarning) {
+  const std::string log = std::string(
+                              "ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are "
+                              "serialized due to non wgmma instructions defining accumulator registers of a wgmma "
+                              "between start and end of the pipeline stage in the function 'ft_b'\n") +
+                          std::string(kLog);
+  auto b = parse_ptxas_report(log, "ft_b");
+  ASSERT_TRUE(b) << b.error().describe();
+  EXPECT_TRUE(b->wgmma_serialized.starts_with("(C7515) Potential Performance Loss: wgmma.mma_async")) << b->wgmma_serialized;
+  EXPECT_EQ(b->registers, 255);
+  auto a = parse_ptxas_report(log, "ft_a");  // another entry's warning is not ft_a's
+  ASSERT_TRUE(a) << a.error().describe();
+  EXPECT_TRUE(a->wgmma_serialized.empty()) << a->wgmma_serialized;
+  auto clean = parse_ptxas_report(kLog, "ft_b");
+  ASSERT_TRUE(clean);
+  EXPECT_TRUE(clean->wgmma_serialized.empty());
+}
+
 TEST(PtxasReport, MissingEntryIsNotFound) {
   auto r = parse_ptxas_report(kLog, "ft_c");
   ASSERT_FALSE(r);

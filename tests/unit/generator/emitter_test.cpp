@@ -73,6 +73,7 @@ TEST(EmitterGolden, Sm90aWgmmaStage1TwoWarpgroups) {
 TEST(EmitterGolden, Sm90aWgmmaStage2WarpSpecialized) {
   Variant v = make("sm_90a", KernelKind::moe2, "wgmma_m64k16_f32_bf16", 128, 256, 64, 8, 1, 4);
   v.warp_specialized = true;
+  v.layout = WeightLayoutKind::tiled;  // the producer warpgroup's bulk copies read tiled weights
   check_golden(emit_variant(v));
 }
 

@@ -78,7 +78,8 @@ INSTANTIATE_TEST_SUITE_P(
         IllegalCase{"gfx950", "mfma_f32_32x32x16_bf16", 256, 256, 64, 2, 2, 1, 1, KernelKind::moe1, Reduction::atomic, "registers per lane"},
         IllegalCase{"sm_90a", "mma_m16n8k16_f32_bf16", 64, 96, 64, 2, 2, 1, 1, KernelKind::moe1, Reduction::atomic, "inter 14336 is not a multiple of tile_n 96"},
         // The Hopper wgmma family's own rules.
-        IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 64, 2, 2, 4, 1, KernelKind::moe1, Reduction::atomic, "wgmma needs 4x1 or 8x1 warps"},
+        IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 64, 2, 2, 4, 1, KernelKind::moe1, Reduction::atomic, "wgmma needs 4x1, 8x1 or 12x1 warps"},
+        IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 192, 64, 64, 12, 1, 3, 1, KernelKind::moe1, Reduction::atomic, "do not split evenly over 384 threads"},
         IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 64, 8, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "does not give each of 2 warpgroups whole 64-row"},
         IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 128, 256, 64, 8, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "wgmma N = 2 weight matrices x tile_n 256 = 512"},
         IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 128, 128, 32, 8, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "k-tiles are 64 deep"},
@@ -100,10 +101,21 @@ TEST(Space, WarpSpecialisationIsAWgmmaOption) {
   v.stages = 4;
   const int shared_ring = v.lds_bytes();
   v.warp_specialized = true;
+  // The producer streams weights by bulk copy from the tiled layout: plain
+  // weights are illegal with it, tiled ones without it.
+  auto plain = why_illegal(v, mixtral());
+  ASSERT_TRUE(plain);
+  EXPECT_NE(plain->find("reads tiled weights, not plain ones"), std::string::npos) << *plain;
+  v.layout = WeightLayoutKind::tiled;
   EXPECT_FALSE(why_illegal(v, mixtral())) << v.name();
   EXPECT_EQ(v.threads(), 384);                       // two consumer warpgroups + the producer
   EXPECT_EQ(v.lds_bytes(), shared_ring + 16 * 4);    // a full and an empty mbarrier per stage
-  EXPECT_TRUE(v.name().ends_with("_atomic_ws")) << v.name();
+  EXPECT_TRUE(v.name().ends_with("_atomic_tiled_ws")) << v.name();
+  Variant ring = v;
+  ring.warp_specialized = false;
+  auto tiled_ring = why_illegal(ring, mixtral());
+  ASSERT_TRUE(tiled_ring);
+  EXPECT_NE(tiled_ring->find("reads plain weights, not tiled ones"), std::string::npos) << *tiled_ring;
   auto back = Variant::from_json(v.to_json());
   ASSERT_TRUE(back) << back.error().describe();
   EXPECT_TRUE(back->warp_specialized);
@@ -125,7 +137,14 @@ TEST(Space, WarpSpecialisationIsAWgmmaOption) {
   ASSERT_TRUE(o);
   EXPECT_EQ(o->wgmma_producer, (std::vector<bool>{true, false}));
   EXPECT_FALSE(SpaceOptions::parse("wgmma_producer=maybe"));
-  EXPECT_EQ(SpaceOptions{}.wgmma_producer, std::vector<bool>{false});  // measured slower: off by default
+  EXPECT_EQ(SpaceOptions{}.wgmma_producer, (std::vector<bool>{false, true}));  // both win somewhere: searched by default
+
+  // Only the wgmma family reads tiled weights.
+  Variant tiled_mma = *default_variant(*find_target("sm_90a"), mixtral(), KernelKind::moe1);
+  tiled_mma.layout = WeightLayoutKind::tiled;
+  auto no_tiles = why_illegal(tiled_mma, mixtral());
+  ASSERT_TRUE(no_tiles);
+  EXPECT_NE(no_tiles->find("tiled weight layout feeds wgmma bulk copies"), std::string::npos) << *no_tiles;
 }
 
 TEST(Space, WgmmaFamilyHasItsOwnAxes) {
@@ -136,7 +155,8 @@ TEST(Space, WgmmaFamilyHasItsOwnAxes) {
   EXPECT_EQ(o->wgmma_stages, (std::vector<int>{3, 5}));
   EXPECT_FALSE(SpaceOptions::parse("wgmma_warps=8"));
   // The wgmma axes shape only wgmma variants, and every legal one is 64 deep,
-  // whole warpgroups, plain weights; the mma.sync ones keep their own axes.
+  // whole warpgroups, plain weights without a producer warpgroup and tiled
+  // ones with it; the mma.sync ones keep their own axes.
   Space s = enumerate_space(*find_target("sm_90a"), mixtral(), *o);
   int wgmma = 0;
   for (const Variant& v : s.legal) {
@@ -149,7 +169,7 @@ TEST(Space, WgmmaFamilyHasItsOwnAxes) {
     EXPECT_EQ(v.tile_k, 64) << v.name();
     EXPECT_EQ(v.warps_m * v.warps_n, 8) << v.name();
     EXPECT_TRUE(v.stages == 3 || v.stages == 5) << v.name();
-    EXPECT_EQ(v.layout, WeightLayoutKind::plain) << v.name();
+    EXPECT_EQ(v.layout, v.warp_specialized ? WeightLayoutKind::tiled : WeightLayoutKind::plain) << v.name();
     EXPECT_NE(v.name().find("_wgmma_s"), std::string::npos) << v.name();
   }
   EXPECT_GT(wgmma, 0);

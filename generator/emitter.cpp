@@ -28,6 +28,7 @@ struct Config {{
   static constexpr int warps_m = {wm}, warps_n = {wn};
   static constexpr int stages = {stages};
   static constexpr bool warp_specialized = {ws};
+  static constexpr int tiles_per_block = {tpb};
   static constexpr int split_k = {split_k};
   static constexpr bool weight_in_stage1 = {w1};
   static constexpr ft::Reduce reduce = ft::Reduce::{reduce};
@@ -45,7 +46,7 @@ FT_KERNEL({threads}, {name})(ft::MoeArgs args) {{ Kernel::run(args); }}
       fmt::arg("name", name), fmt::arg("kind", to_string(v.kind)), fmt::arg("target", v.target->name),
       fmt::arg("dtype", to_string(v.dtype)), fmt::arg("atom", v.atom->id), fmt::arg("elem", elem_of(v.dtype)),
       fmt::arg("tm", v.tile_m), fmt::arg("tn", v.tile_n), fmt::arg("tk", v.tile_k), fmt::arg("wm", v.warps_m),
-      fmt::arg("wn", v.warps_n), fmt::arg("stages", v.stages), fmt::arg("ws", v.warp_specialized ? "true" : "false"), fmt::arg("split_k", v.split_k),
+      fmt::arg("wn", v.warps_n), fmt::arg("stages", v.stages), fmt::arg("ws", v.warp_specialized ? "true" : "false"), fmt::arg("tpb", v.tiles_per_block), fmt::arg("split_k", v.split_k),
       fmt::arg("w1", v.weight_in_stage1 ? "true" : "false"), fmt::arg("reduce", to_string(v.reduce)),
       fmt::arg("layout", to_string(v.layout)), fmt::arg("stage", stage), fmt::arg("threads", v.threads()),
       fmt::arg("lds", v.lds_bytes()));

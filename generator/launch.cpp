@@ -19,6 +19,11 @@ LaunchShape stage_launch(const Variant& v, const Problem& p, int tokens, int ali
   s.grid_x = int(max_padded_rows(p, tokens, align_block) / v.tile_m);
   s.grid_y = (v.kind == KernelKind::moe1 ? p.inter : p.hidden) / v.tile_n;
   s.grid_z = v.kind == KernelKind::moe2 ? v.split_k : 1;
+  if (v.tiles_per_block > 1) {  // persistent: each block walks tiles block, block + grid_x, ... (ft::for_each_tile)
+    const long long tiles = (long long)s.grid_x * s.grid_y * s.grid_z;
+    s.grid_x = int((tiles + v.tiles_per_block - 1) / v.tiles_per_block);
+    s.grid_y = s.grid_z = 1;
+  }
   s.block = v.threads();
   s.lds_bytes = v.lds_bytes();
   return s;
@@ -45,6 +50,10 @@ std::string max_padded_rows_formula() {
 }
 
 std::string stage_grid_formula(const Variant& v) {
+  if (v.tiles_per_block > 1)
+    return fmt::format("[ceil(max_padded_rows / {} * {} / {} * {} / {}), 1, 1]", v.tile_m,
+                       v.kind == KernelKind::moe1 ? "inter" : "hidden", v.tile_n, v.kind == KernelKind::moe2 ? v.split_k : 1,
+                       v.tiles_per_block);
   return fmt::format("[max_padded_rows / {}, {} / {}, {}]", v.tile_m, v.kind == KernelKind::moe1 ? "inter" : "hidden",
                      v.tile_n, v.kind == KernelKind::moe2 ? v.split_k : 1);
 }

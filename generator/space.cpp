@@ -92,6 +92,7 @@ SpaceOptions SpaceOptions::wide() {
   o.wgmma_tile_n = {32, 64, 128, 256};
   o.wgmma_stages = {3, 4, 5, 7};
   o.wgmma_producer = {false, true};
+  o.wgmma_tiles = {1, 4, 8};
   return o;
 }
 
@@ -145,6 +146,7 @@ Result<SpaceOptions> SpaceOptions::parse(std::string_view text) {
     else if (axis == "wgmma_tile_m") st = parse_list(values, axis, o.wgmma_tile_m, int_of);
     else if (axis == "wgmma_tile_n") st = parse_list(values, axis, o.wgmma_tile_n, int_of);
     else if (axis == "wgmma_stages") st = parse_list(values, axis, o.wgmma_stages, int_of);
+    else if (axis == "wgmma_tiles") st = parse_list(values, axis, o.wgmma_tiles, int_of);
     else if (axis == "wgmma_producer")
       st = parse_list(values, axis, o.wgmma_producer, [](std::string_view v) -> Result<bool> {
         if (v == "on") return true;
@@ -182,7 +184,7 @@ Result<SpaceOptions> SpaceOptions::parse(std::string_view text) {
     else
       return fail(Errc::invalid_input,
                   fmt::format("--space: unknown axis '{}'; axes: kind, atom, tile_m, tile_n, tile_k, warps, stages, "
-                              "split_k, weight, reduce, layout, wgmma_tile_m, wgmma_tile_n, wgmma_warps, wgmma_stages, wgmma_producer",
+                              "split_k, weight, reduce, layout, wgmma_tile_m, wgmma_tile_n, wgmma_warps, wgmma_stages, wgmma_producer, wgmma_tiles",
                               axis));
     if (!st) return std::unexpected(st.error());
   }
@@ -195,6 +197,10 @@ std::optional<std::string> why_illegal(const Variant& v, const Problem& p) {
   if (!a.available_on(t.name)) return fmt::format("atom {} does not exist on {}", a.id, t.name);
   if (a.dtype != v.dtype) return fmt::format("atom {} takes {}, the variant is {}", a.id, to_string(a.dtype), to_string(v.dtype));
   if (a.lanes != t.wave_size) return fmt::format("atom {} needs {}-lane waves, {} has {}", a.id, a.lanes, t.name, t.wave_size);
+  if (v.tiles_per_block < 1) return fmt::format("tiles per block {} is not positive", v.tiles_per_block);
+  if (v.tiles_per_block > 1 && !v.warp_specialized)
+    return fmt::format("{} tiles per block need a producer warpgroup (a persistent block's ring runs across tiles)",
+                       v.tiles_per_block);
   if (a.warpgroup()) {
     if (auto why = why_illegal_wgmma(v)) return why;
   } else if (v.warp_specialized)
@@ -262,6 +268,7 @@ Space enumerate_space(const Target& target, const Problem& problem, const SpaceO
             for (auto [wm, wn] : ax.warps)
               for (int st : ax.stages)
                 for (bool ws : ax.producer)
+                  for (int tpb : ws ? o.wgmma_tiles : std::vector<int>{1})
                   for (bool w1 : o.weight_in_stage1)
                     for (WeightLayoutKind layout : atom->warpgroup() ? wgmma_layout(ws) : o.layout)
                       for (int sk : splits)
@@ -278,6 +285,7 @@ Space enumerate_space(const Target& target, const Problem& problem, const SpaceO
                           v.warps_n = wn;
                           v.stages = st;
                           v.warp_specialized = ws;
+                          v.tiles_per_block = tpb;
                           v.split_k = sk;
                           v.weight_in_stage1 = w1;
                           v.reduce = red;

@@ -36,6 +36,10 @@ struct SpaceOptions {
   // cp.async ring on plain weights (wins decode). The wgmma family's layout
   // follows this axis; `layout` applies to the other families.
   std::vector<bool> wgmma_producer{false, true};
+  // Tiles each producer-warpgroup block computes in turn (1: one tile, the
+  // grid covers them all; n > 1: a persistent grid of ceil(tiles / n) blocks
+  // whose rings run on from one tile into the next).
+  std::vector<int> wgmma_tiles{1, 8};
   std::vector<int> wgmma_stages{3, 4, 7};  // deeper rings keep more bytes in flight; 3 lets two blocks share an SM
 
   // "default", "wide", "small", then ';'-separated overrides "axis=v1,v2", e.g.

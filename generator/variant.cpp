@@ -54,6 +54,7 @@ std::string Variant::name() const {
   if (layout == WeightLayoutKind::shuffled) s += "_shuf";
   if (layout == WeightLayoutKind::tiled) s += "_tiled";
   if (warp_specialized) s += "_ws";
+  if (tiles_per_block > 1) s += fmt::format("_t{}", tiles_per_block);
   return s;
 }
 
@@ -69,6 +70,7 @@ nlohmann::json Variant::to_json() const {
                         {"warps_n", warps_n},
                         {"stages", stages},
                         {"warp_specialized", warp_specialized},
+                        {"tiles_per_block", tiles_per_block},
                         {"split_k", split_k},
                         {"weight_in_stage1", weight_in_stage1},
                         {"reduce", to_string(reduce)},
@@ -111,6 +113,9 @@ Result<Variant> Variant::from_json(const nlohmann::json& j) {
     if (!ws->is_boolean()) return bad("warp_specialized is not a boolean");
     v.warp_specialized = ws->get<bool>();
   }
+  // Absent in records written before the field existed: one tile per block.
+  if (j.contains("tiles_per_block") && (!num("tiles_per_block", v.tiles_per_block) || v.tiles_per_block < 1))
+    return bad("tiles_per_block is not a positive integer");
   std::string reduce = str("reduce"), layout = str("layout");
   if (reduce == "atomic") v.reduce = Reduction::atomic;
   else if (reduce == "partials") v.reduce = Reduction::partials;

@@ -27,6 +27,8 @@ struct Variant {
   int warps_m = 2, warps_n = 2;              // waves (AMD) / warps (NVIDIA) per block and their layout
   int stages = 2;                            // LDS buffers: 1 single, 2 ping-pong (wgmma: ring depth)
   bool warp_specialized = false;             // wgmma only: a producer warpgroup copies (weights tiled), the others compute
+  int tiles_per_block = 1;                   // warp-specialised only: > 1 makes blocks persistent, each computing
+                                             // about this many tiles in turn, its ring running on across them
   int split_k = 1;                           // stage 2 only
   bool weight_in_stage1 = false;             // routed weight applied by stage 1 (stage 2 then skips it)
   Reduction reduce = Reduction::atomic;      // stage 2 only

@@ -2,7 +2,8 @@
 // Stage 1: gather X rows by the sorted pair ids, multiply by the expert's gate
 // and up rows of W1 (two accumulators sharing each A fragment), apply SwiGLU
 // (silu(gate) * up) and optionally the routed weight, write [T*k, I].
-// Grid: (max_padded_rows / tile_m, I / tile_n); blocks past the padded rows exit.
+// Grid: (max_padded_rows / tile_m, I / tile_n), or a persistent grid walking
+// those tiles (tile_order.hpp); tiles past the padded rows are skipped.
 namespace ft {
 
 template <class Cfg>
@@ -12,8 +13,25 @@ struct Stage1 {
   static constexpr int kSmemBytes = Gemm::kSmemBytes;
 
   FT_DEVICE static void run(const MoeArgs& p) {
-    int row_block, col_tile;
-    tile_of_block<Gemm::kTileGroup>(p.max_padded_rows / Cfg::tile_m, p.inter_size / Cfg::tile_n, row_block, col_tile);
+    Gemm g;
+    g.start();
+    auto each_tile = [&]() {
+      for_each_tile<Cfg, Gemm::kTileGroup>(p.max_padded_rows / Cfg::tile_m, p.inter_size / Cfg::tile_n, 1,
+                                           [&](int row_block, int col_tile, int) { tile(p, g, row_block, col_tile); });
+    };
+    if constexpr (Cfg::tiles_per_block > 1) {
+      // A persistent block's producer makes its own pass over the tiles and
+      // leaves: its code never joins the consumers' epilogue.
+      if (!Gemm::holds_results()) {
+        each_tile();
+        producer_exit();
+        return;
+      }
+    }
+    each_tile();
+  }
+
+  FT_DEVICE static void tile(const MoeArgs& p, Gemm& g, int row_block, int col_tile) {
     const int row0 = row_block * Cfg::tile_m;
     if (row0 >= *p.padded_rows) return;  // uniform across the block
     const int expert = p.block_experts[row0 / p.align_block];
@@ -22,7 +40,6 @@ struct Stage1 {
     const long long H = p.hidden, I = p.inter_size;
     const i32* ids = p.sorted_ids + row0;
 
-    Gemm g;
     g.setup(
         [&](int r) -> const u16* {
           const int id = ids[r];

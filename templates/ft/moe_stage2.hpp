@@ -3,7 +3,8 @@
 // sorted_ids) times the expert's W2 rows, scaled by the routed weight unless
 // stage 1 applied it, then either atomically added into the fp32 [T, H] sums or
 // written as per-slot partials [T*k, H] for the reduce kernel.
-// Grid: (max_padded_rows / tile_m, H / tile_n, split_k).
+// Grid: (max_padded_rows / tile_m, H / tile_n, split_k), or a persistent grid
+// walking those tiles (tile_order.hpp).
 namespace ft {
 
 template <class Cfg>
@@ -14,8 +15,26 @@ struct Stage2 {
   static_assert(Cfg::split_k == 1 || Cfg::reduce == Reduce::atomic, "split-K partial sums need atomic reduction");
 
   FT_DEVICE static void run(const MoeArgs& p) {
-    int row_block, col_tile;
-    tile_of_block<Gemm::kTileGroup>(p.max_padded_rows / Cfg::tile_m, p.hidden / Cfg::tile_n, row_block, col_tile);
+    Gemm g;
+    g.start();
+    auto each_tile = [&]() {
+      for_each_tile<Cfg, Gemm::kTileGroup>(
+          p.max_padded_rows / Cfg::tile_m, p.hidden / Cfg::tile_n, Cfg::split_k,
+          [&](int row_block, int col_tile, int split) { tile(p, g, row_block, col_tile, split); });
+    };
+    if constexpr (Cfg::tiles_per_block > 1) {
+      // A persistent block's producer makes its own pass over the tiles and
+      // leaves: its code never joins the consumers' epilogue.
+      if (!Gemm::holds_results()) {
+        each_tile();
+        producer_exit();
+        return;
+      }
+    }
+    each_tile();
+  }
+
+  FT_DEVICE static void tile(const MoeArgs& p, Gemm& g, int row_block, int col_tile, int split) {
     const int row0 = row_block * Cfg::tile_m;
     if (row0 >= *p.padded_rows) return;
     const int expert = p.block_experts[row0 / p.align_block];
@@ -24,9 +43,8 @@ struct Stage2 {
     const long long H = p.hidden, I = p.inter_size;
     const i32* ids = p.sorted_ids + row0;
     const int k_len = int(I) / Cfg::split_k;
-    const int k_begin = block_index_z() * k_len;
+    const int k_begin = split * k_len;
 
-    Gemm g;
     g.setup(
         [&](int r) -> const u16* {
           const int id = ids[r];

@@ -1,16 +1,27 @@
 #pragma once
-// Which (row block, column tile) a block of a stage kernel computes. The grid
-// is (max_padded_rows / tile_m, N / tile_n[, split_k]), launched x fastest.
+// Which (row block, column tile[, split]) a block of a stage kernel computes.
+// The logical grid is (max_padded_rows / tile_m, N / tile_n[, split_k]).
 //
-// Group == 1: block (x, y) computes row block x, column tile y.
+// Group == 1: tile (x, y) is row block x, column tile y.
 // Group > 1: the grid is walked in bands of Group column tiles, row blocks
 // outer and the band's column tiles inner, so the blocks resident at once
 // cover a few experts' rows and a few weight tiles: both stay in L2 until all
 // their users have read them, instead of X being re-read from HBM for every
-// column tile. Needs grid_x, grid_y as launched (the Hopper family derives
-// them from MoeArgs::max_padded_rows, which every launcher sets to
-// grid_x * tile_m).
+// column tile. Needs the logical grid's size (the Hopper family derives it
+// from MoeArgs::max_padded_rows, which every launcher sets to the row blocks
+// times tile_m).
 namespace ft {
+
+// The band walk on linear tile index `linear` of a grid_x x grid_y grid.
+template <int Group>
+FT_DEVICE void tile_of_index(int grid_x, int grid_y, long long linear, int& row_block, int& col_tile) {
+  const long long band = (long long)grid_x * Group;  // tiles per full band
+  const int first = int(linear / band) * Group;
+  const int width = grid_y - first < Group ? grid_y - first : Group;  // the last band may be narrower
+  const int within = int(linear % band);
+  row_block = within / width;
+  col_tile = first + within % width;
+}
 
 template <int Group>
 FT_DEVICE void tile_of_block(int grid_x, int grid_y, int& row_block, int& col_tile) {
@@ -18,13 +29,29 @@ FT_DEVICE void tile_of_block(int grid_x, int grid_y, int& row_block, int& col_ti
     row_block = block_index_x();
     col_tile = block_index_y();
   } else {
-    const long long linear = block_index_x() + (long long)block_index_y() * grid_x;
-    const long long band = (long long)grid_x * Group;  // blocks per full band
-    const int first = int(linear / band) * Group;
-    const int width = grid_y - first < Group ? grid_y - first : Group;  // the last band may be narrower
-    const int within = int(linear % band);
-    row_block = within / width;
-    col_tile = first + within % width;
+    tile_of_index<Group>(grid_x, grid_y, block_index_x() + (long long)block_index_y() * grid_x, row_block, col_tile);
+  }
+}
+
+// Calls f(row_block, col_tile, split) for this block's tiles: the one its
+// grid position names, or, when Cfg::tiles_per_block > 1 (a persistent grid
+// of ceil(tiles / tiles_per_block) blocks, generator/launch.cpp), tiles
+// block, block + blocks, ... in the band walk, splits outermost: the blocks
+// resident at any moment still work on neighbouring tiles.
+template <class Cfg, int Group, class F>
+FT_DEVICE void for_each_tile(int grid_x, int grid_y, int splits, F f) {
+  if constexpr (Cfg::tiles_per_block <= 1) {
+    int row_block, col_tile;
+    tile_of_block<Group>(grid_x, grid_y, row_block, col_tile);
+    f(row_block, col_tile, block_index_z());
+  } else {
+    const long long per_split = (long long)grid_x * grid_y, tiles = per_split * splits;
+    const long long blocks = (tiles + Cfg::tiles_per_block - 1) / Cfg::tiles_per_block;
+    for (long long t = block_index_x(); t < tiles; t += blocks) {
+      int row_block, col_tile;
+      tile_of_index<Group>(grid_x, grid_y, t % per_split, row_block, col_tile);
+      f(row_block, col_tile, int(t / per_split));
+    }
   }
 }
 

@@ -67,6 +67,7 @@ struct WgmmaGemm {
   const u16* src[kChunksPerThread];  // row start (plus this thread's chunk) of each copy; null: zero row
   const u16* weight_tile[NB];        // bulk copies: each weight tile's first 64-deep slice
   long long weight_slice = 0;        // elements from one 64-deep slice of a tiled weight to the next
+  int issued = 0;                    // k-tiles this block's ring has taken so far (specialised blocks)
 
   FT_DEVICE float& acc_at(int nb, int rm, int rn, int i) { return acc[rm][(nb * RN + rn) * 4 + i]; }
 
@@ -126,20 +127,40 @@ struct WgmmaGemm {
     FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
   }
 
+  // The 1024-aligned ring in the block's shared window (swizzle and
+  // descriptors act on shared addresses), and after it the mbarriers.
+  FT_DEVICE static unsigned char* ring() {
+    unsigned char* window = shared_memory();
+    const u32 window_addr = shared_address(window);
+    return window + (((window_addr + 1023u) & ~1023u) - window_addr);
+  }
+  FT_DEVICE static u64* full_barriers() { return reinterpret_cast<u64*>(ring() + Cfg::stages * kStageBytes); }
+  FT_DEVICE static u64* empty_barriers() { return full_barriers() + Cfg::stages; }
+
+  // Once per block, before its first tile: a specialised block's mbarriers
+  // (they, and the k-tile count below, run on across a persistent block's tiles).
+  FT_DEVICE void start() {
+    if constexpr (kSpecialized) {
+      if (thread_index() == 0)
+        for (int s = 0; s < Cfg::stages; ++s) {
+          mbarrier_init(&full_barriers()[s], kLoaders + 1);  // + the bulk copies' issuer
+          mbarrier_init(&empty_barriers()[s], kConsumers * 128);
+        }
+      barrier();
+    }
+  }
+
   // Accumulates A[:, k_begin:k_end] x B^T into acc; every thread of the block
   // calls it (a producer warpgroup only copies).
   FT_DEVICE void run(int k_begin, int k_end) {
-    unsigned char* window = shared_memory();
-    // Swizzle and descriptors act on shared addresses: align tiles to 1024 there.
-    const u32 window_addr = shared_address(window);
-    unsigned char* ring = window + (((window_addr + 1023u) & ~1023u) - window_addr);
-    const u32 ring_addr = shared_address(ring);
+    unsigned char* r = ring();
+    const u32 ring_addr = shared_address(r);
     const int tiles = (k_end - k_begin) / TK;
     zero_accumulators();
     if constexpr (kSpecialized)
-      run_specialized(ring, ring_addr, k_begin, tiles);
+      run_specialized(r, ring_addr, k_begin, tiles);
     else
-      run_together(ring, ring_addr, k_begin, tiles);
+      run_together(r, ring_addr, k_begin, tiles);
   }
 
   // Every thread copies and computes; two block barriers per k-tile.
@@ -170,23 +191,21 @@ struct WgmmaGemm {
   // lane's A copies have landed (its cp.async arrival) and the bytes of the
   // weight tiles' bulk copies, announced by the issuing lane, are in. The
   // producer runs ahead until the ring is full, then refills a stage as soon
-  // as the consumers release it.
+  // as the consumers release it -- across tiles too: `issued` counts this
+  // block's k-tiles, so a persistent block's producer already fills the ring
+  // with the next tile while the consumers store this one.
   FT_DEVICE void run_specialized(unsigned char* ring, u32 ring_addr, int k_begin, int tiles) {
     constexpr int S = Cfg::stages;
-    u64* full = reinterpret_cast<u64*>(ring + S * kStageBytes);
-    u64* empty = full + S;
-    if (thread_index() == 0)
-      for (int s = 0; s < S; ++s) {
-        mbarrier_init(&full[s], kLoaders + 1);  // + the bulk copies' issuer
-        mbarrier_init(&empty[s], kConsumers * 128);
-      }
-    barrier();
+    u64* full = full_barriers();
+    u64* empty = empty_barriers();
+    const int first = issued;
+    issued += tiles;
     if (!holds_results()) {
       const bool issuer = loader_index() == 0;
       const long long first_slice = k_begin / TK;
       for (int t = 0; t < tiles; ++t) {
-        const int s = t % S;
-        if (t >= S) mbarrier_wait(&empty[s], (t / S - 1) & 1);  // consumers are done with tile t - S
+        const int n = first + t, s = n % S;
+        if (n >= S) mbarrier_wait(&empty[s], (n / S - 1) & 1);  // consumers are done with k-tile n - S
         unsigned char* stage = ring + s * kStageBytes;
         if (issuer) {
           mbarrier_arrive_expect_tx(&full[s], NB * kWeightTileBytes);
@@ -197,7 +216,9 @@ struct WgmmaGemm {
         load(stage, k_begin + t * TK);
         copy_async_arrive(&full[s]);
       }
-      producer_exit();
+      // A one-tile block's producer is done: leaving here keeps its path
+      // out of the epilogue's register allocation.
+      if constexpr (Cfg::tiles_per_block <= 1) producer_exit();
       return;
     }
     // K is at least one k-tile (legality), and saying so keeps the compiler
@@ -205,13 +226,15 @@ struct WgmmaGemm {
     // wgmma at the final wait (ptxas would then serialise every wgmma: C7515).
     if (tiles < 1) __builtin_unreachable();
     for (int t = 0; t < tiles; ++t) {
-      mbarrier_wait(&full[t % S], (t / S) & 1);
+      const int n = first + t;
+      mbarrier_wait(&full[n % S], (n / S) & 1);
       fence_async_proxy();  // the A rows came through the generic proxy; wgmma reads through the async one
-      mma_tile(ring_addr + u32((t % S) * kStageBytes));
-      wgmma_wait<1>();                                      // tile t - 1's wgmma are done
-      if (t > 0) mbarrier_arrive(&empty[(t - 1) % S]);  // its buffer may take a new tile
+      mma_tile(ring_addr + u32((n % S) * kStageBytes));
+      wgmma_wait<1>();                                      // k-tile n - 1's wgmma are done
+      if (t > 0) mbarrier_arrive(&empty[(n - 1) % S]);  // its buffer may take a new k-tile
     }
     wgmma_wait<0>();
+    mbarrier_arrive(&empty[(first + tiles - 1) % S]);  // the last one's too (a persistent block's next tile)
     FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
   }
 

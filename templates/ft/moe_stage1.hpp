@@ -24,7 +24,7 @@ struct Stage1 {
       // leaves: its code never joins the consumers' epilogue.
       if (!Gemm::holds_results()) {
         each_tile();
-        producer_exit();
+        Gemm::leave();
         return;
       }
     }

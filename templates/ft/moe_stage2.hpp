@@ -27,7 +27,7 @@ struct Stage2 {
       // leaves: its code never joins the consumers' epilogue.
       if (!Gemm::holds_results()) {
         each_tile();
-        producer_exit();
+        Gemm::leave();
         return;
       }
     }

@@ -47,6 +47,7 @@ struct TiledGemm {
   FT_DEVICE float& acc_at(int nb, int rm, int rn, int i) { return acc[nb][rm][rn][i]; }
   FT_DEVICE static bool holds_results() { return true; }  // every thread computes
   FT_DEVICE void start() {}  // nothing lives across tiles
+  FT_DEVICE static void leave() {}  // no producer warpgroup here
 
   // a_row(r): start of gathered row r of A (or nullptr for a padding row);
   // b_at(nb, r, k): element (r, k) of weight matrix nb's tile in its layout.

@@ -150,6 +150,9 @@ struct WgmmaGemm {
     }
   }
 
+  // Ends a producer lane that has issued its last copies (see producer_exit).
+  FT_DEVICE static void leave() { producer_exit(); }
+
   // Accumulates A[:, k_begin:k_end] x B^T into acc; every thread of the block
   // calls it (a producer warpgroup only copies).
   FT_DEVICE void run(int k_begin, int k_end) {

@@ -12,6 +12,7 @@ struct Config {
   static constexpr int warps_m = 2, warps_n = 2;
   static constexpr int stages = 2;
   static constexpr bool warp_specialized = false;
+  static constexpr int tiles_per_block = 1;
   static constexpr int split_k = 1;
   static constexpr bool weight_in_stage1 = true;
   static constexpr ft::Reduce reduce = ft::Reduce::atomic;

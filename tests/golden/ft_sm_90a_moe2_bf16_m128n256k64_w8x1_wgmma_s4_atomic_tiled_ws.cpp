@@ -12,6 +12,7 @@ struct Config {
   static constexpr int warps_m = 8, warps_n = 1;
   static constexpr int stages = 4;
   static constexpr bool warp_specialized = true;
+  static constexpr int tiles_per_block = 1;
   static constexpr int split_k = 1;
   static constexpr bool weight_in_stage1 = false;
   static constexpr ft::Reduce reduce = ft::Reduce::atomic;

@@ -19,6 +19,7 @@ struct Config {
   static constexpr int warps_m = 2, warps_n = 2;
   static constexpr int stages = 2;
   static constexpr int split_k = 1;
+  static constexpr int tiles_per_block = 1;
   static constexpr bool weight_in_stage1 = false;
   static constexpr ft::Reduce reduce = ft::Reduce::atomic;
   static constexpr ft::WeightLayout layout = ft::WeightLayout::plain;

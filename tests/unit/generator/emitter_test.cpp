@@ -77,6 +77,14 @@ TEST(EmitterGolden, Sm90aWgmmaStage2WarpSpecialized) {
   check_golden(emit_variant(v));
 }
 
+TEST(EmitterGolden, Sm90aWgmmaStage1Persistent) {
+  Variant v = make("sm_90a", KernelKind::moe1, "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4);
+  v.warp_specialized = true;
+  v.layout = WeightLayoutKind::tiled;
+  v.tiles_per_block = 8;
+  check_golden(emit_variant(v));
+}
+
 TEST(EmitterGolden, Gfx90aSupport) { check_golden(emit_support(*find_target("gfx90a"), DType::bf16)); }
 
 TEST(Emitter, EntryPointIsTheVariantName) {

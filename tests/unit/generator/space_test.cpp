@@ -236,5 +236,55 @@ TEST(Launch, PaddedRowsBound) {
   EXPECT_EQ(s.block, 256);
 }
 
+// A persistent stage launches ceil(tiles / tiles_per_block) blocks along x,
+// which ft::for_each_tile recomputes from MoeArgs to stride over the tiles.
+TEST(Launch, PersistentGridCoversEveryTile) {
+  Problem p = mixtral();
+  Variant v;
+  v.target = find_target("sm_90a");
+  v.atom = find_atom("wgmma_m64k16_f32_bf16");
+  v.kind = KernelKind::moe2;
+  v.tile_m = 128;
+  v.tile_n = 256;
+  v.tile_k = 64;
+  v.warps_m = 8;
+  v.warps_n = 1;
+  v.stages = 4;
+  v.split_k = 2;
+  v.warp_specialized = true;
+  v.layout = WeightLayoutKind::tiled;
+  const LaunchShape one = stage_launch(v, p, 4096, 128);
+  EXPECT_EQ(one.grid_z, 2);
+  v.tiles_per_block = 8;
+  ASSERT_FALSE(why_illegal(v, p)) << v.name();
+  EXPECT_TRUE(v.name().ends_with("_tiled_ws_t8")) << v.name();
+  const LaunchShape s = stage_launch(v, p, 4096, 128);
+  const long long tiles = (long long)one.grid_x * one.grid_y * one.grid_z;
+  EXPECT_EQ(s.grid_x, (tiles + 7) / 8);
+  EXPECT_EQ(s.grid_y, 1);
+  EXPECT_EQ(s.grid_z, 1);
+  EXPECT_EQ(s.block, one.block);
+  EXPECT_NE(stage_grid_formula(v).find("/ 8)"), std::string::npos) << stage_grid_formula(v);
+  auto back = Variant::from_json(v.to_json());
+  ASSERT_TRUE(back) << back.error().describe();
+  EXPECT_EQ(back->tiles_per_block, 8);
+  nlohmann::json old_record = v.to_json();
+  old_record.erase("tiles_per_block");  // written before the field existed
+  EXPECT_EQ(Variant::from_json(old_record)->tiles_per_block, 1);
+  old_record["tiles_per_block"] = 0;
+  EXPECT_FALSE(Variant::from_json(old_record));
+
+  // Only a producer warpgroup's ring can run across tiles.
+  v.warp_specialized = false;
+  v.layout = WeightLayoutKind::plain;
+  auto why = why_illegal(v, p);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("need a producer warpgroup"), std::string::npos) << *why;
+  auto o = SpaceOptions::parse("wgmma_tiles=1,8");
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->wgmma_tiles, (std::vector<int>{1, 8}));
+  EXPECT_FALSE(SpaceOptions::parse("wgmma_tiles=0"));
+}
+
 }  // namespace
 }  // namespace ft

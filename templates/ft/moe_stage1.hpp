@@ -14,21 +14,8 @@ struct Stage1 {
 
   FT_DEVICE static void run(const MoeArgs& p) {
     Gemm g;
-    g.start();
-    auto each_tile = [&]() {
-      for_each_tile<Cfg, Gemm::kTileGroup>(p.max_padded_rows / Cfg::tile_m, p.inter_size / Cfg::tile_n, 1,
-                                           [&](int row_block, int col_tile, int) { tile(p, g, row_block, col_tile); });
-    };
-    if constexpr (Cfg::tiles_per_block > 1) {
-      // A persistent block's producer makes its own pass over the tiles and
-      // leaves: its code never joins the consumers' epilogue.
-      if (!Gemm::holds_results()) {
-        each_tile();
-        Gemm::leave();
-        return;
-      }
-    }
-    each_tile();
+    run_tiles<Cfg>(g, p.max_padded_rows / Cfg::tile_m, p.inter_size / Cfg::tile_n, 1,
+                   [&](int row_block, int col_tile, int) { tile(p, g, row_block, col_tile); });
   }
 
   FT_DEVICE static void tile(const MoeArgs& p, Gemm& g, int row_block, int col_tile) {

@@ -16,22 +16,8 @@ struct Stage2 {
 
   FT_DEVICE static void run(const MoeArgs& p) {
     Gemm g;
-    g.start();
-    auto each_tile = [&]() {
-      for_each_tile<Cfg, Gemm::kTileGroup>(
-          p.max_padded_rows / Cfg::tile_m, p.hidden / Cfg::tile_n, Cfg::split_k,
-          [&](int row_block, int col_tile, int split) { tile(p, g, row_block, col_tile, split); });
-    };
-    if constexpr (Cfg::tiles_per_block > 1) {
-      // A persistent block's producer makes its own pass over the tiles and
-      // leaves: its code never joins the consumers' epilogue.
-      if (!Gemm::holds_results()) {
-        each_tile();
-        Gemm::leave();
-        return;
-      }
-    }
-    each_tile();
+    run_tiles<Cfg>(g, p.max_padded_rows / Cfg::tile_m, p.hidden / Cfg::tile_n, Cfg::split_k,
+                   [&](int row_block, int col_tile, int split) { tile(p, g, row_block, col_tile, split); });
   }
 
   FT_DEVICE static void tile(const MoeArgs& p, Gemm& g, int row_block, int col_tile, int split) {

@@ -55,4 +55,21 @@ FT_DEVICE void for_each_tile(int grid_x, int grid_y, int splits, F f) {
   }
 }
 
+// Runs a stage's `tile(row_block, col_tile, split)` over this block's tiles
+// with one Gemm, whose pipeline state lives across a persistent block's
+// tiles. A persistent block's producer makes its own pass over the tiles and
+// leaves: its code never joins the consumers' epilogue (register allocation).
+template <class Cfg, class Gemm, class F>
+FT_DEVICE void run_tiles(Gemm& g, int grid_x, int grid_y, int splits, F tile) {
+  g.start();
+  if constexpr (Cfg::tiles_per_block > 1) {
+    if (!Gemm::holds_results()) {
+      for_each_tile<Cfg, Gemm::kTileGroup>(grid_x, grid_y, splits, tile);
+      Gemm::leave();
+      return;
+    }
+  }
+  for_each_tile<Cfg, Gemm::kTileGroup>(grid_x, grid_y, splits, tile);
+}
+
 }  // namespace ft

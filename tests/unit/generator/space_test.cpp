@@ -88,7 +88,8 @@ INSTANTIATE_TEST_SUITE_P(
         IllegalCase{"sm_90a", "wgmma_m64k16_f32_bf16", 128, 128, 64, 4, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "registers per lane"},
         IllegalCase{"gfx942", "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4, 1, KernelKind::moe1, Reduction::atomic, "does not exist on gfx942"}));
 
-TEST(Space, WarpSpecialisationIsAWgmmaOption) {
+// The prefill stage-2 shape of the Hopper family: 128 x 256, two warpgroups, 4 stages.
+Variant hopper_stage2() {
   Variant v;
   v.target = find_target("sm_90a");
   v.atom = find_atom("wgmma_m64k16_f32_bf16");
@@ -99,6 +100,11 @@ TEST(Space, WarpSpecialisationIsAWgmmaOption) {
   v.warps_m = 8;
   v.warps_n = 1;
   v.stages = 4;
+  return v;
+}
+
+TEST(Space, WarpSpecialisationIsAWgmmaOption) {
+  Variant v = hopper_stage2();
   const int shared_ring = v.lds_bytes();
   v.warp_specialized = true;
   // The producer streams weights by bulk copy from the tiled layout: plain
@@ -240,16 +246,7 @@ TEST(Launch, PaddedRowsBound) {
 // which ft::for_each_tile recomputes from MoeArgs to stride over the tiles.
 TEST(Launch, PersistentGridCoversEveryTile) {
   Problem p = mixtral();
-  Variant v;
-  v.target = find_target("sm_90a");
-  v.atom = find_atom("wgmma_m64k16_f32_bf16");
-  v.kind = KernelKind::moe2;
-  v.tile_m = 128;
-  v.tile_n = 256;
-  v.tile_k = 64;
-  v.warps_m = 8;
-  v.warps_n = 1;
-  v.stages = 4;
+  Variant v = hopper_stage2();
   v.split_k = 2;
   v.warp_specialized = true;
   v.layout = WeightLayoutKind::tiled;

@@ -1,7 +1,7 @@
 #pragma once
 // The Hopper GEMM machinery (sm_90a and its CPU emulation), with the interface
-// of TiledGemm so the MoE stages use either: a block of one or two warpgroups
-// computes a tile_m x tile_n tile of A (gathered rows) times NB weight
+// of TiledGemm so the MoE stages use either: a block of one to three
+// consumer warpgroups computes a tile_m x tile_n tile of A (gathered rows) times NB weight
 // matrices. The NB weight tiles sit side by side in shared memory and one
 // wgmma m64nNk16 (N = NB * tile_n) covers them all, so stage 1's gate and up
 // accumulators of a (row, column) land in the same lane.
@@ -18,7 +18,8 @@
 // its lanes copy the gathered A rows with cp.async, and one lane moves each
 // weight tile with a single bulk copy (the TMA unit) from weights stored in
 // the tiled layout (weight_layout.hpp), where a tile is already the
-// swizzled shared-memory image.
+// swizzled shared-memory image. Their ring runs on across the tiles of a
+// persistent block (Cfg::tiles_per_block > 1, tile_order.hpp).
 namespace ft {
 
 template <class Cfg, int NB>

@@ -241,9 +241,14 @@ Space enumerate_space(const Target& target, const Problem& problem, const SpaceO
     for (const auto& id : o.atoms) atoms.push_back(find_atom(id));
   }
   // The wgmma family's weight layout is not an axis: it follows the producer
-  // warpgroup (bulk copies need tiled weights, the shared ring reads plain).
+  // warpgroup (bulk copies need tiled weights, the shared ring reads plain);
+  // only producer blocks may take several tiles.
   const std::vector<WeightLayoutKind> plain_only{WeightLayoutKind::plain}, tiled_only{WeightLayoutKind::tiled};
-  auto wgmma_layout = [&](bool ws) -> const std::vector<WeightLayoutKind>& { return ws ? tiled_only : plain_only; };
+  const std::vector<int> one_tile{1};
+  auto layouts_for = [&](const AtomInfo* atom, bool ws) -> const std::vector<WeightLayoutKind>& {
+    return !atom->warpgroup() ? o.layout : ws ? tiled_only : plain_only;
+  };
+  auto tiles_for = [&](bool ws) -> const std::vector<int>& { return ws ? o.wgmma_tiles : one_tile; };
   // The shape axes of an atom's family: the wgmma family has its own (tile_k
   // is always one 64-deep swizzle row; only it has a producer warpgroup).
   struct ShapeAxes {
@@ -268,31 +273,31 @@ Space enumerate_space(const Target& target, const Problem& problem, const SpaceO
             for (auto [wm, wn] : ax.warps)
               for (int st : ax.stages)
                 for (bool ws : ax.producer)
-                  for (int tpb : ws ? o.wgmma_tiles : std::vector<int>{1})
-                  for (bool w1 : o.weight_in_stage1)
-                    for (WeightLayoutKind layout : atom->warpgroup() ? wgmma_layout(ws) : o.layout)
-                      for (int sk : splits)
-                        for (Reduction red : reduces) {
-                          Variant v;
-                          v.target = &target;
-                          v.kind = kind;
-                          v.dtype = problem.dtype;
-                          v.atom = atom;
-                          v.tile_m = tm;
-                          v.tile_n = tn;
-                          v.tile_k = tk;
-                          v.warps_m = wm;
-                          v.warps_n = wn;
-                          v.stages = st;
-                          v.warp_specialized = ws;
-                          v.tiles_per_block = tpb;
-                          v.split_k = sk;
-                          v.weight_in_stage1 = w1;
-                          v.reduce = red;
-                          v.layout = layout;
-                          if (auto why = why_illegal(v, problem)) space.rejected.push_back({v, *why});
-                          else space.legal.push_back(v);
-                        }
+                  for (int tpb : tiles_for(ws))
+                    for (bool w1 : o.weight_in_stage1)
+                      for (WeightLayoutKind layout : layouts_for(atom, ws))
+                        for (int sk : splits)
+                          for (Reduction red : reduces) {
+                            Variant v;
+                            v.target = &target;
+                            v.kind = kind;
+                            v.dtype = problem.dtype;
+                            v.atom = atom;
+                            v.tile_m = tm;
+                            v.tile_n = tn;
+                            v.tile_k = tk;
+                            v.warps_m = wm;
+                            v.warps_n = wn;
+                            v.stages = st;
+                            v.warp_specialized = ws;
+                            v.tiles_per_block = tpb;
+                            v.split_k = sk;
+                            v.weight_in_stage1 = w1;
+                            v.reduce = red;
+                            v.layout = layout;
+                            if (auto why = why_illegal(v, problem)) space.rejected.push_back({v, *why});
+                            else space.legal.push_back(v);
+                          }
     }
   }
   return space;

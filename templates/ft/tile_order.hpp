@@ -59,6 +59,8 @@ FT_DEVICE void for_each_tile(int grid_x, int grid_y, int splits, F f) {
 // with one Gemm, whose pipeline state lives across a persistent block's
 // tiles. A persistent block's producer makes its own pass over the tiles and
 // leaves: its code never joins the consumers' epilogue (register allocation).
+// (A one-tile block's producer leaves inside WgmmaGemm::run_specialized
+// instead; moving that exit here changes the measured kernels' code.)
 template <class Cfg, class Gemm, class F>
 FT_DEVICE void run_tiles(Gemm& g, int grid_x, int grid_y, int splits, F tile) {
   g.start();

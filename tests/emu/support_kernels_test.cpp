@@ -68,7 +68,7 @@ TEST_P(SupportKernels, ShuffleKernelEqualsHostArrangement) {
   for (const auto& m : mats) {
     auto device = run_shuffle(bench.device(), *shuffle, m.w, m.rows, m.cols);
     ASSERT_TRUE(device) << device.error().describe();
-    auto host = shuffle_weights_host(m.w, m.rows, m.cols);
+    auto host = arrange_weights_host(m.w, m.rows, m.cols, WeightLayoutKind::shuffled);
     ASSERT_TRUE(host);
     EXPECT_TRUE(*device == *host) << t.name << ": the shuffle kernel and the host shuffle disagree";
     // The same kernel with ShuffleArgs::layout = tiled writes the tiled layout.

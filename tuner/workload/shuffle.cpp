@@ -4,10 +4,6 @@
 
 namespace ft {
 
-Result<std::vector<std::uint16_t>> shuffle_weights_host(std::span<const std::uint16_t> src, long long rows, long long cols) {
-  return arrange_weights_host(src, rows, cols, WeightLayoutKind::shuffled);
-}
-
 Result<std::vector<std::uint16_t>> arrange_weights_host(std::span<const std::uint16_t> src, long long rows, long long cols,
                                                         WeightLayoutKind layout) {
   const int col_unit = layout == WeightLayoutKind::tiled ? 64 : 8;

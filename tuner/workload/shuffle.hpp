@@ -24,11 +24,8 @@ constexpr long long tiled_index(long long row, long long k, long long rows) {
   return ((k >> 6) * rows + row) * 64 + ((((k >> 3) & 7) ^ (row & 7)) << 3) + (k & 7);
 }
 
-// `src` [rows, cols] row-major -> the shuffled layout. rows % 16 == 0, cols % 8 == 0.
-Result<std::vector<std::uint16_t>> shuffle_weights_host(std::span<const std::uint16_t> src, long long rows, long long cols);
-
-// `src` [rows, cols] row-major -> `layout` (plain: a copy). shuffled as above;
-// tiled: rows % 16 == 0, cols % 64 == 0.
+// `src` [rows, cols] row-major -> `layout` (plain: a copy). shuffled:
+// rows % 16 == 0, cols % 8 == 0; tiled: rows % 16 == 0, cols % 64 == 0.
 Result<std::vector<std::uint16_t>> arrange_weights_host(std::span<const std::uint16_t> src, long long rows, long long cols,
                                                         WeightLayoutKind layout);
 

@@ -212,8 +212,8 @@ TEST(Shuffle, IndexIsAPermutationOfWholeChunks) {
   // The 16 rows of one k-chunk are 256 consecutive bytes.
   EXPECT_EQ(shuffled_index(1, 8, cols) - shuffled_index(0, 8, cols), 8);
   std::vector<std::uint16_t> src(std::size_t(rows * cols));
-  EXPECT_FALSE(shuffle_weights_host(src, 40, 48));
-  EXPECT_FALSE(shuffle_weights_host(src, rows, 44));
+  EXPECT_FALSE(arrange_weights_host(src, 40, 48, WeightLayoutKind::shuffled));
+  EXPECT_FALSE(arrange_weights_host(src, rows, 44, WeightLayoutKind::shuffled));
 }
 
 // The tiled layout (weight_layout.hpp): 64-column slices of all rows, each

@@ -1,7 +1,9 @@
 // flytune export: the tuned layer winners of a database as a folder the
 // runtime (runtime/) or any host can load: manifest.json, code objects named by
-// content hash, flytune_dispatch.h. With --check-coverage: which token counts
-// have no tuned winner and what the runtime does for them.
+// content hash, flytune_dispatch.h. Before the folder takes its place the
+// export runs through the runtime on the GPU it was tuned on (check-export);
+// a failing bucket leaves nothing written. With --check-coverage: which token
+// counts have no tuned winner and what the runtime does for them.
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,6 +14,7 @@
 #include "cli/diag.hpp"
 #include "db/export/export.hpp"
 #include "generator/problem.hpp"
+#include "runtime/check/check_export.hpp"
 
 namespace ft::cli {
 namespace {
@@ -23,6 +26,11 @@ struct ExportOptions {
   std::string device;
   bool check_coverage = false;
   std::string tokens = "1..16384";
+  bool force = false;
+  std::string check = "auto";  // auto, gpu, emulate, none
+  bool no_check = false;
+  std::string check_tokens;    // empty: check-export's default T values
+  std::vector<std::string> check_routings{"uniform", "hot", "zipf", "one-empty", "masked"};
 };
 
 std::optional<std::string> optional_text(const std::string& s) {
@@ -59,16 +67,49 @@ int run_coverage(const ExportOptions& opt) {
   return kExitOk;
 }
 
+// The check run on the staged export; `outcome` says what happened for the summary.
+std::function<Status(const std::string&)> export_check(const ExportOptions& opt, std::string& outcome) {
+  const std::string mode = opt.no_check ? "none" : opt.check;
+  if (mode == "none") {
+    outcome = "not checked (--no-check): run 'flytune check-export DIR' before trusting it";
+    return {};
+  }
+  return [mode, &opt, &outcome](const std::string& dir) -> Status {
+    check::CheckOptions co;
+    co.dir = dir;
+    co.emulate = mode == "emulate";
+    co.routings = opt.check_routings;
+    if (!opt.check_tokens.empty()) co.tokens = FT_TRY(parse_token_list(opt.check_tokens));
+    auto report = check::check_export(co);
+    if (!report && report.error().code == Errc::no_device && mode == "auto") {
+      outcome = "not checked: no GPU of the export's target here; run 'flytune check-export DIR' on one (or --check emulate)";
+      return {};
+    }
+    if (!report) return std::unexpected(with_context(report.error(), "check-export"));
+    const int failures = report->failures();
+    if (failures) {
+      fmt::print("{}", report->table());
+      return fail(Errc::verify, fmt::format("{} of {} checks through the runtime failed on {}; nothing was written",
+                                            failures, report->rows.size(), report->device));
+    }
+    outcome = fmt::format("checked through the runtime on {}: {} of {} checks passed", report->device, report->rows.size(),
+                          report->rows.size());
+    return {};
+  };
+}
+
 int run_export(const ExportOptions& opt) {
   if (opt.check_coverage) return run_coverage(opt);
   if (opt.out.empty()) return report_error(Error{Errc::usage, "--out DIR is required (or pass --check-coverage)", "export"});
-  db::ExportOptions eo{opt.db, opt.out, optional_text(opt.target), optional_text(opt.device)};
+  std::string outcome;
+  db::ExportOptions eo{opt.db, opt.out, optional_text(opt.target), optional_text(opt.device), opt.force,
+                       export_check(opt, outcome)};
   auto s = db::export_winners(eo);
   if (!s) return report_error(s.error());
   for (const std::string& n : s->notes) fmt::print("note: {}\n", n);
   fmt::print("exported {} problem(s), {} bucket(s), {} code object(s) for {} on {}\n", s->problems, s->buckets,
              s->code_objects, s->target, s->device);
-  fmt::print("  {}\n  {}\n", s->manifest_path, s->header_path);
+  fmt::print("  {}\n  {}\n  {}\n", s->manifest_path, s->header_path, outcome);
   return kExitOk;
 }
 
@@ -78,7 +119,18 @@ Command setup_export(CLI::App& app) {
   auto opt = std::make_shared<ExportOptions>();
   CLI::App* sub = app.add_subcommand("export", "Write tuned layer winners as manifest.json + code objects + a C dispatch header");
   sub->add_option("--db", opt->db, "Database file (opened read-only)")->capture_default_str();
-  sub->add_option("--out", opt->out, "Folder to write (created if missing)");
+  sub->add_option("--out", opt->out, "Folder to write (created; one that holds files needs --force)");
+  sub->add_flag("--force", opt->force, "Replace what --out holds (the new export takes its place in one rename)");
+  sub->add_option("--check", opt->check,
+                  "Run the export through the runtime before writing it: auto (on this machine's GPU of the target, "
+                  "else say it was not checked), gpu (required), emulate (CPU emulator), none")
+      ->check(CLI::IsMember({"auto", "gpu", "emulate", "none"}))
+      ->capture_default_str();
+  sub->add_flag("--no-check", opt->no_check, "Same as --check none");
+  sub->add_option("--check-tokens", opt->check_tokens, "Token counts of the check (default: as check-export)");
+  sub->add_option("--check-routing", opt->check_routings, "Routings of the check (default: all five)")
+      ->delimiter(',')
+      ->capture_default_str();
   sub->add_option("--target", opt->target, "Only winners of this target (sm_90a, gfx942, ...)");
   sub->add_option("--device", opt->device, "Only winners measured on a device of this name (\"NVIDIA H200\")");
   sub->add_flag("--check-coverage", opt->check_coverage, "Report token counts without a tuned winner instead of exporting");

@@ -36,6 +36,7 @@ struct SearchOptions {
   std::string ceilings;
   std::uint64_t seed = 0;
   std::string command_line;
+  bool no_baseline = false;
 };
 
 void print_summary(const SearchSummary& s, const Problem& p) {
@@ -56,6 +57,7 @@ void print_summary(const SearchSummary& s, const Problem& p) {
                  w.floor_us ? fmt::format("{:.0f}%", 100.0 * *w.floor_us / w.median_us) : "-",
                  w.speedup_vs_default ? fmt::format("{:.2f}x", *w.speedup_vs_default) : "-", w.kernel);
   }
+  for (const std::string& n : s.notes) fmt::print("{}\n", n);
   fmt::print("\nresults are in {} ('flytune db --db {} winners')\n", s.db_path, s.db_path);
   if (s.interrupted) fmt::print("interrupted: everything finished before the interrupt is saved; run the same command to resume\n");
 }
@@ -100,6 +102,7 @@ int run(const SearchOptions& opt) {
   cfg.db_path = opt.db;
   cfg.force = opt.force;
   cfg.graph = opt.graph;
+  cfg.baseline = !opt.no_baseline;
   cfg.device_selector = opt.device;
   cfg.seed = opt.seed;
   cfg.command_line = opt.command_line;
@@ -144,6 +147,8 @@ Command setup_search(CLI::App& app) {
   sub->add_option("--device", opt->device, "GPU: cuda:N or hip:N (default: the first GPU)");
   sub->add_option("--ceilings", opt->ceilings, "Roofline ceilings TFLOPS,TBPS (default: measured table for known GPUs)");
   sub->add_option("--seed", opt->seed, "Seed of the random inputs (default: fresh)");
+  sub->add_flag("--no-baseline", opt->no_baseline,
+                "Search only --space: leave out the default variant that speedups are measured against");
   sub->add_flag("--dry-run", opt->dry_run, "Generate, compile, analyse and record only (no GPU needed)");
   sub->add_flag("--force", opt->force, "Measure again what the database already has");
   sub->add_flag("--graph", opt->graph, "Time the whole layer by CUDA/HIP graph replay");

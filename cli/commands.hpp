@@ -16,6 +16,7 @@ Command setup_worker(CLI::App& app);
 Command setup_verify(CLI::App& app);
 Command setup_devices(CLI::App& app);
 Command setup_export(CLI::App& app);
+Command setup_check_export(CLI::App& app);
 
 inline std::vector<Command> register_commands(CLI::App& app) {
   return {
@@ -29,6 +30,7 @@ inline std::vector<Command> register_commands(CLI::App& app) {
       setup_worker(app),
       setup_devices(app),
       setup_export(app),
+      setup_check_export(app),
   };
 }
 

@@ -79,7 +79,7 @@ FT_KERNEL(ft::kReduceThreads, {partials})(ft::MoeArgs args) {{ ft::moe_reduce<ft
 FT_KERNEL(ft::kReduceThreads, {shuffle})(ft::ShuffleArgs args) {{ ft::shuffle_weights(args); }}
 FT_KERNEL(ft::kReferenceThreads, {ref1})(ft::MoeArgs args) {{ ft::reference_stage1<{elem}>(args); }}
 FT_KERNEL(ft::kReferenceThreads, {ref2})(ft::MoeArgs args) {{ ft::reference_stage2<{elem}>(args); }}
-FT_KERNEL(256, {fill})(ft::FillArgs args) {{ ft::fill_random(args); }}
+FT_KERNEL(ft::kFillThreads, {fill})(ft::FillArgs args) {{ ft::fill_random(args); }}
 )",
       fmt::arg("unit", support_unit_name(t, d)), fmt::arg("target", t.name), fmt::arg("dtype", to_string(d)),
       fmt::arg("align", align), fmt::arg("atomic", atomic), fmt::arg("partials", partials), fmt::arg("shuffle", shuffle),

@@ -18,19 +18,22 @@ std::string c_string(const std::string& s) {
   return out + "\"";
 }
 
+// The weight copy a stage step reads ("plain", "shuffled", "tiled").
+std::string layout_of(const json& step) {
+  const std::string role = step.value("role", std::string());
+  const std::string buffer = role == "stage1" ? step["args"]["w1"].get<std::string>()
+                             : role == "stage2" ? step["args"]["w2"].get<std::string>()
+                                                : std::string();
+  if (buffer.ends_with("_shuffled")) return "shuffled";
+  if (buffer.ends_with("_tiled")) return "tiled";
+  return "plain";
+}
+
 std::string kernel_row(const json& step) {
-  const json& rule = step["grid_rule"];
-  const std::string kind = rule["kind"].get<std::string>();
-  // grid_kind: 0 single block, 1 stage (rows x n / cols_per_block x z), 2 elementwise over T*hidden/8.
-  const int grid_kind = kind == "single" ? 0 : kind == "stage" ? 1 : 2;
-  const int rows_per_block = rule.value("rows_per_block", 0), cols_per_block = rule.value("cols_per_block", 0);
-  const int z = rule.value("z", 1);
-  const std::string n = rule.value("n", std::string());
-  return fmt::format("{{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}}}", c_string(step["step"].get<std::string>()),
+  return fmt::format("{{{}, {}, {}, {}, {}, {{{}, {}, {}}}, {}}}", c_string(step["step"].get<std::string>()),
                      c_string(step["symbol"].get<std::string>()), c_string(step["code_object"].get<std::string>()),
-                     step["block"][0].get<int>(), step["dynamic_shared"].get<int>(), grid_kind, rows_per_block,
-                     n == "inter" ? 1 : 0, cols_per_block, z,
-                     c_string(step.value("weight_layout", std::string("plain"))));
+                     step["block"][0].get<int>(), step["dynamic_shared"].get<int>(), step["grid"][0].get<int>(),
+                     step["grid"][1].get<int>(), step["grid"][2].get<int>(), c_string(layout_of(step)));
 }
 
 }  // namespace
@@ -47,37 +50,37 @@ std::string dispatch_header(const json& m) {
   h += fmt::format("#define FLYTUNE_MOE_ARGS_SIZE {}\n", m["args"]["size"].get<int>());
   for (const json& f : m["args"]["fields"])
     h += fmt::format("#define FLYTUNE_MOE_ARGS_OFFSET_{} {}\n", f["name"].get<std::string>(), f["offset"].get<int>());
-  h += "/* max_padded_rows = " + m["problems"][0]["buckets"][0]["max_padded_rows_formula"].get<std::string>() + "\n";
-  h += " * shuffled weight offset of (row, k) in [rows, cols]: " +
-       m["weight_layouts"]["shuffled"]["offset"].get<std::string>() + "\n";
+  h += "/* shuffled weight offset of (row, k) in [rows, cols]: " + m["weight_layouts"]["shuffled"]["offset"].get<std::string>() +
+       "\n";
   h += " * tiled weight offset of (row, k) in [rows, cols]: " + m["weight_layouts"]["tiled"]["offset"].get<std::string>() +
        " */\n\n";
-  h += R"(/* One step of a layer. grid_kind 0: grid [1,1,1]; 1 (stage): grid
- * [max_padded_rows / rows_per_block, (n_is_inter ? inter : hidden) / cols_per_block, grid_z];
- * 2 (elementwise): grid [ceil(T*hidden/8 / block_x), 1, 1]. */
+  h += R"(/* One launch of a layer at the bucket's token count: grid, block and
+ * dynamic shared memory exactly as flytune's layer program computed them (the
+ * steps of manifest.json). For another T the grids and the ft::MoeArgs
+ * scalars change: launch through libflytune_runtime (ft_runtime_select), which
+ * computes them with the same program; this table does not re-state its rules. */
 typedef struct flytune_dispatch_kernel {
   const char* step;         /* "align", "stage1", "stage2", "reduce" */
   const char* symbol;
   const char* code_object;  /* file name in the export folder */
   unsigned block_x;
   unsigned dynamic_shared;
-  int grid_kind;
-  int rows_per_block;
-  int n_is_inter;
-  int cols_per_block;
-  int grid_z;
-  const char* weight_layout; /* "plain", "shuffled" or "tiled" (stages) */
+  unsigned grid[3];         /* at T = tokens */
+  const char* weight_layout; /* the copy of w1 (stage 1) or w2 (stage 2) it reads: "plain", "shuffled" or "tiled" */
 } flytune_dispatch_kernel;
 
-/* One problem and token bucket: clear y_acc (when clear_y_acc) on the stream,
- * then the four kernels in order, all with the same ft::MoeArgs (w1/w2 in each
+/* One problem and token bucket: clear y_acc (when clear_y_acc: clear_words
+ * floats) on the stream, then the four kernels in order, all with one
+ * ft::MoeArgs (tokens, align_block, max_padded_rows as below; w1/w2 in each
  * stage's weight layout). Pick the smallest bucket >= T, else the largest. */
 typedef struct flytune_dispatch_entry {
   const char* problem_key;
   int experts, hidden, inter, topk;
   int tokens;
   int align_block;
-  int clear_y_acc;          /* atomic reduction: zero T*hidden floats of y_acc first */
+  int max_padded_rows;      /* at T = tokens */
+  int clear_y_acc;          /* atomic reduction */
+  unsigned long long clear_words;
   double median_us, p10_us, p90_us;
   flytune_dispatch_kernel kernels[4];
 } flytune_dispatch_entry;
@@ -88,18 +91,21 @@ static const flytune_dispatch_entry flytune_dispatch_table[] = {
   for (const json& p : m["problems"]) {
     for (const json& b : p["buckets"]) {
       std::string kernels;
-      bool clear = false;
+      unsigned long long clear_words = 0;
+      int max_rows = 0;
       for (const json& s : b["steps"]) {
         if (s["op"] == "memset_u32") {
-          clear = true;
+          clear_words = s["count"].get<unsigned long long>();
           continue;
         }
+        max_rows = s["args"]["max_padded_rows"].get<int>();
         kernels += (kernels.empty() ? "" : ",\n      ") + kernel_row(s);
       }
       const json& t = b["time_us"];
-      h += fmt::format("  {{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {},\n    {{{}}}}},\n", c_string(p["key"].get<std::string>()),
-                       p["experts"].get<int>(), p["hidden"].get<int>(), p["inter"].get<int>(), p["topk"].get<int>(),
-                       b["tokens"].get<int>(), b["align_block"].get<int>(), clear ? 1 : 0, t["median"].get<double>(),
+      h += fmt::format("  {{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}ULL, {}, {}, {},\n    {{{}}}}},\n",
+                       c_string(p["key"].get<std::string>()), p["experts"].get<int>(), p["hidden"].get<int>(),
+                       p["inter"].get<int>(), p["topk"].get<int>(), b["tokens"].get<int>(), b["align_block"].get<int>(),
+                       max_rows, clear_words ? 1 : 0, clear_words, t["median"].get<double>(),
                        t["p10"].is_number() ? t["p10"].get<double>() : 0.0, t["p90"].is_number() ? t["p90"].get<double>() : 0.0,
                        kernels);
       ++count;

@@ -7,16 +7,19 @@
 #include <map>
 #include <set>
 
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "db/store.hpp"
 #include "generator/emitter.hpp"
-#include "generator/launch.hpp"
 #include "generator/target.hpp"
 #include "generator/variant.hpp"
 #include "tuner/compile/compile.hpp"
 #include "tuner/compile/hash.hpp"
-#include "tuner/workload/kernel_args.hpp"
+#include "layer/program.hpp"
 
 namespace ft::db {
 namespace {
@@ -24,7 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-// The byte layout of ft::MoeArgs (templates/ft/moe_args.hpp), from its host mirror.
+// The byte layout of ft::MoeArgs (templates/ft/moe_args.hpp, the struct itself).
 json moe_args_layout() {
   struct Field {
     const char* name;
@@ -32,7 +35,7 @@ json moe_args_layout() {
     const char* type;
     const char* meaning;
   };
-#define FT_FIELD(name, type, meaning) Field{#name, offsetof(MoeArgsHost, name), sizeof(MoeArgsHost::name), type, meaning}
+#define FT_FIELD(name, type, meaning) Field{#name, offsetof(MoeArgs, name), sizeof(MoeArgs::name), type, meaning}
   const Field fields[] = {
       FT_FIELD(x, "const u16*", "[T, hidden] activations"),
       FT_FIELD(topk_ids, "const i32*", "[T, topk] expert of each (token, slot)"),
@@ -53,9 +56,10 @@ json moe_args_layout() {
       FT_FIELD(align_block, "i32", "align_block of the bucket"),
       FT_FIELD(max_padded_rows, "i32", "max_padded_rows for T and align_block"),
       FT_FIELD(flags, "i32", "0 (bit 0 is read by the reference kernels only)"),
+      FT_FIELD(bad_ids, "i32*", "[1] or null: align writes the count of topk_ids outside [-1, experts)"),
   };
 #undef FT_FIELD
-  json out{{"struct", "ft::MoeArgs"}, {"size", sizeof(MoeArgsHost)}, {"alignment", alignof(MoeArgsHost)},
+  json out{{"struct", "ft::MoeArgs"}, {"size", sizeof(MoeArgs)}, {"alignment", alignof(MoeArgs)},
            {"passed_as", "the kernel's single by-value parameter"}, {"fields", json::array()}};
   for (const Field& f : fields)
     out["fields"].push_back({{"name", f.name}, {"offset", f.offset}, {"size", f.size}, {"type", f.type}, {"meaning", f.meaning}});
@@ -64,20 +68,20 @@ json moe_args_layout() {
 
 json shuffle_args_layout() {
   return {{"struct", "ft::ShuffleArgs"},
-          {"size", sizeof(ShuffleArgsHost)},
+          {"size", sizeof(ShuffleArgs)},
           {"fields",
-           {{{"name", "src"}, {"offset", offsetof(ShuffleArgsHost, src)}, {"size", 8}, {"type", "const u16*"}},
-            {{"name", "dst"}, {"offset", offsetof(ShuffleArgsHost, dst)}, {"size", 8}, {"type", "u16*"}},
-            {{"name", "rows"}, {"offset", offsetof(ShuffleArgsHost, rows)}, {"size", 4}, {"type", "i32"}},
-            {{"name", "cols"}, {"offset", offsetof(ShuffleArgsHost, cols)}, {"size", 4}, {"type", "i32"}},
+           {{{"name", "src"}, {"offset", offsetof(ShuffleArgs, src)}, {"size", 8}, {"type", "const u16*"}},
+            {{"name", "dst"}, {"offset", offsetof(ShuffleArgs, dst)}, {"size", 8}, {"type", "u16*"}},
+            {{"name", "rows"}, {"offset", offsetof(ShuffleArgs, rows)}, {"size", 4}, {"type", "i32"}},
+            {{"name", "cols"}, {"offset", offsetof(ShuffleArgs, cols)}, {"size", 4}, {"type", "i32"}},
             {{"name", "layout"},
-             {"offset", offsetof(ShuffleArgsHost, layout)},
-             {"size", sizeof(ShuffleArgsHost::layout)},
+             {"offset", offsetof(ShuffleArgs, layout)},
+             {"size", sizeof(ShuffleArgs::layout)},
              {"type", "i32"},
              {"meaning", "the layout dst receives: 1 shuffled, 2 tiled (0 is read as shuffled)"}},
             {{"name", "reserved"},
-             {"offset", offsetof(ShuffleArgsHost, reserved)},
-             {"size", sizeof(ShuffleArgsHost::reserved)},
+             {"offset", offsetof(ShuffleArgs, reserved)},
+             {"size", sizeof(ShuffleArgs::reserved)},
              {"type", "i32"},
              {"meaning", "0"}}}}};
 }
@@ -140,32 +144,16 @@ class ObjectSet {
   std::map<std::string, LoadedObject> files_;
 };
 
-json launch_step(std::string step, const std::string& symbol, const std::string& file, const LaunchShape& shape_rule,
-                 std::string grid_formula, json grid_rule) {
-  return {{"step", std::move(step)},
-          {"op", "launch"},
-          {"symbol", symbol},
-          {"code_object", file},
-          {"block", {shape_rule.block, 1, 1}},
-          {"dynamic_shared", shape_rule.lds_bytes},
-          {"grid_formula", std::move(grid_formula)},
-          {"grid_rule", std::move(grid_rule)},
-          {"args", "ft::MoeArgs"}};
-}
-
-json stage_step(const Variant& v, const Problem& p, int align_block, const std::string& file) {
-  const LaunchShape s = stage_launch(v, p, 1, align_block);  // block and LDS do not depend on T
-  const bool first = v.kind == KernelKind::moe1;
-  json j = launch_step(first ? "stage1" : "stage2", v.name(), file, s, stage_grid_formula(v),
-                       {{"kind", "stage"},
-                        {"rows_per_block", v.tile_m},
-                        {"n", first ? "inter" : "hidden"},
-                        {"cols_per_block", v.tile_n},
-                        {"z", first ? 1 : v.split_k}});
-  j["weight"] = first ? "w1" : "w2";
-  j["weight_layout"] = std::string(to_string(v.layout));
-  j["variant"] = v.to_json();
-  return j;
+// The layer program's steps at the bucket's T, each launch with the file of
+// its code object.
+json recorded_steps(const LayerProgram& prog, const std::string& support, const std::string& stage1, const std::string& stage2) {
+  json steps = steps_json(prog);
+  for (json& st : steps) {
+    if (st["op"] != "launch") continue;
+    const std::string role = st["role"];
+    st["code_object"] = role == "stage1" ? stage1 : role == "stage2" ? stage2 : support;
+  }
+  return steps;
 }
 
 Problem problem_of(const ProblemRecord& r) {
@@ -279,6 +267,14 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
       return fail(Errc::database, fmt::format("layer variant {} lacks stage1/stage2 parameters", row.variant.id), what);
     const Variant v1 = FT_TRY(Variant::from_json(params["stage1"]));
     const Variant v2 = FT_TRY(Variant::from_json(params["stage2"]));
+    // A winner recorded before the program's rules (a pair whose row blocks
+    // do not line up) cannot be run as timed: it is left out, and said so.
+    auto built = build_program(LayerRecipe{target, p, v1, v2}, row.winner.tokens);
+    if (!built) {
+      out.summary.notes.push_back(fmt::format("{}: not exported: {}; search this bucket again", what, built.error().message));
+      continue;
+    }
+    const LayerProgram& prog = *built;
     // Each stage's code object: the variants row of that kernel by the same toolchain.
     auto stage_file = [&](const Variant& v, const std::string& kernel) -> Result<std::string> {
       if (v.name() != kernel)
@@ -308,19 +304,8 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     }
     const SupportUnit& support = supports[dtype];
 
-    const int align_block = std::max(v1.tile_m, v2.tile_m);  // as tuner/layer/layer_bench.cpp times the layer
+    // The one layer program: the steps the search timed, the runtime runs.
     const bool atomic = v2.reduce == Reduction::atomic;
-    json steps = json::array();
-    if (atomic)
-      steps.push_back({{"step", "clear_y_acc"}, {"op", "memset_u32"}, {"buffer", "y_acc"}, {"value", 0},
-                       {"count_formula", "T*hidden"}});
-    steps.push_back(launch_step("align", align_entry(*target), support.file, align_launch(p), "[1, 1, 1]",
-                                {{"kind", "single"}}));
-    steps.push_back(stage_step(v1, p, align_block, file1));
-    steps.push_back(stage_step(v2, p, align_block, file2));
-    steps.push_back(launch_step("reduce", reduce_entry(*target, v2.reduce, p.dtype), support.file, reduce_launch(p, 1),
-                                fmt::format("[ceil(T*hidden/8 / {0}), 1, 1]", kReduceThreads),
-                                {{"kind", "elementwise"}, {"elements_per_thread", 8}}));
     json provenance{{"variant_id", row.variant.id}, {"run_id", row.winner.run_id}, {"chosen_at", row.winner.chosen_at}};
     if (auto it = runs.find(row.winner.run_id); it != runs.end())
       provenance.update({{"flytune_version", it->second.flytune_version},
@@ -329,8 +314,9 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
                          {"hostname", it->second.hostname}});
     json bucket{{"tokens", row.winner.tokens},
                 {"kernel_name", row.variant.kernel_name},
-                {"align_block", align_block},
-                {"max_padded_rows_formula", max_padded_rows_formula()},
+                {"stages", {{"stage1", v1.to_json()}, {"stage2", v2.to_json()}}},
+                {"align_block", prog.align_block},
+                {"max_padded_rows_formula", "ceil((T*topk + min(experts, T*topk) * (align_block - 1)) / align_block) * align_block"},
                 {"reduction", std::string(to_string(v2.reduce))},
                 {"weight_in_stage1", v1.weight_in_stage1},
                 {"weights", {{"w1", std::string(to_string(v1.layout))}, {"w2", std::string(to_string(v2.layout))}}},
@@ -340,7 +326,8 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
                   {"sorted_ids", "max_padded_rows*4"},
                   {"block_experts", "max_padded_rows/align_block*4"},
                   {"padded_rows", "4"}}},
-                {"steps", std::move(steps)},
+                {"buffers_at_bucket", buffers_json(prog)},
+                {"steps", recorded_steps(prog, support.file, file1, file2)},
                 {"time_us", {{"median", row.winner.median_us}, {"p10", row.winner.p10_us ? json(*row.winner.p10_us) : json()},
                              {"p90", row.winner.p90_us ? json(*row.winner.p90_us) : json()}}},
                 {"provenance", std::move(provenance)}};
@@ -362,6 +349,8 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     problems.back()["buckets"].push_back(std::move(bucket));
     ++out.summary.buckets;
   }
+  if (problems.empty())
+    return fail(Errc::not_found, "no layer winner could be exported (see the notes); search again", opt.db_path);
   for (json& pj : problems)
     std::sort(pj["buckets"].begin(), pj["buckets"].end(),
               [](const json& a, const json& b) { return a["tokens"].get<int>() < b["tokens"].get<int>(); });
@@ -404,6 +393,8 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
                    {{"args", shuffle_args_layout()},
                     {"grid_formula", fmt::format("[ceil(rows*cols/8 / {0}), 1, 1]", kReduceThreads)},
                     {"block", {kReduceThreads, 1, 1}}}},
+                  {"routing_ids", "topk_ids in [0, experts) name an expert; -1 is an empty slot (it contributes nothing); "
+                                  "any other value is left out and counted into bad_ids"},
                   {"weight_layouts", weight_layouts()},
                   {"support_units", std::move(support_units)},
                   {"problems", std::move(problems)}};
@@ -413,19 +404,75 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
   return out;
 }
 
-Result<ExportSummary> export_winners(const ExportOptions& opt) {
-  ExportContents c = FT_TRY(build_export(opt));
-  const fs::path dir(opt.out_dir);
+namespace {
+
+// Whether `dir` exists and holds anything.
+Result<bool> holds_anything(const fs::path& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return false;
+  if (!fs::is_directory(dir, ec)) return fail(Errc::io, "the export folder is a file, not a folder", dir.string());
+  const bool empty = fs::is_empty(dir, ec);
+  if (ec) return fail(Errc::io, "cannot read the export folder: " + ec.message(), dir.string());
+  return !empty;
+}
+
+Status write_contents(const fs::path& dir, ExportContents& c) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return fail(Errc::io, fmt::format("cannot create the folder: {}", ec.message()), opt.out_dir);
+  if (ec) return fail(Errc::io, fmt::format("cannot create the folder: {}", ec.message()), dir.string());
   for (const auto& [name, bytes] : c.objects) FT_CHECK(write_file(dir / name, bytes.data(), bytes.size()));
+  FT_CHECK(write_file(dir / "flytune_dispatch.h", c.dispatch_header.data(), c.dispatch_header.size()));
   const std::string manifest = c.manifest.dump(2) + "\n";
-  c.summary.header_path = (dir / "flytune_dispatch.h").string();
-  FT_CHECK(write_file(c.summary.header_path, c.dispatch_header.data(), c.dispatch_header.size()));
-  // The manifest last: a folder with a manifest is complete.
-  c.summary.manifest_path = (dir / "manifest.json").string();
-  FT_CHECK(write_file(c.summary.manifest_path, manifest.data(), manifest.size()));
+  return write_file(dir / "manifest.json", manifest.data(), manifest.size());  // last: a folder with a manifest is complete
+}
+
+// Puts the staged folder at `out`: a rename, or with an old folder there an
+// exchange of the two (then the old contents are removed).
+Status move_into_place(const fs::path& staged, const fs::path& out, bool replace) {
+  std::error_code ec;
+  if (!replace) {
+    fs::remove(out, ec);  // an empty folder
+    fs::rename(staged, out, ec);
+    if (ec) return fail(Errc::io, "cannot move the export into place: " + ec.message(), out.string());
+    return {};
+  }
+  if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, out.c_str(), RENAME_EXCHANGE) != 0) {
+    // No exchange on this file system: move the old folder aside first.
+    const fs::path old = fs::path(staged.string() + ".old");
+    fs::rename(out, old, ec);
+    if (!ec) fs::rename(staged, out, ec);
+    if (ec) return fail(Errc::io, "cannot replace the export: " + ec.message(), out.string());
+    fs::remove_all(old, ec);
+    return {};
+  }
+  fs::remove_all(staged, ec);  // now the old contents
+  return {};
+}
+
+}  // namespace
+
+Result<ExportSummary> export_winners(const ExportOptions& opt) {
+  const fs::path out = fs::absolute(fs::path(opt.out_dir)).lexically_normal();
+  const bool occupied = FT_TRY(holds_anything(out));
+  if (occupied && !opt.force)
+    return fail(Errc::usage, "the folder already holds files (an earlier export?); pass --force to replace its contents",
+                opt.out_dir);
+  ExportContents c = FT_TRY(build_export(opt));
+  std::error_code ec;
+  const fs::path staged = out.parent_path() / fmt::format(".{}.staging-{}", out.filename().string(), ::getpid());
+  fs::remove_all(staged, ec);
+  struct Cleanup {
+    fs::path p;
+    ~Cleanup() {
+      std::error_code e;
+      fs::remove_all(p, e);
+    }
+  } cleanup{staged};
+  FT_CHECK(write_contents(staged, c));
+  if (opt.check) FT_CHECK(opt.check(staged.string()));
+  FT_CHECK(move_into_place(staged, out, occupied));
+  c.summary.header_path = (out / "flytune_dispatch.h").string();
+  c.summary.manifest_path = (out / "manifest.json").string();
   return c.summary;
 }
 

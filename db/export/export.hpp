@@ -3,6 +3,7 @@
 // can load without flytune -- manifest.json (schema: docs/EXPORT.md), the code
 // objects named by content hash, and flytune_dispatch.h (the same dispatch
 // table as a C header). runtime/ loads such a folder.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,13 +14,17 @@
 
 namespace ft::db {
 
-inline constexpr int kManifestSchemaVersion = 1;
+inline constexpr int kManifestSchemaVersion = 2;
 
 struct ExportOptions {
   std::string db_path;
-  std::string out_dir;                // created if missing; an existing manifest.json is replaced
+  std::string out_dir;                // created; a folder that holds anything is refused unless `force`
   std::optional<std::string> target;  // only winners measured on this arch ("sm_90a")
   std::optional<std::string> device;  // only winners measured on a device of this name ("NVIDIA H200")
+  bool force = false;                 // replace what out_dir holds (atomically, see export_winners)
+  // Run on the complete export in a staging folder before it takes out_dir's
+  // place; an error leaves out_dir as it was (check-export through the runtime).
+  std::function<Status(const std::string& staged_dir)> check;
 };
 
 struct ExportSummary {
@@ -35,7 +40,11 @@ struct ExportSummary {
 };
 
 // Reads the database read-only; writes nothing unless every winner's code
-// object exists and hashes to its recorded name.
+// object exists and hashes to its recorded name. The export is written to a
+// staging folder beside out_dir, checked (options.check), then renamed into
+// place; with `force` it is exchanged with out_dir's old contents in one
+// rename (renameat2 RENAME_EXCHANGE where the file system has it), so a
+// reader never sees new code objects beside an old manifest.
 Result<ExportSummary> export_winners(const ExportOptions& opt);
 
 // The manifest as JSON and the dispatch header text, without touching the file

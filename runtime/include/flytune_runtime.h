@@ -2,10 +2,18 @@
  * code objects, docs/EXPORT.md) and launches a whole MoE layer on a stream with
  * CUDA or HIP (both opened with dlopen). C API; every function returns 0 on
  * success or a nonzero ft_status, with the message in ft_runtime_last_error.
+ * No C++ exception leaves these functions; the host process is never aborted.
  *
  * Launching (ft_plan_launch) does no host synchronisation and no allocation:
- * one asynchronous memset and four kernel launches on the given stream, so it
- * can be captured into a CUDA/HIP graph. */
+ * the steps the export recorded (the layer program: a memset for atomic
+ * reductions and four kernel launches) on the given stream, so it can be
+ * captured into a CUDA/HIP graph.
+ *
+ * Routing ids (topk_ids): an expert in [0, experts), or -1 for "no expert
+ * here" (expert-parallel serving masks the slots of other ranks this way);
+ * such a slot contributes nothing to y. Any other value is left out as well
+ * and counted into ft_layer_buffers.bad_ids when given (ft_plan_launch_checked
+ * reports it); it is never used to index memory. */
 #ifndef FLYTUNE_RUNTIME_H
 #define FLYTUNE_RUNTIME_H
 
@@ -27,7 +35,8 @@ typedef enum ft_status {
   FT_ERR_TARGET = 4,      /* the export's target is not the device's */
   FT_ERR_DEVICE = 5,      /* no GPU, or the GPU runtime failed */
   FT_ERR_NOT_FOUND = 6,   /* unknown problem key */
-  FT_ERR_ARGUMENT = 7     /* a bad argument (null buffer, T < 1, ...) */
+  FT_ERR_ARGUMENT = 7,    /* a bad argument (null buffer, T < 1, routing ids outside [-1, experts), ...) */
+  FT_ERR_INTERNAL = 8     /* an unexpected failure inside the runtime (out of host memory, ...) */
 } ft_status;
 
 /* The layouts a stage may read its weights in (docs/EXPORT.md, weight_layouts). */
@@ -55,6 +64,7 @@ typedef struct ft_layer_buffers {
   void* y;                    /* [T, hidden] output */
   const void* w1_tiled;       /* w1 after ft_runtime_arrange_weights(..., FT_WEIGHT_LAYOUT_TILED, ...); needed where stage 1 says tiled */
   const void* w2_tiled;       /* w2 likewise for stage 2 */
+  int32_t* bad_ids;           /* optional [1]: the layer writes the count of topk_ids outside [-1, experts) */
 } ft_layer_buffers;
 
 typedef struct ft_workspace_sizes {
@@ -69,11 +79,18 @@ int ft_runtime_open(const char* export_dir, ft_runtime** out, char* err, size_t 
 /* The same on a named device ("cuda:0"; NULL or "" as ft_runtime_open). */
 int ft_runtime_open_on(const char* export_dir, const char* device, ft_runtime** out, char* err, size_t errlen);
 void ft_runtime_close(ft_runtime* rt);
+/* The message of the last failing call on `rt`; with NULL, of the last
+ * failing call on this thread that had no runtime handle (null arguments,
+ * ft_runtime_open). Never NULL. */
 const char* ft_runtime_last_error(const ft_runtime* rt);
 const char* ft_runtime_target(const ft_runtime* rt);
 /* The problems the export serves (keys as Problem::key(), docs/EXPORT.md). */
 int ft_runtime_problem_count(const ft_runtime* rt);
 const char* ft_runtime_problem_key(const ft_runtime* rt, int index);
+/* The tuned token buckets of problem `problem_index`, ascending; 0 / 0 for a
+ * bad index. */
+int ft_runtime_bucket_count(const ft_runtime* rt, int problem_index);
+int ft_runtime_bucket_tokens(const ft_runtime* rt, int problem_index, int bucket_index);
 
 typedef struct ft_problem_shape {
   int experts, hidden, inter, topk;
@@ -95,6 +112,12 @@ int ft_plan_needs_tiled(const ft_plan* plan, int stage);
 void ft_plan_workspace(const ft_plan* plan, ft_workspace_sizes* out);
 /* Enqueues the layer on `stream` (CUstream / hipStream_t; NULL: the default stream). */
 int ft_plan_launch(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream);
+/* The same, then waits for `stream` and checks the routing: FT_ERR_ARGUMENT
+ * when any topk id lies outside [-1, experts) (their count in *bad_ids_out
+ * when not NULL). Uses buffers->bad_ids when given, else a word of the
+ * runtime (then calls on one runtime must not overlap in time). For
+ * debugging and tests: it synchronises, so it is not graph-capturable. */
+int ft_plan_launch_checked(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream, int32_t* bad_ids_out);
 
 /* Writes src [rows, cols] (row-major, 16-bit elements) to dst in the shuffled
  * layout (docs/EXPORT.md); asynchronous on `stream`. For w1: rows =

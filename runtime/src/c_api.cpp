@@ -1,16 +1,20 @@
 // The C API (flytune_runtime.h) over ft::rt::Runtime: handles, status codes
-// and the last error message.
+// and the last error message. Every entry point runs inside `guarded`, so no
+// C++ exception (a bad allocation, a library's throw) reaches the C caller.
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <new>
 
 #include "runtime/include/flytune_runtime.h"
 #include "runtime/src/runtime_impl.hpp"
 #include "tuner/device/runtimes.hpp"
+#include "tuner/layer/device_buffer.hpp"
 
 struct ft_runtime {
   std::unique_ptr<ft::rt::Runtime> rt;
   std::string last_error;
+  ft::DeviceBuffer bad_ids;  // ft_plan_launch_checked's word, made on first use (freed before rt)
 };
 
 struct ft_plan {
@@ -22,6 +26,9 @@ namespace {
 
 using ft::Errc;
 
+// The last error of calls that have no runtime handle to hold it.
+thread_local std::string g_last_error;
+
 ft_status status_of(const ft::Error& e) {
   switch (e.code) {
     case Errc::invalid_input: return FT_ERR_MANIFEST;
@@ -30,6 +37,7 @@ ft_status status_of(const ft::Error& e) {
     case Errc::no_device: return FT_ERR_TARGET;  // device errors are re-coded as Errc::device below
     case Errc::not_found: return FT_ERR_NOT_FOUND;
     case Errc::usage: return FT_ERR_ARGUMENT;
+    case Errc::internal: return FT_ERR_INTERNAL;
     default: return FT_ERR_DEVICE;
   }
 }
@@ -42,18 +50,37 @@ void copy_message(const std::string& msg, char* err, size_t errlen) {
 }
 
 int record(ft_runtime* rt, const ft::Error& e) {
-  if (rt) rt->last_error = e.describe();
+  (rt ? rt->last_error : g_last_error) = e.describe();
   return status_of(e);
 }
 
 int record(ft_runtime* rt, const ft::Status& s) { return s ? FT_OK : record(rt, s.error()); }
 
+int bad_argument(ft_runtime* rt, const char* function, const char* what) {
+  return record(rt, ft::Error{Errc::usage, std::string(function) + ": " + what, {}});
+}
+
+// Runs an entry point's body; an exception becomes FT_ERR_INTERNAL with its message.
+template <class F>
+int guarded(ft_runtime* rt, const char* function, F&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return record(rt, ft::Error{Errc::internal, std::string(function) + ": out of host memory", {}});
+  } catch (const std::exception& e) {
+    return record(rt, ft::Error{Errc::internal, std::string(function) + ": " + e.what(), {}});
+  } catch (...) {
+    return record(rt, ft::Error{Errc::internal, std::string(function) + ": an unexpected failure", {}});
+  }
+}
+
 ft::DevicePtr ptr(const void* p) { return ft::DevicePtr(reinterpret_cast<std::uintptr_t>(p)); }
 
 ft::rt::LayerBuffers buffers_of(const ft_layer_buffers& b) {
-  return {ptr(b.x),     ptr(b.topk_ids),   ptr(b.topk_weights), ptr(b.w1),           ptr(b.w2),
-          ptr(b.w1_shuffled), ptr(b.w2_shuffled), ptr(b.inter), ptr(b.y_acc), ptr(b.sorted_ids),
-          ptr(b.block_experts), ptr(b.padded_rows), ptr(b.y), ptr(b.w1_tiled), ptr(b.w2_tiled)};
+  return {ptr(b.x),        ptr(b.topk_ids),    ptr(b.topk_weights), ptr(b.w1),         ptr(b.w2),
+          ptr(b.w1_shuffled), ptr(b.w2_shuffled), ptr(b.inter),     ptr(b.y_acc),      ptr(b.sorted_ids),
+          ptr(b.block_experts), ptr(b.padded_rows), ptr(b.y),        ptr(b.w1_tiled),   ptr(b.w2_tiled),
+          ptr(b.bad_ids)};
 }
 
 // The C enum is the layout number ft::ShuffleArgs::layout and the manifest use.
@@ -62,41 +89,41 @@ static_assert(FT_WEIGHT_LAYOUT_PLAIN == int(ft::WeightLayoutKind::plain) &&
               FT_WEIGHT_LAYOUT_TILED == int(ft::WeightLayoutKind::tiled));
 
 ft::WeightLayoutKind stage_layout(const ft_plan& plan, int stage) {
-  return stage == 1 ? plan.plan.bucket->w1_layout : stage == 2 ? plan.plan.bucket->w2_layout : ft::WeightLayoutKind::plain;
+  const ft::LayerRecipe& r = plan.plan.bucket->recipe;
+  return stage == 1 ? r.stage1->layout : stage == 2 ? r.stage2->layout : ft::WeightLayoutKind::plain;
 }
 
 }  // namespace
 
 namespace ft::rt {
 Runtime* runtime_of(::ft_runtime* handle) { return handle ? handle->rt.get() : nullptr; }
+const Plan* plan_of(const ::ft_plan* handle) { return handle ? &handle->plan : nullptr; }
 ::ft_runtime* adopt_runtime(std::unique_ptr<Runtime> runtime) {
-  return runtime ? new (std::nothrow) ::ft_runtime{std::move(runtime), {}} : nullptr;
+  return runtime ? new (std::nothrow) ::ft_runtime{std::move(runtime), {}, {}} : nullptr;
 }
 }  // namespace ft::rt
 
 extern "C" {
 
 int ft_runtime_open_on(const char* export_dir, const char* device, ft_runtime** out, char* err, size_t errlen) {
-  if (!out || !export_dir) {
-    copy_message("ft_runtime_open: export_dir and out must not be null", err, errlen);
-    return FT_ERR_ARGUMENT;
-  }
-  *out = nullptr;
-  std::string selector = device ? device : "";
-  if (selector.empty())
-    if (const char* env = std::getenv("FLYTUNE_DEVICE")) selector = env;
-  auto opener = [&]() -> ft::Result<std::unique_ptr<ft::Device>> {
-    auto d = ft::open_device(selector);
-    if (!d) return std::unexpected(ft::Error{Errc::device, d.error().message, d.error().context});
-    return d;
-  };
-  auto rt = ft::rt::Runtime::open(export_dir, opener);
-  if (!rt) {
-    copy_message(rt.error().describe(), err, errlen);
-    return status_of(rt.error());
-  }
-  *out = new (std::nothrow) ft_runtime{std::move(*rt), {}};
-  return *out ? FT_OK : FT_ERR_DEVICE;
+  const int st = guarded(nullptr, "ft_runtime_open", [&]() -> int {
+    if (!out || !export_dir) return bad_argument(nullptr, "ft_runtime_open", "export_dir and out must not be null");
+    *out = nullptr;
+    std::string selector = device ? device : "";
+    if (selector.empty())
+      if (const char* env = std::getenv("FLYTUNE_DEVICE")) selector = env;
+    auto opener = [&]() -> ft::Result<std::unique_ptr<ft::Device>> {
+      auto d = ft::open_device(selector);
+      if (!d) return std::unexpected(ft::Error{Errc::device, d.error().message, d.error().context});
+      return d;
+    };
+    auto rt = ft::rt::Runtime::open(export_dir, opener);
+    if (!rt) return record(nullptr, rt.error());
+    *out = new ft_runtime{std::move(*rt), {}, {}};
+    return FT_OK;
+  });
+  if (st != FT_OK) copy_message(g_last_error, err, errlen);
+  return st;
 }
 
 int ft_runtime_open(const char* export_dir, ft_runtime** out, char* err, size_t errlen) {
@@ -105,7 +132,7 @@ int ft_runtime_open(const char* export_dir, ft_runtime** out, char* err, size_t 
 
 void ft_runtime_close(ft_runtime* rt) { delete rt; }
 
-const char* ft_runtime_last_error(const ft_runtime* rt) { return rt ? rt->last_error.c_str() : "no runtime"; }
+const char* ft_runtime_last_error(const ft_runtime* rt) { return rt ? rt->last_error.c_str() : g_last_error.c_str(); }
 
 const char* ft_runtime_target(const ft_runtime* rt) { return rt ? rt->rt->manifest().target.c_str() : ""; }
 
@@ -116,13 +143,25 @@ const char* ft_runtime_problem_key(const ft_runtime* rt, int index) {
   return rt->rt->manifest().problems[std::size_t(index)].key.c_str();
 }
 
+int ft_runtime_bucket_count(const ft_runtime* rt, int problem_index) {
+  if (!rt || problem_index < 0 || problem_index >= ft_runtime_problem_count(rt)) return 0;
+  return int(rt->rt->manifest().problems[std::size_t(problem_index)].buckets.size());
+}
+
+int ft_runtime_bucket_tokens(const ft_runtime* rt, int problem_index, int bucket_index) {
+  if (bucket_index < 0 || bucket_index >= ft_runtime_bucket_count(rt, problem_index)) return 0;
+  return rt->rt->manifest().problems[std::size_t(problem_index)].buckets[std::size_t(bucket_index)].tokens;
+}
+
 int ft_runtime_select(ft_runtime* rt, const char* problem_key, int tokens, ft_plan** out) {
-  if (!rt || !problem_key || !out) return FT_ERR_ARGUMENT;
-  *out = nullptr;
-  auto plan = rt->rt->select(problem_key, tokens);
-  if (!plan) return record(rt, plan.error());
-  *out = new (std::nothrow) ft_plan{*plan, rt};
-  return *out ? FT_OK : FT_ERR_DEVICE;
+  return guarded(rt, "ft_runtime_select", [&]() -> int {
+    if (!rt || !problem_key || !out) return bad_argument(rt, "ft_runtime_select", "rt, problem_key and out must not be null");
+    *out = nullptr;
+    auto plan = rt->rt->select(problem_key, tokens);
+    if (!plan) return record(rt, plan.error());
+    *out = new ft_plan{std::move(*plan), rt};
+    return FT_OK;
+  });
 }
 
 void ft_plan_free(ft_plan* plan) { delete plan; }
@@ -131,8 +170,8 @@ int ft_plan_tokens(const ft_plan* plan) { return plan ? plan->plan.tokens : 0; }
 
 void ft_plan_shape(const ft_plan* plan, ft_problem_shape* out) {
   if (!plan || !out) return;
-  const ft::rt::ProblemEntry& p = *plan->plan.problem;
-  *out = {p.experts, p.hidden, p.inter, p.topk, 2, p.dtype.c_str()};
+  const ft::Problem& p = plan->plan.problem->problem;
+  *out = {p.experts, p.hidden, p.inter, p.topk, 2, p.dtype == ft::DType::f16 ? "f16" : "bf16"};
 }
 
 int ft_plan_needs_shuffled(const ft_plan* plan, int stage) {
@@ -150,55 +189,103 @@ void ft_plan_workspace(const ft_plan* plan, ft_workspace_sizes* out) {
 }
 
 int ft_plan_launch(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream) {
-  if (!plan || !buffers) return FT_ERR_ARGUMENT;
-  return record(plan->owner, plan->owner->rt->launch(plan->plan, buffers_of(*buffers), ft::StreamHandle{stream}));
+  ft_runtime* rt = plan ? plan->owner : nullptr;
+  return guarded(rt, "ft_plan_launch", [&]() -> int {
+    if (!plan || !buffers) return bad_argument(rt, "ft_plan_launch", "plan and buffers must not be null");
+    return record(rt, rt->rt->launch(plan->plan, buffers_of(*buffers), ft::StreamHandle{stream}));
+  });
+}
+
+int ft_plan_launch_checked(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream, int32_t* bad_ids_out) {
+  ft_runtime* rt = plan ? plan->owner : nullptr;
+  return guarded(rt, "ft_plan_launch_checked", [&]() -> int {
+    if (!plan || !buffers) return bad_argument(rt, "ft_plan_launch_checked", "plan and buffers must not be null");
+    ft::Device& dev = rt->rt->device();
+    ft::rt::LayerBuffers b = buffers_of(*buffers);
+    if (!b.bad_ids) {
+      if (!rt->bad_ids) {
+        auto word = ft::DeviceBuffer::allocate(dev, 4);
+        if (!word) return record(rt, word.error());
+        rt->bad_ids = std::move(*word);
+      }
+      b.bad_ids = rt->bad_ids.ptr();
+    }
+    const ft::StreamHandle s{stream};
+    if (int st = record(rt, rt->rt->launch(plan->plan, b, s)); st != FT_OK) return st;
+    if (int st = record(rt, dev.synchronize(s)); st != FT_OK) return st;
+    std::int32_t bad = 0;
+    if (int st = record(rt, dev.copy_to_host(&bad, b.bad_ids, 4)); st != FT_OK) return st;
+    if (bad_ids_out) *bad_ids_out = bad;
+    if (bad != 0)
+      return record(rt, ft::Error{Errc::usage,
+                                  std::to_string(bad) + " routing ids (topk_ids) lie outside [-1, " +
+                                      std::to_string(plan->plan.problem->problem.experts) +
+                                      "); those slots were left out of the layer",
+                                  plan->plan.problem->key});
+    return FT_OK;
+  });
 }
 
 int ft_plan_reference(const ft_plan* plan, const ft_layer_buffers* buffers, void* y_ref, void* stream) {
-  if (!plan || !buffers) return FT_ERR_ARGUMENT;
-  return record(plan->owner, plan->owner->rt->reference(plan->plan, buffers_of(*buffers), ptr(y_ref), ft::StreamHandle{stream}));
+  ft_runtime* rt = plan ? plan->owner : nullptr;
+  return guarded(rt, "ft_plan_reference", [&]() -> int {
+    if (!plan || !buffers) return bad_argument(rt, "ft_plan_reference", "plan and buffers must not be null");
+    return record(rt, rt->rt->reference(plan->plan, buffers_of(*buffers), ptr(y_ref), ft::StreamHandle{stream}));
+  });
 }
 
 int ft_runtime_shuffle_weights(ft_runtime* rt, const void* src, void* dst, int rows, int cols, void* stream) {
-  if (!rt) return FT_ERR_ARGUMENT;
-  return record(rt, rt->rt->shuffle_weights(ptr(src), ptr(dst), rows, cols, ft::StreamHandle{stream}));
+  return ft_runtime_arrange_weights(rt, src, dst, rows, cols, FT_WEIGHT_LAYOUT_SHUFFLED, stream);
 }
 
 int ft_runtime_arrange_weights(ft_runtime* rt, const void* src, void* dst, int rows, int cols, int layout, void* stream) {
-  if (!rt) return FT_ERR_ARGUMENT;
-  if (layout != FT_WEIGHT_LAYOUT_SHUFFLED && layout != FT_WEIGHT_LAYOUT_TILED)
-    return record(rt, ft::Error{Errc::usage,
-                                "ft_runtime_arrange_weights: layout " + std::to_string(layout) +
-                                    " is neither FT_WEIGHT_LAYOUT_SHUFFLED (1) nor FT_WEIGHT_LAYOUT_TILED (2)",
-                                {}});
-  return record(rt, rt->rt->arrange_weights(ptr(src), ptr(dst), rows, cols, ft::WeightLayoutKind(layout),
-                                            ft::StreamHandle{stream}));
+  return guarded(rt, "ft_runtime_arrange_weights", [&]() -> int {
+    if (!rt) return bad_argument(rt, "ft_runtime_arrange_weights", "rt must not be null");
+    if (layout != FT_WEIGHT_LAYOUT_SHUFFLED && layout != FT_WEIGHT_LAYOUT_TILED)
+      return bad_argument(rt, "ft_runtime_arrange_weights",
+                          ("layout " + std::to_string(layout) +
+                           " is neither FT_WEIGHT_LAYOUT_SHUFFLED (1) nor FT_WEIGHT_LAYOUT_TILED (2)").c_str());
+    return record(rt, rt->rt->arrange_weights(ptr(src), ptr(dst), rows, cols, ft::WeightLayoutKind(layout),
+                                              ft::StreamHandle{stream}));
+  });
 }
 
 int ft_runtime_alloc(ft_runtime* rt, size_t bytes, void** out) {
-  if (!rt || !out) return FT_ERR_ARGUMENT;
-  auto p = rt->rt->device().alloc(bytes);
-  if (!p) return record(rt, p.error());
-  *out = reinterpret_cast<void*>(std::uintptr_t(*p));
-  return FT_OK;
+  return guarded(rt, "ft_runtime_alloc", [&]() -> int {
+    if (!rt || !out) return bad_argument(rt, "ft_runtime_alloc", "rt and out must not be null");
+    auto p = rt->rt->device().alloc(bytes);
+    if (!p) return record(rt, p.error());
+    *out = reinterpret_cast<void*>(std::uintptr_t(*p));
+    return FT_OK;
+  });
 }
 
-int ft_runtime_free(ft_runtime* rt, void* p) { return rt ? record(rt, rt->rt->device().free(ptr(p))) : FT_ERR_ARGUMENT; }
+// The helpers below share one shape: a null runtime is an argument error,
+// anything else is the device's answer.
+#define FT_DEVICE_CALL(name, call)                                             \
+  return guarded(rt, name, [&]() -> int {                                      \
+    if (!rt) return bad_argument(rt, name, "rt must not be null");             \
+    return record(rt, call);                                                   \
+  })
+
+int ft_runtime_free(ft_runtime* rt, void* p) { FT_DEVICE_CALL("ft_runtime_free", rt->rt->device().free(ptr(p))); }
 
 int ft_runtime_upload(ft_runtime* rt, void* dst, const void* src, size_t bytes) {
-  return rt ? record(rt, rt->rt->device().copy_to_device(ptr(dst), src, bytes)) : FT_ERR_ARGUMENT;
+  FT_DEVICE_CALL("ft_runtime_upload", rt->rt->device().copy_to_device(ptr(dst), src, bytes));
 }
 
 int ft_runtime_download(ft_runtime* rt, void* dst, const void* src, size_t bytes) {
-  return rt ? record(rt, rt->rt->device().copy_to_host(dst, ptr(src), bytes)) : FT_ERR_ARGUMENT;
+  FT_DEVICE_CALL("ft_runtime_download", rt->rt->device().copy_to_host(dst, ptr(src), bytes));
 }
 
 int ft_runtime_synchronize(ft_runtime* rt, void* stream) {
-  return rt ? record(rt, rt->rt->device().synchronize(ft::StreamHandle{stream})) : FT_ERR_ARGUMENT;
+  FT_DEVICE_CALL("ft_runtime_synchronize", rt->rt->device().synchronize(ft::StreamHandle{stream}));
 }
 
 int ft_runtime_fill_random(ft_runtime* rt, void* dst, size_t count, uint64_t seed, float scale) {
-  return rt ? record(rt, rt->rt->fill_random(ptr(dst), count, seed, scale)) : FT_ERR_ARGUMENT;
+  FT_DEVICE_CALL("ft_runtime_fill_random", rt->rt->fill_random(ptr(dst), count, seed, scale));
 }
+
+#undef FT_DEVICE_CALL
 
 }  // extern "C"

@@ -5,11 +5,12 @@
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "tuner/compile/hash.hpp"
-#include "tuner/layer/kernel_args.hpp"
+#include "layer/program.hpp"
 
 namespace ft::rt {
 namespace {
@@ -17,12 +18,24 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-constexpr int kSupportThreads = 256;  // block of the shuffle, fill and reference kernels
-
-Result<std::string> read_text(const fs::path& p) {
+// A regular file of at most `limit` bytes, read whole; Errc::io otherwise
+// (a folder, a device such as /dev/zero, a FIFO, a huge file, unreadable).
+Result<std::string> read_regular_file(const fs::path& p, std::uintmax_t limit, const std::string& what) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  if (ec || !fs::exists(st)) return fail(Errc::io, what + " is missing", p.string());
+  if (!fs::is_regular_file(st)) return fail(Errc::io, what + " is not a regular file", p.string());
+  const std::uintmax_t size = fs::file_size(p, ec);
+  if (ec) return fail(Errc::io, what + " cannot be read: " + ec.message(), p.string());
+  if (size > limit)
+    return fail(Errc::io, what + " is " + std::to_string(size) + " bytes, more than the " + std::to_string(limit) + " this runtime reads",
+                p.string());
   std::ifstream f(p, std::ios::binary);
-  if (!f) return fail(Errc::invalid_input, "no manifest.json in the export folder", p.parent_path().string());
-  return std::string(std::istreambuf_iterator<char>(f), {});
+  if (!f) return fail(Errc::io, what + " cannot be opened", p.string());
+  std::string out(std::size_t(size), '\0');
+  f.read(out.data(), std::streamsize(size));
+  if (std::size_t(f.gcount()) != out.size()) return fail(Errc::io, what + " could not be read whole", p.string());
+  return out;
 }
 
 // A file the manifest names must resolve (symbolic links followed) to a path
@@ -39,47 +52,69 @@ Status check_inside(const fs::path& dir, const std::string& name) {
   return {};
 }
 
-Result<Step> parse_step(const json& j) {
-  Step s;
-  s.name = j.at("step").get<std::string>();
-  const std::string op = j.at("op").get<std::string>();
-  if (op == "memset_u32") {
-    if (j.at("buffer") != "y_acc" || j.at("value") != 0)
-      return fail(Errc::invalid_input, "step " + s.name + ": only the zeroing of y_acc is a known memset");
-    s.op = Step::Op::memset_y_acc;
-    return s;
-  }
-  if (op != "launch") return fail(Errc::invalid_input, "step " + s.name + ": unknown op '" + op + "'");
-  s.symbol = j.at("symbol").get<std::string>();
-  s.code_object = j.at("code_object").get<std::string>();
-  s.block = j.at("block").at(0).get<unsigned>();
-  s.dynamic_shared = j.at("dynamic_shared").get<int>();
-  const json& g = j.at("grid_rule");
-  const std::string kind = g.at("kind").get<std::string>();
-  if (kind == "single") {
-    s.grid = Step::Grid::single;
-  } else if (kind == "stage") {
-    s.grid = Step::Grid::stage;
-    s.rows_per_block = g.at("rows_per_block").get<int>();
-    s.n_is_inter = g.at("n").get<std::string>() == "inter";
-    s.cols_per_block = g.at("cols_per_block").get<int>();
-    s.grid_z = g.at("z").get<int>();
-    if (s.rows_per_block < 1 || s.cols_per_block < 1 || s.grid_z < 1)
-      return fail(Errc::invalid_input, "step " + s.name + ": grid_rule sizes must be positive");
-  } else if (kind == "elementwise") {
-    s.grid = Step::Grid::elementwise;
-    s.elements_per_thread = g.at("elements_per_thread").get<int>();
-    if (s.elements_per_thread < 1) return fail(Errc::invalid_input, "step " + s.name + ": elements_per_thread < 1");
-  } else {
-    return fail(Errc::invalid_input, "step " + s.name + ": unknown grid_rule kind '" + kind + "'");
-  }
-  const std::string layout = j.value("weight_layout", std::string("plain"));
-  if (layout == "plain") s.weight_layout = WeightLayoutKind::plain;
-  else if (layout == "shuffled") s.weight_layout = WeightLayoutKind::shuffled;
-  else if (layout == "tiled") s.weight_layout = WeightLayoutKind::tiled;
-  else return fail(Errc::invalid_input, "step " + s.name + ": unknown weight_layout '" + layout + "'");
-  if (s.block < 1) return fail(Errc::invalid_input, "step " + s.name + ": block size < 1");
-  return s;
+int positive_int(const json& j, const char* key, const std::string& where) {
+  const json& v = j.at(key);
+  if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > (1 << 30))
+    throw std::invalid_argument(where + ": " + key + " " + v.dump() + " must be a positive integer");
+  return v.get<int>();
+}
+
+SupportUnit parse_support(const json& s) {
+  SupportUnit u;
+  u.dtype = s.at("dtype").get<std::string>();
+  u.code_object = s.at("code_object").get<std::string>();
+  const json& sym = s.at("symbols");
+  u.align = sym.at("align").get<std::string>();
+  u.reduce_atomic = sym.at("reduce_atomic").get<std::string>();
+  u.reduce_partials = sym.at("reduce_partials").get<std::string>();
+  u.shuffle = sym.at("shuffle").get<std::string>();
+  u.reference1 = sym.at("reference1").get<std::string>();
+  u.reference2 = sym.at("reference2").get<std::string>();
+  u.fill = sym.at("fill").get<std::string>();
+  return u;
+}
+
+// Without each launch step's code object: what the layer program computes.
+json program_part(const json& steps) {
+  json out = steps;
+  for (json& s : out)
+    if (s.is_object()) s.erase("code_object");
+  return out;
+}
+
+// The first difference between the recorded steps and the program's.
+std::string first_difference(const json& recorded, const json& computed) {
+  const json patch = json::diff(computed, recorded);
+  return patch.empty() ? std::string("none") : patch.front().dump();
+}
+
+Result<Bucket> parse_bucket(const json& bj, const Manifest& m, const ProblemEntry& p) {
+  Bucket b;
+  const std::string where = "problem " + p.key + " bucket";
+  b.tokens = positive_int(bj, "tokens", where);
+  const std::string at = where + " T=" + std::to_string(b.tokens);
+  b.recipe.target = m.target_info;
+  b.recipe.problem = p.problem;
+  const json& stages = bj.at("stages");
+  b.recipe.stage1 = FT_TRY(Variant::from_json(stages.at("stage1")));
+  b.recipe.stage2 = FT_TRY(Variant::from_json(stages.at("stage2")));
+  const json& steps = bj.at("steps");
+  for (const json& s : steps)
+    if (s.at("op").get<std::string>() == "launch" && s.contains("code_object"))
+      b.files[s.at("symbol").get<std::string>()] = s.at("code_object").get<std::string>();
+  for (const std::optional<Variant>* v : {&b.recipe.stage1, &b.recipe.stage2})
+    if (!b.files.contains((*v)->name()))
+      return fail(Errc::invalid_input, at + ": no step names the code object of " + (*v)->name());
+  // The recorded steps must be what the one layer program computes for this
+  // recipe: an export written by another flytune version, or edited, is refused.
+  auto prog = build_program(b.recipe, b.tokens);
+  if (!prog) return std::unexpected(with_context(prog.error(), at));
+  const json computed = steps_json(*prog);
+  if (program_part(steps) != computed)
+    return fail(Errc::invalid_input, at + ": the recorded steps differ from this runtime's layer program (first difference: " +
+                                         first_difference(program_part(steps), computed) +
+                                         "); export again with this flytune version");
+  return b;
 }
 
 Result<Manifest> parse(const json& j) {
@@ -87,98 +122,50 @@ Result<Manifest> parse(const json& j) {
   const int schema = j.at("schema_version").get<int>();
   if (schema != kSupportedSchema)
     return fail(Errc::invalid_input, "manifest schema_version " + std::to_string(schema) + ", this runtime reads " +
-                                         std::to_string(kSupportedSchema));
+                                         std::to_string(kSupportedSchema) + "; export again with this flytune version");
   m.target = j.at("target").get<std::string>();
+  m.target_info = FT_TRY(lookup_target(m.target));
   m.format = j.at("code_object_format").get<std::string>();
   if (m.format != "cubin" && m.format != "hsaco")
     return fail(Errc::invalid_input, "unknown code_object_format '" + m.format + "'");
-  for (const json& s : j.at("support_units")) {
-    SupportUnit u;
-    u.dtype = s.at("dtype").get<std::string>();
-    u.code_object = s.at("code_object").get<std::string>();
-    const json& sym = s.at("symbols");
-    u.shuffle = sym.at("shuffle").get<std::string>();
-    u.reference1 = sym.at("reference1").get<std::string>();
-    u.reference2 = sym.at("reference2").get<std::string>();
-    u.fill = sym.at("fill").get<std::string>();
-    m.supports.push_back(std::move(u));
-  }
+  for (const json& s : j.at("support_units")) m.supports.push_back(parse_support(s));
   for (const json& pj : j.at("problems")) {
     ProblemEntry p;
     p.key = pj.at("key").get<std::string>();
-    p.experts = pj.at("experts").get<int>();
-    p.hidden = pj.at("hidden").get<int>();
-    p.inter = pj.at("inter").get<int>();
-    p.topk = pj.at("topk").get<int>();
-    p.dtype = pj.at("dtype").get<std::string>();
-    if (p.experts < 1 || p.hidden < 1 || p.inter < 1 || p.topk < 1)
-      return fail(Errc::invalid_input, "problem " + p.key + ": sizes must be positive");
-    for (const json& bj : pj.at("buckets")) {
-      Bucket b;
-      b.tokens = bj.at("tokens").get<int>();
-      b.align_block = bj.at("align_block").get<int>();
-      b.atomic = bj.at("reduction").get<std::string>() == "atomic";
-      b.weight_in_stage1 = bj.at("weight_in_stage1").get<bool>();
-      for (const json& sj : bj.at("steps")) {
-        Step s = FT_TRY(parse_step(sj));
-        if (s.name == "stage1") b.w1_layout = s.weight_layout;
-        if (s.name == "stage2") b.w2_layout = s.weight_layout;
-        b.steps.push_back(std::move(s));
-      }
-      if (b.tokens < 1 || b.align_block < 1)
-        return fail(Errc::invalid_input, "problem " + p.key + ": bucket tokens and align_block must be positive");
-      p.buckets.push_back(std::move(b));
-    }
-    if (p.buckets.empty()) return fail(Errc::invalid_input, "problem " + p.key + " has no buckets");
+    const std::string where = "problem " + p.key;
+    p.problem.name = p.key;
+    p.problem.experts = positive_int(pj, "experts", where);
+    p.problem.hidden = positive_int(pj, "hidden", where);
+    p.problem.inter = positive_int(pj, "inter", where);
+    p.problem.topk = positive_int(pj, "topk", where);
+    p.problem.dtype = FT_TRY(parse_dtype(pj.at("dtype").get<std::string>()));
+    if (p.problem.topk > p.problem.experts) return fail(Errc::invalid_input, where + ": topk exceeds experts");
+    for (const json& bj : pj.at("buckets")) p.buckets.push_back(FT_TRY(parse_bucket(bj, m, p)));
+    if (p.buckets.empty()) return fail(Errc::invalid_input, where + " has no buckets");
     std::sort(p.buckets.begin(), p.buckets.end(), [](const Bucket& a, const Bucket& b) { return a.tokens < b.tokens; });
-    if (std::none_of(m.supports.begin(), m.supports.end(), [&](const SupportUnit& u) { return u.dtype == p.dtype; }))
-      return fail(Errc::invalid_input, "problem " + p.key + ": no support unit for dtype " + p.dtype);
+    if (std::none_of(m.supports.begin(), m.supports.end(), [&](const SupportUnit& u) { return u.dtype == pj.at("dtype"); }))
+      return fail(Errc::invalid_input, where + ": no support unit for dtype " + pj.at("dtype").get<std::string>());
     m.problems.push_back(std::move(p));
   }
   std::set<std::string> files;
   for (const SupportUnit& u : m.supports) files.insert(u.code_object);
   for (const ProblemEntry& p : m.problems)
     for (const Bucket& b : p.buckets)
-      for (const Step& s : b.steps)
-        if (s.op == Step::Op::launch) files.insert(s.code_object);
+      for (const auto& [symbol, file] : b.files) files.insert(file);
   m.files.assign(files.begin(), files.end());
   return m;
-}
-
-unsigned to_grid(long long n) { return unsigned(std::max<long long>(n, 0)); }
-
-// The copy of a stage's weights its layout asks for, and what to tell a
-// caller who passed none.
-struct StageWeights {
-  DevicePtr ptr = 0;
-  std::string missing;  // "w1_tiled (stage 1 reads tiled weights: ...)"
-};
-
-StageWeights stage_weights(int stage, WeightLayoutKind layout, DevicePtr plain, DevicePtr shuffled, DevicePtr tiled) {
-  const std::string w = "w" + std::to_string(stage), st = "stage " + std::to_string(stage);
-  switch (layout) {
-    case WeightLayoutKind::shuffled:
-      return {shuffled, w + "_shuffled (" + st + " reads pre-shuffled weights: pass " + w +
-                            "_shuffled, made by ft_runtime_shuffle_weights)"};
-    case WeightLayoutKind::tiled:
-      return {tiled, w + "_tiled (" + st + " reads tiled weights: pass " + w +
-                         "_tiled, made by ft_runtime_arrange_weights with FT_WEIGHT_LAYOUT_TILED)"};
-    case WeightLayoutKind::plain: break;
-  }
-  return {plain, w};
 }
 
 }  // namespace
 
 Result<Manifest> read_manifest(const std::string& dir) {
-  const std::string text = FT_TRY(read_text(fs::path(dir) / "manifest.json"));
+  const std::string text = FT_TRY(read_regular_file(fs::path(dir) / "manifest.json", kMaxManifestBytes, "manifest.json"));
   json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return fail(Errc::invalid_input, "manifest.json is not a JSON object", dir);
+  if (j.is_discarded() || !j.is_object()) return fail(Errc::invalid_input, "manifest.json is not a JSON object", dir);
   Result<Manifest> m;
   try {  // nlohmann's at()/get() report missing or mistyped members by exception
     m = parse(j);
-  } catch (const json::exception& e) {
+  } catch (const std::exception& e) {
     return fail(Errc::invalid_input, std::string("manifest.json is malformed: ") + e.what(), dir);
   }
   if (!m) return std::unexpected(with_context(m.error(), dir));
@@ -190,12 +177,10 @@ Result<std::map<std::string, std::vector<std::byte>>> read_code_objects(const st
   std::map<std::string, std::vector<std::byte>> out;
   const std::string ext = "." + m.format;
   for (const std::string& name : m.files) {
-    const fs::path path = fs::path(dir) / name;
     if (fs::path(name).extension() != ext)
       return fail(Errc::invalid_input, "code object '" + name + "' is not a ." + m.format + " file", dir);
-    std::ifstream f(path, std::ios::binary);
-    if (!f) return fail(Errc::io, "code object '" + name + "' named by the manifest is missing or unreadable", dir);
-    std::string raw((std::istreambuf_iterator<char>(f)), {});
+    const std::string raw =
+        FT_TRY(read_regular_file(fs::path(dir) / name, kMaxCodeObjectBytes, "code object '" + name + "' named by the manifest"));
     std::vector<std::byte> bytes(raw.size());
     std::transform(raw.begin(), raw.end(), bytes.begin(), [](char c) { return std::byte(c); });
     const std::string actual = xxh3_128_hex(bytes);
@@ -216,22 +201,38 @@ Status check_target(const Manifest& m, const DeviceInfo& d) {
   return {};
 }
 
-long long max_padded_rows(const ProblemEntry& p, int tokens, int align_block) {
-  const long long pairs = (long long)tokens * p.topk;
-  const long long rows = pairs + std::min<long long>(p.experts, pairs) * (align_block - 1);
-  return (rows + align_block - 1) / align_block * align_block;
-}
-
 int select_bucket(const ProblemEntry& p, int tokens) {
   for (std::size_t i = 0; i < p.buckets.size(); ++i)
     if (p.buckets[i].tokens >= tokens) return int(i);
   return int(p.buckets.size()) - 1;
 }
 
-Result<std::unique_ptr<Runtime>> Runtime::open(const std::string& dir, const DeviceOpener& open_device) {
+BufferTable buffer_table(const LayerBuffers& b) {
+  BufferTable t{};
+  at(t, Buf::x) = b.x;
+  at(t, Buf::topk_ids) = b.topk_ids;
+  at(t, Buf::topk_weights) = b.topk_weights;
+  at(t, Buf::w1) = b.w1;
+  at(t, Buf::w2) = b.w2;
+  at(t, Buf::w1_shuffled) = b.w1_shuffled;
+  at(t, Buf::w2_shuffled) = b.w2_shuffled;
+  at(t, Buf::w1_tiled) = b.w1_tiled;
+  at(t, Buf::w2_tiled) = b.w2_tiled;
+  at(t, Buf::inter) = b.inter;
+  at(t, Buf::y_acc) = b.y_acc;
+  at(t, Buf::y) = b.y;
+  at(t, Buf::sorted_ids) = b.sorted_ids;
+  at(t, Buf::block_experts) = b.block_experts;
+  at(t, Buf::padded_rows) = b.padded_rows;
+  at(t, Buf::bad_ids) = b.bad_ids;
+  return t;
+}
+
+Result<std::unique_ptr<Runtime>> Runtime::open(const std::string& dir, const DeviceOpener& open_device,
+                                               const ObjectSource& source) {
   std::unique_ptr<Runtime> rt(new Runtime());
   rt->manifest_ = FT_TRY(read_manifest(dir));
-  const auto objects = FT_TRY(read_code_objects(dir, rt->manifest_));
+  const auto objects = source ? FT_TRY(source(rt->manifest_)) : FT_TRY(read_code_objects(dir, rt->manifest_));
   rt->device_ = FT_TRY(open_device());
   FT_CHECK(check_target(rt->manifest_, rt->device_->info()));
   FT_CHECK(rt->load(objects));
@@ -254,23 +255,34 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
   auto function = [&](const std::string& file, const std::string& symbol) -> Result<FunctionHandle> {
     auto key = std::make_pair(file, symbol);
     if (auto it = functions.find(key); it != functions.end()) return it->second;
-    auto f = device_->function(modules.at(file), symbol);
+    auto mod = modules.find(file);
+    if (mod == modules.end()) return fail(Errc::invalid_input, "no code object was loaded for " + file, symbol);
+    auto f = device_->function(mod->second, symbol);
     if (!f) return std::unexpected(with_context(f.error(), file + ": " + symbol));
     return functions[key] = *f;
   };
   for (SupportUnit& u : manifest_.supports) {
-    u.shuffle_fn = FT_TRY(function(u.code_object, u.shuffle));
-    u.reference1_fn = FT_TRY(function(u.code_object, u.reference1));
-    u.reference2_fn = FT_TRY(function(u.code_object, u.reference2));
-    u.fill_fn = FT_TRY(function(u.code_object, u.fill));
+    const std::string& f = u.code_object;
+    u.align_fn = FT_TRY(function(f, u.align));
+    u.reduce_atomic_fn = FT_TRY(function(f, u.reduce_atomic));
+    u.reduce_partials_fn = FT_TRY(function(f, u.reduce_partials));
+    u.shuffle_fn = FT_TRY(function(f, u.shuffle));
+    u.reference1_fn = FT_TRY(function(f, u.reference1));
+    u.reference2_fn = FT_TRY(function(f, u.reference2));
+    u.fill_fn = FT_TRY(function(f, u.fill));
   }
-  for (ProblemEntry& p : manifest_.problems)
-    for (Bucket& b : p.buckets)
-      for (Step& s : b.steps) {
-        if (s.op != Step::Op::launch) continue;
-        s.function = FT_TRY(function(s.code_object, s.symbol));
-        if (s.dynamic_shared > 0) FT_CHECK(device_->set_dynamic_shared(s.function, s.dynamic_shared));
+  for (ProblemEntry& p : manifest_.problems) {
+    const std::string dtype(to_string(p.problem.dtype));
+    const SupportUnit& u = *std::find_if(manifest_.supports.begin(), manifest_.supports.end(),
+                                         [&](const SupportUnit& s) { return s.dtype == dtype; });
+    for (Bucket& b : p.buckets) {
+      b.kernels = {u.align_fn, {}, {}, u.reduce_atomic_fn, u.reduce_partials_fn};
+      for (auto [variant, slot] : {std::pair{&*b.recipe.stage1, &b.kernels.stage1}, std::pair{&*b.recipe.stage2, &b.kernels.stage2}}) {
+        *slot = FT_TRY(function(b.files.at(variant->name()), variant->name()));
+        if (variant->lds_bytes() > 0) FT_CHECK(device_->set_dynamic_shared(*slot, variant->lds_bytes()));
       }
+    }
+  }
   return {};
 }
 
@@ -287,81 +299,33 @@ Result<Plan> Runtime::select(const std::string& key, int tokens) {
   plan.bucket = &it->buckets[std::size_t(select_bucket(*it, tokens))];
   plan.tokens = tokens;
   plan.runtime = this;
+  const std::string dtype(to_string(it->problem.dtype));
   for (const SupportUnit& u : manifest_.supports)
-    if (u.dtype == it->dtype) plan.support = &u;
+    if (u.dtype == dtype) plan.support = &u;
+  auto program = build_program(plan.bucket->recipe, tokens);
+  if (!program) return fail(Errc::usage, program.error().message, key);
+  plan.program = std::move(*program);
+  plan.functions = FT_TRY(bind(plan.program, plan.bucket->kernels));
   return plan;
 }
 
 WorkspaceSizes Runtime::workspace(const Plan& plan) const {
-  const ProblemEntry& p = *plan.problem;
-  const std::size_t T = std::size_t(plan.tokens), k = std::size_t(p.topk);
-  const std::size_t rows = std::size_t(max_padded_rows(p, plan.tokens, plan.bucket->align_block));
-  WorkspaceSizes w;
-  w.inter = T * k * std::size_t(p.inter) * 2;
-  w.y_acc = (plan.bucket->atomic ? T : T * k) * std::size_t(p.hidden) * 4;
-  w.sorted_ids = rows * 4;
-  w.block_experts = rows / std::size_t(plan.bucket->align_block) * 4;
-  w.padded_rows = 4;
-  return w;
+  const auto& b = plan.program.bytes;
+  return {std::size_t(b[std::size_t(Buf::inter)]), std::size_t(b[std::size_t(Buf::y_acc)]),
+          std::size_t(b[std::size_t(Buf::sorted_ids)]), std::size_t(b[std::size_t(Buf::block_experts)]),
+          std::size_t(b[std::size_t(Buf::padded_rows)])};
 }
 
 Status Runtime::launch(const Plan& plan, const LayerBuffers& b, StreamHandle stream) {
-  const ProblemEntry& p = *plan.problem;
-  const Bucket& bucket = *plan.bucket;
-  const StageWeights w1 = stage_weights(1, bucket.w1_layout, b.w1, b.w1_shuffled, b.w1_tiled);
-  const StageWeights w2 = stage_weights(2, bucket.w2_layout, b.w2, b.w2_shuffled, b.w2_tiled);
-  const std::pair<DevicePtr, std::string> needed[] = {
-      {b.x, "x"},           {b.topk_ids, "topk_ids"},   {b.topk_weights, "topk_weights"},
-      {w1.ptr, w1.missing}, {w2.ptr, w2.missing},       {b.inter, "inter"},
-      {b.y_acc, "y_acc"},   {b.sorted_ids, "sorted_ids"}, {b.block_experts, "block_experts"},
-      {b.padded_rows, "padded_rows"}, {b.y, "y"}};
-  std::string null_buffers;  // every one, so a caller fixes them in one go
-  for (const auto& [buffer, name] : needed)
-    if (!buffer) null_buffers += (null_buffers.empty() ? "" : ", ") + name;
-  if (!null_buffers.empty()) return fail(Errc::usage, "null layer buffers: " + null_buffers);
-  const long long rows = max_padded_rows(p, plan.tokens, bucket.align_block);
-  MoeArgsHost a{};
-  a.x = b.x;
-  a.topk_ids = b.topk_ids;
-  a.topk_weights = b.topk_weights;
-  a.w1 = w1.ptr;
-  a.w2 = w2.ptr;
-  a.inter = b.inter;
-  a.y_acc = b.y_acc;
-  a.y = b.y;
-  a.sorted_ids = b.sorted_ids;
-  a.block_experts = b.block_experts;
-  a.padded_rows = b.padded_rows;
-  a.tokens = plan.tokens;
-  a.hidden = p.hidden;
-  a.inter_size = p.inter;
-  a.experts = p.experts;
-  a.topk = p.topk;
-  a.align_block = bucket.align_block;
-  a.max_padded_rows = int(rows);
-  a.flags = 0;
-  for (const Step& s : bucket.steps) {
-    if (s.op == Step::Op::memset_y_acc) {
-      FT_CHECK(device_->memset_u32(b.y_acc, 0u, std::size_t(plan.tokens) * std::size_t(p.hidden), stream));
-      continue;
-    }
-    Dim3 grid;
-    if (s.grid == Step::Grid::stage) {
-      grid.x = to_grid(rows / s.rows_per_block);
-      grid.y = to_grid((s.n_is_inter ? p.inter : p.hidden) / s.cols_per_block);
-      grid.z = unsigned(s.grid_z);
-    } else if (s.grid == Step::Grid::elementwise) {
-      const long long chunks = (long long)plan.tokens * p.hidden / s.elements_per_thread;
-      grid.x = to_grid((chunks + s.block - 1) / s.block);
-    }
-    if (grid.x == 0 || grid.y == 0) continue;  // nothing to do
-    FT_CHECK(device_->launch(s.function, grid, Dim3{s.block, 1, 1}, s.dynamic_shared, stream, &a, sizeof a));
-  }
-  return {};
+  const BufferTable table = buffer_table(b);
+  FT_CHECK(check_buffers(plan.program, table));
+  return execute(*device_, plan.program, plan.functions, table, stream);
 }
 
-Status Runtime::shuffle_weights(DevicePtr src, DevicePtr dst, int rows, int cols, StreamHandle stream) {
-  return arrange_weights(src, dst, rows, cols, WeightLayoutKind::shuffled, stream);
+Status Runtime::launch_support(FunctionHandle f, const LaunchShape& s, const void* args, std::size_t size, StreamHandle stream) {
+  if (s.grid_x <= 0 || s.grid_y <= 0 || s.grid_z <= 0) return {};
+  return device_->launch(f, Dim3{unsigned(s.grid_x), unsigned(s.grid_y), unsigned(s.grid_z)}, Dim3{unsigned(s.block), 1, 1},
+                         s.lds_bytes, stream, args, size);
 }
 
 Status Runtime::arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols, WeightLayoutKind layout, StreamHandle stream) {
@@ -377,46 +341,39 @@ Status Runtime::arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols
   const DevicePtr bytes = DevicePtr(rows) * DevicePtr(cols) * 2;
   if (src < dst + bytes && dst < src + bytes)
     return fail(Errc::usage, what + " weights: source and destination overlap; arrange into a separate buffer");
-  ShuffleArgsHost a{src, dst, rows, cols, int(layout), 0};
-  const long long chunks = (long long)rows * cols / 8;
-  return device_->launch(manifest_.supports.front().shuffle_fn, Dim3{unsigned((chunks + kSupportThreads - 1) / kSupportThreads), 1, 1},
-                         Dim3{kSupportThreads, 1, 1}, 0, stream, &a, sizeof a);
+  ShuffleArgs a{device_pointer<const u16>(src), device_pointer<u16>(dst), rows, cols, int(layout), 0};
+  return launch_support(manifest_.supports.front().shuffle_fn, shuffle_launch(rows, cols), &a, sizeof a, stream);
 }
 
 Status Runtime::fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed, float scale) {
   if (manifest_.supports.empty()) return fail(Errc::invalid_input, "the export has no support unit");
+  if (!dst) return fail(Errc::usage, "fill: null destination");
   const SupportUnit& u = manifest_.supports.front();
-  FillArgsHost a{dst, count, seed, scale, u.dtype == "f16" ? 1 : 0};
-  const std::size_t blocks = (count + 8 * kSupportThreads - 1) / (8 * kSupportThreads);
-  return device_->launch(u.fill_fn, Dim3{unsigned(blocks), 1, 1}, Dim3{kSupportThreads, 1, 1}, 0, {}, &a, sizeof a);
+  FillArgs a{device_pointer<u16>(dst), count, seed, scale, u.dtype == "f16" ? 1 : 0};
+  return launch_support(u.fill_fn, fill_launch(count), &a, sizeof a, {});
 }
 
-Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream) {
-  const ProblemEntry& p = *plan.problem;
+Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream, int tokens) {
+  const Problem& p = plan.problem->problem;
   if (!b.x || !b.topk_ids || !b.topk_weights || !b.w1 || !b.w2 || !b.inter || !y_ref)
     return fail(Errc::usage, "reference: x, topk_ids, topk_weights, w1, w2, inter and y_ref are needed");
-  MoeArgsHost a{};
-  a.x = b.x;
-  a.topk_ids = b.topk_ids;
-  a.topk_weights = b.topk_weights;
-  a.w1 = b.w1;
-  a.w2 = b.w2;
-  a.inter = b.inter;
-  a.y = y_ref;
-  a.tokens = plan.tokens;
+  const int T = tokens > 0 ? tokens : plan.tokens;
+  MoeArgs a{};
+  a.x = device_pointer<const u16>(b.x);
+  a.topk_ids = device_pointer<const i32>(b.topk_ids);
+  a.topk_weights = device_pointer<const float>(b.topk_weights);
+  a.w1 = device_pointer<const u16>(b.w1);
+  a.w2 = device_pointer<const u16>(b.w2);
+  a.inter = device_pointer<u16>(b.inter);
+  a.y = device_pointer<u16>(y_ref);
+  a.tokens = T;
   a.hidden = p.hidden;
   a.inter_size = p.inter;
   a.experts = p.experts;
   a.topk = p.topk;
-  a.align_block = 16;
-  a.max_padded_rows = int(max_padded_rows(p, plan.tokens, 16));
-  a.flags = plan.bucket->weight_in_stage1 ? kFlagWeightInStage1 : 0;
-  // One thread per output element (templates/ft/reference.hpp).
-  const unsigned T = unsigned(plan.tokens), k = unsigned(p.topk);
-  FT_CHECK(device_->launch(plan.support->reference1_fn, Dim3{unsigned(p.inter + kSupportThreads - 1) / kSupportThreads, T * k, 1},
-                           Dim3{kSupportThreads, 1, 1}, 0, stream, &a, sizeof a));
-  return device_->launch(plan.support->reference2_fn, Dim3{unsigned(p.hidden + kSupportThreads - 1) / kSupportThreads, T, 1},
-                         Dim3{kSupportThreads, 1, 1}, 0, stream, &a, sizeof a);
+  a.flags = plan.bucket->recipe.stage1->weight_in_stage1 ? kFlagWeightInStage1 : 0;
+  FT_CHECK(launch_support(plan.support->reference1_fn, reference_launch(KernelKind::moe1, p, T), &a, sizeof a, stream));
+  return launch_support(plan.support->reference2_fn, reference_launch(KernelKind::moe2, p, T), &a, sizeof a, stream);
 }
 
 }  // namespace ft::rt

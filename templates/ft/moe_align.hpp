@@ -3,12 +3,14 @@
 // run to align_block rows with the sentinel T*k, and records the expert of every
 // row block and the padded row count -- on the device, so the layer needs no
 // host synchronisation and can be captured in a graph. One block; LDS holds
-// per-expert counts, offsets and cursors ((3E + 1) ints).
+// per-expert counts, offsets and cursors and a counter of bad ids
+// (align_lds_bytes, moe_args.hpp).
+//
+// A topk id of -1 means "no expert here" (serving engines mask the slots of
+// other expert-parallel ranks this way): the pair is left out, so it
+// contributes nothing. Any other id outside [0, experts) is left out too and
+// counted into *bad_ids (when given): never read or written out of bounds.
 namespace ft {
-
-inline constexpr int kAlignThreads = 256;
-
-FT_HOST_DEVICE int align_lds_bytes(int experts) { return (3 * experts + 1) * 4; }
 
 FT_DEVICE void moe_align(const MoeArgs& p) {
   const int E = p.experts, B = p.align_block, tid = thread_index();
@@ -16,16 +18,20 @@ FT_DEVICE void moe_align(const MoeArgs& p) {
   int* counts = reinterpret_cast<int*>(shared_memory());
   int* offsets = counts + E;       // E + 1 entries
   int* cursor = offsets + E + 1;
+  int* bad = cursor + E;
   for (int e = tid; e < E; e += kAlignThreads) {
     counts[e] = 0;
     cursor[e] = 0;
   }
+  if (tid == 0) *bad = 0;
   barrier();
   for (int i = tid; i < pairs; i += kAlignThreads) {
     const int e = p.topk_ids[i];
     if (e >= 0 && e < E) atomic_add(&counts[e], 1);
+    else if (e != -1) atomic_add(bad, 1);
   }
   barrier();
+  if (tid == 0 && p.bad_ids) *p.bad_ids = *bad;
   if (tid == 0) {
     int off = 0;
     for (int e = 0; e < E; ++e) {

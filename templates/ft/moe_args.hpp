@@ -1,8 +1,16 @@
 #pragma once
-// The one by-value argument every kernel of the MoE layer takes. Plain data:
-// the export manifest documents this byte layout so any host (C++, JAX FFI,
-// PyTorch) can launch exported kernels. Append-only; never reorder.
+// The by-value argument structs of the MoE layer's kernels and the block sizes
+// of the support kernels. Plain data, compiled by the device flavours and by
+// the host alike (layer/device_structs.hpp includes this file): the host fills
+// these very structs, and the export manifest documents their byte layout so
+// any host (C++, JAX FFI, PyTorch) can launch exported kernels. Append-only;
+// never reorder.
 namespace ft {
+
+inline constexpr int kAlignThreads = 256;      // moe_align: one block
+inline constexpr int kReduceThreads = 256;     // moe_reduce and shuffle_weights
+inline constexpr int kReferenceThreads = 256;  // reference_stage1/2
+inline constexpr int kFillThreads = 256;       // fill_random
 
 struct MoeArgs {
   const u16* x;               // [T, H] activations
@@ -25,7 +33,13 @@ struct MoeArgs {
   i32 max_padded_rows;        // capacity of sorted_ids
   i32 flags;                  // bit 0 (kFlagWeightInStage1): read by the reference kernels only;
                               // the layer kernels fix the routed-weight placement at compile time
+  i32* bad_ids;               // [1] or null: align writes how many topk_ids lie outside [-1, experts)
+                              // (-1 is "no expert here": the slot contributes nothing)
 };
+
+// Dynamic LDS of the align kernel: per-expert counts, offsets (E + 1) and
+// cursors, and the bad-id counter. Host-side only (the launch rule).
+constexpr int align_lds_bytes(int experts) { return (3 * experts + 2) * 4; }
 
 // The weight pre-arrangement kernel's argument.
 struct ShuffleArgs {
@@ -35,6 +49,15 @@ struct ShuffleArgs {
   i32 cols;        // K, a multiple of 8 (of 64 for tiled)
   i32 layout;      // the destination layout: 1 shuffled, 2 tiled (WeightLayout); 0 is read as shuffled
   i32 reserved;    // zero
+};
+
+// The seeded random fill (random_fill.hpp) that makes verification inputs.
+struct FillArgs {
+  u16* dst;
+  u64 count;
+  u64 seed;
+  float scale;
+  i32 elem;  // 0 bf16, 1 f16
 };
 
 inline constexpr i32 kFlagWeightInStage1 = 1;

@@ -1,11 +1,11 @@
 #pragma once
 // The last kernel of the layer: Y = the fp32 sums (atomic mode) or the sum of
 // each token's k per-slot partials (partials mode), converted to the output type.
+// A slot whose expert id is not in [0, experts) (-1: another rank's expert)
+// has no partial row written by stage 2 and is skipped.
 // Each thread writes 8 consecutive outputs (one 16-byte store).
 // Grid: ceil(T * H / 8 / kReduceThreads).
 namespace ft {
-
-inline constexpr int kReduceThreads = 256;
 
 template <Reduce R, Elem E>
 FT_DEVICE void moe_reduce(const MoeArgs& p) {
@@ -13,16 +13,20 @@ FT_DEVICE void moe_reduce(const MoeArgs& p) {
   const long long first = ((long long)block_index_x() * kReduceThreads + thread_index()) * 8;
   if (first >= (long long)p.tokens * H) return;
   const long long t = first / H, h = first % H;  // H % 8 == 0: the 8 outputs share a token
-  u16 out[8];
-  FT_UNROLL for (int j = 0; j < 8; ++j) {
-    float v = 0.0f;
-    if constexpr (R == Reduce::atomic) {
-      v = p.y_acc[first + j];
-    } else {
-      for (int s = 0; s < p.topk; ++s) v += p.y_acc[(t * p.topk + s) * H + h + j];
+  float v[8];
+  FT_UNROLL for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+  if constexpr (R == Reduce::atomic) {
+    FT_UNROLL for (int j = 0; j < 8; ++j) v[j] = p.y_acc[first + j];
+  } else {
+    for (int s = 0; s < p.topk; ++s) {
+      const int e = p.topk_ids[t * p.topk + s];
+      if (e < 0 || e >= p.experts) continue;
+      const float* row = p.y_acc + (t * p.topk + s) * H + h;
+      FT_UNROLL for (int j = 0; j < 8; ++j) v[j] += row[j];
     }
-    out[j] = from_f32<E>(v);
   }
+  u16 out[8];
+  FT_UNROLL for (int j = 0; j < 8; ++j) out[j] = from_f32<E>(v[j]);
   copy_bytes<u16, 8>(p.y + first, out);
 }
 

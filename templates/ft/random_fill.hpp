@@ -6,14 +6,6 @@
 // `scale`.
 namespace ft {
 
-struct FillArgs {
-  u16* dst;
-  u64 count;
-  u64 seed;
-  float scale;
-  i32 elem;  // 0 bf16, 1 f16
-};
-
 FT_HOST_DEVICE u64 splitmix64(u64 x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -29,9 +21,9 @@ FT_HOST_DEVICE float random_normalish(u64 seed, u64 index) {
   return ((u0 + u1 + u2 + u3) * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
 }
 
-// Grid: ceil(count / 8 / 256) blocks of 256 threads, 8 elements per thread.
+// Grid: ceil(count / 8 / kFillThreads) blocks of kFillThreads threads, 8 elements per thread.
 FT_DEVICE void fill_random(const FillArgs& a) {
-  const u64 first = ((u64)block_index_x() * 256 + thread_index()) * 8;
+  const u64 first = ((u64)block_index_x() * kFillThreads + thread_index()) * 8;
   for (u64 i = first; i < first + 8 && i < a.count; ++i) {
     const float v = random_normalish(a.seed, i) * a.scale;
     a.dst[i] = a.elem == 0 ? f32_to_bf16(v) : f32_to_f16(v);

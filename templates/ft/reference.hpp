@@ -5,15 +5,14 @@
 // instead of the sorted layout, so align/sort is checked too.
 namespace ft {
 
-inline constexpr int kReferenceThreads = 256;
-
 // inter_ref[pair, n] = silu(x[t] . W1[e, n]) * (x[t] . W1[e, I + n]) (x routed
 // weight when weight_in_stage1), rounded to the element type like stage 1 stores.
-// Grid: (ceil(I / 256), T * k).
+// Grid: (T * k, ceil(I / 256)): pairs along x, whose limit is 2^31 - 1 (y
+// stops at 65535, fewer than the pairs of 16384 tokens at top-8).
 template <Elem E>
 FT_DEVICE void reference_stage1(const MoeArgs& p) {
-  const int n = block_index_x() * kReferenceThreads + thread_index();
-  const int pair = block_index_y();
+  const int n = block_index_y() * kReferenceThreads + thread_index();
+  const int pair = block_index_x();
   if (n >= p.inter_size) return;
   const long long H = p.hidden, I = p.inter_size;
   const int e = p.topk_ids[pair];
@@ -35,11 +34,11 @@ FT_DEVICE void reference_stage1(const MoeArgs& p) {
 }
 
 // y[t, h] = sum over slots of (routed weight unless stage 1 applied it) x
-// (inter[pair] . W2[e, h]). Deterministic: no atomics. Grid: (ceil(H / 256), T).
+// (inter[pair] . W2[e, h]). Deterministic: no atomics. Grid: (T, ceil(H / 256)).
 template <Elem E>
 FT_DEVICE void reference_stage2(const MoeArgs& p) {
-  const int h = block_index_x() * kReferenceThreads + thread_index();
-  const int t = block_index_y();
+  const int h = block_index_y() * kReferenceThreads + thread_index();
+  const int t = block_index_x();
   if (h >= p.hidden) return;
   const long long H = p.hidden, I = p.inter_size;
   float y = 0.0f;

@@ -30,7 +30,9 @@ TEST(ExportCli, WritesManifestCodeObjectsAndHeader) {
   std::ifstream f(out + "/manifest.json");
   auto m = nlohmann::json::parse(f, nullptr, false);
   ASSERT_FALSE(m.is_discarded());
-  EXPECT_EQ(m["schema_version"], 1);
+  EXPECT_EQ(m["schema_version"], 2);
+  // No GPU here: written, and the output says it was not checked.
+  EXPECT_NE(r.output.find("not checked"), std::string::npos) << r.output;
   for (const auto& b : m["problems"][0]["buckets"])
     for (const auto& s : b["steps"])
       if (s["op"] == "launch") {
@@ -52,6 +54,48 @@ TEST(ExportCli, MissingAndCorruptDatabasesAreRefusedWithOneLine) {
   EXPECT_NE(bad.output.find("not a flytune database"), std::string::npos) << bad.output;
   EXPECT_EQ(std::count(bad.output.begin(), bad.output.end(), '\n'), 1) << bad.output;
   EXPECT_FALSE(fs::exists(dir.file("o")));
+}
+
+// A folder that holds files is never mixed into: refused without --force;
+// with it the new export replaces the old whole.
+TEST(ExportCli, RefusesAnOccupiedFolderUnlessForced) {
+  test::ScratchDir dir;
+  const std::string out = dir.file("export");
+  fs::create_directories(out);
+  test::write_bytes(out + "/old.cubin", "stale");
+  auto refused = test::run_flytune({"export", "--db", h200_db(), "--out", out});
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("pass --force"), std::string::npos) << refused.output;
+  EXPECT_TRUE(fs::exists(out + "/old.cubin"));
+  auto forced = test::run_flytune({"export", "--db", h200_db(), "--out", out, "--force", "--no-check"});
+  if (forced.exit_code != 0 && forced.output.find("toolchain") != std::string::npos) GTEST_SKIP() << forced.output;
+  ASSERT_EQ(forced.exit_code, 0) << forced.output;
+  EXPECT_NE(forced.output.find("not checked (--no-check)"), std::string::npos) << forced.output;
+  EXPECT_FALSE(fs::exists(out + "/old.cubin"));
+  EXPECT_TRUE(fs::exists(out + "/manifest.json"));
+}
+
+// check-export on the recorded small database's export: through the runtime
+// on the CPU emulator; without a GPU and without --emulate, one clear line.
+TEST(ExportCli, CheckExportRunsTheExportThroughTheRuntime) {
+  test::ScratchDir dir;
+  const std::string out = dir.file("tiny");
+  const std::string forms = std::string(FT_TEST_DATA_DIR) + "/tiny_forms.db";
+  auto e = test::run_flytune({"export", "--db", forms, "--out", out, "--check", "emulate", "--check-tokens", "16,33",
+                              "--check-routing", "masked"});
+  ASSERT_EQ(e.exit_code, 0) << e.output;
+  EXPECT_NE(e.output.find("checked through the runtime on CPU emulator (sm_90a)"), std::string::npos) << e.output;
+  auto c = test::run_flytune({"check-export", out, "--emulate", "--tokens", "7", "--routing", "uniform,one-empty"});
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find(" passed on CPU emulator (sm_90a)"), std::string::npos) << c.output;
+  EXPECT_NE(c.output.find("one-empty"), std::string::npos) << c.output;
+  auto gpu = test::run_flytune({"check-export", out});
+  if (gpu.exit_code == 0) GTEST_SKIP() << "a GPU is present";
+  EXPECT_EQ(gpu.exit_code, 1) << gpu.output;
+  EXPECT_NE(gpu.output.find("--emulate"), std::string::npos) << gpu.output;
+  auto bad = test::run_flytune({"check-export", out, "--emulate", "--routing", "sideways"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("unknown routing 'sideways'"), std::string::npos) << bad.output;
 }
 
 TEST(ExportCli, OutIsRequired) {

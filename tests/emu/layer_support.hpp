@@ -117,11 +117,12 @@ class TargetBench {
     return device_->function(it->second, name);
   }
 
-  Result<LayerKernels> kernels(const LayerPlan& plan) {
+  Result<RoleKernels> kernels(const LayerPlan& plan) {
     const KernelSource support = emit_support(target_, plan.stage1.dtype);
-    LayerKernels k;
+    RoleKernels k;
     k.align = FT_TRY(entry(support, align_entry(target_)));
-    k.reduce = FT_TRY(entry(support, reduce_entry(target_, plan.stage2.reduce, plan.stage2.dtype)));
+    k.reduce_atomic = FT_TRY(entry(support, reduce_entry(target_, Reduction::atomic, plan.stage2.dtype)));
+    k.reduce_partials = FT_TRY(entry(support, reduce_entry(target_, Reduction::partials, plan.stage2.dtype)));
     k.stage1 = FT_TRY(entry(emit_variant(plan.stage1), plan.stage1.name()));
     k.stage2 = FT_TRY(entry(emit_variant(plan.stage2), plan.stage2.name()));
     return k;

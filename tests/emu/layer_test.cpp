@@ -47,6 +47,43 @@ INSTANTIATE_TEST_SUITE_P(Targets, EmuLayer,
                          ::testing::Combine(::testing::Values("gfx90a", "gfx942", "gfx950", "sm_90a"), ::testing::Range(0, 8)),
                          layer_name);
 
+// Expert-parallel serving masks other ranks' slots with -1: those slots add
+// nothing, with atomic and with partials reduction alike (partials must not
+// read rows stage 2 never wrote). Ids outside [-1, experts) are left out and
+// counted, never used as indices.
+TEST_P(EmuLayer, MaskedSlotsContributeNothingAndBadIdsAreCounted) {
+  const Target& t = target(std::get<0>(GetParam()));
+  const std::vector<LayerPlan> plans = plans_for(t);
+  const std::size_t slot = std::size_t(std::get<1>(GetParam()));
+  if (slot >= 2 && slot != 3) GTEST_SKIP() << "slots 0-3 cover atomic, partials and split-K";
+  if (slot >= plans.size()) GTEST_SKIP() << t.name << " has " << plans.size() << " plans";
+  const LayerPlan& plan = plans[slot];
+  TargetBench& bench = TargetBench::of(t);
+  auto kernels = bench.kernels(plan);
+  ASSERT_TRUE(kernels) << kernels.error().describe();
+  Workload w = case_for(plan.stage1.dtype, 33).workload;
+  for (std::int32_t& id : w.topk_ids)
+    if (id >= 2) id = -1;  // this rank owns experts 0 and 1
+  const ReferenceOutput ref = reference_layer(w, {.weight_in_stage1 = plan.stage1.weight_in_stage1});
+  auto dw = DeviceWorkload::upload(bench.device(), w);
+  ASSERT_TRUE(dw) << dw.error().describe();
+  auto cmp = verify_layer(*dw, *kernels, plan, ref);
+  ASSERT_TRUE(cmp) << plan_label(plan) << ": " << cmp.error().describe();
+  EXPECT_TRUE(cmp->passed) << plan_label(plan) << " (" << to_string(plan.stage2.reduce) << "): " << cmp->summary();
+
+  w.topk_ids[0] = 7;     // beyond the 4 experts
+  w.topk_ids[5] = -3;    // negative, not -1
+  w.topk_ids[9] = 1 << 30;
+  auto bad = DeviceWorkload::upload(bench.device(), w);
+  ASSERT_TRUE(bad);
+  auto run = run_layer(*bad, *kernels, plan);
+  ASSERT_TRUE(run) << run.error().describe();
+  EXPECT_EQ(run->bad_ids, 3);
+  auto refused = verify_layer(*bad, *kernels, plan, ref);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("3 routing ids outside [-1, 4)"), std::string::npos) << refused.error().describe();
+}
+
 // The slice covers every axis value on every target.
 TEST(EmuLayerSlice, CoversEveryAxisOnEveryTarget) {
   for (const Target& t : all_targets()) {

@@ -6,9 +6,9 @@
 
 #include <algorithm>
 
-#include "generator/launch.hpp"
+#include "layer/program.hpp"
 #include "tests/emu/layer_support.hpp"
-#include "tuner/layer/kernel_args.hpp"
+#include "layer/device_structs.hpp"
 #include "tuner/workload/shuffle.hpp"
 
 namespace ft::emu::test {
@@ -30,7 +30,7 @@ TEST_P(SupportKernels, AlignMatchesTheCpu) {
         ASSERT_TRUE(w) << w.error().describe();
         auto dw = DeviceWorkload::upload(bench.device(), *w);
         ASSERT_TRUE(dw);
-        auto got = run_align(*dw, *align, block);
+        auto got = run_align(*dw, t, *align, block);
         ASSERT_TRUE(got) << got.error().describe();
         const AlignReference want = reference_align(*w, block);
         const std::string where = fmt::format("{} T={} block={} {}", t.name, tokens, block, routing);
@@ -92,10 +92,10 @@ TEST_P(SupportKernels, FillKernelEqualsHostGenerator) {
     const std::size_t count = c.workload.w2.size();
     auto out = DeviceBuffer::allocate(bench.device(), count * 2);
     ASSERT_TRUE(out);
-    FillArgsHost a{out->ptr(), count, tensor_seed(c.workload.seed, TensorStream::w2), tensor_scale(p, TensorStream::w2),
-                   d == DType::bf16 ? 0 : 1};
-    const unsigned blocks = unsigned((count / 8 + 255) / 256);
-    ASSERT_TRUE(bench.device().launch(*fill, {blocks, 1, 1}, {256, 1, 1}, 0, {}, &a, sizeof a));
+    FillArgs a{device_pointer<u16>(out->ptr()), count, tensor_seed(c.workload.seed, TensorStream::w2),
+               tensor_scale(p, TensorStream::w2), d == DType::bf16 ? 0 : 1};
+    const LaunchShape s = fill_launch(count);
+    ASSERT_TRUE(bench.device().launch(*fill, {unsigned(s.grid_x), 1, 1}, {unsigned(s.block), 1, 1}, 0, {}, &a, sizeof a));
     std::vector<std::uint16_t> got(count);
     ASSERT_TRUE(bench.device().copy_to_host(got.data(), out->ptr(), count * 2));
     EXPECT_TRUE(got == c.workload.w2) << t.name << " " << to_string(d) << ": device fill and host generator disagree";

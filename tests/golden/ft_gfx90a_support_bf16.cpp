@@ -8,4 +8,4 @@ FT_KERNEL(ft::kReduceThreads, ft_gfx90a_reduce_partials_bf16)(ft::MoeArgs args) 
 FT_KERNEL(ft::kReduceThreads, ft_gfx90a_shuffle)(ft::ShuffleArgs args) { ft::shuffle_weights(args); }
 FT_KERNEL(ft::kReferenceThreads, ft_gfx90a_reference1_bf16)(ft::MoeArgs args) { ft::reference_stage1<ft::Elem::bf16>(args); }
 FT_KERNEL(ft::kReferenceThreads, ft_gfx90a_reference2_bf16)(ft::MoeArgs args) { ft::reference_stage2<ft::Elem::bf16>(args); }
-FT_KERNEL(256, ft_gfx90a_fill)(ft::FillArgs args) { ft::fill_random(args); }
+FT_KERNEL(ft::kFillThreads, ft_gfx90a_fill)(ft::FillArgs args) { ft::fill_random(args); }

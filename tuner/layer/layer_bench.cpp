@@ -52,20 +52,19 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   b->fill_ = FT_TRY(dev.function(m, fill_entry(target)));
 
   const std::size_t T = std::size_t(max_tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2;
-  // The largest row block gives the most padding: size for the largest tile_m
-  // any space has; run_align refuses larger blocks.
+  // The largest row block gives the most padding: size for the largest block
+  // any program asks for (build_program refuses larger ones).
   const std::size_t rows = std::size_t(max_padded_rows(p, max_tokens, kMaxAlignBlock));
-  b->x_ = FT_TRY(DeviceBuffer::allocate(dev, T * H * es));
-  b->ids_ = FT_TRY(DeviceBuffer::allocate(dev, T * k * 4));
-  b->weights_ = FT_TRY(DeviceBuffer::allocate(dev, T * k * 4));
-  b->w1_ = FT_TRY(DeviceBuffer::allocate(dev, E * 2 * I * H * es));
-  b->w2_ = FT_TRY(DeviceBuffer::allocate(dev, E * H * I * es));
-  b->inter_ = FT_TRY(DeviceBuffer::allocate(dev, T * k * I * es));
-  b->y_acc_ = FT_TRY(DeviceBuffer::allocate(dev, T * k * H * 4));  // partials need k rows per token
-  b->y_ = FT_TRY(DeviceBuffer::allocate(dev, T * H * es));
-  b->sorted_ = FT_TRY(DeviceBuffer::allocate(dev, rows * 4));
-  b->block_experts_ = FT_TRY(DeviceBuffer::allocate(dev, (rows / 16 + 1) * 4));
-  b->padded_rows_ = FT_TRY(DeviceBuffer::allocate(dev, 16));
+  const std::pair<Buf, std::size_t> sizes[] = {
+      {Buf::x, T * H * es},          {Buf::topk_ids, T * k * 4},       {Buf::topk_weights, T * k * 4},
+      {Buf::w1, E * 2 * I * H * es}, {Buf::w2, E * H * I * es},        {Buf::inter, T * k * I * es},
+      {Buf::y_acc, T * k * H * 4},   // partials need k rows per token
+      {Buf::y, T * H * es},          {Buf::sorted_ids, rows * 4},      {Buf::block_experts, rows * 4},
+      {Buf::padded_rows, 16},        {Buf::bad_ids, 16}};
+  for (const auto& [buf, bytes] : sizes) {
+    b->buffers_[std::size_t(buf)] = FT_TRY(DeviceBuffer::allocate(dev, bytes));
+    at(b->table_, buf) = b->buffers_[std::size_t(buf)].ptr();
+  }
   for (int f = 0; f < 2; ++f) {
     b->inter_ref_[f] = FT_TRY(DeviceBuffer::allocate(dev, T * k * I * es));
     b->y_ref_[f] = FT_TRY(DeviceBuffer::allocate(dev, T * H * es));
@@ -88,32 +87,16 @@ Result<FunctionHandle> LayerBench::load(std::span<const std::byte> code_object, 
   return f;
 }
 
-MoeArgsHost LayerBench::args(int align_block, int flags) const {
-  MoeArgsHost a{};
-  a.x = x_.ptr();
-  a.topk_ids = ids_.ptr();
-  a.topk_weights = weights_.ptr();
-  a.w1 = w1_.ptr();
-  a.w2 = w2_.ptr();
-  a.inter = inter_.ptr();
-  a.y_acc = y_acc_.ptr();
-  a.y = y_.ptr();
-  a.sorted_ids = sorted_.ptr();
-  a.block_experts = block_experts_.ptr();
-  a.padded_rows = padded_rows_.ptr();
-  a.tokens = tokens_;
-  a.hidden = problem_.hidden;
-  a.inter_size = problem_.inter;
-  a.experts = problem_.experts;
-  a.topk = problem_.topk;
-  a.align_block = align_block;
-  a.max_padded_rows = int(max_padded_rows(problem_, tokens_, align_block));
-  a.flags = flags;
-  return a;
+Result<LayerProgram> LayerBench::program(const std::optional<Variant>& s1, const std::optional<Variant>& s2) const {
+  return build_program(LayerRecipe{&target_, problem_, s1, s2}, tokens_);
 }
 
-Status LayerBench::launch(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st) {
-  if (s.grid_x <= 0 || s.grid_y <= 0 || s.grid_z <= 0) return {};  // nothing to do (e.g. zero rows)
+RoleKernels LayerBench::kernels(FunctionHandle stage1, FunctionHandle stage2) const {
+  return {align_, stage1, stage2, reduce_atomic_, reduce_partials_};
+}
+
+Status LayerBench::run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st) {
+  if (s.grid_x <= 0 || s.grid_y <= 0 || s.grid_z <= 0) return {};  // nothing to do
   return dev_.launch(f, grid_of(s), Dim3{unsigned(s.block), 1, 1}, s.lds_bytes, st, a, n);
 }
 
@@ -127,80 +110,87 @@ Status LayerBench::set_inputs(int tokens, std::uint64_t seed, std::span<const st
   tokens_ = tokens;
   const std::size_t H = problem_.hidden, I = problem_.inter, E = problem_.experts;
   const int elem = problem_.dtype == DType::bf16 ? 0 : 1;
-  auto fill = [&](DevicePtr dst, std::size_t count, std::uint64_t s, float scale) -> Status {
-    FillArgsHost a{dst, count, s, scale, elem};
-    const long long blocks = (long long)((count + 8 * 256 - 1) / (8 * 256));
-    return dev_.launch(fill_, Dim3{unsigned(blocks), 1, 1}, Dim3{256, 1, 1}, 0, {}, &a, sizeof a);
+  auto fill = [&](Buf b, std::size_t count, std::uint64_t s, float scale) -> Status {
+    FillArgs a{device_pointer<u16>(at(table_, b)), count, s, scale, elem};
+    return run_support(fill_, fill_launch(count), &a, sizeof a);
   };
   // Scales keep every stage's outputs O(1): weights ~ N(0, 1/K).
-  FT_CHECK(fill(x_.ptr(), std::size_t(tokens) * H, seed * 3 + 1, 1.0f));
+  FT_CHECK(fill(Buf::x, std::size_t(tokens) * H, seed * 3 + 1, 1.0f));
   // A finite intermediate for timing stage 2 on its own.
-  FT_CHECK(fill(inter_.ptr(), std::size_t(tokens) * problem_.topk * I, seed * 3 + 4, 1.0f));
+  FT_CHECK(fill(Buf::inter, std::size_t(tokens) * problem_.topk * I, seed * 3 + 4, 1.0f));
   if (seed != seed_ || !reference_ready_[0]) {
-    FT_CHECK(fill(w1_.ptr(), E * 2 * I * H, seed * 3 + 2, float(1.0 / std::sqrt(double(H)))));
-    FT_CHECK(fill(w2_.ptr(), E * H * I, seed * 3 + 3, float(1.0 / std::sqrt(double(I)))));
+    FT_CHECK(fill(Buf::w1, E * 2 * I * H, seed * 3 + 2, float(1.0 / std::sqrt(double(H)))));
+    FT_CHECK(fill(Buf::w2, E * H * I, seed * 3 + 3, float(1.0 / std::sqrt(double(I)))));
     arranged_ready_ = {};
   }
   seed_ = seed;
-  FT_CHECK(dev_.copy_to_device(ids_.ptr(), ids.data(), pairs * 4));
-  FT_CHECK(dev_.copy_to_device(weights_.ptr(), weights.data(), pairs * 4));
+  FT_CHECK(dev_.copy_to_device(at(table_, Buf::topk_ids), ids.data(), pairs * 4));
+  FT_CHECK(dev_.copy_to_device(at(table_, Buf::topk_weights), weights.data(), pairs * 4));
   reference_ready_ = {false, false};
   return dev_.synchronize();
 }
 
 Status LayerBench::run_align(int align_block, StreamHandle s) {
-  if (align_block < 1 || align_block > kMaxAlignBlock)
-    return fail(Errc::invalid_input, fmt::format("row block {} outside 1..{}", align_block, kMaxAlignBlock));
-  MoeArgsHost a = args(align_block, 0);
-  return launch(align_, align_launch(problem_), &a, sizeof a, s);
+  const LayerProgram p = FT_TRY(build_align_program(target_, problem_, tokens_, align_block));
+  const auto fns = FT_TRY(bind(p, kernels({}, {})));
+  return execute(dev_, p, fns, table_, s);
 }
 
 Status LayerBench::ensure_arranged(WeightLayoutKind layout) {
   const int l = int(layout);
   if (layout == WeightLayoutKind::plain || arranged_ready_[l]) return {};
-  const std::size_t H = problem_.hidden, I = problem_.inter, E = problem_.experts, es = 2;
-  if (!w1_arranged_[l]) w1_arranged_[l] = FT_TRY(DeviceBuffer::allocate(dev_, E * 2 * I * H * es));
-  if (!w2_arranged_[l]) w2_arranged_[l] = FT_TRY(DeviceBuffer::allocate(dev_, E * H * I * es));
-  ShuffleArgsHost a1{w1_.ptr(), w1_arranged_[l].ptr(), int(E * 2 * I), int(H), l};
-  FT_CHECK(launch(shuffle_, shuffle_launch(E * 2 * I, H), &a1, sizeof a1));
-  ShuffleArgsHost a2{w2_.ptr(), w2_arranged_[l].ptr(), int(E * H), int(I), l};
-  FT_CHECK(launch(shuffle_, shuffle_launch(E * H, I), &a2, sizeof a2));
+  const std::size_t H = problem_.hidden, I = problem_.inter, E = problem_.experts;
+  const Buf b1 = weight_buffer(1, layout), b2 = weight_buffer(2, layout);
+  for (Buf b : {b1, b2}) {
+    if (!buffers_[std::size_t(b)]) {
+      buffers_[std::size_t(b)] = FT_TRY(DeviceBuffer::allocate(dev_, buffers_[std::size_t(b == b1 ? Buf::w1 : Buf::w2)].bytes()));
+      at(table_, b) = buffers_[std::size_t(b)].ptr();
+    }
+  }
+  ShuffleArgs a1{device_pointer<const u16>(at(table_, Buf::w1)), device_pointer<u16>(at(table_, b1)), int(E * 2 * I), int(H), l, 0};
+  FT_CHECK(run_support(shuffle_, shuffle_launch(E * 2 * I, H), &a1, sizeof a1));
+  ShuffleArgs a2{device_pointer<const u16>(at(table_, Buf::w2)), device_pointer<u16>(at(table_, b2)), int(E * H), int(I), l, 0};
+  FT_CHECK(run_support(shuffle_, shuffle_launch(E * H, I), &a2, sizeof a2));
   FT_CHECK(dev_.synchronize());
   arranged_ready_[l] = true;
   return {};
 }
 
-DevicePtr LayerBench::weights(int which, WeightLayoutKind layout) const {
-  if (layout == WeightLayoutKind::plain) return which == 1 ? w1_.ptr() : w2_.ptr();
-  return (which == 1 ? w1_arranged_ : w2_arranged_)[int(layout)].ptr();
-}
-
 Status LayerBench::ensure_reference(bool w1) {
   const int f = w1 ? 1 : 0;
   if (reference_ready_[f]) return {};
-  MoeArgsHost a = args(16, w1 ? kFlagWeightInStage1 : 0);
-  a.inter = inter_ref_[f].ptr();
-  a.y = y_ref_[f].ptr();
+  MoeArgs a{};
+  a.x = device_pointer<const u16>(at(table_, Buf::x));
+  a.topk_ids = device_pointer<const i32>(at(table_, Buf::topk_ids));
+  a.topk_weights = device_pointer<const float>(at(table_, Buf::topk_weights));
+  a.w1 = device_pointer<const u16>(at(table_, Buf::w1));
+  a.w2 = device_pointer<const u16>(at(table_, Buf::w2));
+  a.inter = device_pointer<u16>(inter_ref_[f].ptr());
+  a.y = device_pointer<u16>(y_ref_[f].ptr());
+  a.tokens = tokens_;
+  a.hidden = problem_.hidden;
+  a.inter_size = problem_.inter;
+  a.experts = problem_.experts;
+  a.topk = problem_.topk;
+  a.flags = w1 ? kFlagWeightInStage1 : 0;
   FT_CHECK(dev_.memset_u32(inter_ref_[f].ptr(), kNaN16x2, inter_ref_[f].bytes() / 4));
   FT_CHECK(dev_.memset_u32(y_ref_[f].ptr(), kNaN16x2, y_ref_[f].bytes() / 4));
-  FT_CHECK(launch(reference1_, reference_launch(KernelKind::moe1, problem_, tokens_), &a, sizeof a));
-  FT_CHECK(launch(reference2_, reference_launch(KernelKind::moe2, problem_, tokens_), &a, sizeof a));
+  FT_CHECK(run_support(reference1_, reference_launch(KernelKind::moe1, problem_, tokens_), &a, sizeof a));
+  FT_CHECK(run_support(reference2_, reference_launch(KernelKind::moe2, problem_, tokens_), &a, sizeof a));
   FT_CHECK(dev_.synchronize());
   reference_ready_[f] = true;
   return {};
 }
 
-Status LayerBench::run_stage(const Variant& v, FunctionHandle f, DevicePtr inter, StreamHandle s) {
-  MoeArgsHost a = args(v.tile_m, 0);
-  a.inter = inter;
-  a.w1 = weights(1, v.layout);
-  a.w2 = weights(2, v.layout);
-  return launch(f, stage_launch(v, problem_, tokens_, v.tile_m), &a, sizeof a, s);
-}
-
-Status LayerBench::run_reduce(Reduction r, StreamHandle s) {
-  MoeArgsHost a = args(16, 0);
-  return launch(r == Reduction::atomic ? reduce_atomic_ : reduce_partials_, reduce_launch(problem_, tokens_), &a, sizeof a, s);
+Status LayerBench::run_checked(const LayerProgram& p, std::span<const FunctionHandle> fns, const BufferTable& table) {
+  FT_CHECK(dev_.memset_u32(at(table, Buf::bad_ids), 0xffffffffu, 1));
+  FT_CHECK(execute(dev_, p, fns, table, {}));
+  FT_CHECK(dev_.synchronize());
+  std::int32_t bad = -1;
+  FT_CHECK(dev_.copy_to_host(&bad, at(table, Buf::bad_ids), 4));
+  if (bad != 0)
+    return fail(Errc::verify, fmt::format("the align kernel counted {} routing ids outside [-1, {})", bad, problem_.experts));
+  return {};
 }
 
 Status LayerBench::flush_l2(StreamHandle s) { return dev_.memset_u32(flush_.ptr(), 0x5a5a5a5au, flush_.bytes() / 4, s); }
@@ -222,110 +212,88 @@ Result<Comparison> LayerBench::compare_with(DevicePtr out, DevicePtr reference, 
 Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) {
   FT_CHECK(ensure_reference(v.weight_in_stage1));
   FT_CHECK(ensure_arranged(v.layout));
-  FT_CHECK(run_align(v.tile_m));
+  const bool first = v.kind == KernelKind::moe1;
+  const LayerProgram prog = FT_TRY(first ? program(v, std::nullopt) : program(std::nullopt, v));
+  const auto fns = FT_TRY(bind(prog, kernels(first ? f : FunctionHandle{}, first ? FunctionHandle{} : f)));
   const std::size_t pairs = std::size_t(tokens_) * problem_.topk;
   const int ref = v.weight_in_stage1 ? 1 : 0;
-  if (v.kind == KernelKind::moe1) {
+  if (first) {
     const std::size_t n = pairs * problem_.inter;
-    FT_CHECK(dev_.memset_u32(inter_.ptr(), kNaN16x2, n / 2));
-    FT_CHECK(run_stage(v, f, inter_.ptr()));
-    FT_CHECK(dev_.synchronize());
-    return compare_with(inter_.ptr(), inter_ref_[ref].ptr(), n);
+    FT_CHECK(dev_.memset_u32(at(table_, Buf::inter), kNaN16x2, n / 2));
+    FT_CHECK(run_checked(prog, fns, table_));
+    return compare_with(at(table_, Buf::inter), inter_ref_[ref].ptr(), n);
   }
+  // Stage 2 reads the reference intermediate: it is checked alone.
+  BufferTable table = table_;
+  at(table, Buf::inter) = inter_ref_[ref].ptr();
   const std::size_t n = std::size_t(tokens_) * problem_.hidden;
-  const bool atomic = v.reduce == Reduction::atomic;
-  FT_CHECK(dev_.memset_u32(y_acc_.ptr(), atomic ? 0u : kNaN32, (atomic ? n : pairs * problem_.hidden)));
-  FT_CHECK(dev_.memset_u32(y_.ptr(), kNaN16x2, n / 2));
-  FT_CHECK(run_stage(v, f, inter_ref_[ref].ptr()));
-  FT_CHECK(run_reduce(v.reduce));
-  FT_CHECK(dev_.synchronize());
-  return compare_with(y_.ptr(), y_ref_[ref].ptr(), n);
+  FT_CHECK(dev_.memset_u32(at(table, Buf::y_acc), kNaN32, pairs * problem_.hidden));  // the program clears what it sums into
+  FT_CHECK(dev_.memset_u32(at(table, Buf::y), kNaN16x2, n / 2));
+  FT_CHECK(run_checked(prog, fns, table));
+  return compare_with(at(table, Buf::y), y_ref_[ref].ptr(), n);
 }
 
 Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2) {
-  if (v1.weight_in_stage1 != v2.weight_in_stage1)
-    return fail(Errc::invalid_input, "stage 1 and stage 2 disagree on where the routed weight is applied");
+  const LayerProgram prog = FT_TRY(program(v1, v2));
+  const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
   FT_CHECK(ensure_reference(v1.weight_in_stage1));
   FT_CHECK(ensure_arranged(v1.layout));
   FT_CHECK(ensure_arranged(v2.layout));
-  const std::size_t n = std::size_t(tokens_) * problem_.hidden;
-  FT_CHECK(dev_.memset_u32(inter_.ptr(), kNaN16x2, std::size_t(tokens_) * problem_.topk * problem_.inter / 2));
-  FT_CHECK(dev_.memset_u32(y_.ptr(), kNaN16x2, n / 2));
-  FT_CHECK(dev_.memset_u32(y_acc_.ptr(), 0u, std::size_t(tokens_) * problem_.topk * problem_.hidden));
-  FT_CHECK(run_align(v1.tile_m));
-  FT_CHECK(run_stage(v1, f1, inter_.ptr()));
-  if (v2.tile_m != v1.tile_m) FT_CHECK(run_align(v2.tile_m));
-  FT_CHECK(run_stage(v2, f2, inter_.ptr()));
-  FT_CHECK(run_reduce(v2.reduce));
-  FT_CHECK(dev_.synchronize());
-  return compare_with(y_.ptr(), y_ref_[v1.weight_in_stage1 ? 1 : 0].ptr(), n);
+  const std::size_t n = std::size_t(tokens_) * problem_.hidden, pairs = std::size_t(tokens_) * problem_.topk;
+  FT_CHECK(dev_.memset_u32(at(table_, Buf::inter), kNaN16x2, pairs * problem_.inter / 2));
+  FT_CHECK(dev_.memset_u32(at(table_, Buf::y), kNaN16x2, n / 2));
+  FT_CHECK(dev_.memset_u32(at(table_, Buf::y_acc), kNaN32, pairs * problem_.hidden));
+  FT_CHECK(run_checked(prog, fns, table_));
+  return compare_with(at(table_, Buf::y), y_ref_[v1.weight_in_stage1 ? 1 : 0].ptr(), n);
 }
 
 Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt) {
   FT_CHECK(ensure_arranged(v.layout));
-  FT_CHECK(run_align(v.tile_m));
-  // Stage 1 writes inter_; stage 2 reads it (random values from set_inputs, or
-  // an earlier stage-1 run: the work timed is the same either way).
-  const DevicePtr inter = inter_.ptr();
-  EventHandle start = FT_TRY(dev_.create_event()), stop = FT_TRY(dev_.create_event());
+  const bool first = v.kind == KernelKind::moe1;
+  const LayerProgram prog = FT_TRY(first ? program(v, std::nullopt) : program(std::nullopt, v));
+  const auto fns = FT_TRY(bind(prog, kernels(first ? f : FunctionHandle{}, first ? FunctionHandle{} : f)));
+  // The steps before the stage (align, clearing) once; then the stage alone.
+  // Stage 2 reads inter_ (random values from set_inputs, or an earlier stage-1
+  // run: the work timed is the same either way).
+  const std::size_t stage = prog.index_of(first ? "stage1" : "stage2");
+  FT_CHECK(execute(dev_, prog, fns, table_, {}, {.first = 0, .last = stage}));
+  EventHandle ev[2] = {FT_TRY(dev_.create_event()), FT_TRY(dev_.create_event())};
   std::vector<double> us;
   Status st;
   for (int i = 0; i < opt.warmup + opt.reps && st; ++i) {
     if (opt.flush_l2) st = flush_l2();
-    if (st) st = dev_.record(start);
-    if (st) st = run_stage(v, f, inter);
-    if (st) st = dev_.record(stop);
+    if (st) st = execute(dev_, prog, fns, table_, {}, {.first = stage, .last = stage + 1, .marks = ev});
     if (st) st = dev_.synchronize();
     if (!st) break;
-    auto ms = dev_.elapsed_ms(start, stop);
+    auto ms = dev_.elapsed_ms(ev[0], ev[1]);
     if (!ms) {
       st = std::unexpected(ms.error());
       break;
     }
     if (i >= opt.warmup) us.push_back(*ms * 1000.0);
   }
-  (void)dev_.destroy_event(start);
-  (void)dev_.destroy_event(stop);
+  for (EventHandle e : ev) (void)dev_.destroy_event(e);
   FT_CHECK(st);
   return summarize(std::move(us));
 }
 
 Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
                                            const TimingOptions& opt) {
+  const LayerProgram prog = FT_TRY(program(v1, v2));
+  const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
   FT_CHECK(ensure_arranged(v1.layout));
   FT_CHECK(ensure_arranged(v2.layout));
-  const int align_block = std::max(v1.tile_m, v2.tile_m);  // a multiple of both (powers of two)
-  const std::size_t acc_words = (v2.reduce == Reduction::atomic ? 1 : std::size_t(problem_.topk)) *
-                                std::size_t(tokens_) * problem_.hidden;
   StreamHandle stream = FT_TRY(dev_.create_stream());
-  std::array<EventHandle, 5> ev{};
+  std::vector<EventHandle> ev(prog.steps.size() + 1);
   for (auto& e : ev) e = FT_TRY(dev_.create_event());
-  auto enqueue_layer = [&](bool with_events) -> Status {
-    auto mark = [&](int i) -> Status { return with_events ? dev_.record(ev[i], stream) : Status{}; };
-    MoeArgsHost a = args(align_block, 0);
-    MoeArgsHost a1 = a;  // each stage reads its weights in its own layout
-    a1.w1 = weights(1, v1.layout);
-    FT_CHECK(mark(0));
-    FT_CHECK(launch(align_, align_launch(problem_), &a, sizeof a, stream));
-    FT_CHECK(mark(1));
-    FT_CHECK(launch(f1, stage_launch(v1, problem_, tokens_, align_block), &a1, sizeof a1, stream));
-    FT_CHECK(mark(2));
-    if (v2.reduce == Reduction::atomic) FT_CHECK(dev_.memset_u32(y_acc_.ptr(), 0u, acc_words, stream));
-    MoeArgsHost a2 = a;
-    a2.w2 = weights(2, v2.layout);
-    FT_CHECK(launch(f2, stage_launch(v2, problem_, tokens_, align_block), &a2, sizeof a2, stream));
-    FT_CHECK(mark(3));
-    FT_CHECK(launch(v2.reduce == Reduction::atomic ? reduce_atomic_ : reduce_partials_, reduce_launch(problem_, tokens_),
-                    &a, sizeof a, stream));
-    return mark(4);
-  };
-  LayerTiming out;
-  std::vector<double> total, align, s1, s2, red;
+  // Per-step samples by step name; the total spans every step.
+  std::map<std::string, std::vector<double>> per_step;
+  std::vector<double> total;
   Status st;
   GraphHandle graph{};
   if (opt.graph) {
     st = dev_.begin_capture(stream);
-    if (st) st = enqueue_layer(false);
+    if (st) st = execute(dev_, prog, fns, table_, stream);
     if (st) {
       auto g = dev_.end_capture(stream);
       if (g) graph = *g;
@@ -336,59 +304,60 @@ Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1,
     if (opt.flush_l2) st = flush_l2(stream);
     if (!st) break;
     if (opt.graph) {
-      st = dev_.record(ev[0], stream);
+      st = dev_.record(ev.front(), stream);
       if (st) st = dev_.launch_graph(graph, stream);
-      if (st) st = dev_.record(ev[4], stream);
+      if (st) st = dev_.record(ev.back(), stream);
     } else {
-      st = enqueue_layer(true);
+      st = execute(dev_, prog, fns, table_, stream, {.marks = ev});
     }
     if (st) st = dev_.synchronize(stream);
     if (!st) break;
     if (i < opt.warmup) continue;
-    auto ms = [&](int a, int b) -> double {
+    auto ms = [&](std::size_t a, std::size_t b) -> double {
       auto r = dev_.elapsed_ms(ev[a], ev[b]);
       return r ? *r * 1000.0 : -1.0;
     };
-    total.push_back(ms(0, 4));
-    if (!opt.graph) {
-      align.push_back(ms(0, 1));
-      s1.push_back(ms(1, 2));
-      s2.push_back(ms(2, 3));
-      red.push_back(ms(3, 4));
-    }
+    total.push_back(ms(0, ev.size() - 1));
+    if (!opt.graph)
+      for (std::size_t s = 0; s < prog.steps.size(); ++s) per_step[prog.steps[s].name].push_back(ms(s, s + 1));
   }
   if (graph.p) (void)dev_.destroy_graph(graph);
   for (auto& e : ev) (void)dev_.destroy_event(e);
   (void)dev_.destroy_stream(stream);
   FT_CHECK(st);
+  LayerTiming out;
   out.total = summarize(total);
+  // The y_acc clear counts with the align step (both prepare the stages).
+  std::vector<double> align = per_step["align"];
+  if (auto it = per_step.find("clear_y_acc"); it != per_step.end())
+    for (std::size_t i = 0; i < align.size() && i < it->second.size(); ++i) align[i] += it->second[i];
   out.align = summarize(align);
-  out.stage1 = summarize(s1);
-  out.stage2 = summarize(s2);
-  out.reduce = summarize(red);
+  out.stage1 = summarize(per_step["stage1"]);
+  out.stage2 = summarize(per_step["stage2"]);
+  out.reduce = summarize(per_step["reduce"]);
   return out;
 }
 
 Status LayerBench::inject_fault() {
-  FillArgsHost a{0x10, std::uint64_t(1) << 24, 1, 1.0f, 0};  // page zero: never mapped
-  FT_CHECK(dev_.launch(fill_, Dim3{unsigned((a.count / 8 + 255) / 256), 1, 1}, Dim3{256, 1, 1}, 0, {}, &a, sizeof a));
+  FillArgs a{device_pointer<u16>(0x10), std::uint64_t(1) << 24, 1, 1.0f, 0};  // page zero: never mapped
+  FT_CHECK(run_support(fill_, fill_launch(a.count), &a, sizeof a));
   return dev_.synchronize();
 }
 
 Result<LayerBench::AlignOutput> LayerBench::run_align_only(int align_block) {
   AlignOutput out;
-  FT_CHECK(dev_.memset_u32(padded_rows_.ptr(), 0xffffffffu, 1));
+  FT_CHECK(dev_.memset_u32(at(table_, Buf::padded_rows), 0xffffffffu, 1));
   FT_CHECK(run_align(align_block));
   FT_CHECK(dev_.synchronize());
-  FT_CHECK(dev_.copy_to_host(&out.padded_rows, padded_rows_.ptr(), 4));
+  FT_CHECK(dev_.copy_to_host(&out.padded_rows, at(table_, Buf::padded_rows), 4));
   const long long cap = max_padded_rows(problem_, tokens_, align_block);
   if (out.padded_rows < 0 || out.padded_rows > cap || out.padded_rows % align_block != 0)
     return fail(Errc::verify, fmt::format("align wrote padded_rows {} (capacity {}, block {})", out.padded_rows, cap, align_block));
   out.sorted_ids.resize(std::size_t(out.padded_rows));
   out.block_experts.resize(std::size_t(out.padded_rows / align_block));
   if (out.padded_rows > 0) {
-    FT_CHECK(dev_.copy_to_host(out.sorted_ids.data(), sorted_.ptr(), out.sorted_ids.size() * 4));
-    FT_CHECK(dev_.copy_to_host(out.block_experts.data(), block_experts_.ptr(), out.block_experts.size() * 4));
+    FT_CHECK(dev_.copy_to_host(out.sorted_ids.data(), at(table_, Buf::sorted_ids), out.sorted_ids.size() * 4));
+    FT_CHECK(dev_.copy_to_host(out.block_experts.data(), at(table_, Buf::block_experts), out.block_experts.size() * 4));
   }
   return out;
 }
@@ -398,12 +367,12 @@ Result<std::vector<std::uint16_t>> LayerBench::reference_output(bool w1) {
   return download(y_ref_[w1 ? 1 : 0].ptr(), std::size_t(tokens_) * problem_.hidden);
 }
 
-Result<std::vector<std::uint16_t>> LayerBench::download_x() { return download(x_.ptr(), std::size_t(tokens_) * problem_.hidden); }
+Result<std::vector<std::uint16_t>> LayerBench::download_x() { return download(at(table_, Buf::x), std::size_t(tokens_) * problem_.hidden); }
 Result<std::vector<std::uint16_t>> LayerBench::download_w1() {
-  return download(w1_.ptr(), std::size_t(problem_.experts) * 2 * problem_.inter * problem_.hidden);
+  return download(at(table_, Buf::w1), std::size_t(problem_.experts) * 2 * problem_.inter * problem_.hidden);
 }
 Result<std::vector<std::uint16_t>> LayerBench::download_w2() {
-  return download(w2_.ptr(), std::size_t(problem_.experts) * problem_.hidden * problem_.inter);
+  return download(at(table_, Buf::w2), std::size_t(problem_.experts) * problem_.hidden * problem_.inter);
 }
 
 }  // namespace ft

@@ -3,10 +3,15 @@
 // problem (sized for the largest token count), fresh seeded inputs, the
 // reference kernels, poisoned outputs, L2 flushing and event timing.
 //
+// Every launch goes through the one layer program (layer/program.hpp) and its
+// executor: a stage alone (align, the stage, and for stage 2 the reduction)
+// or the whole layer, exactly as the export records it and the runtime runs it.
+//
 // Verification of a stage variant: stage 1 runs after align and its [T*k, I]
 // output is compared with the reference intermediate; stage 2 runs on the
 // reference intermediate, then the reduce kernel, and Y is compared with the
-// reference Y. Outputs are poisoned with NaN first, so an unwritten element fails.
+// reference Y. Outputs are poisoned with NaN first, so an unwritten element
+// fails; the align kernel's count of bad routing ids must be zero.
 #include <array>
 #include <cstdint>
 #include <map>
@@ -16,14 +21,13 @@
 #include <string>
 #include <vector>
 
-#include "generator/launch.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"
 #include "generator/variant.hpp"
 #include "tuner/device/device.hpp"
 #include "tuner/workload/compare.hpp"
 #include "tuner/layer/device_buffer.hpp"
-#include "tuner/layer/kernel_args.hpp"
+#include "layer/execute.hpp"
 
 namespace ft {
 
@@ -48,9 +52,6 @@ struct LayerTiming {
 
 class LayerBench {
  public:
-  // Buffers hold the sorted layout for row blocks up to this (the largest tile_m).
-  static constexpr int kMaxAlignBlock = 256;
-
   // Loads the support unit (emit_support) and allocates buffers for up to
   // max_tokens tokens.
   static Result<std::unique_ptr<LayerBench>> create(Device& dev, const Problem& problem, const Target& target,
@@ -61,7 +62,8 @@ class LayerBench {
   Result<FunctionHandle> load(std::span<const std::byte> code_object, const std::string& entry, int lds_bytes);
 
   // Fresh inputs for `tokens`: X, W1 and W2 from `seed` on the device, routing
-  // (topk_ids, topk_weights: [tokens * k]) from the host. Drops cached references.
+  // (topk_ids, topk_weights: [tokens * k]; ids of -1 are empty slots) from the
+  // host. Drops cached references.
   Status set_inputs(int tokens, std::uint64_t seed, std::span<const std::int32_t> topk_ids,
                     std::span<const float> topk_weights);
 
@@ -95,15 +97,17 @@ class LayerBench {
 
  private:
   LayerBench(Device& dev, const Problem& p, const Target& t) : dev_(dev), problem_(p), target_(t) {}
-  MoeArgsHost args(int align_block, int flags) const;
-  Status launch(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st = {});
+  Result<LayerProgram> program(const std::optional<Variant>& stage1, const std::optional<Variant>& stage2) const;
+  RoleKernels kernels(FunctionHandle stage1, FunctionHandle stage2) const;
+  Status run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st = {});
   Status run_align(int align_block, StreamHandle s = {});
-  // W1 and W2 in `layout`, arranged on the device on first use.
+  // W1 and W2 in `layout`, arranged on the device on first use; the table's
+  // weight entries point at every copy made so far.
   Status ensure_arranged(WeightLayoutKind layout);
-  DevicePtr weights(int which, WeightLayoutKind layout) const;  // which: 1 (W1) or 2 (W2)
   Status ensure_reference(bool weight_in_stage1);
-  Status run_stage(const Variant& v, FunctionHandle f, DevicePtr inter, StreamHandle s = {});
-  Status run_reduce(Reduction r, StreamHandle s = {});
+  // Runs a program's steps once and waits; then the align kernel's count of
+  // routing ids outside [-1, experts) must be zero.
+  Status run_checked(const LayerProgram& p, std::span<const FunctionHandle> fns, const BufferTable& table);
   Status flush_l2(StreamHandle s = {});
   Result<std::vector<std::uint16_t>> download(DevicePtr p, std::size_t count);
   Result<Comparison> compare_with(DevicePtr out, DevicePtr reference, std::size_t count);
@@ -115,12 +119,13 @@ class LayerBench {
   int tokens_ = 0;
   std::vector<ModuleHandle> modules_;
   FunctionHandle align_, reduce_atomic_, reduce_partials_, shuffle_, reference1_, reference2_, fill_;
-  DeviceBuffer x_, ids_, weights_, w1_, w2_, inter_, y_acc_, y_, sorted_, block_experts_,
-      padded_rows_, flush_;
+  // Inputs, the plain weights, the workspace; arranged weights join on first use.
+  std::array<DeviceBuffer, kBufCount> buffers_;
+  BufferTable table_{};
+  DeviceBuffer flush_;
   std::array<DeviceBuffer, 2> inter_ref_, y_ref_;  // by weight_in_stage1
   std::array<bool, 2> reference_ready_{false, false};
-  std::array<DeviceBuffer, 3> w1_arranged_, w2_arranged_;  // by WeightLayoutKind (plain: w1_, w2_)
-  std::array<bool, 3> arranged_ready_{};
+  std::array<bool, 3> arranged_ready_{};  // by WeightLayoutKind
   std::uint64_t seed_ = 0;
 };
 

@@ -10,12 +10,13 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "db/store.hpp"
 #include "generator/emitter.hpp"
-#include "generator/launch.hpp"
+#include "layer/program.hpp"
 #include "tuner/search/compile_space.hpp"
 #include "tuner/search/progress.hpp"
 #include "tuner/worker/worker_process.hpp"
@@ -63,8 +64,9 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
   opt.space = cfg.space;
   opt.compile = cfg.compile;
   opt.progress = cfg.progress;
-  for (KernelKind k : {KernelKind::moe1, KernelKind::moe2})
-    if (auto d = default_variant(target, cfg.problem, k)) opt.extra.push_back(*d);
+  if (cfg.baseline)
+    for (KernelKind k : {KernelKind::moe1, KernelKind::moe2})
+      if (auto d = default_variant(target, cfg.problem, k)) opt.extra.push_back(*d);
   RecordedSpace rs;
   rs.space = FT_TRY(compile_space(target, cfg.problem, opt));
   if (!rs.space.support) return std::unexpected(with_context(rs.space.support.error(), "support kernels"));
@@ -213,6 +215,34 @@ struct Candidate {
   nlohmann::json spec;  // {variant, code_object, entry}
 };
 
+using Ranked = std::vector<std::pair<double, const Candidate*>>;  // (time, candidate), fastest first
+
+// The stage pairs worth timing as a layer: from the best few of each stage,
+// in order of their summed stage times, those the layer program can run (the
+// routed weight placed alike, row blocks that line up); what was left out and
+// why goes to `skipped`.
+std::vector<std::pair<const Candidate*, const Candidate*>> layer_pairs(const Target& target, const Problem& problem,
+                                                                       const Ranked& s1, const Ranked& s2,
+                                                                       std::string& skipped) {
+  constexpr std::size_t kTopPerStage = 5, kPairs = 9;
+  std::vector<std::tuple<double, const Candidate*, const Candidate*>> all;
+  for (std::size_t i = 0; i < std::min(kTopPerStage, s1.size()); ++i)
+    for (std::size_t j = 0; j < std::min(kTopPerStage, s2.size()); ++j) {
+      const Variant &a = s1[i].second->cv->variant, &b = s2[j].second->cv->variant;
+      if (a.weight_in_stage1 != b.weight_in_stage1) continue;
+      if (auto block = align_block_of(LayerRecipe{&target, problem, a, b}); !block) {
+        skipped = block.error().message;
+        continue;
+      }
+      all.emplace_back(s1[i].first + s2[j].first, s1[i].second, s2[j].second);
+    }
+  std::sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
+  std::vector<std::pair<const Candidate*, const Candidate*>> out;
+  for (const auto& [t, a, b] : all)
+    if (out.size() < kPairs) out.emplace_back(a, b);
+  return out;
+}
+
 }  // namespace
 
 void install_interrupt_handler() {
@@ -256,6 +286,7 @@ nlohmann::json SearchSummary::to_json() const {
     if (!w.stages.is_null()) r["stages"] = w.stages;
     j["winners"].push_back(r);
   }
+  j["notes"] = notes;
   return j;
 }
 
@@ -266,7 +297,7 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   SearchSummary summary;
   summary.db_path = cfg.db_path;
   nlohmann::json options{{"tokens", cfg.tokens}, {"dry_run", cfg.dry_run}, {"force", cfg.force},
-                         {"problem", cfg.problem.key()}, {"graph", cfg.graph}};
+                         {"problem", cfg.problem.key()}, {"graph", cfg.graph}, {"baseline", cfg.baseline}};
   summary.run_id = FT_TRY(store.begin_run(db::RunRecord::for_this_build(cfg.command_line, std::string(to_string(cfg.strategy)), options)));
   const std::int64_t problem_id = FT_TRY(store.upsert_problem(db::ProblemRecord::from(cfg.problem)));
 
@@ -553,75 +584,92 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
     }
 
     // 3. The whole layer. Stages are tuned alone, but a layer pads every
-    //    expert's rows to the larger tile_m of its pair, so the pair is chosen
-    //    among the best three of each stage by timing them together; it is then
-    //    verified at this token count and timed at length.
-    if (best[KernelKind::moe1].empty() || best[KernelKind::moe2].empty()) continue;
-    const Candidate* c1 = nullptr;
-    const Candidate* c2 = nullptr;
-    double best_pair_us = 0;
-    constexpr std::size_t kTopPerStage = 3;
-    for (std::size_t i = 0; i < std::min(kTopPerStage, best[KernelKind::moe1].size()); ++i)
-      for (std::size_t j = 0; j < std::min(kTopPerStage, best[KernelKind::moe2].size()); ++j) {
-        const Candidate* a = best[KernelKind::moe1][i].second;
-        const Candidate* b = best[KernelKind::moe2][j].second;
-        if (a->cv->variant.weight_in_stage1 != b->cv->variant.weight_in_stage1) continue;
-        if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
-        nlohmann::json probe{{"op", "time_layer"}, {"stage1", a->spec}, {"stage2", b->spec}, {"reps", kAbReps}, {"graph", cfg.graph}};
-        auto t = m.call(probe, 300s);
-        if (!t) continue;
-        const double us = (*t)["total"]["median_us"].get<double>();
-        if (!c1 || us < best_pair_us) {
-          c1 = a;
-          c2 = b;
-          best_pair_us = us;
-        }
+    //    expert's rows to the row block of its pair, so the pair is chosen
+    //    among the best of each stage by timing them together (the layer
+    //    program's steps, as the runtime runs them); the fastest pair that
+    //    passes verification at this token count is timed at length. A bucket
+    //    that ends without a layer winner says why.
+    std::string why;
+    auto no_layer = [&](const std::string& reason) {
+      summary.notes.push_back(fmt::format("T={}: no layer winner: {}", tokens, reason));
+      if (cfg.progress) fmt::print(stderr, "T={}: no layer winner: {}\n", tokens, reason);
+    };
+    if (best[KernelKind::moe1].empty() || best[KernelKind::moe2].empty()) {
+      no_layer(best[KernelKind::moe1].empty() ? "no stage-1 variant was timed" : "no stage-2 variant was timed");
+      continue;
+    }
+    std::vector<std::tuple<double, const Candidate*, const Candidate*>> paired;
+    for (const auto& [a, b] : layer_pairs(*target, cfg.problem, best[KernelKind::moe1], best[KernelKind::moe2], why)) {
+      if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
+      nlohmann::json probe{{"op", "time_layer"}, {"stage1", a->spec}, {"stage2", b->spec}, {"reps", kAbReps}, {"graph", cfg.graph}};
+      auto t = m.call(probe, 300s);
+      if (!t) {
+        why = fmt::format("timing {} + {} failed: {}", a->cv->variant.name(), b->cv->variant.name(), t.error().describe());
+        continue;
       }
-    if (!c1 || !c2) continue;
-    db::VariantRecord layer;
-    layer.kernel_name = c1->cv->variant.name() + "+" + c2->cv->variant.name();
-    layer.target = std::string(target->name);
-    layer.kind = "layer";
-    layer.params = {{"stage1", c1->cv->variant.to_json()}, {"stage2", c2->cv->variant.to_json()},
-                    {"stage1_kernel", c1->cv->variant.name()}, {"stage2_kernel", c2->cv->variant.name()}};
-    layer.toolchain_id = rs.toolchain_id;
-    const std::int64_t layer_id = FT_TRY(store.upsert_variant(layer));
-    nlohmann::json req{{"stage1", c1->spec}, {"stage2", c2->spec}};
-    req["op"] = "verify_layer";
-    auto v = m.call(req, 300s);
-    if (!v || !(*v)["passed"].get<bool>()) {
-      (void)record(layer_id, tokens, "verify", v ? db::MeasurementStatus::verify_failed : status_of(v.error()),
-                   v ? *v : nlohmann::json{}, v ? (*v)["summary"].get<std::string>() : v.error().describe(), tele);
+      paired.emplace_back((*t)["total"]["median_us"].get<double>(), a, b);
+    }
+    std::sort(paired.begin(), paired.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
+    if (paired.empty()) {
+      no_layer(why.empty() ? "no stage pair could be timed" : why);
       continue;
     }
-    req["op"] = "time_layer";
-    req["reps"] = kLongReps;
-    req["graph"] = cfg.graph;
-    auto t = m.call(req, 300s);
-    if (!t) {
-      (void)record(layer_id, tokens, "layer", status_of(t.error()), {}, t.error().describe(), tele);
-      continue;
+    bool found = false;
+    constexpr std::size_t kVerifyTries = 3;
+    for (std::size_t pi = 0; pi < std::min(kVerifyTries, paired.size()) && !found; ++pi) {
+      const Candidate* c1 = std::get<1>(paired[pi]);
+      const Candidate* c2 = std::get<2>(paired[pi]);
+      db::VariantRecord layer;
+      layer.kernel_name = c1->cv->variant.name() + "+" + c2->cv->variant.name();
+      layer.target = std::string(target->name);
+      layer.kind = "layer";
+      layer.params = {{"stage1", c1->cv->variant.to_json()}, {"stage2", c2->cv->variant.to_json()},
+                      {"stage1_kernel", c1->cv->variant.name()}, {"stage2_kernel", c2->cv->variant.name()}};
+      layer.toolchain_id = rs.toolchain_id;
+      const std::int64_t layer_id = FT_TRY(store.upsert_variant(layer));
+      nlohmann::json req{{"stage1", c1->spec}, {"stage2", c2->spec}};
+      req["op"] = "verify_layer";
+      auto v = m.call(req, 600s);
+      if (!v || !(*v)["passed"].get<bool>()) {
+        const std::string message = v ? (*v)["summary"].get<std::string>() : v.error().describe();
+        (void)record(layer_id, tokens, "verify", v ? db::MeasurementStatus::verify_failed : status_of(v.error()),
+                     v ? *v : nlohmann::json{}, message, tele);
+        why = fmt::format("{} failed verification at T={}: {}", layer.kernel_name, tokens, message);
+        if (cfg.progress) fmt::print(stderr, "T={}: {}\n", tokens, why);
+        continue;
+      }
+      req["op"] = "time_layer";
+      req["reps"] = kLongReps;
+      req["graph"] = cfg.graph;
+      auto t = m.call(req, 300s);
+      if (!t) {
+        (void)record(layer_id, tokens, "layer", status_of(t.error()), {}, t.error().describe(), tele);
+        why = fmt::format("timing {} failed: {}", layer.kernel_name, t.error().describe());
+        continue;
+      }
+      nlohmann::json total = (*t)["total"];
+      total["rel_l2"] = (*v)["rel_l2"];
+      total["max_abs"] = (*v)["max_abs"];
+      FT_CHECK(record(layer_id, tokens, "layer", db::MeasurementStatus::ok, total, "", tele));
+      db::WinnerRecord w;
+      w.problem_id = problem_id;
+      w.device_id = device_id;
+      w.tokens = tokens;
+      w.kind = "layer";
+      w.variant_id = layer_id;
+      w.run_id = summary.run_id;
+      w.median_us = total["median_us"].get<double>();
+      w.p10_us = total["p10_us"].get<double>();
+      w.p90_us = total["p90_us"].get<double>();
+      FT_CHECK(store.set_winner(w));
+      BucketResult br{tokens, "layer", layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
+                      nlohmann::json{{"align_us", (*t)["align"]["median_us"]}, {"stage1_us", (*t)["stage1"]["median_us"]},
+                                     {"stage2_us", (*t)["stage2"]["median_us"]}, {"reduce_us", (*t)["reduce"]["median_us"]}}};
+      if (ceilings) br.floor_us = roofline_floor_us(cfg.problem, tokens, *ceilings);
+      summary.winners.push_back(br);
+      found = true;
     }
-    nlohmann::json total = (*t)["total"];
-    total["rel_l2"] = (*v)["rel_l2"];
-    total["max_abs"] = (*v)["max_abs"];
-    FT_CHECK(record(layer_id, tokens, "layer", db::MeasurementStatus::ok, total, "", tele));
-    db::WinnerRecord w;
-    w.problem_id = problem_id;
-    w.device_id = device_id;
-    w.tokens = tokens;
-    w.kind = "layer";
-    w.variant_id = layer_id;
-    w.run_id = summary.run_id;
-    w.median_us = total["median_us"].get<double>();
-    w.p10_us = total["p10_us"].get<double>();
-    w.p90_us = total["p90_us"].get<double>();
-    FT_CHECK(store.set_winner(w));
-    BucketResult br{tokens, "layer", layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
-                    nlohmann::json{{"align_us", (*t)["align"]["median_us"]}, {"stage1_us", (*t)["stage1"]["median_us"]},
-                                   {"stage2_us", (*t)["stage2"]["median_us"]}, {"reduce_us", (*t)["reduce"]["median_us"]}}};
-    if (ceilings) br.floor_us = roofline_floor_us(cfg.problem, tokens, *ceilings);
-    summary.winners.push_back(br);
+    if (!found) no_layer(why);
   }
   summary.targets.back().crashed += m.crashes();
   return finish(db::RunStatus::finished);

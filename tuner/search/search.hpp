@@ -33,6 +33,7 @@ struct SearchConfig {
   bool dry_run = false;
   bool force = false;                // measure again what the database already has
   bool graph = false;                // time the layer by graph replay
+  bool baseline = true;              // add the default variant (the speedup baseline) to the space
   SpaceOptions space;
   CompileOptions compile;
   std::string device_selector;       // "" = first GPU found
@@ -68,6 +69,7 @@ struct SearchSummary {
   bool interrupted = false;
   std::vector<TargetSummary> targets;
   std::vector<BucketResult> winners;
+  std::vector<std::string> notes;  // buckets that ended without a layer winner, and why
   std::size_t measurements = 0, resumed = 0;
   double seconds = 0;
   nlohmann::json to_json() const;

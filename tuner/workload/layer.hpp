@@ -1,14 +1,15 @@
 #pragma once
-// One MoE layer on a Device (a GPU runtime or the emulator), with the host
-// launch sequence every backend shares:
-//   poison the outputs (NaN), zero the fp32 sums (atomic mode),
-//   align (1 block) -> stage 1 -> stage 2 -> reduce, read Y back.
-// Launch shapes come from generator/launch.hpp, the formulas the export uses.
+// One MoE layer of a host workload on a Device (a GPU runtime or the
+// emulator): poison the outputs (NaN), run the one layer program
+// (layer/program.hpp) through its executor, read Y back. The tests of the
+// emulator run layers this way: the steps are the ones the search times and
+// the runtime launches.
 #include <cstdint>
 #include <optional>
 #include <vector>
 
 #include "generator/variant.hpp"
+#include "layer/execute.hpp"
 #include "tuner/device/device.hpp"
 #include "tuner/layer/device_buffer.hpp"
 #include "tuner/workload/compare.hpp"
@@ -28,24 +29,23 @@ class DeviceWorkload {
   // W1 (which = 1) or W2 (which = 2) in the given layout.
   Result<DevicePtr> weights(int which, WeightLayoutKind layout);
 
-  DeviceBuffer x, topk_ids, topk_weights, inter, y_acc, y, padded_rows;
+  // The program's buffer table: inputs, the weights arranged so far and the
+  // workspace (sorted_ids and block_experts sized for kMaxAlignBlock).
+  const BufferTable& table() const { return table_; }
+
+  DeviceBuffer x, topk_ids, topk_weights, inter, y_acc, y, padded_rows, sorted_ids, block_experts, bad_ids;
 
  private:
   Device* device_ = nullptr;
   const Workload* workload_ = nullptr;
   DeviceBuffer w1_[3], w2_[3];  // by WeightLayoutKind: plain, shuffled, tiled
+  BufferTable table_{};
 };
 
-struct LayerKernels {
-  FunctionHandle align, stage1, stage2, reduce;  // reduce: the entry for stage 2's reduction and the dtype
-};
-
+// The two stages of a layer; the program derives everything else.
 struct LayerPlan {
   Variant stage1, stage2;
-  int align_block = 0;  // rows per expert block; 0: the larger tile_m (a multiple of both)
-  int effective_align_block() const;
-  // Kinds, dtypes and the routed-weight placement agree; tiles divide the problem.
-  Status validate(const Problem& problem) const;
+  LayerRecipe recipe(const Problem& problem) const { return {stage1.target, problem, stage1, stage2}; }
 };
 
 struct LayerRunOptions {
@@ -56,18 +56,19 @@ struct LayerRunOptions {
 struct LayerResult {
   std::vector<std::uint16_t> y;  // [T, H]
   int padded_rows = 0;
+  int bad_ids = -1;                        // the align kernel's count of ids outside [-1, experts)
   std::vector<std::uint16_t> inter;        // with read_intermediates
   std::vector<std::int32_t> sorted_ids;    // with read_intermediates
   std::vector<std::int32_t> block_experts; // with read_intermediates
 };
 
-Result<LayerResult> run_layer(DeviceWorkload& dw, const LayerKernels& kernels, const LayerPlan& plan,
+Result<LayerResult> run_layer(DeviceWorkload& dw, const RoleKernels& kernels, const LayerPlan& plan,
                               const LayerRunOptions& options = {});
 
 // Runs the layer and compares Y with `reference` (which must be computed for the
 // plan's routed-weight placement). A failed comparison is a result
 // (passed = false), not an error; errors are launch or device failures.
-Result<Comparison> verify_layer(DeviceWorkload& dw, const LayerKernels& kernels, const LayerPlan& plan,
+Result<Comparison> verify_layer(DeviceWorkload& dw, const RoleKernels& kernels, const LayerPlan& plan,
                                 const ReferenceOutput& reference);
 
 // The align kernel alone (align_block rows per expert block).
@@ -76,7 +77,7 @@ struct AlignResult {
   std::vector<std::int32_t> sorted_ids;     // [padded_rows]
   std::vector<std::int32_t> block_experts;  // [padded_rows / align_block]
 };
-Result<AlignResult> run_align(DeviceWorkload& dw, FunctionHandle align, int align_block);
+Result<AlignResult> run_align(DeviceWorkload& dw, const Target& target, FunctionHandle align, int align_block);
 
 // The weight pre-arrangement kernel on `src` [rows, cols], into `layout`
 // (shuffled or tiled).

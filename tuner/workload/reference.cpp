@@ -47,6 +47,10 @@ ReferenceOutput reference_layer(const Workload& w, const ReferenceOptions& optio
   parallel_for(T * k, options.threads, [&](long long pair) {
     const long long t = pair / k;
     const long long e = w.topk_ids[std::size_t(pair)];
+    if (e < 0 || e >= w.problem.experts) {  // -1: no expert here; the slot contributes nothing
+      for (long long i = 0; i < I; ++i) out.inter[std::size_t(pair * I + i)] = f32_to_half(d, 0.0f);
+      return;
+    }
     const float* xr = &x[std::size_t(t * H)];
     for (long long i = 0; i < I; ++i) {
       const float* g = &w1[std::size_t((e * 2 * I + i) * H)];
@@ -68,6 +72,7 @@ ReferenceOutput reference_layer(const Workload& w, const ReferenceOptions& optio
     for (long long s = 0; s < k; ++s) {
       const long long pair = t * k + s;
       const long long e = w.topk_ids[std::size_t(pair)];
+      if (e < 0 || e >= w.problem.experts) continue;
       for (long long i = 0; i < I; ++i) row[std::size_t(i)] = half_to_f32(d, out.inter[std::size_t(pair * I + i)]);
       const float scale = options.weight_in_stage1 ? 1.0f : w.topk_weights[std::size_t(pair)];
       for (long long c = 0; c < H; ++c) {
@@ -86,7 +91,8 @@ AlignReference reference_align(const Workload& w, int align_block) {
   const int E = w.problem.experts;
   AlignReference r;
   r.expert_pairs.resize(std::size_t(E));
-  for (std::size_t i = 0; i < w.topk_ids.size(); ++i) r.expert_pairs[std::size_t(w.topk_ids[i])].push_back(int(i));
+  for (std::size_t i = 0; i < w.topk_ids.size(); ++i)
+    if (w.topk_ids[i] >= 0 && w.topk_ids[i] < E) r.expert_pairs[std::size_t(w.topk_ids[i])].push_back(int(i));
   r.expert_offset.assign(std::size_t(E) + 1, 0);
   for (int e = 0; e < E; ++e) {
     const int n = int(r.expert_pairs[std::size_t(e)].size());

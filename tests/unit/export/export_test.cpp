@@ -5,17 +5,18 @@
 #include <fstream>
 #include <set>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "db/export/export.hpp"
-#include "generator/launch.hpp"
+#include "layer/program.hpp"
 #include "generator/variant.hpp"
 #include "tests/unit/db/db_test_support.hpp"
 #include "tests/unit/export/export_test_support.hpp"
 #include "tuner/compile/hash.hpp"
 #include "tuner/subprocess.hpp"
-#include "tuner/workload/kernel_args.hpp"
+#include "layer/device_structs.hpp"
 
 namespace ft {
 namespace {
@@ -28,11 +29,11 @@ TEST(Export, H200ManifestCodeObjectsExistAndHashToTheirNames) {
   if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
   ASSERT_TRUE(ex.error.empty()) << ex.error;
   const json& m = ex.manifest;
-  EXPECT_EQ(m["schema_version"], 1);
+  EXPECT_EQ(m["schema_version"], 2);
   EXPECT_EQ(m["target"], "sm_90a");
   EXPECT_EQ(m["code_object_format"], "cubin");
   EXPECT_EQ(m["device"]["name"], "NVIDIA H200");
-  EXPECT_EQ(m["args"]["size"], 120);
+  EXPECT_EQ(m["args"]["size"], 128);
   ASSERT_EQ(m["problems"].size(), 1u);
   const json& p = m["problems"][0];
   EXPECT_EQ(p["key"], "moe_e8_h4096_i14336_k2_bf16_swiglu_uniform");
@@ -61,7 +62,10 @@ TEST(Export, H200ManifestCodeObjectsExistAndHashToTheirNames) {
   EXPECT_TRUE(fs::exists(fs::path(ex.dir) / "flytune_dispatch.h"));
 }
 
-TEST(Export, StepsAgreeWithLaunchFormulasAndArgsLayout) {
+// Each bucket's steps are the layer program's for its stage variants at the
+// bucket's T (what the search timed and the runtime checks at open), each
+// launch naming its code object; the args layout is ft::MoeArgs itself.
+TEST(Export, StepsAreTheLayerProgramsAndArgsLayoutIsMoeArgs) {
   const test::SharedExport& ex = test::shared_h200_export();
   if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
   ASSERT_TRUE(ex.error.empty()) << ex.error;
@@ -72,33 +76,34 @@ TEST(Export, StepsAgreeWithLaunchFormulasAndArgsLayout) {
   prob.inter = p["inter"];
   prob.topk = p["topk"];
   for (const json& b : p["buckets"]) {
-    const int align_block = b["align_block"];
-    int max_tile_m = 0;
-    for (const json& s : b["steps"]) {
-      if (!s.contains("variant")) continue;
-      auto v = Variant::from_json(s["variant"]);
-      ASSERT_TRUE(v) << v.error().describe();
-      max_tile_m = std::max(max_tile_m, v->tile_m);
-      EXPECT_EQ(s["symbol"], v->name());
-      EXPECT_EQ(s["block"][0], v->threads());
-      EXPECT_EQ(s["dynamic_shared"], v->lds_bytes());
-      EXPECT_EQ(s["grid_formula"], stage_grid_formula(*v));
-      EXPECT_EQ(s["grid_rule"]["rows_per_block"], v->tile_m);
-      EXPECT_EQ(s["grid_rule"]["cols_per_block"], v->tile_n);
+    auto v1 = Variant::from_json(b["stages"]["stage1"]);
+    auto v2 = Variant::from_json(b["stages"]["stage2"]);
+    ASSERT_TRUE(v1 && v2);
+    auto prog = build_program(LayerRecipe{v1->target, prob, *v1, *v2}, b["tokens"].get<int>());
+    ASSERT_TRUE(prog) << prog.error().describe();
+    json recorded = b["steps"];
+    for (json& st : recorded) {
+      if (st["op"] != "launch") continue;
+      EXPECT_TRUE(st["code_object"].get<std::string>().ends_with(".cubin")) << st;
+      st.erase("code_object");
     }
-    EXPECT_EQ(align_block, max_tile_m);
-    EXPECT_EQ(b["steps"][1]["dynamic_shared"], (3 * prob.experts + 1) * 4);
+    EXPECT_EQ(recorded, steps_json(*prog)) << "T=" << b["tokens"];
+    EXPECT_EQ(b["align_block"], prog->align_block);
+    EXPECT_EQ(b["steps"][2]["symbol"], v1->name());
+    EXPECT_EQ(b["steps"][1]["dynamic_shared"], align_lds_bytes(prob.experts));
   }
   const json& fields = ex.manifest["args"]["fields"];
-  ASSERT_EQ(fields.size(), 19u);
+  ASSERT_EQ(fields.size(), 20u);
   EXPECT_EQ(fields[0]["name"], "x");
   EXPECT_EQ(fields[11]["name"], "tokens");
-  EXPECT_EQ(fields[11]["offset"], 88);
+  EXPECT_EQ(fields[11]["offset"], offsetof(MoeArgs, tokens));
   EXPECT_EQ(fields[18]["name"], "flags");
   EXPECT_EQ(fields[18]["offset"], 116);
+  EXPECT_EQ(fields[19]["name"], "bad_ids");
+  EXPECT_EQ(fields[19]["offset"], 120);
   const std::string header = test::read_bytes((fs::path(ex.dir) / "flytune_dispatch.h").string());
   EXPECT_NE(header.find("#define FLYTUNE_DISPATCH_COUNT 6"), std::string::npos);
-  EXPECT_NE(header.find("#define FLYTUNE_MOE_ARGS_SIZE 120"), std::string::npos);
+  EXPECT_NE(header.find("#define FLYTUNE_MOE_ARGS_SIZE 128"), std::string::npos);
   EXPECT_NE(header.find(p["buckets"][0]["steps"][2]["symbol"].get<std::string>()), std::string::npos);
 }
 
@@ -111,7 +116,7 @@ TEST(Export, ShuffleArgsLayoutHasTheLayoutField) {
   const json& args = ex.manifest["shuffle"]["args"];
   EXPECT_EQ(args["struct"], "ft::ShuffleArgs");
   EXPECT_EQ(args["size"], 32);
-  EXPECT_EQ(args["size"], sizeof(ShuffleArgsHost));
+  EXPECT_EQ(args["size"], sizeof(ShuffleArgs));
   const json& fields = args["fields"];
   ASSERT_EQ(fields.size(), 6u);
   const std::vector<std::string> names{"src", "dst", "rows", "cols", "layout", "reserved"};
@@ -121,8 +126,8 @@ TEST(Export, ShuffleArgsLayoutHasTheLayoutField) {
     EXPECT_EQ(fields[i]["offset"], offsets[i]) << names[i];
     EXPECT_EQ(fields[i]["size"], sizes[i]) << names[i];
   }
-  EXPECT_EQ(fields[4]["offset"], offsetof(ShuffleArgsHost, layout));
-  EXPECT_EQ(fields[5]["offset"], offsetof(ShuffleArgsHost, reserved));
+  EXPECT_EQ(fields[4]["offset"], offsetof(ShuffleArgs, layout));
+  EXPECT_EQ(fields[5]["offset"], offsetof(ShuffleArgs, reserved));
   EXPECT_EQ(fields[4]["type"], "i32");
   EXPECT_NE(fields[4]["meaning"].get<std::string>().find("1 shuffled, 2 tiled"), std::string::npos);
   EXPECT_EQ(ex.manifest["shuffle"]["block"][0], kReduceThreads);
@@ -145,13 +150,9 @@ TEST(Export, WeightLayoutsDocumentTiled) {
   EXPECT_EQ(tiled["w2"]["rows"], "experts * hidden");
   EXPECT_EQ(tiled["w2"]["cols"], "inter");
   EXPECT_NE(tiled["meaning"].get<std::string>().find("_tiled_ws"), std::string::npos);
-  // Every stage names a layout the manifest documents.
+  // Every bucket names layouts the manifest documents.
   for (const json& b : ex.manifest["problems"][0]["buckets"])
-    for (const json& s : b["steps"]) {
-      if (s.contains("weight_layout")) {
-        EXPECT_TRUE(layouts.contains(s["weight_layout"].get<std::string>())) << s["weight_layout"];
-      }
-    }
+    for (const char* w : {"w1", "w2"}) EXPECT_TRUE(layouts.contains(b["weights"][w].get<std::string>())) << b["weights"];
   const std::string header = test::read_bytes((fs::path(ex.dir) / "flytune_dispatch.h").string());
   EXPECT_NE(header.find("tiled weight offset of (row, k) in [rows, cols]: " + formula), std::string::npos);
 }
@@ -179,14 +180,13 @@ TEST(Export, TiledStageIsExportedAsTiled) {
     EXPECT_EQ(b["weights"]["w2"], "tiled");
     const json& stage2 = b["steps"][3];
     ASSERT_EQ(stage2["step"], "stage2");
-    EXPECT_EQ(stage2["weight"], "w2");
-    EXPECT_EQ(stage2["weight_layout"], "tiled");
+    EXPECT_EQ(stage2["args"]["w2"], "w2_tiled");
     EXPECT_TRUE(stage2["symbol"].get<std::string>().ends_with("_tiled")) << stage2["symbol"];
-    EXPECT_EQ(stage2["variant"]["layout"], "tiled");
-    EXPECT_EQ(b["steps"][2]["weight_layout"], "plain");
+    EXPECT_EQ(b["stages"]["stage2"]["layout"], "tiled");
+    EXPECT_EQ(b["steps"][2]["args"]["w1"], "w1");
   }
   EXPECT_NE(c->dispatch_header.find("_tiled\", \""), std::string::npos);  // the stage-2 symbol
-  EXPECT_NE(c->dispatch_header.find(", \"tiled\"}"), std::string::npos);  // its weight_layout
+  EXPECT_NE(c->dispatch_header.find("}, \"tiled\"}"), std::string::npos);  // its weight_layout
 }
 
 // The generated header is plain C99 that a C compiler accepts without warnings.
@@ -221,6 +221,80 @@ TEST(Export, MissingDatabaseIsRefused) {
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("no such database"), std::string::npos) << r.error().describe();
   EXPECT_FALSE(fs::exists(dir.file("out")));
+}
+
+// An export goes to a staging folder first: a folder that holds files is
+// refused without --force; with it, the new export replaces the old contents
+// whole (no stale code object beside the new manifest); a failing check
+// leaves the folder as it was.
+TEST(Export, NeverMixesExportsAndACheckFailureWritesNothing) {
+  const test::SharedExport& ex = test::shared_h200_export();
+  if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
+  ASSERT_TRUE(ex.error.empty()) << ex.error;
+  test::ScratchDir dir;
+  const std::string out = dir.file("out");
+  fs::create_directories(out);
+  test::write_bytes(out + "/stale.cubin", "old");
+  test::write_bytes(out + "/manifest.json", "{}");
+  auto refused = db::export_winners({test::h200_db(), out, {}, {}});
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::usage);
+  EXPECT_NE(refused.error().message.find("--force"), std::string::npos) << refused.error().describe();
+  EXPECT_EQ(test::read_bytes(out + "/stale.cubin"), "old");
+
+  db::ExportOptions failing{test::h200_db(), out, {}, {}, true};
+  int checked = 0;
+  failing.check = [&](const std::string& staged) -> Status {
+    ++checked;
+    EXPECT_TRUE(fs::exists(staged + "/manifest.json"));
+    EXPECT_NE(staged, out);
+    return fail(Errc::verify, "a bucket failed");
+  };
+  auto f = db::export_winners(failing);
+  ASSERT_FALSE(f);
+  EXPECT_EQ(checked, 1);
+  EXPECT_EQ(test::read_bytes(out + "/manifest.json"), "{}");
+  EXPECT_TRUE(fs::exists(out + "/stale.cubin"));
+
+  db::ExportOptions forced{test::h200_db(), out, {}, {}, true};
+  auto ok = db::export_winners(forced);
+  ASSERT_TRUE(ok) << ok.error().describe();
+  EXPECT_FALSE(fs::exists(out + "/stale.cubin"));
+  EXPECT_NE(test::read_bytes(out + "/manifest.json"), "{}");
+  std::set<std::string> left, want;
+  for (const auto& e : fs::directory_iterator(out)) left.insert(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(ex.dir)) {  // other tests leave their own files in the shared export
+    const std::string name = e.path().filename().string();
+    if (name == "manifest.json" || name == "flytune_dispatch.h" || name.ends_with(".cubin")) want.insert(name);
+  }
+  EXPECT_EQ(left, want);
+  for (const auto& e : fs::directory_iterator(dir.file(""))) EXPECT_EQ(e.path().filename().string().find(".out.staging"), std::string::npos);
+}
+
+// A layer winner recorded before the program's rules -- stage tiles of 128 and
+// 192 rows, whose blocks do not line up -- is left out with a note, not
+// exported to run wrong.
+TEST(Export, LeavesOutAPairTheProgramCannotRunAndSaysSo) {
+  test::ScratchDir dir;
+  const std::string db = dir.file("bad_pair.db");
+  fs::copy_file(test::h200_db(), db);
+  test::raw_sql(db, "UPDATE variants SET params_json = json_set(params_json, '$.stage1.tile_m', 192) "
+                    "WHERE kind = 'layer' AND id = (SELECT variant_id FROM winners WHERE kind = 'layer' AND tokens = 4096);");
+  auto c = db::build_export({db, "", {}, {}});
+  if (!c && c.error().code == Errc::toolchain) GTEST_SKIP() << c.error().describe();
+  ASSERT_TRUE(c) << c.error().describe();
+  std::set<int> exported;
+  for (const json& b : c->manifest["problems"][0]["buckets"]) exported.insert(b["tokens"].get<int>());
+  EXPECT_FALSE(exported.contains(4096));
+  EXPECT_TRUE(exported.contains(1));
+  // Every bucket left out (4096, and any bucket whose winner is the same pair) has its note.
+  for (int t : {1, 16, 64, 512, 4096, 16384}) {
+    if (exported.contains(t)) continue;
+    bool noted = false;
+    for (const std::string& n : c->summary.notes)
+      noted |= n.find(fmt::format("T={}: not exported", t)) != std::string::npos && n.find("384") != std::string::npos;
+    EXPECT_TRUE(noted) << "T=" << t;
+  }
 }
 
 TEST(Export, CorruptDatabaseIsRefused) {

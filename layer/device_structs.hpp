@@ -1,0 +1,29 @@
+#pragma once
+// The kernels' argument structs and the support kernels' block sizes, taken
+// from the device headers themselves (templates/ft/moe_args.hpp): the host
+// fills the very structs the kernels read, so there is no mirror to drift.
+// Device pointers are 64 bits on every host flytune runs on, so the layout is
+// the device's byte for byte; the export manifest documents it.
+#include <cstddef>
+#include <cstdint>
+
+#include "templates/ft/int_types.hpp"
+#include "templates/ft/moe_args.hpp"
+
+namespace ft {
+
+static_assert(sizeof(void*) == 8, "flytune hosts pass 64-bit device pointers");
+// Pinned: the manifest documents these layouts and exported kernels read them.
+static_assert(sizeof(MoeArgs) == 128 && offsetof(MoeArgs, tokens) == 88 && offsetof(MoeArgs, flags) == 116 &&
+                  offsetof(MoeArgs, bad_ids) == 120,
+              "ft::MoeArgs is append-only");
+static_assert(sizeof(ShuffleArgs) == 32, "ft::ShuffleArgs is append-only");
+static_assert(sizeof(FillArgs) == 32, "ft::FillArgs is append-only");
+
+// A device address (ft::DevicePtr) as the typed pointer a struct field holds.
+template <class T>
+T* device_pointer(std::uint64_t address) {
+  return reinterpret_cast<T*>(static_cast<std::uintptr_t>(address));
+}
+
+}  // namespace ft

@@ -1,0 +1,105 @@
+#include "layer/execute.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace ft {
+namespace {
+
+// The pointer fields of a launch step's argument, from the table.
+MoeArgs bound_args(const Step& s, const BufferTable& t) {
+  MoeArgs a = s.args;
+  a.x = device_pointer<const u16>(at(t, Buf::x));
+  a.topk_ids = device_pointer<const i32>(at(t, Buf::topk_ids));
+  a.topk_weights = device_pointer<const float>(at(t, Buf::topk_weights));
+  a.w1 = device_pointer<const u16>(at(t, s.w1));
+  a.w2 = device_pointer<const u16>(at(t, s.w2));
+  a.inter = device_pointer<u16>(at(t, Buf::inter));
+  a.y_acc = device_pointer<float>(at(t, Buf::y_acc));
+  a.y = device_pointer<u16>(at(t, Buf::y));
+  a.sorted_ids = device_pointer<i32>(at(t, Buf::sorted_ids));
+  a.block_experts = device_pointer<i32>(at(t, Buf::block_experts));
+  a.padded_rows = device_pointer<i32>(at(t, Buf::padded_rows));
+  a.bad_ids = device_pointer<i32>(at(t, Buf::bad_ids));
+  return a;
+}
+
+// What to tell a caller who passed no copy of the weights in a layout.
+std::string missing_hint(Buf b) {
+  switch (b) {
+    case Buf::w1_shuffled:
+    case Buf::w2_shuffled:
+      return fmt::format("{} (a stage reads pre-shuffled weights: arrange them once with the shuffled layout)", to_string(b));
+    case Buf::w1_tiled:
+    case Buf::w2_tiled:
+      return fmt::format("{} (a stage reads tiled weights: arrange them once with the tiled layout)", to_string(b));
+    default: return std::string(to_string(b));
+  }
+}
+
+}  // namespace
+
+Result<std::vector<FunctionHandle>> bind(const LayerProgram& p, const RoleKernels& k) {
+  std::vector<FunctionHandle> out(p.steps.size());
+  for (std::size_t i = 0; i < p.steps.size(); ++i) {
+    const Step& s = p.steps[i];
+    if (s.op != Step::Op::launch) continue;
+    switch (s.role) {
+      case Role::align: out[i] = k.align; break;
+      case Role::stage1: out[i] = k.stage1; break;
+      case Role::stage2: out[i] = k.stage2; break;
+      case Role::reduce_atomic: out[i] = k.reduce_atomic; break;
+      case Role::reduce_partials: out[i] = k.reduce_partials; break;
+    }
+    if (!out[i].p) return fail(Errc::internal, fmt::format("layer program: no {} kernel was loaded for step {}", to_string(s.role), s.name));
+  }
+  return out;
+}
+
+Status prepare(Device& d, const LayerProgram& p, std::span<const FunctionHandle> functions) {
+  for (std::size_t i = 0; i < p.steps.size() && i < functions.size(); ++i)
+    if (p.steps[i].op == Step::Op::launch && p.steps[i].shape.lds_bytes > 0)
+      FT_CHECK(d.set_dynamic_shared(functions[i], p.steps[i].shape.lds_bytes));
+  return {};
+}
+
+Status check_buffers(const LayerProgram& p, const BufferTable& buffers) {
+  std::string missing;
+  for (std::size_t i = 0; i < kBufCount; ++i) {
+    const Buf b = Buf(i);
+    if (b == Buf::bad_ids || !p.bytes[i] || buffers[i]) continue;
+    missing += (missing.empty() ? "" : ", ") + missing_hint(b);
+  }
+  if (!missing.empty()) return fail(Errc::usage, "null layer buffers: " + missing);
+  return {};
+}
+
+Status execute(Device& d, const LayerProgram& p, std::span<const FunctionHandle> functions, const BufferTable& buffers,
+               StreamHandle stream, const ExecuteOptions& o) {
+  if (functions.size() != p.steps.size())
+    return fail(Errc::internal, fmt::format("layer program: {} functions bound for {} steps", functions.size(), p.steps.size()));
+  const std::size_t last = std::min(o.last, p.steps.size());
+  if (!o.marks.empty() && o.marks.size() != last - std::min(o.first, last) + 1)
+    return fail(Errc::internal, "layer program: one mark per step run plus one");
+  std::size_t mark = 0;
+  for (std::size_t i = o.first; i < last; ++i) {
+    if (!o.marks.empty()) FT_CHECK(d.record(o.marks[mark++], stream));
+    const Step& s = p.steps[i];
+    if (s.op == Step::Op::memset_u32) {
+      FT_CHECK(d.memset_u32(at(buffers, s.buffer), s.value, s.count, stream));
+      continue;
+    }
+    const LaunchShape& g = s.shape;
+    if (g.grid_x <= 0 || g.grid_y <= 0 || g.grid_z <= 0) continue;
+    const MoeArgs a = bound_args(s, buffers);
+    const Status st = d.launch(functions[i], Dim3{unsigned(g.grid_x), unsigned(g.grid_y), unsigned(g.grid_z)},
+                               Dim3{unsigned(g.block), 1, 1}, g.lds_bytes, stream, &a, sizeof a);
+    if (!st) return std::unexpected(with_context(st.error(), fmt::format("step {} ({})", s.name, s.symbol)));
+  }
+  if (!o.marks.empty()) FT_CHECK(d.record(o.marks[mark], stream));
+  return {};
+}
+
+}  // namespace ft

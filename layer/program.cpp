@@ -1,0 +1,276 @@
+#include "layer/program.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "generator/emitter.hpp"
+
+namespace ft {
+
+long long max_padded_rows(const Problem& p, int tokens, int align_block) {
+  const long long pairs = (long long)tokens * p.topk;
+  const long long rows = pairs + std::min<long long>(p.experts, pairs) * (align_block - 1);
+  return (rows + align_block - 1) / align_block * align_block;
+}
+
+LaunchShape align_launch(const Problem& p) { return {1, 1, 1, kAlignThreads, align_lds_bytes(p.experts)}; }
+
+LaunchShape stage_launch(const Variant& v, const Problem& p, int tokens, int align_block) {
+  LaunchShape s;
+  s.grid_x = int(max_padded_rows(p, tokens, align_block) / v.tile_m);
+  s.grid_y = (v.kind == KernelKind::moe1 ? p.inter : p.hidden) / v.tile_n;
+  s.grid_z = v.kind == KernelKind::moe2 ? v.split_k : 1;
+  if (v.tiles_per_block > 1) {  // persistent: each block walks tiles block, block + grid_x, ... (ft::for_each_tile)
+    const long long tiles = (long long)s.grid_x * s.grid_y * s.grid_z;
+    s.grid_x = int((tiles + v.tiles_per_block - 1) / v.tiles_per_block);
+    s.grid_y = s.grid_z = 1;
+  }
+  s.block = v.threads();
+  s.lds_bytes = v.lds_bytes();
+  return s;
+}
+
+LaunchShape reduce_launch(const Problem& p, int tokens) {
+  const long long chunks = (long long)tokens * p.hidden / 8;
+  return {int((chunks + kReduceThreads - 1) / kReduceThreads), 1, 1, kReduceThreads, 0};
+}
+
+LaunchShape shuffle_launch(long long rows, long long cols) {
+  const long long chunks = rows * cols / 8;
+  return {int((chunks + kReduceThreads - 1) / kReduceThreads), 1, 1, kReduceThreads, 0};
+}
+
+LaunchShape reference_launch(KernelKind stage, const Problem& p, int tokens) {
+  // Pairs or tokens along x (up to 2^31 - 1 blocks), column chunks along y.
+  if (stage == KernelKind::moe1)
+    return {tokens * p.topk, (p.inter + kReferenceThreads - 1) / kReferenceThreads, 1, kReferenceThreads, 0};
+  return {tokens, (p.hidden + kReferenceThreads - 1) / kReferenceThreads, 1, kReferenceThreads, 0};
+}
+
+LaunchShape fill_launch(std::uint64_t count) {
+  return {int((count + 8 * kFillThreads - 1) / (8 * kFillThreads)), 1, 1, kFillThreads, 0};
+}
+
+std::string_view to_string(Buf b) {
+  static constexpr std::array<std::string_view, kBufCount> names{
+      "x",          "topk_ids",    "topk_weights", "w1",         "w2",     "w1_shuffled",
+      "w2_shuffled", "w1_tiled",   "w2_tiled",     "inter",      "y_acc",  "y",
+      "sorted_ids", "block_experts", "padded_rows", "bad_ids"};
+  return names[std::size_t(b)];
+}
+
+Buf weight_buffer(int which, WeightLayoutKind layout) {
+  switch (layout) {
+    case WeightLayoutKind::shuffled: return which == 1 ? Buf::w1_shuffled : Buf::w2_shuffled;
+    case WeightLayoutKind::tiled: return which == 1 ? Buf::w1_tiled : Buf::w2_tiled;
+    case WeightLayoutKind::plain: break;
+  }
+  return which == 1 ? Buf::w1 : Buf::w2;
+}
+
+std::string_view to_string(Role r) {
+  switch (r) {
+    case Role::align: return "align";
+    case Role::stage1: return "stage1";
+    case Role::stage2: return "stage2";
+    case Role::reduce_atomic: return "reduce_atomic";
+    case Role::reduce_partials: return "reduce_partials";
+  }
+  return "?";
+}
+
+const Step* LayerProgram::find(std::string_view step_name) const {
+  const std::size_t i = index_of(step_name);
+  return i < steps.size() ? &steps[i] : nullptr;
+}
+
+std::size_t LayerProgram::index_of(std::string_view step_name) const {
+  for (std::size_t i = 0; i < steps.size(); ++i)
+    if (steps[i].name == step_name) return i;
+  return steps.size();
+}
+
+namespace {
+
+std::unexpected<Error> bad(const std::string& what) { return fail(Errc::invalid_input, "layer program: " + what); }
+
+// Kinds, dtypes, targets, the routed weight's placement and the tiles.
+Status validate(const LayerRecipe& r) {
+  const Problem& p = r.problem;
+  if (!r.target) return bad("no target");
+  if (!r.stage1 && !r.stage2) return bad("no stage variant");
+  for (const std::optional<Variant>* s : {&r.stage1, &r.stage2}) {
+    if (!*s) continue;
+    const Variant& v = **s;
+    if (!v.target || !v.atom) return bad(fmt::format("stage variant {} has no target or atom", v.name()));
+    if (v.target != r.target) return bad(fmt::format("{} is for {}, the layer for {}", v.name(), v.target->name, r.target->name));
+    if (v.dtype != p.dtype) return bad(fmt::format("{} is {}, the problem {}", v.name(), to_string(v.dtype), to_string(p.dtype)));
+  }
+  if (r.stage1 && r.stage1->kind != KernelKind::moe1) return bad(r.stage1->name() + " is not a stage-1 kernel");
+  if (r.stage2 && r.stage2->kind != KernelKind::moe2) return bad(r.stage2->name() + " is not a stage-2 kernel");
+  if (r.stage1 && r.stage2 && r.stage1->weight_in_stage1 != r.stage2->weight_in_stage1)
+    return bad("stage 1 and stage 2 disagree on where the routed weight is applied");
+  if (r.stage1 && (p.inter % r.stage1->tile_n != 0 || p.hidden % r.stage1->tile_k != 0))
+    return bad(fmt::format("stage 1 tiles n{} k{} do not divide inter {} and hidden {}", r.stage1->tile_n, r.stage1->tile_k,
+                           p.inter, p.hidden));
+  if (r.stage2 && (p.hidden % r.stage2->tile_n != 0 || p.inter % (r.stage2->tile_k * r.stage2->split_k) != 0))
+    return bad(fmt::format("stage 2 tiles n{} k{} x split {} do not divide hidden {} and inter {}", r.stage2->tile_n,
+                           r.stage2->tile_k, r.stage2->split_k, p.hidden, p.inter));
+  return {};
+}
+
+MoeArgs base_args(const Problem& p, int tokens, int align_block, long long rows) {
+  MoeArgs a{};
+  a.tokens = tokens;
+  a.hidden = p.hidden;
+  a.inter_size = p.inter;
+  a.experts = p.experts;
+  a.topk = p.topk;
+  a.align_block = align_block;
+  a.max_padded_rows = int(rows);
+  a.flags = 0;  // the routed weight's placement is compiled into the stage kernels
+  return a;
+}
+
+Step launch_step(std::string name, Role role, std::string symbol, const LaunchShape& shape, const MoeArgs& args) {
+  Step s;
+  s.op = Step::Op::launch;
+  s.name = std::move(name);
+  s.role = role;
+  s.symbol = std::move(symbol);
+  s.shape = shape;
+  s.args = args;
+  return s;
+}
+
+// Buffer sizes: inputs, the weight copies the stages read, the workspace.
+void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
+  const Problem& p = r.problem;
+  const std::uint64_t T = std::uint64_t(prog.tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2;
+  auto& b = prog.bytes;
+  b[std::size_t(Buf::x)] = T * H * es;
+  b[std::size_t(Buf::topk_ids)] = T * k * 4;
+  b[std::size_t(Buf::topk_weights)] = T * k * 4;
+  b[std::size_t(Buf::inter)] = T * k * I * es;
+  b[std::size_t(Buf::sorted_ids)] = std::uint64_t(prog.max_padded_rows) * 4;
+  b[std::size_t(Buf::block_experts)] = std::uint64_t(prog.max_padded_rows / prog.align_block) * 4;
+  b[std::size_t(Buf::padded_rows)] = 4;
+  b[std::size_t(Buf::bad_ids)] = 4;
+  if (r.stage1) b[std::size_t(weight_buffer(1, r.stage1->layout))] = E * 2 * I * H * es;
+  if (r.stage2) {
+    b[std::size_t(weight_buffer(2, r.stage2->layout))] = E * H * I * es;
+    b[std::size_t(Buf::y_acc)] = (r.stage2->reduce == Reduction::atomic ? T : T * k) * H * 4;
+    b[std::size_t(Buf::y)] = T * H * es;
+  }
+}
+
+}  // namespace
+
+Result<int> align_block_of(const LayerRecipe& r) {
+  int block = 1;
+  for (const std::optional<Variant>* s : {&r.stage1, &r.stage2})
+    if (*s) block = std::lcm(block, (*s)->tile_m);
+  if (block > kMaxAlignBlock)
+    return fail(Errc::invalid_input,
+                fmt::format("layer program: stage tiles of {} and {} rows need expert blocks of {} rows (their least common "
+                            "multiple), more than {}",
+                            r.stage1 ? r.stage1->tile_m : 0, r.stage2 ? r.stage2->tile_m : 0, block, kMaxAlignBlock));
+  return block;
+}
+
+Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
+  FT_CHECK(validate(r));
+  if (tokens < 1 || tokens > kMaxTokens) return bad(fmt::format("token count {} outside 1..{}", tokens, kMaxTokens));
+  const Problem& p = r.problem;
+  LayerProgram prog;
+  prog.tokens = tokens;
+  prog.align_block = FT_TRY(align_block_of(r));
+  prog.max_padded_rows = max_padded_rows(p, tokens, prog.align_block);
+  const long long words = std::max<long long>(prog.max_padded_rows, (long long)tokens * p.topk);
+  if (words > std::numeric_limits<int>::max())  // pairs and rows are 32-bit kernel arguments
+    return bad(fmt::format("T={} with {} experts, top-{}: sizes overflow the kernels' 32-bit arguments", tokens, p.experts, p.topk));
+  const MoeArgs args = base_args(p, tokens, prog.align_block, prog.max_padded_rows);
+  const Target& t = *r.target;
+
+  const bool atomic = r.stage2 && r.stage2->reduce == Reduction::atomic;
+  if (atomic) {
+    Step clear;
+    clear.op = Step::Op::memset_u32;
+    clear.name = "clear_y_acc";
+    clear.buffer = Buf::y_acc;
+    clear.count = std::uint64_t(tokens) * std::uint64_t(p.hidden);
+    prog.steps.push_back(std::move(clear));
+  }
+  prog.steps.push_back(launch_step("align", Role::align, align_entry(t), align_launch(p), args));
+  if (r.stage1) {
+    Step s = launch_step("stage1", Role::stage1, r.stage1->name(), stage_launch(*r.stage1, p, tokens, prog.align_block), args);
+    s.w1 = weight_buffer(1, r.stage1->layout);
+    prog.steps.push_back(std::move(s));
+  }
+  if (r.stage2) {
+    Step s = launch_step("stage2", Role::stage2, r.stage2->name(), stage_launch(*r.stage2, p, tokens, prog.align_block), args);
+    s.w2 = weight_buffer(2, r.stage2->layout);
+    prog.steps.push_back(std::move(s));
+    prog.steps.push_back(launch_step("reduce", atomic ? Role::reduce_atomic : Role::reduce_partials,
+                                     reduce_entry(t, r.stage2->reduce, p.dtype), reduce_launch(p, tokens), args));
+  }
+  size_buffers(prog, r);
+  return prog;
+}
+
+Result<LayerProgram> build_align_program(const Target& t, const Problem& p, int tokens, int align_block) {
+  if (align_block < 1 || align_block > kMaxAlignBlock)
+    return bad(fmt::format("row block {} outside 1..{}", align_block, kMaxAlignBlock));
+  if (tokens < 1 || tokens > kMaxTokens) return bad(fmt::format("token count {} outside 1..{}", tokens, kMaxTokens));
+  LayerProgram prog;
+  prog.tokens = tokens;
+  prog.align_block = align_block;
+  prog.max_padded_rows = max_padded_rows(p, tokens, align_block);
+  prog.steps.push_back(launch_step("align", Role::align, align_entry(t), align_launch(p),
+                                   base_args(p, tokens, align_block, prog.max_padded_rows)));
+  size_buffers(prog, LayerRecipe{&t, p, std::nullopt, std::nullopt});
+  return prog;
+}
+
+nlohmann::json steps_json(const LayerProgram& p) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Step& s : p.steps) {
+    if (s.op == Step::Op::memset_u32) {
+      out.push_back({{"step", s.name}, {"op", "memset_u32"}, {"buffer", to_string(s.buffer)}, {"value", s.value}, {"count", s.count}});
+      continue;
+    }
+    const MoeArgs& a = s.args;
+    out.push_back({{"step", s.name},
+                   {"op", "launch"},
+                   {"role", to_string(s.role)},
+                   {"symbol", s.symbol},
+                   {"grid", {s.shape.grid_x, s.shape.grid_y, s.shape.grid_z}},
+                   {"block", {s.shape.block, 1, 1}},
+                   {"dynamic_shared", s.shape.lds_bytes},
+                   {"args",
+                    {{"tokens", a.tokens},
+                     {"hidden", a.hidden},
+                     {"inter_size", a.inter_size},
+                     {"experts", a.experts},
+                     {"topk", a.topk},
+                     {"align_block", a.align_block},
+                     {"max_padded_rows", a.max_padded_rows},
+                     {"flags", a.flags},
+                     {"w1", to_string(s.w1)},
+                     {"w2", to_string(s.w2)}}}});
+  }
+  return out;
+}
+
+nlohmann::json buffers_json(const LayerProgram& p) {
+  nlohmann::json out = nlohmann::json::object();
+  for (std::size_t i = 0; i < kBufCount; ++i)
+    if (p.bytes[i]) out[std::string(to_string(Buf(i)))] = p.bytes[i];
+  return out;
+}
+
+}  // namespace ft

@@ -1,0 +1,124 @@
+#pragma once
+// The one layer program. Every launch rule of the MoE layer lives here: from
+// the stage variants, the problem and the token count T it computes the
+// ordered steps of a layer -- entry point, grid, block, dynamic shared memory,
+// the argument bytes, the memsets and which copy of the weights each stage
+// reads -- and what every buffer must hold. layer/execute.hpp runs a program
+// on any Device. The search times, verify checks, the export records (its
+// manifest's steps are this program's output), and the runtime launches the
+// same program: there is no second copy of these rules.
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "generator/problem.hpp"
+#include "generator/target.hpp"
+#include "generator/variant.hpp"
+#include "layer/device_structs.hpp"
+
+namespace ft {
+
+struct LaunchShape {
+  int grid_x = 1, grid_y = 1, grid_z = 1;
+  int block = 1;
+  int lds_bytes = 0;  // dynamic LDS / shared memory
+};
+
+// Rows of one expert block in sorted_ids: a multiple of every stage's tile_m
+// (a tile never straddles two experts), at most this.
+inline constexpr int kMaxAlignBlock = 256;
+// The largest token count a layer takes (sizes stay within 32-bit arguments).
+inline constexpr int kMaxTokens = 1 << 24;
+
+// Capacity of sorted_ids: every pair, plus at most align_block - 1 padding rows
+// for each expert that has tokens, rounded to whole blocks. Needs no routing
+// information, so the host never waits for the device.
+long long max_padded_rows(const Problem& p, int tokens, int align_block);
+
+LaunchShape align_launch(const Problem& p);
+// A stage's grid: (max_padded_rows / tile_m, N / tile_n, split_k), or, for a
+// persistent variant (tiles_per_block > 1), ceil(tiles / tiles_per_block)
+// blocks in x that walk the tiles (templates/ft/tile_order.hpp).
+LaunchShape stage_launch(const Variant& v, const Problem& p, int tokens, int align_block);
+LaunchShape reduce_launch(const Problem& p, int tokens);
+// The support kernels verification and weight arrangement use.
+LaunchShape shuffle_launch(long long rows, long long cols);
+LaunchShape reference_launch(KernelKind stage, const Problem& p, int tokens);
+LaunchShape fill_launch(std::uint64_t count);
+
+// The buffers a layer's steps read and write.
+enum class Buf : std::uint8_t {
+  x, topk_ids, topk_weights,
+  w1, w2, w1_shuffled, w2_shuffled, w1_tiled, w2_tiled,  // each stage reads its weights in one layout
+  inter, y_acc, y, sorted_ids, block_experts, padded_rows,
+  bad_ids,  // optional: align writes the count of topk ids outside [-1, experts)
+};
+inline constexpr std::size_t kBufCount = 16;
+std::string_view to_string(Buf b);
+// W1 (which = 1) or W2 (which = 2) in a layout.
+Buf weight_buffer(int which, WeightLayoutKind layout);
+
+// Which kernel a launch step runs.
+enum class Role : std::uint8_t { align, stage1, stage2, reduce_atomic, reduce_partials };
+std::string_view to_string(Role r);
+
+struct Step {
+  enum class Op : std::uint8_t { memset_u32, launch };
+  Op op = Op::launch;
+  std::string name;  // "clear_y_acc", "align", "stage1", "stage2", "reduce"
+  // memset_u32: `count` 32-bit words of `buffer` set to `value`.
+  Buf buffer = Buf::y_acc;
+  std::uint32_t value = 0;
+  std::uint64_t count = 0;
+  // launch: `symbol` with `shape` and the argument `args`, whose pointer
+  // fields are filled from the buffer table at execution (w1 and w2 from the
+  // buffers named here: the layout this stage reads).
+  Role role = Role::align;
+  std::string symbol;
+  LaunchShape shape;
+  MoeArgs args{};
+  Buf w1 = Buf::w1, w2 = Buf::w2;
+};
+
+// What a program is built from: both stages (a layer), or one stage alone
+// (the search verifies and times stages one at a time; a stage-2 program
+// reads the intermediate it is given).
+struct LayerRecipe {
+  const Target* target = nullptr;
+  Problem problem;
+  std::optional<Variant> stage1, stage2;
+};
+
+struct LayerProgram {
+  int tokens = 0;
+  int align_block = 0;
+  long long max_padded_rows = 0;
+  std::vector<Step> steps;
+  std::array<std::uint64_t, kBufCount> bytes{};  // what each buffer must hold; 0: no step reads it
+  const Step* find(std::string_view step_name) const;
+  std::size_t index_of(std::string_view step_name) const;  // steps.size() when absent
+};
+
+// The row block of a recipe: the least common multiple of its stages' tile_m
+// (Errc::invalid_input above kMaxAlignBlock, with the tiles named).
+Result<int> align_block_of(const LayerRecipe& r);
+// Errc::invalid_input for a recipe that cannot run (kinds, dtypes, the routed
+// weight's placement, tiles that do not divide the problem) or a token count
+// outside 1..kMaxTokens.
+Result<LayerProgram> build_program(const LayerRecipe& r, int tokens);
+// The align step alone with a given row block (checks of align against the CPU).
+Result<LayerProgram> build_align_program(const Target& t, const Problem& p, int tokens, int align_block);
+
+// The steps as data, for the manifest and for comparing two programs: names,
+// symbols, grids, blocks, shared memory, the argument scalars and the buffer
+// each pointer field takes.
+nlohmann::json steps_json(const LayerProgram& p);
+// Buffer sizes (bytes) by name, the ones a program reads.
+nlohmann::json buffers_json(const LayerProgram& p);
+
+}  // namespace ft

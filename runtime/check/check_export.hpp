@@ -1,0 +1,60 @@
+#pragma once
+// flytune check-export: an export run through libflytune_runtime itself, the
+// way a user's program runs it, on inputs the search never saw. For every
+// problem and token count (each bucket's T, an odd T below it, T between
+// buckets and above the largest) and every routing (uniform, hot, zipf, one
+// expert empty, slots masked with -1), with every output and workspace buffer
+// poisoned first: the layer through ft_plan_launch_checked against the support
+// unit's reference kernels.
+//
+// On a GPU the export's own code objects run. With `emulate` each exported
+// kernel is regenerated from the manifest's stage variants for the CPU
+// emulator, and the runtime executes the manifest's steps on it: the launch
+// rules are checked without a GPU (the GPU code objects are not).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "generator/error.hpp"
+
+namespace ft::check {
+
+struct CheckOptions {
+  std::string dir;
+  bool emulate = false;
+  std::string device;                  // GPU selector ("cuda:0"); "": the first GPU
+  std::optional<std::string> problem;  // only this problem key
+  std::vector<int> tokens;             // empty: check_tokens() of each problem's buckets
+  std::vector<std::string> routings{"uniform", "hot", "zipf", "one-empty", "masked"};
+  std::uint64_t seed = 0x5eed;
+  bool graph = false;  // capture ft_plan_launch into a graph and replay it (the launch must not synchronise)
+};
+
+struct CheckRow {
+  std::string problem;
+  int bucket = 0;
+  int tokens = 0;
+  std::string routing;
+  bool passed = false;
+  double rel_l2 = 0;
+  std::string summary;  // the comparison, or what failed
+};
+
+struct CheckReport {
+  std::string target;
+  std::string device;  // what ran it ("NVIDIA H200", "CPU emulator (sm_90a)")
+  std::vector<CheckRow> rows;
+  int failures() const;
+  std::string table() const;  // one line per row, aligned
+};
+
+// The token counts worth checking for tuned buckets (ascending): each bucket,
+// an odd count below it, one between neighbouring buckets, one above the largest.
+std::vector<int> check_tokens(const std::vector<int>& buckets);
+
+// Errc::usage for an unknown routing; an export the runtime refuses keeps the
+// runtime's error. A failing comparison is a row, not an error.
+Result<CheckReport> check_export(const CheckOptions& options);
+
+}  // namespace ft::check

@@ -1,0 +1,189 @@
+// A seeded fuzz test of opening exports: thousands of export folders made by
+// mutating a real one (tests/data/h200.db's export) -- JSON values replaced
+// by other types, huge or negative numbers, members dropped, text bytes
+// flipped or cut, files turned into folders, /dev/zero, empty files or
+// nothing -- opened through ft::rt::Runtime with a fake device and through the
+// C API. Every open must end in success or an error with a message; nothing
+// may throw, crash or hang (the sanitizer build runs this too). A plan of a
+// successful open is launched on the fake device.
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "flytune_runtime.h"
+#include "runtime/src/runtime_impl.hpp"
+#include "tests/unit/export/export_test_support.hpp"
+
+namespace ft {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// A device that accepts everything and records nothing.
+class NullDevice : public Device {
+ public:
+  NullDevice() { info_.runtime = "cuda", info_.name = "Null GPU", info_.arch = "sm_90a"; }
+  const DeviceInfo& info() const override { return info_; }
+  Result<DevicePtr> alloc(std::size_t) override { return DevicePtr(0x1000); }
+  Status free(DevicePtr) override { return {}; }
+  Status copy_to_device(DevicePtr, const void*, std::size_t, StreamHandle) override { return {}; }
+  Status copy_to_host(void*, DevicePtr, std::size_t, StreamHandle) override { return {}; }
+  Status copy_device(DevicePtr, DevicePtr, std::size_t, StreamHandle) override { return {}; }
+  Status memset_u32(DevicePtr, std::uint32_t, std::size_t, StreamHandle) override { return {}; }
+  Result<ModuleHandle> load_module(std::span<const std::byte>) override { return ModuleHandle{this}; }
+  Status unload_module(ModuleHandle) override { return {}; }
+  Result<FunctionHandle> function(ModuleHandle, const std::string&) override { return FunctionHandle{this}; }
+  Status set_dynamic_shared(FunctionHandle, int) override { return {}; }
+  Status launch(FunctionHandle, Dim3, Dim3, int, StreamHandle, const void*, std::size_t) override { return {}; }
+  Result<StreamHandle> create_stream() override { return StreamHandle{}; }
+  Status destroy_stream(StreamHandle) override { return {}; }
+  Status synchronize(StreamHandle) override { return {}; }
+  Result<EventHandle> create_event() override { return EventHandle{}; }
+  Status destroy_event(EventHandle) override { return {}; }
+  Status record(EventHandle, StreamHandle) override { return {}; }
+  Result<float> elapsed_ms(EventHandle, EventHandle) override { return 0.f; }
+  Status begin_capture(StreamHandle) override { return {}; }
+  Result<GraphHandle> end_capture(StreamHandle) override { return GraphHandle{}; }
+  Status launch_graph(GraphHandle, StreamHandle) override { return {}; }
+  Status destroy_graph(GraphHandle) override { return {}; }
+  DeviceInfo info_;
+};
+
+class Mutator {
+ public:
+  explicit Mutator(std::uint64_t seed) : rng_(seed) {}
+
+  json value() {
+    switch (pick(9)) {
+      case 0: return nullptr;
+      case 1: return bool(pick(2));
+      case 2: return std::int64_t(rng_());
+      case 3: return -std::int64_t(pick(1000));
+      case 4: return 4294967304.0;
+      case 5: return std::string(pick(40), char('A' + pick(26)));
+      case 6: return json::array({1, "x", nullptr});
+      case 7: return json::object({{"k", pick(3)}});
+      default: return std::uint64_t(1) << pick(63);
+    }
+  }
+
+  // Replaces, drops or duplicates one member somewhere in the tree.
+  void mutate(json& j) {
+    json* at = &j;
+    for (int depth = 0; depth < 8 && (at->is_object() || at->is_array()) && !at->empty() && pick(4) != 0; ++depth) {
+      json* next = nullptr;
+      if (at->is_object()) {
+        auto it = at->begin();
+        std::advance(it, long(pick(at->size())));
+        next = &it.value();
+        if (pick(6) == 0) {
+          at->erase(it.key());
+          return;
+        }
+      } else {
+        next = &(*at)[pick(at->size())];
+        if (pick(8) == 0) {
+          at->push_back(*next);
+          return;
+        }
+      }
+      at = next;
+    }
+    *at = value();
+  }
+
+  std::string bytes(std::string text) {
+    const int edits = 1 + int(pick(4));
+    for (int i = 0; i < edits && !text.empty(); ++i) {
+      const std::size_t pos = pick(text.size());
+      switch (pick(3)) {
+        case 0: text[pos] = char(rng_()); break;
+        case 1: text.resize(pos); break;
+        default: text.insert(pos, std::string(pick(3) + 1, "{[\"0,:}]"[pick(8)]));
+      }
+    }
+    return text;
+  }
+
+  std::size_t pick(std::size_t n) { return n ? std::size_t(rng_() % n) : 0; }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+// Copies the export as hard links (cheap), then writes `manifest` and, for
+// some iterations, replaces one code object with something else.
+void lay_out(const std::string& from, const std::string& to, const std::string& manifest, Mutator& m,
+             const std::vector<std::string>& objects) {
+  std::error_code ec;
+  fs::remove_all(to, ec);
+  fs::create_directories(to);
+  for (const std::string& o : objects) fs::create_hard_link(fs::path(from) / o, fs::path(to) / o, ec);
+  test::write_bytes(to + "/manifest.json", manifest);
+  if (m.pick(4) != 0 || objects.empty()) return;
+  const fs::path victim = fs::path(to) / objects[m.pick(objects.size())];
+  fs::remove(victim, ec);
+  switch (m.pick(4)) {
+    case 0: fs::create_directory(victim, ec); break;
+    case 1: fs::create_symlink("/dev/zero", victim, ec); break;
+    case 2: test::write_bytes(victim.string(), ""); break;
+    default: break;  // missing
+  }
+}
+
+TEST(RuntimeFuzz, GeneratedExportFoldersNeverCrashTheRuntime) {
+  const test::SharedExport& ex = test::shared_h200_export();
+  if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
+  ASSERT_TRUE(ex.error.empty()) << ex.error;
+  std::vector<std::string> objects;
+  for (const auto& e : fs::directory_iterator(ex.dir))
+    if (e.path().extension() == ".cubin") objects.push_back(e.path().filename().string());
+  test::ScratchDir scratch;
+  const std::string dir = scratch.file("fuzz");
+  const char* env = std::getenv("FLYTUNE_FUZZ_SECONDS");
+  const double budget = env ? std::atof(env) : 10.0;
+  const auto start = std::chrono::steady_clock::now();
+  int runs = 0, opened = 0, launched = 0;
+  for (std::uint64_t seed = 1; seed <= 20000; ++seed) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > budget) break;
+    Mutator m(seed);
+    json manifest = ex.manifest;
+    const int edits = 1 + int(m.pick(3));
+    for (int i = 0; i < edits; ++i) m.mutate(manifest);
+    std::string text = manifest.dump();
+    if (m.pick(5) == 0) text = m.bytes(text);
+    lay_out(ex.dir, dir, text, m, objects);
+    ++runs;
+    auto r = rt::Runtime::open(dir, [] { return Result<std::unique_ptr<Device>>(std::make_unique<NullDevice>()); });
+    if (!r) {
+      EXPECT_FALSE(r.error().message.empty()) << "seed " << seed;
+    } else {
+      ++opened;
+      for (const rt::ProblemEntry& p : (*r)->manifest().problems)
+        for (int t : {1, int(m.pick(40000)) + 1}) {
+          auto plan = (*r)->select(p.key, t);
+          if (!plan) continue;
+          rt::LayerBuffers b{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+          launched += (*r)->launch(*plan, b, {}) ? 1 : 0;
+        }
+    }
+    // The C API on the same folder: a status and a message, never an exception.
+    char err[256] = {0};
+    ft_runtime* handle = nullptr;
+    const int st = ft_runtime_open(dir.c_str(), &handle, err, sizeof err);
+    if (st != FT_OK) EXPECT_NE(err[0], '\0') << "seed " << seed;
+    ft_runtime_close(handle);
+  }
+  std::printf("fuzz: %d folders, %d opened, %d layers launched\n", runs, opened, launched);
+  EXPECT_GT(runs, 50);
+  EXPECT_GT(opened, 0);  // some mutations leave a loadable export (a changed time_us, say)
+}
+
+}  // namespace
+}  // namespace ft

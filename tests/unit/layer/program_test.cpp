@@ -1,0 +1,196 @@
+// The one layer program: the steps, grids, argument scalars and buffer sizes
+// of a layer, and the recipes it refuses. Every launcher (search, export,
+// runtime, the emulator tests) runs these steps, so the rules are pinned here.
+#include <algorithm>
+#include <cctype>
+#include <functional>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "generator/atoms.hpp"
+#include "generator/emitter.hpp"
+#include "generator/space.hpp"
+#include "layer/program.hpp"
+
+namespace ft {
+namespace {
+
+Problem mixtral() { return *problem_from_preset("mixtral-8x7b"); }
+
+Variant wgmma(KernelKind kind, int tile_m, int tile_n, int warps_m) {
+  Variant v;
+  v.target = find_target("sm_90a");
+  v.atom = find_atom("wgmma_m64k16_f32_bf16");
+  v.kind = kind;
+  v.tile_m = tile_m;
+  v.tile_n = tile_n;
+  v.tile_k = 64;
+  v.warps_m = warps_m;
+  v.warps_n = 1;
+  v.stages = 4;
+  return v;
+}
+
+LayerRecipe recipe(Variant s1, Variant s2, Problem p = mixtral()) { return {s1.target, p, s1, s2}; }
+
+std::vector<std::string> step_names(const LayerProgram& p) {
+  std::vector<std::string> out;
+  for (const Step& s : p.steps) out.push_back(s.name);
+  return out;
+}
+
+TEST(LayerProgram, AtomicLayerClearsThenAlignsThenRunsBothStagesAndReduces) {
+  const Problem p = mixtral();
+  const LayerRecipe r = recipe(wgmma(KernelKind::moe1, 128, 128, 8), wgmma(KernelKind::moe2, 128, 256, 8));
+  auto prog = build_program(r, 333);
+  ASSERT_TRUE(prog) << prog.error().describe();
+  EXPECT_EQ(step_names(*prog), (std::vector<std::string>{"clear_y_acc", "align", "stage1", "stage2", "reduce"}));
+  const Step& clear = prog->steps[0];
+  EXPECT_EQ(clear.op, Step::Op::memset_u32);
+  EXPECT_EQ(clear.buffer, Buf::y_acc);
+  EXPECT_EQ(clear.count, 333u * 4096u);
+  EXPECT_EQ(prog->align_block, 128);
+  EXPECT_EQ(prog->max_padded_rows, max_padded_rows(p, 333, 128));
+  const Step& s1 = *prog->find("stage1");
+  EXPECT_EQ(s1.symbol, r.stage1->name());
+  EXPECT_EQ(s1.shape.grid_x, prog->max_padded_rows / 128);
+  EXPECT_EQ(s1.shape.grid_y, 14336 / 128);
+  EXPECT_EQ(s1.shape.block, r.stage1->threads());
+  EXPECT_EQ(s1.shape.lds_bytes, r.stage1->lds_bytes());
+  EXPECT_EQ(s1.args.tokens, 333);
+  EXPECT_EQ(s1.args.align_block, 128);
+  EXPECT_EQ(s1.args.max_padded_rows, prog->max_padded_rows);
+  EXPECT_EQ(s1.args.flags, 0);
+  EXPECT_EQ(s1.args.x, nullptr);  // pointers come from the buffer table at execution
+  const Step& red = *prog->find("reduce");
+  EXPECT_EQ(red.role, Role::reduce_atomic);
+  EXPECT_EQ(red.symbol, reduce_entry(*r.target, Reduction::atomic, DType::bf16));
+  EXPECT_EQ(red.shape.grid_x, int((333LL * 4096 / 8 + kReduceThreads - 1) / kReduceThreads));
+  const Step& align = *prog->find("align");
+  EXPECT_EQ(align.shape.lds_bytes, align_lds_bytes(8));
+  EXPECT_EQ(align.shape.block, kAlignThreads);
+}
+
+TEST(LayerProgram, PartialsLayerHasNoClearAndSizesKRowsPerToken) {
+  Variant s2 = wgmma(KernelKind::moe2, 64, 128, 4);
+  s2.reduce = Reduction::partials;
+  auto prog = build_program(recipe(wgmma(KernelKind::moe1, 64, 128, 4), s2), 17);
+  ASSERT_TRUE(prog) << prog.error().describe();
+  EXPECT_EQ(step_names(*prog), (std::vector<std::string>{"align", "stage1", "stage2", "reduce"}));
+  EXPECT_EQ(prog->find("reduce")->role, Role::reduce_partials);
+  EXPECT_EQ(prog->bytes[std::size_t(Buf::y_acc)], 17u * 2 * 4096 * 4);
+  EXPECT_EQ(prog->bytes[std::size_t(Buf::inter)], 17u * 2 * 14336 * 2);
+  EXPECT_EQ(prog->bytes[std::size_t(Buf::sorted_ids)], std::uint64_t(prog->max_padded_rows) * 4);
+  EXPECT_EQ(prog->bytes[std::size_t(Buf::block_experts)], std::uint64_t(prog->max_padded_rows / 64) * 4);
+}
+
+// The row block is a multiple of both stages' tile_m, so no tile straddles
+// two experts: the least common multiple, never just the larger tile.
+TEST(LayerProgram, RowBlockIsTheLeastCommonMultipleOfTheTiles) {
+  struct Case {
+    int m1, m2, block;
+  };
+  for (const Case& c : {Case{64, 128, 128}, Case{64, 192, 192}, Case{128, 128, 128}, Case{192, 64, 192}}) {
+    auto prog = build_program(recipe(wgmma(KernelKind::moe1, c.m1, 128, c.m1 / 16), wgmma(KernelKind::moe2, c.m2, 128, c.m2 / 16)), 512);
+    ASSERT_TRUE(prog) << c.m1 << "+" << c.m2 << ": " << prog.error().describe();
+    EXPECT_EQ(prog->align_block, c.block) << c.m1 << "+" << c.m2;
+    EXPECT_EQ(prog->max_padded_rows % c.m1, 0);
+    EXPECT_EQ(prog->max_padded_rows % c.m2, 0);
+  }
+  // 128 and 192 need blocks of 384 rows: refused (the mixtral T=512 export that ran wrong).
+  auto bad = build_program(recipe(wgmma(KernelKind::moe1, 128, 128, 8), wgmma(KernelKind::moe2, 192, 128, 12)), 512);
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("384"), std::string::npos) << bad.error().message;
+}
+
+// A persistent stage launches ceil(tiles / tiles_per_block) blocks in x only
+// (the grid rule the export once lacked).
+TEST(LayerProgram, PersistentStageGridCoversEveryTileOnce) {
+  Variant s2 = wgmma(KernelKind::moe2, 128, 256, 8);
+  s2.warp_specialized = true;
+  s2.layout = WeightLayoutKind::tiled;
+  s2.split_k = 2;
+  const Problem p = mixtral();
+  auto plain = build_program(recipe(wgmma(KernelKind::moe1, 128, 128, 8), s2), 4096);
+  s2.tiles_per_block = 8;
+  auto persistent = build_program(recipe(wgmma(KernelKind::moe1, 128, 128, 8), s2), 4096);
+  ASSERT_TRUE(plain && persistent);
+  const LaunchShape& one = plain->find("stage2")->shape;
+  const LaunchShape& many = persistent->find("stage2")->shape;
+  const long long tiles = (long long)one.grid_x * one.grid_y * one.grid_z;
+  EXPECT_EQ(one.grid_z, 2);
+  EXPECT_EQ(many.grid_x, (tiles + 7) / 8);
+  EXPECT_EQ(many.grid_y, 1);
+  EXPECT_EQ(many.grid_z, 1);
+  EXPECT_EQ(persistent->find("stage2")->w2, Buf::w2_tiled);
+  EXPECT_EQ(persistent->find("stage1")->w1, Buf::w1);
+  EXPECT_GT(persistent->bytes[std::size_t(Buf::w2_tiled)], 0u);
+  EXPECT_EQ(persistent->bytes[std::size_t(Buf::w2)], 0u);
+}
+
+TEST(LayerProgram, StageAloneProgramsForTheSearch) {
+  auto first = build_program({find_target("sm_90a"), mixtral(), wgmma(KernelKind::moe1, 64, 128, 4), std::nullopt}, 5);
+  ASSERT_TRUE(first) << first.error().describe();
+  EXPECT_EQ(step_names(*first), (std::vector<std::string>{"align", "stage1"}));
+  auto second = build_program({find_target("sm_90a"), mixtral(), std::nullopt, wgmma(KernelKind::moe2, 64, 128, 4)}, 5);
+  ASSERT_TRUE(second) << second.error().describe();
+  EXPECT_EQ(step_names(*second), (std::vector<std::string>{"clear_y_acc", "align", "stage2", "reduce"}));
+  EXPECT_EQ(second->index_of("stage2"), 2u);
+  EXPECT_EQ(second->index_of("stage1"), second->steps.size());
+}
+
+struct Refusal {
+  const char* what;
+  std::function<void(LayerRecipe&, int&)> change;
+  const char* message;
+};
+
+class LayerProgramRefuses : public ::testing::TestWithParam<Refusal> {};
+
+TEST_P(LayerProgramRefuses, WithAReason) {
+  LayerRecipe r = recipe(wgmma(KernelKind::moe1, 64, 128, 4), wgmma(KernelKind::moe2, 64, 128, 4));
+  int tokens = 16;
+  GetParam().change(r, tokens);
+  auto prog = build_program(r, tokens);
+  ASSERT_FALSE(prog) << GetParam().what;
+  EXPECT_EQ(prog.error().code, Errc::invalid_input);
+  EXPECT_NE(prog.error().message.find(GetParam().message), std::string::npos) << prog.error().message;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Recipes, LayerProgramRefuses,
+    ::testing::Values(
+        Refusal{"swapped kinds", [](LayerRecipe& r, int&) { std::swap(r.stage1, r.stage2); }, "not a stage-1 kernel"},
+        Refusal{"weight placement", [](LayerRecipe& r, int&) { r.stage1->weight_in_stage1 = true; }, "routed weight"},
+        Refusal{"dtype", [](LayerRecipe& r, int&) { r.problem.dtype = DType::f16; }, "the problem f16"},
+        Refusal{"tile_n", [](LayerRecipe& r, int&) { r.problem.inter = 100; }, "do not divide"},
+        Refusal{"no stage", [](LayerRecipe& r, int&) { r.stage1.reset(), r.stage2.reset(); }, "no stage variant"},
+        Refusal{"zero tokens", [](LayerRecipe&, int& t) { t = 0; }, "outside 1.."},
+        Refusal{"too many tokens", [](LayerRecipe&, int& t) { t = kMaxTokens + 1; }, "outside 1.."},
+        Refusal{"32-bit rows", [](LayerRecipe& r, int& t) { r.problem.topk = 200, r.problem.experts = 256, t = kMaxTokens; },
+                "overflow"}),
+    [](const auto& info) {
+      std::string n = info.param.what;
+      std::replace_if(n.begin(), n.end(), [](char c) { return !std::isalnum(static_cast<unsigned char>(c)); }, '_');
+      return n;
+    });
+
+// Two programs of one recipe and T are identical as data (the runtime compares
+// a manifest's recorded steps with its own program this way).
+TEST(LayerProgram, StepsAsDataAreStableAndSayWhichWeightsAStageReads) {
+  Variant s1 = wgmma(KernelKind::moe1, 64, 128, 4);
+  s1.warp_specialized = true;
+  s1.layout = WeightLayoutKind::tiled;
+  const LayerRecipe r = recipe(s1, wgmma(KernelKind::moe2, 64, 128, 4));
+  const nlohmann::json a = steps_json(*build_program(r, 100)), b = steps_json(*build_program(r, 100));
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, steps_json(*build_program(r, 101)));
+  EXPECT_EQ(a[2]["step"], "stage1");
+  EXPECT_EQ(a[2]["args"]["w1"], "w1_tiled");
+  EXPECT_EQ(a[3]["args"]["w2"], "w2");
+  EXPECT_EQ(a[0]["count"], 100 * 4096);
+}
+
+}  // namespace
+}  // namespace ft

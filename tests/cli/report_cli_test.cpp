@@ -53,9 +53,9 @@ class ReportCli : public ::testing::Test {
   std::string baseline_, current_;
 };
 
-TEST_F(ReportCli, MarkdownByDefaultAndExitOneOnRegressionOrBreakage) {
+TEST_F(ReportCli, MarkdownByDefaultAndExitThreeOnRegressionOrBreakage) {
   auto r = report({});
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_EQ(r.output.rfind("### flytune report: FAILED: 3 broken, 2 regressions, 1 missing, 1 new, 1 improvement, "
                            "4 unchanged (12 keys, threshold 5%)",
                            0),
@@ -66,9 +66,9 @@ TEST_F(ReportCli, MarkdownByDefaultAndExitOneOnRegressionOrBreakage) {
 
 TEST_F(ReportCli, FailOnChoosesWhatFails) {
   EXPECT_EQ(report({"--fail-on", "none"}).exit_code, 0);
-  EXPECT_EQ(report({"--fail-on", "regression"}).exit_code, 1);
-  EXPECT_EQ(report({"--fail-on", "broken"}).exit_code, 1);
-  EXPECT_EQ(report({"--fail-on", "missing,new"}).exit_code, 1);
+  EXPECT_EQ(report({"--fail-on", "regression"}).exit_code, 3);
+  EXPECT_EQ(report({"--fail-on", "broken"}).exit_code, 3);
+  EXPECT_EQ(report({"--fail-on", "missing,new"}).exit_code, 3);
   auto self = run_flytune({"report", "--baseline", baseline_, "--current", baseline_, "--fail-on", "missing,new,regression,broken,improvement"});
   EXPECT_EQ(self.exit_code, 0) << self.output;
 }
@@ -76,7 +76,7 @@ TEST_F(ReportCli, FailOnChoosesWhatFails) {
 TEST_F(ReportCli, ThresholdMovesTheLine) {
   // At 35% the 30% and 10% regressions become unchanged; the broken keys stay.
   auto r = report({"--threshold", "35%", "--format", "json"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 3);
   auto j = nlohmann::json::parse(r.output, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.output;
   EXPECT_EQ(j["counts"]["regression"], 0);
@@ -97,7 +97,7 @@ TEST_F(ReportCli, ADatabaseComparedWithItselfReportsNothingAndPasses) {
 
 TEST_F(ReportCli, JsonVerdictsMatchTheKnownOnes) {
   auto r = report({"--format", "json"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 3);
   auto j = nlohmann::json::parse(r.output, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.output;
   ASSERT_EQ(j["keys"].size(), test::kExpected.size());
@@ -115,7 +115,7 @@ TEST_F(ReportCli, JsonVerdictsMatchTheKnownOnes) {
 TEST_F(ReportCli, JunitIsWellFormedForXmllint) {
   std::string out = dir_.file("report.xml");
   auto r = report({"--format", "junit", "--out", out});
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_EQ(r.output.rfind("FAILED: 3 broken, 2 regressions", 0), 0u) << r.output;
   EXPECT_NE(r.output.find("wrote " + out), std::string::npos);
   ASSERT_TRUE(std::filesystem::exists(out));

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 seconds=${FLYTUNE_FUZZ_SECONDS:-45}
 build=build/fuzz
 
-CXX=clang++-19 cmake -S tests/fuzz -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+CXX=clang++-19 cmake -S tests/fuzz/cmake -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" -j "$(nproc)"
 
 scratch=$(mktemp -d)

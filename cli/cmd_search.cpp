@@ -85,8 +85,8 @@ void print_summary(const SearchSummary& s, const Problem& p) {
                t.compiled, t.compile_failed, t.pruned, t.verified, t.verify_failed + t.crashed);
   for (const auto& t : s.targets)
     if (t.defaults_added)
-      fmt::print("{}: {} the {} default variant(s) (the speedup baseline) were built beside the space{}\n", t.target,
-                 t.legal == 0 ? "the space holds no legal variant;" : "", t.defaults_added,
+      fmt::print("{}: {}the {} default variant(s) (the speedup baseline) were built beside the space{}\n", t.target,
+                 t.legal == 0 ? "the space holds no legal variant; " : "", t.defaults_added,
                  t.legal == 0 ? "; see 'flytune generate --show-rejected' for why" : "");
   if (!s.winners.empty()) {
     fmt::print("\nwinners for {} (median, p10-p90 in us)\n", p.key());

@@ -210,7 +210,8 @@ TEST(SearchRuns, AnotherUserReadsAReadOnlyDatabase) {
   store = fail(Errc::internal, "closed");
   ASSERT_FALSE(std::filesystem::exists(db + "-wal"));
   for (const auto& args : std::vector<std::vector<std::string>>{
-           {"db", "--db", db, "runs"}, {"db", "--db", db, "stats"}, {"report", "--db", db}}) {
+           {"db", "--db", db, "runs"}, {"db", "--db", db, "stats"}, {"report", "--db", db},
+           {"export", "--db", db, "--check-coverage"}}) {
     auto r = as_nobody(args);
     EXPECT_EQ(r.exit_code, 0) << args[0] << " " << args.back() << ":\n" << r.output;
     EXPECT_EQ(r.output.find("readonly"), std::string::npos) << r.output;

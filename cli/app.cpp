@@ -1,6 +1,7 @@
 #include "cli/app.hpp"
 
 #include <exception>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -8,6 +9,7 @@
 #include "cli/command.hpp"
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
+#include "generator/problem.hpp"
 #include "generator/version.hpp"
 
 namespace ft::cli {
@@ -22,12 +24,26 @@ int run_app(int argc, char** argv) {
     app.fallthrough(false);
 
     std::vector<Command> commands = register_commands(app);
-    // CLI11 reports a stray word as "a subcommand is required"; name it instead.
-    if (argc > 1 && argv[1][0] != '-') {
+    app.footer(
+        "Examples:\n"
+        "  flytune targets\n"
+        "  flytune search                      # tune Mixtral 8x7B on this GPU (a dry run without one)\n"
+        "  flytune db winners\n"
+        "  flytune <command> --help            # a command's options and examples");
+    // CLI11 reports a stray first word or option as "a subcommand is required";
+    // name it and list the commands instead.
+    if (argc > 1) {
+      const std::string first = argv[1];
       bool known = false;
-      for (const Command& c : commands) known = known || c.app->check_name(argv[1]);
-      if (!known) {
-        fmt::print(stderr, "flytune: error: unknown command '{}'\nUsage: flytune <command> [options]; see 'flytune --help'\n", argv[1]);
+      for (const Command& c : commands) known = known || c.app->check_name(first);
+      const bool top_flag = first == "-h" || first == "--help" || first == "--version";
+      if (!known && !top_flag) {
+        std::string names;
+        for (const Command& c : commands)
+          if (!c.app->get_group().empty()) names += (names.empty() ? "" : ", ") + c.app->get_name();
+        fmt::print(stderr, "flytune: error: unknown {} '{}'; flytune takes a command first: {}\n"
+                           "Usage: flytune <command> [options]; see 'flytune --help'\n",
+                   first.starts_with("-") ? "option" : "command", escape_control(shorten(first), false), names);
         return kExitUsage;
       }
     }
@@ -40,7 +56,8 @@ int run_app(int argc, char** argv) {
     } catch (const CLI::CallForVersion& e) {
       return app.exit(e);
     } catch (const CLI::ParseError& e) {
-      fmt::print(stderr, "flytune: error: {}\nUsage: flytune <command> [options]; see 'flytune --help'\n", e.what());
+      fmt::print(stderr, "flytune: error: {}\nUsage: flytune <command> [options]; see 'flytune --help'\n",
+                 escape_control(e.what(), false));
       return kExitUsage;
     }
     for (const Command& c : commands)

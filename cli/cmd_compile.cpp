@@ -12,6 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
+#include "cli/option_checks.hpp"
 #include "cli/problem_options.hpp"
 #include "tuner/search/compile_space.hpp"
 #include "tuner/search/progress.hpp"
@@ -119,11 +120,18 @@ void print_table(const CompiledSpace& cs, const Target& target) {
 }
 
 Result<int> compile_command(const CompileCommandOptions& opt) {
-  const Target* target = FT_TRY(lookup_target(opt.target));
+  const Target* target = FT_TRY(parse_target_option(opt.target));
   Problem problem = FT_TRY(resolve_problem(opt.problem));
   CompileSpaceOptions cso;
-  cso.space = FT_TRY(SpaceOptions::parse(opt.space));
+  cso.space = FT_TRY(parse_space_option(opt.space));
   cso.compile.cache_dir = opt.cache_dir;
+  // An unusable cache folder: an error when named with --cache-dir, a warning
+  // when it is the default (the compile still works, only slower next time).
+  if (auto cache = check_cache_dir(opt.cache_dir); !cache) {
+    if (!opt.cache_dir.empty()) return std::unexpected(with_context(cache.error(), "--cache-dir"));
+    fmt::print(stderr, "flytune: warning: {}; compiling without the cache (set FLYTUNE_CACHE_DIR to a writable folder, "
+                       "or to 'none')\n", escape_control(cache.error().describe(), false));
+  }
   cso.compile.jobs = opt.jobs;
   cso.progress = !opt.json;
   // Say why nothing can be built before creating folders or emitting anything.
@@ -219,6 +227,10 @@ Result<int> compile_command(const CompileCommandOptions& opt) {
         opt.jobs ? fmt::format("{}", opt.jobs) : "all", totals.cache_hits, totals.objects,
         opt.out);
   }
+  if (cs.variants.empty())
+    fmt::print(stderr, "flytune: warning: --space '{}' holds no legal variant for {}; 'flytune generate --show-rejected' "
+                       "says why\n",
+               escape_control(opt.space, false), target->name);
   // Compiler or analysis failures are errors (the objects that did build are written).
   if (!cs.support) return report_error(with_context(cs.support.error(), "support unit"));
   if (totals.failed || totals.analysis_failed)
@@ -238,11 +250,16 @@ Command setup_compile(CLI::App& app) {
   sub->add_option("--target", opt->target, "Target: gfx90a, gfx942, gfx950 or sm_90a")->required();
   sub->add_option("--out", opt->out, "Output folder")->required();
   sub->add_option("--space", opt->space, "Variant space: default, wide, small, and/or axis=values;...")->capture_default_str();
-  sub->add_option("--jobs", opt->jobs, "Parallel compiles (default: all cores)");
+  sub->add_option("--jobs", opt->jobs, "Parallel compiles (default: all cores)")->check(whole_number_at_least(0));
   sub->add_option("--cache-dir", opt->cache_dir,
                   "Code-object cache folder ('none' disables; default $FLYTUNE_CACHE_DIR or ~/.cache/flytune)");
   sub->add_flag("--json", opt->json, "Print index.json instead of the table");
   add_problem_options(sub, opt->problem);
+  sub->footer(
+      "Examples:\n"
+      "  flytune compile --target gfx942 --out out/gfx942\n"
+      "  flytune compile --target sm_90a --out out/h200 --space small --jobs 4 --json\n"
+      "  flytune compile --target gfx950 --out out/gfx950 --cache-dir none");
   return {sub, [opt] {
             auto r = compile_command(*opt);
             return r ? *r : report_error(r.error());

@@ -13,7 +13,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
+#include "cli/option_checks.hpp"
 #include "db/store.hpp"
+#include "generator/problem.hpp"
 
 namespace ft::cli {
 namespace {
@@ -87,6 +89,7 @@ nlohmann::json to_json(const db::RunRecord& r) {
           {"templates_commit", r.templates_commit},
           {"hostname", r.hostname},
           {"strategy", r.strategy},
+          {"dry_run", r.options.is_object() && r.options.value("dry_run", false)},
           {"options", r.options}};
 }
 
@@ -146,8 +149,10 @@ Status show_runs(db::Store& store, const DbOptions& opt) {
       if (status == "ok") ok += n;
       else if (status != "skipped") failed += n;
     }
+    // A dry run times nothing: its strategy was never used.
+    const bool dry_run = r.options.is_object() && r.options.value("dry_run", false);
     t.add({std::to_string(r.id), std::string(to_string(r.status)), r.started_at, r.ended_at.empty() ? "-" : r.ended_at,
-           r.strategy, std::to_string(ok), std::to_string(failed), fmt::format("{} ({})", r.flytune_version, r.git_commit),
+           dry_run ? "dry run" : r.strategy, std::to_string(ok), std::to_string(failed), fmt::format("{} ({})", r.flytune_version, r.git_commit),
            r.hostname, r.command_line});
   }
   t.print();
@@ -176,7 +181,7 @@ Status show_winners(db::Store& store, const DbOptions& opt) {
                      {"p10_us", opt_json(w.p10_us)},
                      {"p90_us", opt_json(w.p90_us)},
                      {"speedup_vs_default", opt_json(w.speedup_vs_default)},
-                     {"toolchain", fmt::format("{} {}", r.toolchain.backend, r.toolchain.version)},
+                     {"toolchain", r.toolchain.label()},
                      {"code_object_hash", r.variant.code_object_hash},
                      {"run_id", w.run_id},
                      {"chosen_at", w.chosen_at}});
@@ -202,7 +207,7 @@ Status show_winners(db::Store& store, const DbOptions& opt) {
       t.add({w.kind, std::to_string(w.tokens), fmt::format("{:.1f}", w.median_us),
              w.p10_us && w.p90_us ? fmt::format("{:.1f}-{:.1f}", *w.p10_us, *w.p90_us) : "-",
              w.speedup_vs_default ? fmt::format("{:.2f}x", *w.speedup_vs_default) : "-", r.variant.kernel_name,
-             fmt::format("{} {}", r.toolchain.backend, r.toolchain.version)});
+             r.toolchain.label()});
     }
     t.print("  ");
   }
@@ -356,6 +361,27 @@ int run_db(const DbOptions& opt) {
   return kExitOk;
 }
 
+// The view named on the command line, or a usage error naming the stray word
+// and the views there are.
+int run_view(const DbOptions& opt, const CLI::App& sub) {
+  std::string views;
+  bool chosen = false;
+  for (const CLI::App* v : sub.get_subcommands([](const CLI::App*) { return true; })) {
+    views += (views.empty() ? "" : ", ") + v->get_name();
+    chosen = chosen || v->parsed();
+  }
+  if (auto extra = sub.remaining(); !extra.empty()) {
+    const std::string word = shorten(extra.front());
+    return report_error(Error{Errc::usage,
+                              word.starts_with("-")
+                                  ? fmt::format("unknown option '{}'; see 'flytune db VIEW --help'", word)
+                                  : fmt::format("unknown view '{}'; 'flytune db' shows one of: {}", word, views),
+                              "db"});
+  }
+  if (!chosen) return report_error(Error{Errc::usage, fmt::format("name what to show: {}", views), "db"});
+  return run_db(opt);
+}
+
 }  // namespace
 
 Command setup_db(CLI::App& app) {
@@ -363,7 +389,10 @@ Command setup_db(CLI::App& app) {
   CLI::App* sub = app.add_subcommand("db", "Show what a flytune database holds: runs, winners, statistics, variants, schema");
   sub->add_option("--db", opt->db, "Database file")->capture_default_str();
   sub->add_flag("--json", opt->json, "Print JSON instead of tables");
-  sub->require_subcommand(1);
+  // The view is checked in run_view (not by CLI11, whose "A subcommand is
+  // required" would not name a mistyped view).
+  sub->require_subcommand(0, 1);
+  sub->allow_extras();
 
   auto view = [&](const char* name, const char* help, DbView v) {
     CLI::App* s = sub->add_subcommand(name, help);
@@ -375,20 +404,26 @@ Command setup_db(CLI::App& app) {
   CLI::App* winners = view("winners", "Winners per problem, device and token bucket", DbView::winners);
   winners->add_option("--problem", opt->problem, "Only this problem key");
   winners->add_option("--target", opt->target, "Only devices of this target (gfx942, sm_90a, ...)");
-  winners->add_option("--tokens", opt->tokens, "Only this token bucket")->check(CLI::PositiveNumber);
+  winners->add_option("--tokens", opt->tokens, "Only this token bucket")->check(whole_number_at_least(1));
   winners->add_option("--kind", opt->kind, "Only this kind (moe1, moe2, layer, ...)");
   view("stats", "Variants per compile status; measurements per run and status", DbView::stats);
   CLI::App* variants = view("variants", "Compiled variants with their resources", DbView::variants);
   variants->add_option("--target", opt->target, "Only this target");
   variants->add_option("--kind", opt->kind, "Only this kind");
   variants->add_option("--status", opt->status, "Only this compile status")->check(CLI::IsMember({"ok", "compile_error"}));
-  variants->add_option("--limit", opt->limit, "At most this many rows")->check(CLI::NonNegativeNumber);
+  variants->add_option("--limit", opt->limit, "At most this many rows")->check(whole_number_at_least(0));
   CLI::App* schema = view("schema", "Schema version, applied migrations and table sizes", DbView::schema);
   schema->add_flag("--sql", opt->sql, "Print the schema's CREATE statements");
   CLI::App* snapshot = view("snapshot", "Write a self-contained single-file copy (safe while a search runs)",
                              DbView::snapshot);
   snapshot->add_option("out", opt->out, "The new file (must not exist)")->required();
-  return {sub, [opt] { return run_db(*opt); }};
+  sub->footer(
+      "Examples:\n"
+      "  flytune db runs\n"
+      "  flytune db --db runs/h200.db winners --target sm_90a --tokens 64\n"
+      "  flytune db variants --status compile_error --limit 20\n"
+      "  flytune db snapshot flytune-copy.db");
+  return {sub, [opt, sub] { return run_view(*opt, *sub); }};
 }
 
 }  // namespace ft::cli

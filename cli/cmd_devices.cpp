@@ -64,8 +64,10 @@ int run_devices(const DevicesOptions& opt) {
   if (opt.json) {
     nlohmann::json out{{"devices", nlohmann::json::array()}, {"runtimes", nlohmann::json::array()}};
     for (const RuntimeReport& r : reports) {
-      nlohmann::json rj{{"runtime", r.runtime}, {"loaded", r.loaded},     {"library", r.library},
-                        {"version", r.version}, {"gpus", r.devices.size()}};
+      // "loaded": the library file opened (what the text's "X loaded" says);
+      // "initialised": the runtime also started (it cannot without a GPU).
+      nlohmann::json rj{{"runtime", r.runtime},   {"loaded", !r.library.empty()}, {"initialised", r.loaded},
+                        {"library", r.library},   {"version", r.version},         {"gpus", r.devices.size()}};
       if (!r.problem.empty()) rj["problem"] = r.problem;
       if (!r.detail.empty()) rj["detail"] = r.detail;
       out["runtimes"].push_back(rj);
@@ -113,6 +115,7 @@ Command setup_devices(CLI::App& app) {
   auto opt = std::make_shared<DevicesOptions>();
   CLI::App* sub = app.add_subcommand("devices", "List the GPUs the HIP and CUDA runtimes see here, or why there are none");
   sub->add_flag("--json", opt->json, "Print JSON instead of a table");
+  sub->footer("Examples:\n  flytune devices\n  flytune devices --json");
   return {sub, [opt] { return run_devices(*opt); }};
 }
 

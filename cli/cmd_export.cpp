@@ -12,6 +12,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
+#include "cli/problem_options.hpp"
 #include "db/export/export.hpp"
 #include "generator/problem.hpp"
 #include "runtime/check/check_export.hpp"
@@ -38,8 +39,8 @@ std::optional<std::string> optional_text(const std::string& s) {
 }
 
 int run_coverage(const ExportOptions& opt) {
-  auto tokens = parse_token_list(opt.tokens);
-  if (!tokens) return report_error(with_context(tokens.error(), "--tokens"));
+  auto tokens = parse_tokens_option(opt.tokens);
+  if (!tokens) return report_error(tokens.error());
   auto rep = db::check_coverage(opt.db, *tokens, optional_text(opt.target), optional_text(opt.device));
   if (!rep) return report_error(rep.error());
   if (rep->lines.empty()) {
@@ -136,6 +137,12 @@ Command setup_export(CLI::App& app) {
   sub->add_flag("--check-coverage", opt->check_coverage, "Report token counts without a tuned winner instead of exporting");
   sub->add_option("--tokens", opt->tokens, "Token counts for --check-coverage (\"1..16384\" = powers of two)")
       ->capture_default_str();
+  sub->footer(
+      "Examples:\n"
+      "  flytune export --db flytune.db --out export/h200\n"
+      "  flytune export --db flytune.db --out export/h200 --force --check gpu\n"
+      "  flytune export --db runs/h200.db --out export/h200 --target sm_90a --device \"NVIDIA H200\"\n"
+      "  flytune export --db flytune.db --check-coverage --tokens 1..4096");
   return {sub, [opt] { return run_export(*opt); }};
 }
 

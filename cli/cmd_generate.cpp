@@ -31,9 +31,9 @@ Status write_file(const std::filesystem::path& path, const std::string& text) {
 }
 
 Status generate(const GenerateOptions& opt) {
-  const Target* target = FT_TRY(lookup_target(opt.target));
+  const Target* target = FT_TRY(parse_target_option(opt.target));
   Problem problem = FT_TRY(resolve_problem(opt.problem));
-  SpaceOptions space_opt = FT_TRY(SpaceOptions::parse(opt.space));
+  SpaceOptions space_opt = FT_TRY(parse_space_option(opt.space));
   Space space = enumerate_space(*target, problem, space_opt);
 
   std::error_code ec;
@@ -58,6 +58,10 @@ Status generate(const GenerateOptions& opt) {
              space.legal.size(), target->name, problem.key(), space.rejected.size(), opt.out);
   if (opt.show_rejected)
     for (const Rejection& r : space.rejected) fmt::print("  rejected {}: {}\n", r.variant.name(), r.reason);
+  if (space.legal.empty())
+    fmt::print(stderr, "flytune: warning: --space '{}' holds no legal variant for {}{}; 'search' then builds only the "
+                       "target's default variants\n",
+               escape_control(opt.space, false), target->name, opt.show_rejected ? "" : " (--show-rejected says why)");
   return {};
 }
 
@@ -71,6 +75,10 @@ Command setup_generate(CLI::App& app) {
   sub->add_option("--space", opt->space, "Variant space: default, wide, small, and/or axis=values;...")->capture_default_str();
   sub->add_flag("--show-rejected", opt->show_rejected, "List every rejected variant with its reason");
   add_problem_options(sub, opt->problem);
+  sub->footer(
+      "Examples:\n"
+      "  flytune generate --target gfx942 --out gen/gfx942\n"
+      "  flytune generate --target sm_90a --out gen/h200 --space \"tile_m=64;warps=2x2\" --show-rejected");
   return {sub, [opt] {
             auto st = generate(*opt);
             return st ? kExitOk : report_error(st.error());

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -28,7 +29,8 @@ struct ReportOptions {
   std::string threshold = "5%";
   std::string format = "md";
   std::string out;
-  std::string fail_on = "regression,broken";
+  std::string fail_on = "regression,broken,missing";
+  bool allow_missing = false;  // a winner the current database lacks is not a failure
 };
 
 // The whole-layer roofline floor where this GPU's ceilings are measured; the
@@ -96,6 +98,7 @@ int run_report(const ReportOptions& opt) {
   if (!threshold) return report_error(with_context(threshold.error(), "--threshold"));
   auto fail_on = db::report::parse_verdict_list(opt.fail_on);
   if (!fail_on) return report_error(with_context(fail_on.error(), "--fail-on"));
+  if (opt.allow_missing) std::erase(*fail_on, db::report::Verdict::missing);
 
   if (!compare_mode) {
     auto store = open_input(opt.db, "database");
@@ -117,7 +120,8 @@ int run_report(const ReportOptions& opt) {
   const bool failed = comparison->fails(*fail_on);
   if (!opt.out.empty())
     fmt::print("{}: {}; wrote {}\n", failed ? "FAILED" : "passed", db::report::summary_line(*comparison), opt.out);
-  return failed ? kExitError : kExitOk;
+  // 3, not 1: CI tells "the kernels got worse" from "the report could not run".
+  return failed ? kExitRegression : kExitOk;
 }
 
 }  // namespace
@@ -133,9 +137,17 @@ Command setup_report(CLI::App& app) {
   sub->add_option("--format", opt->format, "md, junit, json or html")->capture_default_str();
   sub->add_option("--out", opt->out, "Write the report to this file instead of standard output");
   sub->add_option("--fail-on", opt->fail_on,
-                  "Verdicts that make the exit code 1: a list of broken, regression, missing, new, improvement, "
+                  "Verdicts that make the exit code 3: a list of broken, regression, missing, new, improvement, "
                   "unchanged, or none")
       ->capture_default_str();
+  sub->add_flag("--allow-missing", opt->allow_missing,
+                "Winners the baseline has and the current database lacks do not fail the report");
+  sub->footer(
+      "Examples:\n"
+      "  flytune report --baseline main.db --current pr.db                 # exit 3 on a regression\n"
+      "  flytune report --baseline main.db --current pr.db --format junit --out report.xml\n"
+      "  flytune report --baseline main.db --current pr.db --allow-missing --fail-on regression\n"
+      "  flytune report --db flytune.db --format html --out report.html");
   return {sub, [opt] { return run_report(*opt); }};
 }
 

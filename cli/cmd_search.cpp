@@ -2,15 +2,21 @@
 // here (or, with --dry-run or without a GPU, generate + compile + analyse the
 // space into the database), recording every result as it exists.
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
+#include "cli/option_checks.hpp"
 #include "cli/problem_options.hpp"
 #include "tuner/device/runtimes.hpp"
 #include "tuner/search/progress.hpp"
@@ -39,14 +45,50 @@ struct SearchOptions {
   bool no_baseline = false;
 };
 
+// What a dry run did and what to try next: it times nothing, so it records no winners.
+void print_dry_run_ending(const SearchSummary& s) {
+  std::string targets;
+  std::size_t objects = 0;
+  for (const auto& t : s.targets) {
+    targets += (targets.empty() ? "" : ", ") + t.target;
+    objects += t.compiled;
+  }
+  const std::string first = s.targets.empty() ? "gfx942" : s.targets.front().target;
+  fmt::print("\ndry run: generated, compiled and analysed {} variants for {}; recorded in {} (no timings, so no winners)\n",
+             objects, targets.empty() ? "no target" : targets, s.db_path);
+  const std::vector<std::pair<std::string, std::string>> next{
+      {fmt::format("flytune db --db {} variants", s.db_path), "what compiled, with registers, LDS and occupancy"},
+      {fmt::format("flytune verify --emulate --target {}", first), "run the kernels on the CPU and check them"},
+      {fmt::format("flytune compile --target {} --out out", first), "the code objects and index.json"}};
+  std::size_t width = 0;
+  for (const auto& [command, what] : next) width = std::max(width, command.size());
+  fmt::print("next:\n");
+  for (const auto& [command, what] : next) fmt::print("  {:<{}}  # {}\n", command, width, what);
+  fmt::print("timing and winners need a GPU: run 'flytune search' on a machine with one\n");
+}
+
 void print_summary(const SearchSummary& s, const Problem& p) {
-  fmt::print("\nrun {} on {} ({} measurements, {} resumed from the database, {})\n", s.run_id, s.device, s.measurements,
-             s.resumed, format_duration(s.seconds));
+  std::size_t cache_hits = 0, objects = 0;
+  for (const auto& t : s.targets) {
+    cache_hits += t.cache_hits;
+    objects += t.compiled + 1;  // + the support unit
+  }
+  const std::string cached = fmt::format("{} of {} code objects from the compile cache", cache_hits, objects);
+  if (s.dry_run)
+    fmt::print("\nrun {}, dry run (compile only): {}, {}\n", s.run_id, cached, format_duration(s.seconds));
+  else
+    fmt::print("\nrun {} on {}: {} measurements, {} taken from the database instead of measured again, {}, {}\n", s.run_id,
+               s.device, s.measurements, s.resumed, cached, format_duration(s.seconds));
   fmt::print("{:<8} {:<7} {:>6} {:>8} {:>9} {:>8} {:>7} {:>9} {:>12}\n", "target", "backend", "legal", "rejected",
              "compiled", "failed", "pruned", "verified", "verify fails");
   for (const auto& t : s.targets)
     fmt::print("{:<8} {:<7} {:>6} {:>8} {:>9} {:>8} {:>7} {:>9} {:>12}\n", t.target, t.backend, t.legal, t.rejected,
                t.compiled, t.compile_failed, t.pruned, t.verified, t.verify_failed + t.crashed);
+  for (const auto& t : s.targets)
+    if (t.defaults_added)
+      fmt::print("{}: {}the {} default variant(s) (the speedup baseline) were built beside the space{}\n", t.target,
+                 t.legal == 0 ? "the space holds no legal variant; " : "", t.defaults_added,
+                 t.legal == 0 ? "; see 'flytune generate --show-rejected' for why" : "");
   if (!s.winners.empty()) {
     fmt::print("\nwinners for {} (median, p10-p90 in us)\n", p.key());
     fmt::print("{:>6} {:<6} {:>10} {:>19} {:>8} {:>9}  {}\n", "tokens", "kind", "median", "p10-p90", "floor%", "vs default",
@@ -57,9 +99,34 @@ void print_summary(const SearchSummary& s, const Problem& p) {
                  w.floor_us ? fmt::format("{:.0f}%", 100.0 * *w.floor_us / w.median_us) : "-",
                  w.speedup_vs_default ? fmt::format("{:.2f}x", *w.speedup_vs_default) : "-", w.kernel);
   }
-  for (const std::string& n : s.notes) fmt::print("{}\n", n);
-  fmt::print("\nresults are in {} ('flytune db --db {} winners')\n", s.db_path, s.db_path);
-  if (s.interrupted) fmt::print("interrupted: everything finished before the interrupt is saved; run the same command to resume\n");
+  for (const auto& n : s.notes) fmt::print("note: {}\n", n);
+  if (s.interrupted) {
+    fmt::print("interrupted: everything finished before the interrupt is saved in {}; run the same command to resume\n",
+               s.db_path);
+    return;
+  }
+  if (s.dry_run) print_dry_run_ending(s);
+  else fmt::print("\nresults are in {} ('flytune db --db {} winners')\n", s.db_path, s.db_path);
+}
+
+// "811,4.24": two finite positive numbers (TFLOPS, TB/s).
+Result<Ceilings> parse_ceilings(const std::string& text) {
+  auto comma = text.find(',');
+  auto number = [](std::string_view s) -> std::optional<double> {
+    double v = 0;
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (ec != std::errc{} || end != s.data() + s.size() || !std::isfinite(v) || v <= 0) return std::nullopt;
+    return v;
+  };
+  std::optional<double> tflops, tbps;
+  if (comma != std::string::npos) {
+    tflops = number(std::string_view(text).substr(0, comma));
+    tbps = number(std::string_view(text).substr(comma + 1));
+  }
+  if (!tflops || !tbps)
+    return fail(Errc::usage, fmt::format("'{}' is not TFLOPS,TBPS (two finite positive numbers), e.g. 811,4.24", shorten(text)),
+                "--ceilings");
+  return Ceilings{*tflops * 1e12, *tbps * 1e12};
 }
 
 // The command line as typed (for the runs table), from /proc/self/cmdline.
@@ -77,26 +144,28 @@ int run(const SearchOptions& opt) {
   if (!problem) return report_error(problem.error());
   cfg.problem = *problem;
   auto strategy = parse_strategy(opt.strategy);
-  if (!strategy) return report_error(strategy.error());
+  if (!strategy) return report_error(as_usage(strategy.error(), "--strategy"));
   cfg.strategy = *strategy;
-  auto space = SpaceOptions::parse(opt.space);
+  auto space = parse_space_option(opt.space);
   if (!space) return report_error(space.error());
   cfg.space = *space;
   if (opt.tokens.empty()) {
     cfg.tokens = default_token_buckets();
   } else {
-    auto t = parse_token_list(opt.tokens);
+    auto t = parse_tokens_option(opt.tokens);
     if (!t) return report_error(t.error());
     cfg.tokens = *t;
   }
   for (const auto& name : opt.targets)
-    if (auto t = lookup_target(name); !t) return report_error(t.error());
+    if (auto t = parse_target_option(name); !t) return report_error(t.error());
   if (!opt.ceilings.empty()) {
-    double tflops = 0, tbps = 0;
-    if (std::sscanf(opt.ceilings.c_str(), "%lf,%lf", &tflops, &tbps) != 2 || tflops <= 0 || tbps <= 0)
-      return report_error(Error{Errc::usage, "--ceilings takes TFLOPS,TBPS, e.g. 811,4.24", {}});
-    cfg.ceilings = Ceilings{tflops * 1e12, tbps * 1e12};
+    auto c = parse_ceilings(opt.ceilings);
+    if (!c) return report_error(c.error());
+    cfg.ceilings = *c;
   }
+  if (auto cache = check_cache_dir(cfg.compile.cache_dir); !cache)
+    fmt::print(stderr, "flytune: warning: {}; compiling without the cache (set FLYTUNE_CACHE_DIR to a writable folder, "
+                       "or to 'none')\n", escape_control(cache.error().describe(), false));
   cfg.budget = opt.budget;
   cfg.time_limit_s = opt.time_limit;
   cfg.db_path = opt.db;
@@ -140,19 +209,26 @@ Command setup_search(CLI::App& app) {
                                             "dry run: gfx942 and sm_90a)");
   sub->add_option("--tokens", opt->tokens, "Token buckets, e.g. 1,16,64 or 1..16384 (default 1,2,4,...,16384)");
   sub->add_option("--strategy", opt->strategy, "exhaustive, random or halving")->capture_default_str();
-  sub->add_option("--budget", opt->budget, "random: variants per kind and bucket");
-  sub->add_option("--time-limit", opt->time_limit, "random: seconds of sampling per kind and bucket");
+  sub->add_option("--budget", opt->budget, "random: variants per kind and bucket (0: all)")->check(whole_number_at_least(0));
+  sub->add_option("--time-limit", opt->time_limit, "random: seconds of sampling per kind and bucket (0: none)")
+      ->check(finite_seconds());
   sub->add_option("--db", opt->db, "SQLite database")->capture_default_str();
   sub->add_option("--space", opt->space, "Variant space: default, wide, small, and/or axis=values;...")->capture_default_str();
   sub->add_option("--device", opt->device, "GPU: cuda:N or hip:N (default: the first GPU)");
   sub->add_option("--ceilings", opt->ceilings, "Roofline ceilings TFLOPS,TBPS (default: measured table for known GPUs)");
-  sub->add_option("--seed", opt->seed, "Seed of the random inputs (default: fresh)");
+  sub->add_option("--seed", opt->seed, "Seed of the random inputs (default: fresh)")->check(whole_number_at_least(0));
   sub->add_flag("--no-baseline", opt->no_baseline,
                 "Search only --space: leave out the default variant that speedups are measured against");
   sub->add_flag("--dry-run", opt->dry_run, "Generate, compile, analyse and record only (no GPU needed)");
   sub->add_flag("--force", opt->force, "Measure again what the database already has");
   sub->add_flag("--graph", opt->graph, "Time the whole layer by CUDA/HIP graph replay");
   sub->add_flag("--json", opt->json, "Print the summary as JSON");
+  sub->footer(
+      "Examples:\n"
+      "  flytune search                                  # Mixtral 8x7B on this GPU (a dry run without one)\n"
+      "  flytune search --dry-run --target gfx942 --space small\n"
+      "  flytune search --problem deepseek-v3 --tokens 1..4096 --strategy exhaustive\n"
+      "  flytune search --strategy random --budget 20 --seed 7 --db runs/h200.db");
   return {sub, [opt] {
             opt->command_line = own_command_line();
             return run(*opt);

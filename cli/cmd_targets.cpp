@@ -63,6 +63,7 @@ Command setup_targets(CLI::App& app) {
   auto opt = std::make_shared<TargetsOptions>();
   CLI::App* sub = app.add_subcommand("targets", "List known GPU targets and the compiler backend that builds each here");
   sub->add_flag("--json", opt->json, "Print JSON instead of a table");
+  sub->footer("Examples:\n  flytune targets\n  flytune targets --json");
   return {sub, [opt] { return run_targets(*opt); }};
 }
 

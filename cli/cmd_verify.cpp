@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
+#include "cli/option_checks.hpp"
 #include "cli/problem_options.hpp"
 #include "tuner/search/progress.hpp"
 #include "tuner/search/verify_space.hpp"
@@ -33,11 +34,13 @@ int run(VerifyOptions opt) {
   auto p = resolve_problem(opt.problem);
   if (!p) return report_error(p.error());
   cfg.problem = *p;
-  auto space = SpaceOptions::parse(opt.space);
+  auto space = parse_space_option(opt.space);
   if (!space) return report_error(space.error());
   cfg.space = *space;
+  if (!opt.target.empty())
+    if (auto t = parse_target_option(opt.target); !t) return report_error(t.error());
   if (!opt.tokens.empty()) {
-    auto t = parse_token_list(opt.tokens);
+    auto t = parse_tokens_option(opt.tokens);
     if (!t) return report_error(t.error());
     cfg.tokens = *t;
   } else if (opt.emulate) {
@@ -50,6 +53,12 @@ int run(VerifyOptions opt) {
   cfg.seed = opt.seed;
   cfg.progress = !opt.json;
   auto r = verify_space(cfg);
+  if (!r && r.error().code == Errc::no_device && !opt.emulate) {
+    Error e = r.error();
+    e.message += fmt::format("; without a GPU, 'flytune verify --emulate --target {}' runs the kernels on the CPU emulator",
+                             opt.target.empty() ? "gfx942" : opt.target);
+    return report_error(e);
+  }
   if (!r) return report_error(r.error());
   if (opt.json) {
     fmt::print("{}\n", r->to_json().dump(2));
@@ -79,8 +88,13 @@ Command setup_verify(CLI::App& app) {
   sub->add_option("--variant", opt->variants, "Only these kernel names (repeatable)");
   sub->add_option("--tokens", opt->tokens, "Token counts (default 1,7,16,64,333,512,4096; emulation 1,7,33)");
   sub->add_option("--device", opt->device, "GPU: cuda:N or hip:N (default: the first GPU)");
-  sub->add_option("--seed", opt->seed, "Seed of the random inputs (default: fresh)");
+  sub->add_option("--seed", opt->seed, "Seed of the random inputs (default: fresh)")->check(whole_number_at_least(0));
   sub->add_flag("--json", opt->json, "Print the checks as JSON");
+  sub->footer(
+      "Examples:\n"
+      "  flytune verify                                   # the default space on this GPU\n"
+      "  flytune verify --emulate --target gfx950         # no GPU: the kernels on the CPU emulator\n"
+      "  flytune verify --emulate --target sm_90a --space small --tokens 1,33");
   return {sub, [opt, sub] {
             opt->problem_given = sub->count("--problem") > 0;
             return run(*opt);

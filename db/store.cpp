@@ -9,11 +9,13 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "generator/version.hpp"
+#include "tuner/subprocess.hpp"
 
 namespace ft::db {
 namespace {
@@ -194,6 +196,48 @@ std::string file_uri(const std::string& path) {
   return out;
 }
 
+// Size of the -wal file beside a database (0 when there is none).
+std::uintmax_t wal_bytes(const std::string& path) {
+  std::error_code ec;
+  auto n = std::filesystem::file_size(path + "-wal", ec);
+  return ec ? 0 : n;
+}
+
+Result<DbPtr> connect_immutable(const std::string& path) {
+  return connect(file_uri(path) + "?immutable=1", SQLITE_OPEN_READONLY | SQLITE_OPEN_URI);
+}
+
+// A read-only connection that works on a file this user may not write: a WAL
+// database needs its -shm (and -wal) side files, which a reader of another
+// user's file cannot create. Then, when no -wal holds data the main file lacks,
+// the file is opened immutable (nothing is created beside it); otherwise the
+// error says what to do.
+Result<DbPtr> connect_reader(const std::string& path) {
+  auto db = FT_TRY(connect(path, SQLITE_OPEN_READONLY));
+  if (query_int(db.get(), path, "SELECT count(*) FROM sqlite_master")) return db;
+  const int rc = sqlite3_extended_errcode(db.get()) & 0xff;
+  if (rc != SQLITE_READONLY && rc != SQLITE_CANTOPEN && rc != SQLITE_PERM && rc != SQLITE_IOERR)
+    return db;  // another problem: the caller's queries report it
+  if (wal_bytes(path) > 0)
+    return fail(Errc::database,
+                fmt::format("cannot read it: its -wal file holds results not yet in the main file, and this user cannot "
+                            "open the -wal/-shm files ({}); read it as its owner, or ask for a 'flytune db snapshot' copy",
+                            sqlite3_errmsg(db.get())),
+                path);
+  return connect_immutable(path);
+}
+
+// The pid a run's options_json records (0 when it has none).
+long pid_of(const nlohmann::json& options) {
+  auto it = options.find("pid");
+  return it != options.end() && it->is_number_integer() ? it->get<long>() : 0;
+}
+
+std::string this_hostname() {
+  std::array<char, 256> host{};
+  return gethostname(host.data(), host.size() - 1) == 0 ? std::string(host.data()) : std::string();
+}
+
 Error not_flytune(const std::string& path, std::string_view why) {
   return Error{Errc::database, fmt::format("not a flytune database ({}); {}", why, kRefuseHint), path};
 }
@@ -209,9 +253,8 @@ Result<int> inspect(const std::string& path, int supported) {
   // inspection may open it immutable: then SQLite creates no -wal/-shm files
   // beside a file it is about to refuse.
   std::error_code ec;
-  bool has_wal = std::filesystem::exists(path + "-wal", ec);
-  auto db = FT_TRY(has_wal ? connect(path, SQLITE_OPEN_READONLY)
-                           : connect(file_uri(path) + "?immutable=1", SQLITE_OPEN_READONLY | SQLITE_OPEN_URI));
+  const bool has_wal = std::filesystem::exists(path + "-wal", ec);
+  auto db = FT_TRY(has_wal ? connect_reader(path) : connect_immutable(path));
   auto classify = [&](const Error& e) -> Error {
     int rc = sqlite3_extended_errcode(db.get()) & 0xff;
     if (rc == SQLITE_NOTADB) return not_flytune(path, "not an SQLite file");
@@ -264,6 +307,8 @@ Result<FileState> file_state(const std::string& path) {
   }
   if (!fs::exists(st)) return FileState::missing;
   if (fs::is_directory(st)) return fail(Errc::invalid_input, "is a directory, not a database file", path);
+  if (!fs::is_regular_file(st))
+    return fail(Errc::invalid_input, "is not a regular file (a FIFO, socket or device), not a database file", path);
   auto size = fs::file_size(path, ec);
   if (ec) return fail(Errc::io, ec.message(), path);
   if (size == 0) return FileState::empty;
@@ -312,6 +357,57 @@ Status migrate(sqlite3* db, const std::string& path, const std::vector<Migration
   return {};
 }
 
+// Switching a new file to WAL needs an exclusive lock, and SQLite answers
+// SQLITE_BUSY at once, without calling the busy handler, when two connections
+// both read the file and then both ask for it (two searches starting on a new
+// database): retry for the busy timeout, as every other write waits.
+Result<std::string> switch_to_wal(sqlite3* db, const std::string& path) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+  for (;;) {
+    auto mode = query_text(db, path, "PRAGMA journal_mode = WAL");
+    const int rc = sqlite3_extended_errcode(db) & 0xff;
+    if (mode || (rc != SQLITE_BUSY && rc != SQLITE_LOCKED) || std::chrono::steady_clock::now() > deadline) return mode;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+// Marks the runs of this host whose process is gone (kill -9, a closed output
+// pipe, a machine crash) as interrupted, ending them at their last measurement.
+Result<std::vector<StaleRun>> close_stale_runs(sqlite3* db, const std::string& path) {
+  std::vector<StaleRun> stale;
+  {
+    sqlite3_stmt* raw = nullptr;
+    const char* sql =
+        "SELECT id, hostname, options_json, COALESCE((SELECT max(measured_at) FROM measurements m WHERE m.run_id = "
+        "runs.id), started_at) FROM runs WHERE status = 'running'";
+    if (sqlite3_prepare_v2(db, sql, -1, &raw, nullptr) != SQLITE_OK) return std::unexpected(sqlite_error(db, path));
+    Stmt s(raw);
+    Query q(db, raw);
+    const std::string host = this_hostname();
+    for (;;) {
+      bool row = FT_TRY(q.step());
+      if (!row) break;
+      const nlohmann::json options = q.json(2);
+      const long pid = pid_of(options);
+      const std::string process = options.is_object() ? options.value("process", std::string("flytune")) : "flytune";
+      if (q.text(1) != host || pid == 0 || process_alive(pid, process)) continue;
+      stale.push_back({q.i64(0), pid, q.text(3)});
+    }
+  }
+  for (const StaleRun& r : stale) {
+    sqlite3_stmt* raw = nullptr;
+    if (sqlite3_prepare_v2(db, "UPDATE runs SET status = 'interrupted', ended_at = ?2 WHERE id = ?1 AND status = 'running'",
+                           -1, &raw, nullptr) != SQLITE_OK)
+      return std::unexpected(sqlite_error(db, path));
+    Stmt s(raw);
+    Query q(db, raw);
+    q.bind(1, r.id);
+    q.bind(2, r.ended_at);
+    FT_CHECK(q.run());
+  }
+  return stale;
+}
+
 // ---- Column lists and row readers (shared by every query that returns a record) ----
 
 constexpr const char* kRunColumns =
@@ -332,6 +428,8 @@ RunRecord read_run(const Query& q, int c) {
   r.hostname = q.text(c + 8);
   r.strategy = q.text(c + 9);
   r.options = q.json(c + 10);
+  r.pid = pid_of(r.options);
+  if (r.options.is_object()) r.process = r.options.value("process", std::string());
   return r;
 }
 
@@ -551,8 +649,9 @@ RunRecord RunRecord::for_this_build(std::string command_line, std::string strate
   r.flytune_version = FLYTUNE_VERSION;
   r.git_commit = FLYTUNE_GIT_COMMIT;
   r.templates_commit = FLYTUNE_TEMPLATES_COMMIT;
-  std::array<char, 256> host{};
-  if (gethostname(host.data(), host.size() - 1) == 0) r.hostname = host.data();
+  r.hostname = this_hostname();
+  r.pid = long(getpid());
+  r.process = own_process_name();
   return r;
 }
 
@@ -579,6 +678,12 @@ DeviceRecord DeviceRecord::compile_only(std::string_view target) {
   return d;
 }
 
+std::string ToolchainRecord::label() const {
+  if (version.empty()) return backend;
+  if (version == backend || version.starts_with(backend + " ")) return version;
+  return backend + " " + version;
+}
+
 ProblemRecord ProblemRecord::from(const Problem& p) {
   ProblemRecord r;
   r.key = p.key();
@@ -597,6 +702,7 @@ ProblemRecord ProblemRecord::from(const Problem& p) {
 struct Store::Impl {
   std::string path;
   bool read_only = false;
+  std::vector<StaleRun> stale_runs;
   DbPtr db;
   // Statements by their SQL text; every SQL string here is a constant, values
   // are always bound.
@@ -637,6 +743,7 @@ Store& Store::operator=(Store&&) noexcept = default;
 Store::~Store() = default;
 
 const std::string& Store::path() const { return impl_->path; }
+const std::vector<StaleRun>& Store::stale_runs() const { return impl_->stale_runs; }
 bool Store::read_only() const { return impl_->read_only; }
 
 Result<Store> Store::open(const std::string& path, OpenMode mode) {
@@ -645,6 +752,15 @@ Result<Store> Store::open(const std::string& path, OpenMode mode) {
   const FileState state = FT_TRY(file_state(path));
   if (state == FileState::missing && mode != OpenMode::create)
     return fail(Errc::not_found, "no such database; run 'flytune search' first", path);
+  if (state == FileState::missing) {
+    // SQLite would say only "unable to open database file".
+    const auto folder = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!folder.empty() && !std::filesystem::is_directory(folder, ec))
+      return fail(Errc::not_found,
+                  fmt::format("the folder '{}' does not exist; create it first or give another path", folder.string()),
+                  path);
+  }
   if (state == FileState::empty && mode == OpenMode::read_only)
     return fail(Errc::invalid_input, "empty file, no flytune results yet; run 'flytune search' first", path);
 
@@ -664,20 +780,21 @@ Result<Store> Store::open(const std::string& path, OpenMode mode) {
   impl->read_only = mode == OpenMode::read_only;
   int flags = impl->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
   if (mode == OpenMode::create) flags |= SQLITE_OPEN_CREATE;
-  impl->db = FT_TRY(connect(path, flags));
+  impl->db = FT_TRY(impl->read_only ? connect_reader(path) : connect(path, flags));
   sqlite3* db = impl->db.get();
 
   FT_CHECK(exec(db, path, "PRAGMA foreign_keys = ON"));
   if (impl->read_only) {
     FT_CHECK(exec(db, path, "PRAGMA query_only = ON"));
   } else {
-    auto journal = FT_TRY(query_text(db, path, "PRAGMA journal_mode = WAL"));
+    auto journal = FT_TRY(switch_to_wal(db, path));
     if (journal != "wal")
       return fail(Errc::database, fmt::format("cannot switch to WAL mode (journal mode stays '{}')", journal), path);
     // FULL: a committed measurement survives a machine crash (a GPU fault can
     // take the host down), not only a process crash.
     FT_CHECK(exec(db, path, "PRAGMA synchronous = FULL"));
     FT_CHECK(migrate(db, path, all));
+    impl->stale_runs = FT_TRY(close_stale_runs(db, path));
   }
   return Store(std::move(impl));
 }
@@ -694,7 +811,10 @@ Result<std::int64_t> Store::begin_run(const RunRecord& run) {
   q.bind(5, run.templates_commit);
   q.bind(6, run.hostname);
   q.bind(7, run.strategy);
-  q.bind(8, json_text(run.options));
+  nlohmann::json options = run.options.is_object() ? run.options : nlohmann::json::object();
+  if (run.pid) options["pid"] = run.pid;
+  if (!run.process.empty()) options["process"] = run.process;
+  q.bind(8, json_text(options));
   auto row = q.step();
   if (!row || !*row) return std::unexpected(impl_->error(row ? Error{Errc::database, "no id returned"} : row.error(), "begin_run"));
   return q.i64(0);

@@ -59,8 +59,10 @@ struct RunRecord {
   std::string hostname;
   std::string strategy;
   nlohmann::json options = nlohmann::json::object();
+  long pid = 0;         // the process that ran it (stored as options_json.pid); 0 if unknown
+  std::string process;  // its name, /proc/PID/comm (options_json.process): tells a reused pid
 
-  // A run of this build on this host: version, commits and hostname filled in.
+  // A run of this build on this host: version, commits, hostname and pid filled in.
   static RunRecord for_this_build(std::string command_line, std::string strategy,
                                   nlohmann::json options = nlohmann::json::object());
 };
@@ -86,8 +88,11 @@ struct DeviceRecord {
 struct ToolchainRecord {
   std::int64_t id = 0;
   std::string backend;  // "comgr", "clang" or "nvrtc"
-  std::string version;
+  std::string version;  // as the compiler reports it; flytune stores "nvrtc 13.0", "clang 19.1.7"
   std::string path;     // library or executable it came from
+
+  // "nvrtc 13.0": the backend once, whether or not the version repeats it.
+  std::string label() const;
 };
 
 struct ProblemRecord {
@@ -238,12 +243,27 @@ struct SchemaInfo {
   std::vector<std::pair<std::string, std::int64_t>> table_rows;  // table name, row count
 };
 
+// A run left `running` by a process that no longer exists on this host (killed,
+// or its output pipe closed); opening the database read-write closes it.
+struct StaleRun {
+  std::int64_t id = 0;
+  long pid = 0;
+  std::string ended_at;  // its last measurement's time, or its start
+};
+
 class Store {
  public:
   // Opens (and in create mode creates or migrates) a database. Refuses, with
   // one clear error and without writing a byte: a file that is not SQLite, an
   // SQLite file of another application, a corrupt file, a newer schema.
+  // Read-write: runs of this host whose process is gone are marked
+  // `interrupted` (stale_runs() lists them, for the caller to report).
+  // Read-only: works on files this user cannot write (another user's WAL
+  // database), opening them immutable when no -wal/-shm can be created.
   static Result<Store> open(const std::string& path, OpenMode mode = OpenMode::create);
+
+  // The runs this open found left running by a dead process and closed.
+  const std::vector<StaleRun>& stale_runs() const;
 
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;

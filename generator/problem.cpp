@@ -4,14 +4,32 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <xxhash.h>
 
 namespace ft {
+
+std::string shorten(std::string_view text, std::size_t max_chars) {
+  if (text.size() <= max_chars) return std::string(text);
+  return fmt::format("{}... ({} characters)", text.substr(0, max_chars), text.size());
+}
+
+Status check_regular_file(const std::string& path, std::string_view what) {
+  std::error_code ec;
+  auto st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) return fail(Errc::not_found, fmt::format("no such {}", what), path);
+  if (std::filesystem::is_directory(st)) return fail(Errc::invalid_input, fmt::format("is a directory, not a {}", what), path);
+  if (!std::filesystem::is_regular_file(st))
+    return fail(Errc::invalid_input, fmt::format("is not a regular file (a FIFO, socket or device); give a {}", what), path);
+  return {};
+}
+
 namespace {
 
 constexpr std::array kPresets{
@@ -25,18 +43,48 @@ constexpr std::array kPresets{
     ProblemPreset{"tiny", 4, 256, 512, 2, "small shape for tests and emulation"},
 };
 
+constexpr int kMaxTokens = 1 << 24;  // 16777216: token ids are packed into 24 bits
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxDim = 1 << 20;     // hidden and inter: T*H and E*2I*H stay far inside 64-bit sizes
+
+// A finite number; "nan", "inf" and out-of-range values are refused.
 Result<double> parse_double(std::string_view s) {
   double v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || p != s.data() + s.size()) return fail(Errc::invalid_input, fmt::format("'{}' is not a number", s));
+  if (ec != std::errc{} || p != s.data() + s.size() || !std::isfinite(v))
+    return fail(Errc::invalid_input, fmt::format("'{}' is not a finite number", shorten(s)));
   return v;
 }
 
-Result<int> parse_int(std::string_view s) {
+enum class IntError { none, not_integer, too_large };
+
+// An integer of at most `int` range; says whether it was not a number or too large.
+std::pair<int, IntError> parse_int_checked(std::string_view s) {
   int v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || p != s.data() + s.size()) return fail(Errc::invalid_input, fmt::format("'{}' is not an integer", s));
+  if (p != s.data() + s.size() || (ec != std::errc{} && ec != std::errc::result_out_of_range))
+    return {0, IntError::not_integer};
+  if (ec == std::errc::result_out_of_range) return {0, IntError::too_large};
+  return {v, IntError::none};
+}
+
+Result<int> parse_int(std::string_view s) {
+  auto [v, err] = parse_int_checked(s);
+  if (err == IntError::not_integer) return fail(Errc::invalid_input, fmt::format("'{}' is not an integer", shorten(s)));
+  if (err == IntError::too_large) return fail(Errc::invalid_input, fmt::format("'{}' is out of range", shorten(s)));
   return v;
+}
+
+// 16 hex digits of the XXH3-64 of a replay file's bytes: two traces with the
+// same file name but other contents are other problems.
+Result<std::string> replay_file_hash(const std::string& path) {
+  FT_CHECK(check_regular_file(path, "routing replay file"));
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return fail(Errc::io, "cannot read the routing replay file", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bytes = ss.str();
+  return fmt::format("{:016x}", XXH3_64bits(bytes.data(), bytes.size()));
 }
 
 }  // namespace
@@ -46,7 +94,9 @@ std::string Routing::key() const {
     case Kind::uniform: return "uniform";
     case Kind::zipf: return fmt::format("zipf:{:g}", zipf_s);
     case Kind::hot: return fmt::format("hot:{}", hot_experts);
-    case Kind::replay: return fmt::format("replay:{}", std::filesystem::path(replay_file).filename().string());
+    case Kind::replay:
+      return replay_hash.empty() ? fmt::format("replay:{}", std::filesystem::path(replay_file).filename().string())
+                                 : fmt::format("replay:{}#{}", std::filesystem::path(replay_file).filename().string(), replay_hash);
   }
   return "?";
 }
@@ -59,14 +109,16 @@ Result<Routing> Routing::parse(std::string_view text) {
   if (head == "uniform" && colon == std::string_view::npos) return r;
   if (head == "zipf" && !arg.empty()) {
     auto s = parse_double(arg);
-    if (!s || *s <= 0) return fail(Errc::invalid_input, fmt::format("routing '{}': zipf needs a positive exponent, e.g. zipf:1.2", text));
+    if (!s || *s < 0.001 || *s > 100)
+      return fail(Errc::invalid_input,
+                  fmt::format("routing '{}': zipf needs a finite exponent from 0.001 to 100, e.g. zipf:1.2", shorten(text)));
     r.kind = Kind::zipf;
     r.zipf_s = *s;
     return r;
   }
   if (head == "hot" && !arg.empty()) {
     auto k = parse_int(arg);
-    if (!k || *k <= 0) return fail(Errc::invalid_input, fmt::format("routing '{}': hot needs a positive expert count, e.g. hot:1", text));
+    if (!k || *k <= 0) return fail(Errc::invalid_input, fmt::format("routing '{}': hot needs a positive expert count, e.g. hot:1", shorten(text)));
     r.kind = Kind::hot;
     r.hot_experts = *k;
     return r;
@@ -77,7 +129,13 @@ Result<Routing> Routing::parse(std::string_view text) {
     return r;
   }
   return fail(Errc::invalid_input,
-              fmt::format("unknown routing '{}'; use uniform, zipf:S, hot:K or replay:FILE", text));
+              fmt::format("unknown routing '{}'; use uniform, zipf:S, hot:K or replay:FILE", shorten(text)));
+}
+
+Status Routing::hash_replay_file() {
+  if (kind != Kind::replay) return {};
+  replay_hash = FT_TRY(replay_file_hash(replay_file));
+  return {};
 }
 
 std::string Problem::key() const {
@@ -87,11 +145,13 @@ std::string Problem::key() const {
 
 Status Problem::validate() const {
   auto bad = [&](std::string what) { return fail(Errc::invalid_input, std::move(what), "problem " + name); };
-  if (experts < 1 || experts > 1024) return bad(fmt::format("experts must be 1..1024, got {}", experts));
+  if (experts < 1 || experts > kMaxExperts) return bad(fmt::format("experts must be 1..{}, got {}", kMaxExperts, experts));
   if (topk < 1 || topk > experts) return bad(fmt::format("topk must be 1..experts ({}), got {}", experts, topk));
   if (topk > 255) return bad("topk must be below 256 (slot ids are packed into 8 bits)");
-  if (hidden < 64 || hidden % 64 != 0) return bad(fmt::format("hidden must be a positive multiple of 64, got {}", hidden));
-  if (inter < 64 || inter % 64 != 0) return bad(fmt::format("inter must be a positive multiple of 64, got {}", inter));
+  if (hidden < 64 || hidden % 64 != 0 || hidden > kMaxDim)
+    return bad(fmt::format("hidden must be a positive multiple of 64 up to {}, got {}", kMaxDim, hidden));
+  if (inter < 64 || inter % 64 != 0 || inter > kMaxDim)
+    return bad(fmt::format("inter must be a positive multiple of 64 up to {}, got {}", kMaxDim, inter));
   if (routing.kind == Routing::Kind::hot && routing.hot_experts > experts)
     return bad(fmt::format("routing hot:{} names more experts than the problem has ({})", routing.hot_experts, experts));
   if (routing.kind == Routing::Kind::hot && routing.hot_experts < topk)
@@ -137,10 +197,14 @@ Result<Problem> problem_from_json_text(std::string_view text, const std::string&
     return fail(Errc::invalid_input, "not a JSON object; expected {\"experts\":8,\"hidden\":4096,\"inter\":14336,\"topk\":2}", origin);
   Problem p;
   p.name = "custom";
+  // Range-checked before narrowing: 4294967304 must not wrap to 8.
   auto get_int = [&](const char* key, int& out) -> Status {
     auto it = j.find(key);
     if (it == j.end()) return fail(Errc::invalid_input, fmt::format("missing \"{}\"", key), origin);
     if (!it->is_number_integer()) return fail(Errc::invalid_input, fmt::format("\"{}\" must be an integer", key), origin);
+    const bool fits = it->is_number_unsigned() ? it->get<std::uint64_t>() <= std::uint64_t(INT32_MAX)
+                                               : it->get<std::int64_t>() >= INT32_MIN && it->get<std::int64_t>() <= INT32_MAX;
+    if (!fits) return fail(Errc::invalid_input, fmt::format("\"{}\" is {}, far outside its range", key, shorten(it->dump())), origin);
     out = it->get<int>();
     return {};
   };
@@ -172,6 +236,7 @@ Result<Problem> problem_from_json_text(std::string_view text, const std::string&
     auto r = Routing::parse(it->get<std::string>());
     if (!r) return std::unexpected(with_context(r.error(), origin));
     p.routing = *r;
+    if (auto h = p.routing.hash_replay_file(); !h) return std::unexpected(with_context(h.error(), origin));
   }
   auto v = p.validate();
   if (!v) return std::unexpected(with_context(v.error(), origin));
@@ -179,6 +244,8 @@ Result<Problem> problem_from_json_text(std::string_view text, const std::string&
 }
 
 Result<Problem> problem_from_file(const std::string& path) {
+  // A FIFO or device would block the read (or never end): refuse it first.
+  FT_CHECK(check_regular_file(path, "problem file"));
   std::ifstream in(path);
   if (!in) return fail(Errc::io, "cannot read the problem file", path);
   std::stringstream ss;
@@ -203,30 +270,37 @@ std::vector<int> default_token_buckets() {
 }
 
 Result<std::vector<int>> parse_token_list(std::string_view text) {
+  const std::string_view whole = text;
   std::vector<int> out;
-  auto bad = [&](std::string_view part) {
-    return fail(Errc::invalid_input,
-                fmt::format("token list '{}': '{}' is not a positive count or a range A..B; e.g. 1,16,64 or 1..16384", text, part));
+  auto bad = [&](std::string_view part, std::string_view why) {
+    return fail(Errc::invalid_input, fmt::format("token list '{}': {}; e.g. 1,16,64 or 1..16384", shorten(whole),
+                                                 fmt::format(fmt::runtime(why), shorten(part))));
   };
-  while (!text.empty()) {
+  // One count: a positive integer up to 2^24.
+  auto count = [&](std::string_view part) -> Result<int> {
+    auto [v, err] = parse_int_checked(part);
+    if (part.empty()) return bad(part, "an empty entry (two commas in a row, or a comma at an end)");
+    if (err == IntError::too_large || (err == IntError::none && v > kMaxTokens))
+      return bad(part, fmt::format("'{{}}' is above the limit of {} (2^24) tokens", kMaxTokens));
+    if (err != IntError::none || v < 1) return bad(part, "'{}' is not a positive count or a range A..B");
+    return v;
+  };
+  while (true) {
     auto comma = text.find(',');
     std::string_view part = text.substr(0, comma);
     if (auto dots = part.find(".."); dots != std::string_view::npos) {
-      auto lo = parse_int(part.substr(0, dots));
-      auto hi = parse_int(part.substr(dots + 2));
-      if (!lo || !hi || *lo < 1 || *hi < *lo || *hi > (1 << 24)) return bad(part);
+      int lo = FT_TRY(count(part.substr(0, dots)));
+      int hi = FT_TRY(count(part.substr(dots + 2)));
+      if (hi < lo) return bad(part, "the range '{}' ends below its start");
       // Powers of two from lo up, and hi itself: the buckets a runtime looks up.
-      for (long v = *lo; v < *hi; v *= 2) out.push_back(int(v));
-      out.push_back(*hi);
+      for (long v = lo; v < hi; v *= 2) out.push_back(int(v));
+      out.push_back(hi);
     } else {
-      auto v = parse_int(part);
-      if (!v || *v < 1 || *v > (1 << 24)) return bad(part);
-      out.push_back(*v);
+      out.push_back(FT_TRY(count(part)));
     }
     if (comma == std::string_view::npos) break;
     text.remove_prefix(comma + 1);
   }
-  if (out.empty()) return bad("");
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
   return out;

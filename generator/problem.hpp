@@ -21,9 +21,15 @@ struct Routing {
   double zipf_s = 0;        // zipf:S  expert popularity ~ 1/rank^S
   int hot_experts = 0;      // hot:K   every token picks among the first K experts
   std::string replay_file;  // replay:FILE  recorded top-k expert ids, one token per line
+  std::string replay_hash;  // XXH3-64 of the replay file's bytes (hash_replay_file)
 
-  std::string key() const;  // "uniform", "zipf:1.2", "hot:1", "replay:<file name>"
+  // "uniform", "zipf:1.2", "hot:1", "replay:<file name>#<content hash>": two
+  // traces named alike but with other contents are other problems.
+  std::string key() const;
+  // Pure text: does not read a replay file (hash_replay_file does).
   static Result<Routing> parse(std::string_view text);
+  // replay: reads the file (a regular file) and sets replay_hash; others: nothing.
+  Status hash_replay_file();
 };
 
 struct Problem {
@@ -64,9 +70,16 @@ std::string_view to_string(DType d);
 Result<DType> parse_dtype(std::string_view s);
 std::string_view to_string(Activation a);
 
+// A user-supplied value for a one-line message: at most max_chars of it, then
+// "... (N characters)" (a 300-digit number is not repeated in full).
+std::string shorten(std::string_view text, std::size_t max_chars = 40);
+// Ok for an existing regular file; a clear error for a missing path, a folder,
+// or a FIFO/socket/device (which would block or never end a read).
+Status check_regular_file(const std::string& path, std::string_view what);
+
 // Default token buckets for search: decode through prefill.
 std::vector<int> default_token_buckets();
-// "1,2,4,16", "1..16384" (powers of two), or a mix; sorted, unique, each >= 1.
+// "1,2,4,16", "1..16384" (powers of two), or a mix; sorted, unique, each 1..2^24.
 Result<std::vector<int>> parse_token_list(std::string_view text);
 
 }  // namespace ft

@@ -9,6 +9,7 @@ packages=(
   libgtest-dev libgmock-dev
   libamd-comgr-dev libamdhip64-dev
   llvm-19-dev clang-19 lld-19
+  libclang-rt-19-dev  # the fuzz targets: libFuzzer and the sanitizer runtimes of clang-19 (tests/fuzz)
   chromium libxml2-utils  # report tests: the HTML report in headless chromium, JUnit XML through xmllint
 )
 

@@ -18,3 +18,7 @@ cmake --build build/asan -j "$jobs" --target ft_unit_tests
 # which ASan's would otherwise fail to unmap when a compile thread exits.
 ASAN_OPTIONS=detect_leaks=1:use_sigaltstack=0 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --preset asan -L unit -j "$jobs"
+
+# The fuzz targets (problem files, --space, --tokens, --routing), built with
+# clang's libFuzzer and run for a bounded time.
+bash scripts/fuzz.sh

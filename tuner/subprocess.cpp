@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <fstream>
+
 #include <fmt/format.h>
 
 extern char** environ;
@@ -110,6 +112,25 @@ Result<ProcessOutput> run_capture(const std::vector<std::string>& argv, const st
   if (WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) result.signal = WTERMSIG(status);
   return result;
+}
+
+bool process_alive(long pid, std::string_view expected_comm) {
+  if (pid <= 0) return false;
+  if (pid == long(::getpid())) return true;
+  if (::kill(pid_t(pid), 0) != 0 && errno != EPERM) return false;
+  if (expected_comm.empty()) return true;
+  std::ifstream comm(fmt::format("/proc/{}/comm", pid));
+  std::string name;
+  // Without /proc the pid's existence is all there is to go on.
+  if (!comm || !std::getline(comm, name)) return true;
+  return name == expected_comm;
+}
+
+std::string own_process_name() {
+  std::ifstream comm("/proc/self/comm");
+  std::string name;
+  if (!comm || !std::getline(comm, name)) return {};
+  return name;
 }
 
 }  // namespace ft

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "generator/error.hpp"
@@ -24,5 +25,13 @@ Result<std::string> find_executable(const std::string& name);
 // on stdin, and waits at most `timeout` (killing the process group after it).
 Result<ProcessOutput> run_capture(const std::vector<std::string>& argv, const std::string& input = {},
                                   std::optional<std::chrono::milliseconds> timeout = std::nullopt);
+
+// Whether the process with this id still runs on this machine: false for a pid
+// that no longer exists or, when `expected_comm` is given, that the system
+// reused for another program (its /proc/PID/comm differs). Used to find runs
+// and temporary folders left behind by a killed search.
+bool process_alive(long pid, std::string_view expected_comm = {});
+// This process's name as /proc/self/comm gives it ("flytune"); empty if unknown.
+std::string own_process_name();
 
 }  // namespace ft

@@ -19,9 +19,7 @@ std::string device_description(const DeviceRecord& d) {
   return text;
 }
 
-std::string toolchain_label(const ToolchainRecord& t) {
-  return t.version.empty() ? t.backend : fmt::format("{} {}", t.backend, t.version);
-}
+std::string toolchain_label(const ToolchainRecord& t) { return t.label(); }
 
 Winner winner_of(const WinnerRow& row) {
   Winner w;

@@ -22,7 +22,7 @@ std::string join(const std::vector<std::string>& items, std::string_view sep = "
 std::string source_line(std::string_view role, const SourceInfo& s) {
   return fmt::format("- **{}** `{}`: {} winner{}; devices: {}; toolchains: {}{}\n", role, md_cell(s.path), s.winners,
                      s.winners == 1 ? "" : "s", md_cell(join(s.devices)), md_cell(join(s.toolchains)),
-                     s.builds.empty() ? "" : "; flytune " + md_cell(join(s.builds)));
+                     s.builds.empty() ? "" : fmt::format("; flytune {}", md_cell(join(s.builds))));
 }
 
 std::string timing_cell(const std::optional<Winner>& w) {
@@ -32,11 +32,11 @@ std::string timing_cell(const std::optional<Winner>& w) {
 std::string winner_cell(const KeyResult& k) {
   if (k.verdict == Verdict::broken) return md_cell(k.reason);
   if (k.baseline && k.current) {
-    if (k.baseline->kernel_name == k.current->kernel_name) return "`" + md_cell(k.current->kernel_name) + "`";
+    if (k.baseline->kernel_name == k.current->kernel_name) return fmt::format("`{}`", md_cell(k.current->kernel_name));
     return fmt::format("`{}` &rarr; `{}`", md_cell(k.baseline->kernel_name), md_cell(k.current->kernel_name));
   }
   const Winner& w = k.baseline ? *k.baseline : *k.current;
-  return "`" + md_cell(w.kernel_name) + "`";
+  return fmt::format("`{}`", md_cell(w.kernel_name));
 }
 
 void key_table(std::string& out, const std::vector<const KeyResult*>& rows) {
@@ -45,7 +45,7 @@ void key_table(std::string& out, const std::vector<const KeyResult*>& rows) {
   for (const KeyResult* k : rows) {
     const bool bold = k->verdict == Verdict::broken || k->verdict == Verdict::regression;
     const std::string verdict(to_string(k->verdict));
-    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", bold ? "**" + verdict + "**" : verdict,
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n", bold ? fmt::format("**{}**", verdict) : verdict,
                        md_cell(k->key.problem), md_cell(k->key.device), md_cell(k->key.kind), k->key.tokens,
                        timing_cell(k->baseline), timing_cell(k->current),
                        k->ratio ? fmt::format("{:.3f}", *k->ratio) : "-", winner_cell(*k));

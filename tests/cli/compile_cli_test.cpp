@@ -129,18 +129,18 @@ TEST(CompileCli, Gfx950WithoutToolchainExitsOneWithTheReason) {
   EXPECT_FALSE(fs::exists(tmp.path() + "/o")) << "nothing is written when nothing can be built";
 }
 
-TEST(CompileCli, UnknownTargetExitsOneNamingTheKnownOnes) {
+TEST(CompileCli, UnknownTargetIsAUsageErrorNamingTheKnownOnes) {
   TempDir tmp;
   auto r = run_flytune({"compile", "--target", "gfx1", "--out", tmp.path() + "/o"});
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
   for (const char* t : {"gfx90a", "gfx942", "gfx950", "sm_90a"}) EXPECT_NE(r.output.find(t), std::string::npos) << r.output;
 }
 
-TEST(CompileCli, GarbageSpaceExitsOne) {
+TEST(CompileCli, GarbageSpaceIsAUsageError) {
   TempDir tmp;
   auto r = run_flytune({"compile", "--target", "gfx942", "--space", "tile_m=banana", "--out", tmp.path() + "/o"});
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_EQ(count_lines(r.output), 1) << r.output;
   EXPECT_NE(r.output.find("banana"), std::string::npos) << r.output;
 }

@@ -53,9 +53,9 @@ class ReportCli : public ::testing::Test {
   std::string baseline_, current_;
 };
 
-TEST_F(ReportCli, MarkdownByDefaultAndExitOneOnRegressionOrBreakage) {
+TEST_F(ReportCli, MarkdownByDefaultAndExitThreeOnRegressionOrBreakage) {
   auto r = report({});
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_EQ(r.output.rfind("### flytune report: FAILED: 3 broken, 2 regressions, 1 missing, 1 new, 1 improvement, "
                            "4 unchanged (12 keys, threshold 5%)",
                            0),
@@ -66,17 +66,32 @@ TEST_F(ReportCli, MarkdownByDefaultAndExitOneOnRegressionOrBreakage) {
 
 TEST_F(ReportCli, FailOnChoosesWhatFails) {
   EXPECT_EQ(report({"--fail-on", "none"}).exit_code, 0);
-  EXPECT_EQ(report({"--fail-on", "regression"}).exit_code, 1);
-  EXPECT_EQ(report({"--fail-on", "broken"}).exit_code, 1);
-  EXPECT_EQ(report({"--fail-on", "missing,new"}).exit_code, 1);
+  EXPECT_EQ(report({"--fail-on", "regression"}).exit_code, 3);
+  EXPECT_EQ(report({"--fail-on", "broken"}).exit_code, 3);
+  EXPECT_EQ(report({"--fail-on", "missing,new"}).exit_code, 3);
   auto self = run_flytune({"report", "--baseline", baseline_, "--current", baseline_, "--fail-on", "missing,new,regression,broken,improvement"});
   EXPECT_EQ(self.exit_code, 0) << self.output;
+}
+
+// Missing winners fail CI unless allowed: a current database with none of the
+// baseline's winners must not pass.
+TEST_F(ReportCli, MissingWinnersFailUnlessAllowed) {
+  const std::string empty = dir_.file("empty.db");
+  ASSERT_TRUE(db::Store::open(empty));
+  auto r = run_flytune({"report", "--baseline", baseline_, "--current", empty});
+  EXPECT_EQ(r.exit_code, 3) << r.output;
+  EXPECT_NE(r.output.find("FAILED: 0 broken, 0 regressions, 11 missing"), std::string::npos) << r.output;
+  auto allowed = run_flytune({"report", "--baseline", baseline_, "--current", empty, "--allow-missing"});
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.output;
+  EXPECT_NE(allowed.output.find("passed: 0 broken, 0 regressions, 11 missing"), std::string::npos) << allowed.output;
+  // Only missing is allowed: a regression still fails with 3.
+  EXPECT_EQ(report({"--allow-missing"}).exit_code, 3);
 }
 
 TEST_F(ReportCli, ThresholdMovesTheLine) {
   // At 35% the 30% and 10% regressions become unchanged; the broken keys stay.
   auto r = report({"--threshold", "35%", "--format", "json"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 3);
   auto j = nlohmann::json::parse(r.output, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.output;
   EXPECT_EQ(j["counts"]["regression"], 0);
@@ -97,7 +112,7 @@ TEST_F(ReportCli, ADatabaseComparedWithItselfReportsNothingAndPasses) {
 
 TEST_F(ReportCli, JsonVerdictsMatchTheKnownOnes) {
   auto r = report({"--format", "json"});
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 3);
   auto j = nlohmann::json::parse(r.output, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.output;
   ASSERT_EQ(j["keys"].size(), test::kExpected.size());
@@ -115,7 +130,7 @@ TEST_F(ReportCli, JsonVerdictsMatchTheKnownOnes) {
 TEST_F(ReportCli, JunitIsWellFormedForXmllint) {
   std::string out = dir_.file("report.xml");
   auto r = report({"--format", "junit", "--out", out});
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_EQ(r.output.rfind("FAILED: 3 broken, 2 regressions", 0), 0u) << r.output;
   EXPECT_NE(r.output.find("wrote " + out), std::string::npos);
   ASSERT_TRUE(std::filesystem::exists(out));
@@ -131,7 +146,7 @@ TEST_F(ReportCli, JunitIsWellFormedForXmllint) {
   EXPECT_EQ(trimmed(cases->output), "12");
   auto failures = run_capture({*xmllint, "--xpath", "count(//testcase/failure)", out}, {}, std::chrono::seconds(60));
   ASSERT_TRUE(failures);
-  EXPECT_EQ(trimmed(failures->output), "5");
+  EXPECT_EQ(trimmed(failures->output), "6");  // 3 broken, 2 regressions, 1 missing (all in the default --fail-on)
 }
 
 TEST_F(ReportCli, HtmlToAFile) {

@@ -72,7 +72,7 @@ TEST(SearchCli, GarbageDatabaseIsRefusedUntouched) {
   EXPECT_EQ(FileSnapshot::of(db), before);
 }
 
-TEST(SearchCli, BadInputGetsOneLine) {
+TEST(SearchCli, BadOptionValuesGetOneLineAndExitTwo) {
   ScratchDir dir;
   const std::string db = dir.file("x.db");
   for (std::vector<std::string> args : {
@@ -82,7 +82,7 @@ TEST(SearchCli, BadInputGetsOneLine) {
            std::vector<std::string>{"search", "--dry-run", "--space", "tile_m=banana", "--db", db},
        }) {
     auto r = run_flytune(args);
-    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
     EXPECT_FALSE(std::filesystem::exists(db)) << "a refused search must not create the database";
   }

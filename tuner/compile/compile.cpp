@@ -1,10 +1,14 @@
 #include "tuner/compile/compile.hpp"
 
 #include <elf.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <thread>
 
@@ -98,6 +102,21 @@ std::string default_cache_dir() {
   if (auto xdg = env("XDG_CACHE_HOME"); !xdg.empty()) return xdg + "/flytune";
   if (auto home = env("HOME"); !home.empty()) return home + "/.cache/flytune";
   return "none";
+}
+
+Status check_cache_dir(const std::string& dir_in) {
+  const std::string dir = dir_in.empty() ? default_cache_dir() : dir_in;
+  if (dir == "none") return {};
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return fail(Errc::io, fmt::format("cannot create the compile cache folder: {}", ec.message()), dir);
+  if (!fs::is_directory(dir, ec)) return fail(Errc::io, "the compile cache path is not a folder", dir);
+  // Writable? access() answers for this user (root passes even without w bits,
+  // and root can write there).
+  if (::access(dir.c_str(), W_OK | X_OK) != 0)
+    return fail(Errc::io, fmt::format("cannot write to the compile cache folder: {}", std::strerror(errno)), dir);
+  return {};
 }
 
 std::string_view code_object_extension(Backend b) { return b == Backend::nvrtc ? ".cubin" : ".hsaco"; }
@@ -234,8 +253,13 @@ std::vector<Result<CodeObject>> compile_all(std::span<const KernelSource> source
   std::atomic<std::size_t> next{0};
   std::size_t done = 0;
   std::mutex progress_mutex;
+  auto stopped = [&] { return options.stop && options.stop->load(); };
   auto worker = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < sources.size();) {
+      if (stopped()) {
+        results[i] = fail(Errc::interrupted, "not compiled: interrupted", sources[i].name);
+        continue;
+      }
       results[i] = compile(sources[i], target, options);
       std::lock_guard lock(progress_mutex);
       ++done;

@@ -1,6 +1,7 @@
 #pragma once
 // Compiling kernel sources into code objects: comgr or clang (amdgcn, .hsaco)
 // and NVRTC (sm_90a, .cubin), with a content-hash cache and a parallel driver.
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <functional>
@@ -44,6 +45,9 @@ struct CompileOptions {
   unsigned jobs = 0;                      // compile_all threads; 0 = all cores
   std::chrono::seconds timeout{600};      // clang subprocess limit per source
   const Toolchains* toolchains = nullptr; // default: the probed toolchains()
+  // compile_all hands out no new source once this is true (Ctrl-C); the
+  // sources not started keep an Errc::interrupted result.
+  const std::atomic<bool>* stop = nullptr;
 
   static std::span<const EmbeddedFile> default_headers();
 };
@@ -51,6 +55,11 @@ struct CompileOptions {
 // $FLYTUNE_CACHE_DIR, else $XDG_CACHE_HOME/flytune, else ~/.cache/flytune
 // ("none" when none of these can be formed, which disables the cache).
 std::string default_cache_dir();
+
+// Whether a cache folder (empty: default_cache_dir()) can be used: created if
+// missing, and writable. Ok for "none". The error says why not; compile()
+// then works without the cache, so callers warn (or refuse an explicit folder).
+Status check_cache_dir(const std::string& dir);
 
 // ".hsaco" or ".cubin".
 std::string_view code_object_extension(Backend b);

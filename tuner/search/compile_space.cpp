@@ -18,7 +18,10 @@ Result<CompiledSpace> compile_space(const Target& target, const Problem& problem
   std::set<std::string> names;
   for (const Variant& v : space.legal) names.insert(v.name());
   for (const Variant& v : opt.extra)
-    if (names.insert(v.name()).second && !why_illegal(v, problem)) space.legal.push_back(v);
+    if (names.insert(v.name()).second && !why_illegal(v, problem)) {
+      space.legal.push_back(v);
+      ++out.extra_added;
+    }
 
   std::vector<KernelSource> sources;
   sources.push_back(emit_support(target, problem.dtype));
@@ -29,9 +32,18 @@ Result<CompiledSpace> compile_space(const Target& target, const Problem& problem
                              [&](std::size_t, std::size_t, const std::string& name) { bar.advance(name); });
   bar.finish();
 
+  auto not_started = [](const Result<CodeObject>& r) { return !r && r.error().code == Errc::interrupted; };
+  for (const auto& r : results) {
+    out.interrupted = out.interrupted || not_started(r);
+    out.cache_hits += r && r->from_cache ? 1 : 0;
+  }
   out.support_source = sources.front();
   out.support = std::move(results.front());
   for (std::size_t i = 0; i < space.legal.size(); ++i) {
+    if (not_started(results[i + 1])) {  // Ctrl-C: never compiled, not a failure
+      ++out.not_started;
+      continue;
+    }
     CompiledVariant cv{space.legal[i], sources[i + 1], std::move(results[i + 1]), std::nullopt, {}, {}};
     if (cv.object) {
       auto r = analyze(*cv.object, target, cv.variant.name(), cv.variant.threads(), cv.variant.lds_bytes());

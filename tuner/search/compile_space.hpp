@@ -29,6 +29,14 @@ struct CompiledSpace {
   Result<CodeObject> support = fail(Errc::internal, "not compiled");
   std::vector<CompiledVariant> variants;
   std::size_t rejected_by_legality = 0;
+  // Of `variants`, how many came from CompileSpaceOptions::extra (defaults the
+  // space itself did not hold) rather than from the space.
+  std::size_t extra_added = 0;
+  // Interrupted (options.compile.stop): the sources not compiled are left out
+  // of `variants` (not_started counts them); what did compile is kept.
+  bool interrupted = false;
+  std::size_t not_started = 0;
+  std::size_t cache_hits = 0;  // code objects (support unit included) taken from the compile cache
 };
 
 struct CompileSpaceOptions {

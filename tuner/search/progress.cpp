@@ -26,6 +26,10 @@ void Progress::advance(const std::string& item, std::size_t by) {
   draw(item);
 }
 
+namespace {
+void put(const std::string& text) { std::fputs(text.c_str(), stderr); }
+}  // namespace
+
 void Progress::draw(const std::string& item) {
   if (!enabled_ || total_ == 0) return;
   const auto now = std::chrono::steady_clock::now();
@@ -36,14 +40,16 @@ void Progress::draw(const std::string& item) {
     if (now - last_draw_ < std::chrono::milliseconds(100) && done_ < total_) return;
     const int width = 28, filled = int(frac * width);
     std::string shown = item.size() > 48 ? item.substr(0, 45) + "..." : item;
-    fmt::print(stderr, "\r\033[K{} [{}{}] {}/{} {:.0f}% ETA {} {}", what_, std::string(filled, '#'),
-               std::string(width - filled, '.'), done_, total_, frac * 100, eta, shown);
+    // fputs, not fmt::print: a closed stderr (`2>&1 | head`) must not throw
+    // out of a compile thread.
+    put(fmt::format("\r\033[K{} [{}{}] {}/{} {:.0f}% ETA {} {}", what_, std::string(filled, '#'),
+               std::string(width - filled, '.'), done_, total_, frac * 100, eta, shown));
   } else {
     const std::size_t decile = done_ * 10 / total_;
     if (decile == last_decile_ && now - last_draw_ < std::chrono::seconds(15) && done_ < total_) return;
     last_decile_ = decile;
-    fmt::print(stderr, "{}: {}/{} ({:.0f}%), elapsed {}, ETA {}\n", what_, done_, total_, frac * 100,
-               format_duration(elapsed), eta);
+    put(fmt::format("{}: {}/{} ({:.0f}%), elapsed {}, ETA {}\n", what_, done_, total_, frac * 100,
+                    format_duration(elapsed), eta));
   }
   last_draw_ = now;
   std::fflush(stderr);
@@ -53,7 +59,7 @@ void Progress::finish() {
   std::lock_guard lock(mu_);
   if (finished_) return;
   finished_ = true;
-  if (enabled_ && tty_ && total_ > 0) fmt::print(stderr, "\n");
+  if (enabled_ && tty_ && total_ > 0) put("\n");
 }
 
 }  // namespace ft

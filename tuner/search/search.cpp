@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <csignal>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "layer/program.hpp"
 #include "tuner/search/compile_space.hpp"
 #include "tuner/search/progress.hpp"
+#include "tuner/subprocess.hpp"
 #include "tuner/worker/worker_process.hpp"
 
 namespace ft {
@@ -49,6 +51,25 @@ db::Resources to_db(const Resources& r) {
 // A fresh seed when none is given: the clock mixed with the process id.
 std::uint64_t fresh_seed() { return std::uint64_t(Clock::now().time_since_epoch().count()) ^ (std::uint64_t(getpid()) << 32); }
 
+// Removes /tmp/flytune-objects-PID folders whose search process is gone (a
+// kill -9 or a crash skips the guard that removes a search's own folder).
+void remove_stale_object_dirs() {
+  std::error_code ec;
+  const auto tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) return;
+  for (const auto& entry : std::filesystem::directory_iterator(tmp, ec)) {
+    const std::string name = entry.path().filename().string();
+    constexpr std::string_view prefix = "flytune-objects-";
+    if (!name.starts_with(prefix)) continue;
+    long pid = 0;
+    const std::string_view digits = std::string_view(name).substr(prefix.size());
+    auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+    if (err != std::errc{} || end != digits.data() + digits.size() || process_alive(pid)) continue;
+    std::error_code rm;
+    std::filesystem::remove_all(entry.path(), rm);
+  }
+}
+
 // Everything one target's compile produced, recorded in the store.
 struct RecordedSpace {
   CompiledSpace space;
@@ -63,6 +84,7 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
   CompileSpaceOptions opt;
   opt.space = cfg.space;
   opt.compile = cfg.compile;
+  opt.compile.stop = &g_interrupted;  // Ctrl-C stops handing out compile jobs
   opt.progress = cfg.progress;
   if (cfg.baseline)
     for (KernelKind k : {KernelKind::moe1, KernelKind::moe2})
@@ -72,8 +94,12 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
   if (!rs.space.support) return std::unexpected(with_context(rs.space.support.error(), "support kernels"));
   summary.target = std::string(target.name);
   summary.backend = std::string(to_string(rs.space.backend));
-  summary.legal = rs.space.variants.size();
+  // The space's own variants (what `generate` lists); the defaults beside them apart.
+  summary.defaults_added = rs.space.extra_added;
+  const std::size_t all = rs.space.variants.size() + rs.space.not_started;
+  summary.legal = all - std::min(all, rs.space.extra_added);
   summary.rejected = rs.space.rejected_by_legality;
+  summary.cache_hits = rs.space.cache_hits;
 
   const CodeObject& support = *rs.space.support;
   rs.toolchain_id = FT_TRY(store.upsert_toolchain({0, std::string(to_string(support.backend)), support.toolchain_version, ""}));
@@ -251,6 +277,10 @@ void install_interrupt_handler() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
+  // A closed terminal or output pipe (`| head`) stops the search the same way,
+  // so the run is closed and its temporary objects removed.
+  sigaction(SIGHUP, &sa, nullptr);
+  sigaction(SIGPIPE, &sa, nullptr);
 }
 bool interrupted() { return g_interrupted.load(); }
 
@@ -273,10 +303,12 @@ std::string_view to_string(Strategy s) {
 nlohmann::json SearchSummary::to_json() const {
   nlohmann::json j{{"run_id", run_id}, {"db", db_path}, {"device", device}, {"interrupted", interrupted},
                    {"measurements", measurements}, {"resumed", resumed}, {"seconds", seconds},
+                   {"dry_run", dry_run}, {"notes", notes},
                    {"targets", nlohmann::json::array()}, {"winners", nlohmann::json::array()}};
   for (const auto& t : targets)
     j["targets"].push_back({{"target", t.target}, {"backend", t.backend}, {"legal", t.legal}, {"rejected", t.rejected},
                             {"compiled", t.compiled}, {"compile_failed", t.compile_failed}, {"pruned", t.pruned},
+                            {"defaults_added", t.defaults_added}, {"cache_hits", t.cache_hits},
                             {"verified", t.verified}, {"verify_failed", t.verify_failed}, {"crashed", t.crashed}});
   for (const auto& w : winners) {
     nlohmann::json r{{"tokens", w.tokens}, {"kind", w.kind}, {"kernel", w.kernel}, {"median_us", w.median_us},
@@ -296,12 +328,17 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   db::Store store = FT_TRY(db::Store::open(cfg.db_path, db::OpenMode::create));
   SearchSummary summary;
   summary.db_path = cfg.db_path;
+  summary.dry_run = cfg.dry_run;
+  for (const db::StaleRun& r : store.stale_runs())
+    summary.notes.push_back(fmt::format("run {} was left 'running' by process {}, which no longer exists (killed?); "
+                                        "marked interrupted (its results are kept)", r.id, r.pid));
   nlohmann::json options{{"tokens", cfg.tokens}, {"dry_run", cfg.dry_run}, {"force", cfg.force},
                          {"problem", cfg.problem.key()}, {"graph", cfg.graph}, {"baseline", cfg.baseline}};
   summary.run_id = FT_TRY(store.begin_run(db::RunRecord::for_this_build(cfg.command_line, std::string(to_string(cfg.strategy)), options)));
   const std::int64_t problem_id = FT_TRY(store.upsert_problem(db::ProblemRecord::from(cfg.problem)));
 
   std::error_code ec;
+  remove_stale_object_dirs();
   const auto object_dir = std::filesystem::temp_directory_path() / fmt::format("flytune-objects-{}", getpid());
   std::filesystem::create_directories(object_dir, ec);
   struct Cleanup {
@@ -322,16 +359,22 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   if (cfg.dry_run) {
     summary.device = "compile-only";
     for (const std::string& name : cfg.targets) {
+      // Interrupted only while work remains: a run that did everything finished.
+      if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
       const Target* target = FT_TRY(lookup_target(name));
       TargetSummary ts;
       auto rs = compile_and_record(store, *target, cfg, ts, object_dir);
+      if (!rs && rs.error().code == Errc::interrupted) return finish(db::RunStatus::interrupted);
       if (!rs) {
         (void)store.end_run(summary.run_id, db::RunStatus::failed);
-        return std::unexpected(with_context(rs.error(), std::string(target->name)));
+        // Name the target once: toolchain errors already start with it.
+        const std::string target_name(target->name);
+        const bool named = rs.error().context == target_name || rs.error().context.starts_with(target_name + ": ");
+        return std::unexpected(named ? rs.error() : with_context(rs.error(), target_name));
       }
       (void)FT_TRY(store.upsert_device(db::DeviceRecord::compile_only(target->name)));
       summary.targets.push_back(ts);
-      if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
+      if (rs->space.interrupted) return finish(db::RunStatus::interrupted);
     }
     return finish(db::RunStatus::finished);
   }
@@ -372,7 +415,13 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   const std::optional<Ceilings> ceilings = cfg.ceilings ? cfg.ceilings : measured_ceilings(info.name);
 
   TargetSummary ts;
-  RecordedSpace rs = FT_TRY(compile_and_record(store, *target, cfg, ts, object_dir));
+  auto recorded = compile_and_record(store, *target, cfg, ts, object_dir);
+  if (!recorded && recorded.error().code == Errc::interrupted) return finish(db::RunStatus::interrupted);
+  RecordedSpace rs = FT_TRY(std::move(recorded));
+  if (rs.space.interrupted) {
+    summary.targets.push_back(ts);
+    return finish(db::RunStatus::interrupted);
+  }
   const int max_tokens = std::max(*std::max_element(cfg.tokens.begin(), cfg.tokens.end()), cfg.verify_tokens);
   FT_CHECK(m.open({{"op", "open"}, {"problem", {{"name", cfg.problem.name}, {"experts", cfg.problem.experts},
                                                     {"hidden", cfg.problem.hidden}, {"inter", cfg.problem.inter},
@@ -537,7 +586,11 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
                 nlohmann::json res = *r;
                 std::vector<double> v = rounds[k];
                 std::sort(v.begin(), v.end());
+                // One measurement: the median of the rounds' medians with their
+                // spread, so the winner's median lies inside its p10-p90.
                 res["median_us"] = v[v.size() / 2];
+                res["p10_us"] = v.front();
+                res["p90_us"] = v.back();
                 (void)record(timed[k].second->id, tokens, "ab", db::MeasurementStatus::ok, res, "", tele);
               }
             }

@@ -49,6 +49,8 @@ struct TargetSummary {
   std::string target;
   std::string backend;
   std::size_t legal = 0, rejected = 0, compiled = 0, compile_failed = 0, pruned = 0;
+  std::size_t defaults_added = 0;  // default variants built beside the space (the speedup baseline)
+  std::size_t cache_hits = 0;      // code objects taken from the compile cache
   std::size_t verified = 0, verify_failed = 0, crashed = 0;
 };
 
@@ -67,10 +69,15 @@ struct SearchSummary {
   std::string db_path;
   std::string device;          // "NVIDIA H200 (sm_90a)" or "compile-only"
   bool interrupted = false;
+  bool dry_run = false;
   std::vector<TargetSummary> targets;
   std::vector<BucketResult> winners;
-  std::vector<std::string> notes;  // buckets that ended without a layer winner, and why
-  std::size_t measurements = 0, resumed = 0;
+  std::size_t measurements = 0;
+  std::size_t resumed = 0;     // measurements taken from the database instead of measured again
+  // Things the user should know that are not errors: runs left running by a
+  // killed search that opening the database closed, buckets that ended
+  // without a layer winner and why.
+  std::vector<std::string> notes;
   double seconds = 0;
   nlohmann::json to_json() const;
 };

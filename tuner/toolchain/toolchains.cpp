@@ -25,11 +25,27 @@ const char* env_or(const char* name, const char* fallback) {
   return (v && *v) ? v : fallback;
 }
 
+// A library named by an environment variable is the only one tried (a wrong
+// path is an error naming the variable, as with FLYTUNE_LIBHIP/FLYTUNE_LIBCUDA);
+// without the variable, the usual names in order.
+template <class Defaults>
+Result<DynLib> open_library(const char* variable, std::string_view what, Defaults defaults) {
+  const char* chosen = std::getenv(variable);
+  if (!chosen || !*chosen) return defaults();
+  auto lib = DynLib::open({chosen}, what);
+  if (!lib)
+    return fail(Errc::toolchain, fmt::format("{}={} cannot be loaded ({}); fix the path or unset {}", variable, chosen,
+                                             lib.error().message, variable));
+  return lib;
+}
+
 ComgrInfo probe_comgr() {
   ComgrInfo info;
-  auto lib = DynLib::open({env_or("FLYTUNE_COMGR", ""), "libamd_comgr.so.3", "libamd_comgr.so.2",
-                           "/opt/rocm/lib/libamd_comgr.so.3", "/opt/rocm/lib/libamd_comgr.so.2"},
-                          "ROCm comgr (libamd_comgr)");
+  auto lib = open_library("FLYTUNE_COMGR", "ROCm comgr (libamd_comgr)", [] {
+    return DynLib::open({"libamd_comgr.so.3", "libamd_comgr.so.2", "/opt/rocm/lib/libamd_comgr.so.3",
+                         "/opt/rocm/lib/libamd_comgr.so.2"},
+                        "ROCm comgr (libamd_comgr)");
+  });
   if (!lib) {
     info.error = lib.error().message;
     return info;
@@ -94,9 +110,11 @@ ClangInfo probe_clang() {
 
 NvrtcInfo probe_nvrtc() {
   NvrtcInfo info;
-  auto lib = DynLib::open({env_or("FLYTUNE_NVRTC", ""), "libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so.13",
-                           "/usr/local/cuda/lib64/libnvrtc.so.12"},
-                          "NVRTC (libnvrtc)");
+  auto lib = open_library("FLYTUNE_NVRTC", "NVRTC (libnvrtc)", [] {
+    return DynLib::open({"libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so.13",
+                         "/usr/local/cuda/lib64/libnvrtc.so.12"},
+                        "NVRTC (libnvrtc)");
+  });
   if (!lib) {
     info.error = lib.error().message;
     return info;
@@ -196,10 +214,10 @@ Result<Backend> backend_for(const Target& t, const Toolchains& tc) {
   if (t.is_amd()) {
     std::string comgr = tc.comgr.found
                             ? fmt::format("comgr {}.{} (ISAs up to {})", tc.comgr.major, tc.comgr.minor, newest_gfx(tc.comgr.isas))
-                            : std::string("no comgr");
+                            : tc.comgr.error.empty() ? std::string("no comgr") : "no comgr (" + tc.comgr.error + ")";
     std::string clang = tc.clang.found
                             ? fmt::format("clang {} (up to {})", tc.clang.major, newest_gfx(tc.clang.amdgcn_cpus))
-                            : std::string("no clang");
+                            : tc.clang.error.empty() ? std::string("no clang") : "no clang (" + tc.clang.error + ")";
     return fail(Errc::toolchain,
                 fmt::format("needs comgr from ROCm >= {} or LLVM >= {}; found {} and {}", t.min_rocm, t.min_llvm_major,
                             comgr, clang),

@@ -1,3 +1,4 @@
+#include <atomic>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -67,6 +68,27 @@ TEST_P(CompileAll, RunsInParallelAndKeepsOrder) {
 INSTANTIATE_TEST_SUITE_P(Backends, CompileAll,
                          ::testing::Values(std::pair{Backend::comgr, "gfx90a"}, std::pair{Backend::clang, "gfx942"}),
                          [](const auto& info) { return std::string(to_string(info.param.first)); });
+
+// Ctrl-C: once `stop` is set no new source is handed out; the ones running
+// finish, the rest are marked interrupted (not failed).
+TEST(CompileAllStop, HandsOutNothingOnceStopped) {
+  FT_REQUIRE_BACKEND(Backend::clang, "gfx942");
+  auto headers = amd_headers();
+  auto opts = options_for(Backend::clang, headers);
+  opts.jobs = 1;
+  std::atomic<bool> stop{false};
+  opts.stop = &stop;
+  auto sources = numbered_sources(4);
+  auto results = compile_all(sources, *find_target("gfx942"), opts,
+                             [&](std::size_t done, std::size_t, const std::string&) { stop = done >= 2; });
+  ASSERT_EQ(results.size(), 4u);
+  EXPECT_TRUE(results[0]) << results[0].error().describe();
+  EXPECT_TRUE(results[1]) << results[1].error().describe();
+  for (std::size_t i : {2u, 3u}) {
+    ASSERT_FALSE(results[i]);
+    EXPECT_EQ(results[i].error().code, Errc::interrupted) << results[i].error().describe();
+  }
+}
 
 TEST(CompileAllEmpty, ReturnsNothing) {
   CompileOptions opts;

@@ -1,6 +1,7 @@
 // The store: opening and refusing files (never modifying a refused one),
 // records round-tripping, resume lookups, winners, crash safety and several
 // handles on one file.
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,6 +103,64 @@ TEST(StoreOpen, ReadOnlyStoreRefusesWrites) {
   auto run = store->begin_run(RunRecord::for_this_build("x", "exhaustive"));
   ASSERT_FALSE(run);
   EXPECT_NE(run.error().message.find("read-only"), std::string::npos);
+}
+
+TEST(StoreOpen, AMissingFolderIsNamed) {
+  ScratchDir dir;
+  auto store = Store::open(dir.file("nodir/x.db"), OpenMode::create);
+  ASSERT_FALSE(store);
+  EXPECT_NE(store.error().describe().find("the folder '" + dir.file("nodir") + "' does not exist"), std::string::npos)
+      << store.error().describe();
+}
+
+TEST(StoreOpen, AFifoIsRefusedWithoutBlocking) {
+  ScratchDir dir;
+  ASSERT_EQ(mkfifo(dir.file("fifo.db").c_str(), 0600), 0);
+  auto store = Store::open(dir.file("fifo.db"), OpenMode::read_only);
+  ASSERT_FALSE(store);
+  EXPECT_NE(store.error().message.find("not a regular file"), std::string::npos) << store.error().describe();
+}
+
+TEST(StoreOpen, OnlyRunsOfDeadProcessesOnThisHostAreClosed) {
+  ScratchDir dir;
+  const std::string path = dir.file("flytune.db");
+  pid_t gone = fork();
+  if (gone == 0) _exit(0);
+  waitpid(gone, nullptr, 0);
+  std::int64_t mine = 0, elsewhere = 0, reused = 0, dead = 0;
+  {
+    auto store = Store::open(path);
+    ASSERT_TRUE(store) << store.error().describe();
+    mine = store->begin_run(RunRecord::for_this_build("search", "halving")).value();  // this live process
+    RunRecord other = RunRecord::for_this_build("search", "halving");
+    other.pid = gone;
+    other.hostname = "another-host";
+    elsewhere = store->begin_run(other).value();  // a pid of another machine says nothing here
+    RunRecord r = RunRecord::for_this_build("search", "halving");
+    r.process = "not-this-program";  // this pid, but as if reused by another program
+    r.pid = long(getppid());
+    reused = store->begin_run(r).value();
+    r.pid = gone;
+    r.process = "flytune";
+    dead = store->begin_run(r).value();
+  }
+  auto store = Store::open(path);
+  ASSERT_TRUE(store) << store.error().describe();
+  std::vector<std::int64_t> closed;
+  for (const StaleRun& s : store->stale_runs()) closed.push_back(s.id);
+  EXPECT_EQ(closed, (std::vector<std::int64_t>{reused, dead}));
+  const std::vector<RunRecord> runs = store->list_runs().value();
+  for (const RunRecord& r : runs) {
+    const bool stale = r.id == reused || r.id == dead;
+    EXPECT_EQ(r.status, stale ? RunStatus::interrupted : RunStatus::running) << r.id;
+  }
+  EXPECT_TRUE(mine && elsewhere);
+}
+
+TEST(StoreRecordsText, ToolchainLabelNamesTheBackendOnce) {
+  EXPECT_EQ((ToolchainRecord{0, "nvrtc", "nvrtc 13.0", ""}.label()), "nvrtc 13.0");
+  EXPECT_EQ((ToolchainRecord{0, "nvrtc", "13.0", ""}.label()), "nvrtc 13.0");
+  EXPECT_EQ((ToolchainRecord{0, "comgr", "", ""}.label()), "comgr");
 }
 
 TEST(StoreOpen, DirectoryIsRefused) {
@@ -509,8 +568,15 @@ TEST(StoreDurability, MeasurementsSurviveACrash) {
     ASSERT_EQ(runs.size(), 2u);
     EXPECT_EQ(runs[1].status, RunStatus::running);  // never ended: the crash shows
   }
+  // Opened read-write, the run of the dead child is closed and reported.
   auto store = Store::open(path);
   ASSERT_TRUE(store) << store.error().describe();
+  ASSERT_EQ(store->stale_runs().size(), 1u);
+  EXPECT_EQ(store->stale_runs()[0].pid, long(child));
+  auto runs = store->list_runs().value();
+  EXPECT_EQ(runs[1].status, RunStatus::interrupted);
+  EXPECT_EQ(runs[1].pid, long(child));
+  EXPECT_FALSE(runs[1].ended_at.empty());
   EXPECT_EQ(store->measurements()->size(), 6u + kAdded);
   for (int i = 0; i < kAdded; ++i) {
     auto m = store->latest_measurement({ids.variant_fast, ids.problem, ids.device, 1000 + i}).value();

@@ -1,5 +1,10 @@
 #include "generator/problem.hpp"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 namespace ft {
@@ -43,7 +48,14 @@ INSTANTIATE_TEST_SUITE_P(
                       BadJson{R"({"experts":"8","hidden":4096,"inter":14336,"topk":2})", "must be an integer"},
                       BadJson{R"({"experts":8,"hidden":4096,"inter":14336,"topk":2,"dtype":"fp4"})", "unknown dtype"},
                       BadJson{R"({"experts":8,"hidden":4096,"inter":14336,"topk":2,"colour":1})", "unknown key"},
-                      BadJson{R"({"experts":8,"hidden":4096,"inter":14336,"topk":2,"routing":"hot:1"})", "fewer experts than topk"}));
+                      BadJson{R"({"experts":8,"hidden":4096,"inter":14336,"topk":2,"routing":"hot:1"})", "fewer experts than topk"},
+                      // 64-bit values are refused, never wrapped to 32 bits (4294967304 = 2^32 + 8).
+                      BadJson{R"({"experts":4294967304,"hidden":4096,"inter":14336,"topk":2})", "\"experts\" is 4294967304, far outside"},
+                      BadJson{R"({"experts":8,"hidden":4294971392,"inter":14336,"topk":2})", "\"hidden\" is 4294971392"},
+                      BadJson{R"({"experts":8,"hidden":4096,"inter":9223372036854775807,"topk":2})", "\"inter\" is 9223372036854775807"},
+                      BadJson{R"({"experts":8,"hidden":4096,"inter":14336,"topk":-4294967294})", "\"topk\" is -4294967294"},
+                      BadJson{R"({"experts":8,"hidden":4096,"inter":2147483584,"topk":2})", "inter must be a positive multiple of 64 up to 1048576"},
+                      BadJson{R"({"experts":8,"hidden":4096,"inter":14336,"topk":2,"routing":"zipf:nan"})", "finite exponent"}));
 
 TEST(Problem, JsonAccepted) {
   auto p = problem_from_json_text(R"({"name":"x","experts":16,"hidden":1024,"inter":512,"topk":4,"dtype":"f16","routing":"zipf:1.5"})",
@@ -56,8 +68,59 @@ TEST(Routing, Parse) {
   EXPECT_TRUE(Routing::parse("uniform"));
   EXPECT_EQ(Routing::parse("hot:2")->hot_experts, 2);
   EXPECT_FALSE(Routing::parse("zipf:-1"));
+  for (const char* bad : {"zipf:nan", "zipf:inf", "zipf:-inf", "zipf:1e400", "zipf:0", "zipf:1e-9", "zipf:101"})
+    EXPECT_FALSE(Routing::parse(bad)) << bad;
+  EXPECT_DOUBLE_EQ(Routing::parse("zipf:100")->zipf_s, 100.0);
   EXPECT_FALSE(Routing::parse("zipf"));
   EXPECT_FALSE(Routing::parse("normal"));
+}
+
+// Two traces named alike are two problems: the key carries the content hash.
+TEST(Routing, ReplayIsKeyedByTheFileContents) {
+  const auto base = std::filesystem::temp_directory_path() / ("flytune-replay-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(base / "a");
+  std::filesystem::create_directories(base / "b");
+  std::filesystem::create_directories(base / "c");
+  std::ofstream(base / "a" / "trace.txt") << "0 1\n2 3\n";
+  std::ofstream(base / "b" / "trace.txt") << "4 5\n6 7\n";
+  std::ofstream(base / "c" / "trace.txt") << "0 1\n2 3\n";
+  auto key = [&](const char* folder) {
+    auto r = Routing::parse("replay:" + (base / folder / "trace.txt").string());
+    EXPECT_TRUE(r);
+    EXPECT_TRUE(r->hash_replay_file()) << folder;
+    return r->key();
+  };
+  EXPECT_NE(key("a"), key("b"));
+  EXPECT_EQ(key("a"), key("c"));
+  EXPECT_EQ(key("a").rfind("replay:trace.txt#", 0), 0u) << key("a");
+  EXPECT_EQ(key("a").size(), std::string("replay:trace.txt#").size() + 16);
+  auto missing = Routing::parse("replay:" + (base / "none.txt").string());
+  ASSERT_TRUE(missing);
+  EXPECT_FALSE(missing->hash_replay_file());
+  auto folder = Routing::parse("replay:" + base.string());
+  EXPECT_FALSE(folder->hash_replay_file());
+  std::filesystem::remove_all(base);
+}
+
+TEST(TokenList, ErrorsNameTheLimitAndQuoteTheWholeList) {
+  auto over = parse_token_list("1,16777217");
+  ASSERT_FALSE(over);
+  EXPECT_NE(over.error().message.find("'16777217' is above the limit of 16777216 (2^24) tokens"), std::string::npos)
+      << over.error().message;
+  EXPECT_EQ(parse_token_list("16777216")->back(), 16777216);
+  EXPECT_FALSE(parse_token_list("99999999999999999999"));
+  auto empty = parse_token_list("1,,2");
+  ASSERT_FALSE(empty);
+  EXPECT_NE(empty.error().message.find("token list '1,,2': an empty entry"), std::string::npos) << empty.error().message;
+  auto huge = parse_token_list(std::string(300, '9'));
+  ASSERT_FALSE(huge);
+  EXPECT_LT(huge.error().message.size(), 250u) << huge.error().message;
+  EXPECT_NE(huge.error().message.find("(300 characters)"), std::string::npos) << huge.error().message;
+}
+
+TEST(Shorten, KeepsShortTextAndCutsLongText) {
+  EXPECT_EQ(shorten("abc"), "abc");
+  EXPECT_EQ(shorten(std::string(50, 'x'), 10), "xxxxxxxxxx... (50 characters)");
 }
 
 TEST(TokenList, ParsesListsAndRanges) {

@@ -10,6 +10,7 @@ packages=(
   libamd-comgr-dev libamdhip64-dev
   llvm-19-dev clang-19 lld-19
   chromium libxml2-utils  # report tests: the HTML report in headless chromium, JUnit XML through xmllint
+  debootstrap            # scripts/setup-llvm.sh: Debian 13's clang-22 in a folder, for gfx950
 )
 
 missing=()

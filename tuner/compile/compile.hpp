@@ -48,10 +48,6 @@ struct CompileOptions {
   static std::span<const EmbeddedFile> default_headers();
 };
 
-// $FLYTUNE_CACHE_DIR, else $XDG_CACHE_HOME/flytune, else ~/.cache/flytune
-// ("none" when none of these can be formed, which disables the cache).
-std::string default_cache_dir();
-
 // ".hsaco" or ".cubin".
 std::string_view code_object_extension(Backend b);
 

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/scoped_env.hpp"
+
 #include "tests/unit/compile/test_kernels.hpp"
 #include "tuner/analyze/elf_image.hpp"
 #include "tuner/compile/hash.hpp"
@@ -197,23 +199,7 @@ TEST(Compile, CodeObjectExtension) {
   EXPECT_EQ(code_object_extension(Backend::nvrtc), ".cubin");
 }
 
-// Sets an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_) setenv(name_, old_->c_str(), 1);
-    else unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using test::ScopedEnv;
 
 TEST(Compile, DefaultCacheDirFollowsTheEnvironment) {
   ScopedEnv home("HOME", "/home/someone");

@@ -79,7 +79,8 @@ TEST_P(DefaultSpace, EveryVariantCompilesDisassemblesAndFits) {
   EXPECT_EQ(compiled, (int)cs->variants.size());
 
   // The matrix instructions only this target has (gfx950: the 16x16x32 and 32x32x16 MFMAs) are
-  // in the code objects: the space uses every such atom of its dtype.
+  // in the code objects: the space uses every such atom of its dtype. (AMD: atoms name the
+  // mnemonic; NVIDIA's PTX opcodes are checked per variant above.)
   std::map<std::string, int> variants_with;
   for (const CompiledVariant& cv : cs->variants)
     if (cv.resources)
@@ -88,9 +89,10 @@ TEST_P(DefaultSpace, EveryVariantCompilesDisassemblesAndFits) {
     bool only_here = std::none_of(all_targets().begin(), all_targets().end(), [&](const Target& other) {
       return other.name != target.name && atom->available_on(other.name);
     });
-    if (only_here)
+    if (only_here && target.is_amd()) {
       EXPECT_GT(variants_with[std::string(atom->mnemonic_on(target))], 0)
           << target.name << "-only " << atom->mnemonic_on(target) << " is in no code object of the space";
+    }
   }
   for (const auto& [mnemonic, n] : variants_with) RecordProperty("variants_with_" + mnemonic, n);
 
@@ -135,7 +137,9 @@ INSTANTIATE_TEST_SUITE_P(Targets, SupportUnit,
 TEST(Gfx950, SupportUnitCompilesWithANewerLlvm) {
   const Target& target = *find_target("gfx950");
   FT_SKIP_UNLESS_BUILDABLE(target);
-  if (auto b = backend_for(target); *b == Backend::clang) EXPECT_GE(toolchains().clang_for(target.name)->major, target.min_llvm_major);
+  if (*backend_for(target) == Backend::clang) {
+    EXPECT_GE(toolchains().clang_for(target.name)->major, target.min_llvm_major);
+  }
   for (DType dtype : {DType::bf16, DType::f16}) {
     KernelSource src = emit_support(target, dtype);
     auto object = compile(src, target, test::compile_options_for(test::current_test_id(), std::nullopt));

@@ -86,12 +86,13 @@ ClangInfo probe_clang_at(const std::string& path, const std::string& root, std::
   ClangInfo info;
   info.root = root;
   info.origin = std::move(origin);
+  info.executable = path;
   std::vector<std::string> argv = info.command(path);
   argv.insert(argv.end(), {"--target=amdgcn-amd-amdhsa", "-nogpulib", "--print-supported-cpus"});
   auto out = run_capture(argv);
   if (!out || out->exit_code != 0) {
-    info.error = fmt::format("{} did not answer --print-supported-cpus{}", path,
-                             out ? ": " + out->output.substr(0, out->output.find('\n')) : "");
+    info.error = fmt::format("{} did not answer --print-supported-cpus: {}", path,
+                             out ? out->output.substr(0, out->output.find('\n')) : out.error().message);
     return info;
   }
   std::smatch m;
@@ -103,7 +104,6 @@ ClangInfo probe_clang_at(const std::string& path, const std::string& root, std::
   static const std::regex cpu_re(R"(\bgfx[0-9a-f]+\b)");
   for (auto it = std::sregex_iterator(out->output.begin(), out->output.end(), cpu_re); it != std::sregex_iterator(); ++it)
     info.amdgcn_cpus.push_back(it->str());
-  info.executable = path;
   if (!root.empty()) {
     std::error_code ec;
     std::string resource = info.resource_dir();
@@ -236,33 +236,39 @@ bool ClangInfo::supports(std::string_view cpu) const {
   return std::find(amdgcn_cpus.begin(), amdgcn_cpus.end(), cpu) != amdgcn_cpus.end();
 }
 
+namespace {
+
+// usr/lib/llvm-<N> of a clang: clang++-19 is /usr/bin/clang++-19 -> ../lib/llvm-19/bin/clang++
+// (Debian's links are relative, so this holds inside a folder's root too).
+fs::path llvm_dir_of(const std::string& executable) {
+  std::error_code ec;
+  fs::path real = fs::canonical(executable, ec);
+  if (ec) real = executable;
+  return real.parent_path().parent_path();
+}
+
+}  // namespace
+
 std::vector<std::string> ClangInfo::command(const std::string& program) const {
   if (root.empty()) return {program};
   fs::path r(root);
-  std::string llvm_lib = (fs::path(program).parent_path().parent_path() / "lib").string();
+  std::string llvm_lib = (llvm_dir_of(executable) / "lib").string();
   return {(r / kRootLoader).string(), "--library-path",
           fmt::format("{}:{}:{}", (r / "usr/lib/x86_64-linux-gnu").string(), (r / "lib/x86_64-linux-gnu").string(), llvm_lib),
           program};
 }
 
-std::string ClangInfo::tool(std::string_view name) const {
-  // clang++-19 is /usr/bin/clang++-19 -> ../lib/llvm-19/bin/clang++: its tools sit in that bin folder.
-  std::error_code ec;
-  fs::path real = fs::canonical(executable, ec);
-  if (ec) real = executable;
-  return (real.parent_path() / name).string();
-}
+std::string ClangInfo::tool(std::string_view name) const { return (llvm_dir_of(executable) / "bin" / name).string(); }
 
 std::string ClangInfo::resource_dir() const {
-  // usr/lib/llvm-<N>/bin/clang++ -> usr/lib/llvm-<N>/lib/clang/<N>
-  return (fs::path(executable).parent_path().parent_path() / "lib/clang" / std::to_string(major)).string();
+  return (llvm_dir_of(executable) / "lib/clang" / std::to_string(major)).string();
 }
 
 std::vector<std::string> ClangInfo::driver_flags() const {
   // Run through a loader, clang takes the loader for its own executable: tell it where its
   // resource headers and its linker (-B: lld beside it) are.
   if (root.empty()) return {};
-  return {"-B" + fs::path(tool("lld")).parent_path().string(), "-resource-dir=" + resource_dir()};
+  return {"-B" + (llvm_dir_of(executable) / "bin").string(), "-resource-dir=" + resource_dir()};
 }
 
 std::string ClangInfo::describe() const {

@@ -20,6 +20,14 @@ cmake --preset release >/dev/null
 cmake --build build/release -j "$jobs"
 ctest --preset release -j "$jobs"
 
+# CI's record of gfx950: every default variant's resources and the summary line, from the code
+# objects the compile tests just built (their cache folder, so this takes seconds).
+if [[ ",${FLYTUNE_EXPECT_TARGETS:-}," == *,gfx950,* ]]; then
+  build/release/cli/flytune compile --target gfx950 --out build/release/gfx950-default-space \
+    --cache-dir build/release/tests/compile/cache/Mixtral_DefaultSpace.EveryVariantCompilesDisassemblesAndFits_gfx950 \
+    2>&1 | grep -v '^compile gfx950: [0-9]'
+fi
+
 # The sanitizer build of the unit tests.
 cmake --preset asan >/dev/null
 cmake --build build/asan -j "$jobs" --target ft_unit_tests

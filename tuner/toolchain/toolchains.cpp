@@ -140,9 +140,12 @@ int newest_llvm_needed() {
   return need;
 }
 
+// The newest clang++-<N> looked for on PATH.
+constexpr int kNewestClangSought = 30;
+
 // clang++-<N> on PATH for the highest N >= `min_major`, else the Debian folder's clang.
 ClangInfo probe_newer_clang(int min_major) {
-  for (int n = 30; n >= min_major; --n) {
+  for (int n = kNewestClangSought; n >= min_major; --n) {
     std::string name = fmt::format("clang++-{}", n);
     if (!find_executable(name)) continue;
     ClangInfo info = probe_clang_named(name, "PATH");
@@ -152,8 +155,8 @@ ClangInfo probe_newer_clang(int min_major) {
   std::error_code ec;
   if (!fs::is_directory(root, ec)) {
     ClangInfo info;
-    info.error = fmt::format("no clang++-{}..30 on PATH and no LLVM folder {} (scripts/setup-llvm.sh prepares it)",
-                             min_major, root);
+    info.error = fmt::format("no clang++-{}..{} on PATH and no LLVM folder {} (scripts/setup-llvm.sh prepares it)",
+                             min_major, kNewestClangSought, root);
     return info;
   }
   return probe_clang_in_root(root, min_major);
@@ -310,7 +313,6 @@ ClangInfo probe_clang_in_root(const std::string& root, int min_major) {
   }
   ClangInfo info;
   info.root = root;
-  info.origin = "LLVM folder";
   if (!fs::exists(fs::path(root) / kRootLoader, ec))
     info.error = fmt::format("{} is not a system root: it has no {} (re-run scripts/setup-llvm.sh)", root, kRootLoader);
   else if (best < 0)

@@ -35,5 +35,9 @@ cmake --build build/asan -j "$jobs" --target ft_unit_tests
 # (comgr, NVRTC, libLLVM, GPU runtimes) whose own allocations are not ours.
 # use_sigaltstack=0: comgr's LLVM installs its own per-thread signal stacks,
 # which ASan's would otherwise fail to unmap when a compile thread exits.
-ASAN_OPTIONS=detect_leaks=1:use_sigaltstack=0 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" UBSAN_OPTIONS=print_stacktrace=1 \
+# intercept_tls_get_addr=0: GCC 12's leak checker records a bogus dynamic-TLS block of the
+# dlopen'd vendor libraries once the gfx950 clang has been probed besides clang-19 (the
+# gfx90a analysis tests then pass and the tracer crashes at exit on "DTLS 6 at 0x158e-...");
+# the vendor libraries' TLS is theirs, not flytune's, so it is not scanned.
+ASAN_OPTIONS=detect_leaks=1:use_sigaltstack=0:intercept_tls_get_addr=0 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --preset asan -L unit -j "$jobs"

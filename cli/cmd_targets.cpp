@@ -25,7 +25,11 @@ int run_targets(const TargetsOptions& opt) {
   for (const Target& t : all_targets()) {
     auto backends = backends_for(t, tc);
     std::string backend_text;
-    for (Backend b : backends) backend_text += (backend_text.empty() ? "" : ", ") + std::string(to_string(b));
+    const ClangInfo* clang = t.is_amd() ? tc.clang_for(t.name) : nullptr;
+    for (Backend b : backends) {
+      backend_text += (backend_text.empty() ? "" : ", ") + std::string(to_string(b));
+      if (b == Backend::clang) backend_text += " " + clang->version;  // which clang: 19 or a newer one
+    }
     std::string reason;
     if (backends.empty()) reason = backend_for(t, tc).error().message;
     if (opt.json) {
@@ -37,6 +41,7 @@ int run_targets(const TargetsOptions& opt) {
                          {"fp8", to_string(t.fp8)},
                          {"backends", nlohmann::json::array()}};
       for (Backend b : backends) row["backends"].push_back(to_string(b));
+      if (clang) row["clang"] = {{"version", clang->version}, {"executable", clang->executable}, {"root", clang->root}};
       if (!reason.empty()) row["unavailable_because"] = reason;
       out.push_back(row);
     } else {
@@ -48,12 +53,14 @@ int run_targets(const TargetsOptions& opt) {
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
-  fmt::print("\ntoolchains: comgr {}; clang {}; NVRTC {}\n",
+  fmt::print("\ntoolchains:\n  comgr  {}\n  clang  {}\n",
              tc.comgr.found ? fmt::format("{}.{} ({}, {} ISAs)", tc.comgr.major, tc.comgr.minor, tc.comgr.library, tc.comgr.isas.size())
                             : "missing (" + tc.comgr.error + ")",
-             tc.clang.found ? fmt::format("{} ({})", tc.clang.version, tc.clang.executable) : "missing (" + tc.clang.error + ")",
-             tc.nvrtc.found ? fmt::format("{}.{} ({})", tc.nvrtc.major, tc.nvrtc.minor, tc.nvrtc.library)
-                            : "missing (" + tc.nvrtc.error + ")");
+             tc.clang.describe());
+  if (tc.newer_clang.found || !tc.newer_clang.error.empty())
+    fmt::print("  clang  {}{}\n", tc.newer_clang.found ? "" : "newer: ", tc.newer_clang.describe());
+  fmt::print("  NVRTC  {}\n", tc.nvrtc.found ? fmt::format("{}.{} ({})", tc.nvrtc.major, tc.nvrtc.minor, tc.nvrtc.library)
+                                             : "missing (" + tc.nvrtc.error + ")");
   return 0;
 }
 

@@ -11,6 +11,7 @@ packages=(
   llvm-19-dev clang-19 lld-19
   libclang-rt-19-dev  # the fuzz targets: libFuzzer and the sanitizer runtimes of clang-19 (tests/fuzz)
   chromium libxml2-utils  # report tests: the HTML report in headless chromium, JUnit XML through xmllint
+  debootstrap            # scripts/setup-llvm.sh: Debian 13's clang-22 in a folder, for gfx950
 )
 
 missing=()

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/run_flytune.hpp"
+#include "tests/support/scoped_env.hpp"
+#include "tuner/toolchain/toolchains.hpp"
 
 using ft::test::run_flytune;
 
@@ -47,4 +49,18 @@ TEST(Cli, TargetsJsonHasBackendOrReason) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // Every row either names backends or says why none can build it.
   EXPECT_NE(r.output.find("\"target\": \"gfx950\""), std::string::npos) << r.output;
+}
+
+// A FLYTUNE_CLANG that does not run is named, in `flytune targets` and in the error of a target
+// only clang builds here; flytune does not quietly use another clang.
+TEST(Cli, WrongFlytuneClangIsNamed) {
+  ft::test::ScopedEnv clang("FLYTUNE_CLANG", "/no/such/clang++");
+  auto r = run_flytune({"targets"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("clang  missing (FLYTUNE_CLANG=/no/such/clang++: not an executable file)"), std::string::npos)
+      << r.output;
+  if (ft::toolchains().comgr.lists("gfx950")) return;  // comgr from ROCm >= 6.4 builds it without clang
+  auto c = run_flytune({"compile", "--target", "gfx950", "--space", "small", "--out", "/nonexistent/o", "--cache-dir", "none"});
+  EXPECT_EQ(c.exit_code, 1) << c.output;
+  EXPECT_NE(c.output.find("FLYTUNE_CLANG=/no/such/clang++"), std::string::npos) << c.output;
 }

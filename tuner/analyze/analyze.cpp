@@ -7,6 +7,7 @@
 #include "tuner/analyze/amdgpu_metadata.hpp"
 #include "tuner/analyze/elf_image.hpp"
 #include "tuner/analyze/llvm_disassembler.hpp"
+#include "tuner/analyze/objdump_disassembler.hpp"
 #include "tuner/analyze/ptx_report.hpp"
 
 namespace ft {
@@ -44,6 +45,27 @@ void finish_occupancy(Resources& r, const Target& t, int block_threads) {
   add_note(r.notes, fmt::format("occupancy {} per SIMD, limited by {}", r.occupancy, limit));
 }
 
+// The instruction mix of one AMD kernel: LLVM's disassembler in process where that LLVM knows the
+// target, else the llvm-objdump of the clang that builds the target (a newer LLVM: the in-process
+// LLVM 19 cannot decode gfx950).
+Result<InstructionMix> kernel_instruction_mix(const CodeObject& object, const Target& target, std::string_view symbol,
+                                              std::string& notes) {
+  auto in_process = llvm_library();
+  const ClangInfo* clang = toolchains().clang_for(target.name);
+  bool in_process_knows = in_process && in_process->major >= target.min_llvm_major;
+  if (!in_process_knows && clang && clang->major >= target.min_llvm_major) {
+    add_note(notes, fmt::format("disassembled by llvm-objdump {} ({})", clang->version,
+                                in_process ? fmt::format("the in-process LLVM {} predates {}", in_process->major, target.name)
+                                           : in_process.error().message));
+    return disassemble_with_objdump(*clang, target, object.binary, symbol);
+  }
+  auto image = FT_TRY(ElfImage::parse(object.binary));
+  const ElfSymbol* code = image.symbol(symbol);
+  if (!code) return fail(Errc::not_found, fmt::format("no symbol '{}' in the code object", symbol), object.kernel_name);
+  auto bytes = FT_TRY(image.symbol_bytes(*code));
+  return disassemble_amdgpu(target, bytes, code->value);
+}
+
 Result<Resources> analyze_amd(const CodeObject& object, const Target& target, std::string_view symbol,
                               int block_threads, int dynamic_lds) {
   auto kernels = FT_TRY(read_amdgpu_metadata(object.binary));
@@ -68,11 +90,7 @@ Result<Resources> analyze_amd(const CodeObject& object, const Target& target, st
   if (r.scratch_bytes) add_note(r.notes, fmt::format("scratch {} bytes per lane", r.scratch_bytes));
   if (meta->uses_dynamic_stack) add_note(r.notes, "uses a dynamic stack");
 
-  auto image = FT_TRY(ElfImage::parse(object.binary));
-  const ElfSymbol* code = image.symbol(symbol);
-  if (!code) return fail(Errc::not_found, fmt::format("no symbol '{}' in the code object", symbol), object.kernel_name);
-  auto bytes = FT_TRY(image.symbol_bytes(*code));
-  auto mix = FT_TRY(disassemble_amdgpu(target, bytes, code->value));
+  auto mix = FT_TRY(kernel_instruction_mix(object, target, symbol, r.notes));
   r.instructions = mix.total;
   for (const auto& [mnemonic, count] : mix.mnemonics)
     if (mnemonic.starts_with("v_mfma") || mnemonic.starts_with("v_smfmac")) r.matrix_ops[mnemonic] += count;

@@ -34,11 +34,15 @@ struct BackendOutput {
 std::vector<std::string> backend_arguments(Backend b, const Target& target, int opt_level,
                                            const std::vector<std::string>& defines,
                                            const std::vector<std::string>& extra_flags);
-std::string toolchain_version(Backend b, const Toolchains& tc);
+std::string toolchain_version(Backend b, const Toolchains& tc, const Target& target);
 
 Result<BackendOutput> compile_with_comgr(const BackendJob& job);
 Result<BackendOutput> compile_with_clang(const BackendJob& job);
 Result<BackendOutput> compile_with_nvrtc(const BackendJob& job);
+
+// The jobs a clang driver printed for -### (each argument double-quoted, with \ escaping
+// ", \ and $); other lines but the driver's banner are appended to `other_lines`.
+std::vector<std::vector<std::string>> parse_planned_jobs(std::string_view text, std::string& other_lines);
 
 // Errc::compile with the log's first error line as the summary, then the log.
 Error compile_failure(std::string_view compiler, const std::string& log);

@@ -48,10 +48,14 @@ std::vector<std::string> backend_arguments(Backend b, const Target& target, int 
   return args;
 }
 
-std::string toolchain_version(Backend b, const Toolchains& tc) {
+std::string toolchain_version(Backend b, const Toolchains& tc, const Target& target) {
   switch (b) {
     case Backend::comgr: return fmt::format("comgr {}.{}", tc.comgr.major, tc.comgr.minor);
-    case Backend::clang: return fmt::format("clang {}", tc.clang.version.empty() ? std::to_string(tc.clang.major) : tc.clang.version);
+    case Backend::clang: {
+      const ClangInfo* c = tc.clang_for(target.name);
+      if (!c) return "clang ?";
+      return fmt::format("clang {}", c->version.empty() ? std::to_string(c->major) : c->version);
+    }
     case Backend::nvrtc: return fmt::format("nvrtc {}.{}", tc.nvrtc.major, tc.nvrtc.minor);
   }
   return "?";
@@ -93,17 +97,6 @@ Status check_code_object(std::span<const std::byte> binary, const Target& target
 
 std::span<const EmbeddedFile> CompileOptions::default_headers() { return templates::files(); }
 
-std::string default_cache_dir() {
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v ? v : "";
-  };
-  if (auto dir = env("FLYTUNE_CACHE_DIR"); !dir.empty()) return dir;
-  if (auto xdg = env("XDG_CACHE_HOME"); !xdg.empty()) return xdg + "/flytune";
-  if (auto home = env("HOME"); !home.empty()) return home + "/.cache/flytune";
-  return "none";
-}
-
 Status check_cache_dir(const std::string& dir_in) {
   const std::string dir = dir_in.empty() ? default_cache_dir() : dir_in;
   if (dir == "none") return {};
@@ -141,6 +134,7 @@ Result<Backend> choose_backend(const Target& target, const CompileOptions& optio
       break;
     case Backend::clang:
       reason = !tc.clang.found ? tc.clang.error : fmt::format("clang {} does not know the CPU", tc.clang.major);
+      if (tc.newer_clang.found) reason += fmt::format(", nor does clang {}", tc.newer_clang.major);
       break;
     case Backend::nvrtc:
       reason = target.is_amd() ? "NVRTC builds NVIDIA targets only"
@@ -166,12 +160,12 @@ Result<Plan> make_plan(const KernelSource& source, const Target& target, const C
   plan.backend = FT_TRY(choose_backend(target, options));
   const Toolchains& tc = toolchains_of(options);
   plan.arguments = detail::backend_arguments(plan.backend, target, options.opt_level, options.defines, options.extra_flags);
-  plan.toolchain_version = detail::toolchain_version(plan.backend, tc);
+  plan.toolchain_version = detail::toolchain_version(plan.backend, tc, target);
 
   ContentHasher h;
   h.add("flytune-compile-1").add(to_string(plan.backend)).add(plan.toolchain_version).add(target.name);
   // Where the compiler lives matters as much as its version string.
-  h.add(plan.backend == Backend::clang ? tc.clang.executable
+  h.add(plan.backend == Backend::clang ? tc.clang_for(target.name)->executable
         : plan.backend == Backend::comgr ? tc.comgr.library
                                          : tc.nvrtc.library);
   h.add(std::int64_t(plan.arguments.size()));

@@ -52,10 +52,6 @@ struct CompileOptions {
   static std::span<const EmbeddedFile> default_headers();
 };
 
-// $FLYTUNE_CACHE_DIR, else $XDG_CACHE_HOME/flytune, else ~/.cache/flytune
-// ("none" when none of these can be formed, which disables the cache).
-std::string default_cache_dir();
-
 // Whether a cache folder (empty: default_cache_dir()) can be used: created if
 // missing, and writable. Ok for "none". The error says why not; compile()
 // then works without the cache, so callers warn (or refuse an explicit folder).

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "generator/target.hpp"
 #include "tuner/dynlib.hpp"
 #include "tuner/subprocess.hpp"
 
@@ -19,6 +20,8 @@
 
 namespace ft {
 namespace {
+
+namespace fs = std::filesystem;
 
 const char* env_or(const char* name, const char* fallback) {
   const char* v = std::getenv(name);
@@ -81,17 +84,31 @@ ComgrInfo probe_comgr() {
   return info;
 }
 
-ClangInfo probe_clang() {
-  ClangInfo info;
-  std::string exe = env_or("FLYTUNE_CLANG", FLYTUNE_DEFAULT_CLANG);
-  auto path = find_executable(exe);
-  if (!path) {
-    info.error = fmt::format("clang for amdgcn not found ({}); install clang-19 or set FLYTUNE_CLANG", exe);
-    return info;
+// A Debian system root in a folder (debootstrap) runs its programs through its own loader.
+constexpr const char* kRootLoader = "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2";
+
+// The folder above `program` that is a foreign system root (holds its own loader), or "".
+std::string system_root_of(const std::string& program) {
+  fs::path p = fs::absolute(program).lexically_normal();
+  for (p = p.parent_path(); p.has_relative_path(); p = p.parent_path()) {
+    std::error_code ec;
+    if (fs::exists(p / kRootLoader, ec)) return p.string();
   }
-  auto out = run_capture({*path, "--target=amdgcn-amd-amdhsa", "-nogpulib", "--print-supported-cpus"});
+  return {};
+}
+
+// Asks `path` (inside `root` when that is not empty) for its version and amdgcn CPUs.
+ClangInfo probe_clang_at(const std::string& path, const std::string& root, std::string origin) {
+  ClangInfo info;
+  info.root = root;
+  info.origin = std::move(origin);
+  info.executable = path;
+  std::vector<std::string> argv = info.command(path);
+  argv.insert(argv.end(), {"--target=amdgcn-amd-amdhsa", "-nogpulib", "--print-supported-cpus"});
+  auto out = run_capture(argv);
   if (!out || out->exit_code != 0) {
-    info.error = fmt::format("{} did not answer --print-supported-cpus", *path);
+    info.error = fmt::format("{} did not answer --print-supported-cpus: {}", path,
+                             out ? out->output.substr(0, out->output.find('\n')) : out.error().message);
     return info;
   }
   std::smatch m;
@@ -103,9 +120,72 @@ ClangInfo probe_clang() {
   static const std::regex cpu_re(R"(\bgfx[0-9a-f]+\b)");
   for (auto it = std::sregex_iterator(out->output.begin(), out->output.end(), cpu_re); it != std::sregex_iterator(); ++it)
     info.amdgcn_cpus.push_back(it->str());
-  info.executable = *path;
+  if (!root.empty()) {
+    std::error_code ec;
+    std::string resource = info.resource_dir();
+    if (!fs::is_directory(resource, ec)) {
+      info.error = fmt::format("{} has no resource folder {}", path, resource);
+      return info;
+    }
+  }
   info.found = true;
   return info;
+}
+
+// A clang named by the user or the build: a name on PATH or a path (perhaps inside a root).
+ClangInfo probe_clang_named(const std::string& exe, const std::string& origin) {
+  auto path = find_executable(exe);
+  if (!path) {
+    ClangInfo info;
+    info.origin = origin;
+    info.error = origin == "FLYTUNE_CLANG"
+                     ? fmt::format("FLYTUNE_CLANG={}: {}", exe, path.error().message)
+                     : fmt::format("clang for amdgcn not found ({}); install clang-19 or set FLYTUNE_CLANG", exe);
+    return info;
+  }
+  ClangInfo info = probe_clang_at(*path, system_root_of(*path), origin);
+  if (!info.found && origin == "FLYTUNE_CLANG") info.error = fmt::format("FLYTUNE_CLANG={}: {}", exe, info.error);
+  return info;
+}
+
+// The LLVM release the newest AMD target needs (targets.def: min_llvm_major).
+int newest_llvm_needed() {
+  int need = 0;
+  for (const Target& t : all_targets())
+    if (t.is_amd()) need = std::max(need, t.min_llvm_major);
+  return need;
+}
+
+// The newest clang++-<N> looked for on PATH.
+constexpr int kNewestClangSought = 30;
+
+// clang++-<N> on PATH for the highest N >= `min_major`, else the Debian folder's clang.
+ClangInfo probe_newer_clang(int min_major) {
+  for (int n = kNewestClangSought; n >= min_major; --n) {
+    std::string name = fmt::format("clang++-{}", n);
+    if (!find_executable(name)) continue;
+    ClangInfo info = probe_clang_named(name, "PATH");
+    if (info.found && info.major >= min_major) return info;
+  }
+  std::string root = default_llvm_root();
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) {
+    ClangInfo info;
+    info.error = fmt::format("no clang++-{}..{} on PATH and no LLVM folder {} (scripts/setup-llvm.sh prepares it)",
+                             min_major, kNewestClangSought, root);
+    return info;
+  }
+  return probe_clang_in_root(root, min_major);
+}
+
+void probe_clangs(Toolchains& tc) {
+  if (const char* env = std::getenv("FLYTUNE_CLANG"); env && *env) {
+    tc.clang = probe_clang_named(env, "FLYTUNE_CLANG");
+    return;  // the user chose one clang: no other is searched
+  }
+  tc.clang = probe_clang_named(FLYTUNE_DEFAULT_CLANG, "default");
+  int need = newest_llvm_needed();
+  if (!tc.clang.found || tc.clang.major < need) tc.newer_clang = probe_newer_clang(need);
 }
 
 NvrtcInfo probe_nvrtc() {
@@ -177,9 +257,98 @@ bool ClangInfo::supports(std::string_view cpu) const {
   return std::find(amdgcn_cpus.begin(), amdgcn_cpus.end(), cpu) != amdgcn_cpus.end();
 }
 
+namespace {
+
+// usr/lib/llvm-<N> of a clang: clang++-19 is /usr/bin/clang++-19 -> ../lib/llvm-19/bin/clang++
+// (Debian's links are relative, so this holds inside a folder's root too).
+fs::path llvm_dir_of(const std::string& executable) {
+  std::error_code ec;
+  fs::path real = fs::canonical(executable, ec);
+  if (ec) real = executable;
+  return real.parent_path().parent_path();
+}
+
+}  // namespace
+
+std::vector<std::string> ClangInfo::command(const std::string& program) const {
+  if (root.empty()) return {program};
+  fs::path r(root);
+  std::string llvm_lib = (llvm_dir_of(executable) / "lib").string();
+  return {(r / kRootLoader).string(), "--library-path",
+          fmt::format("{}:{}:{}", (r / "usr/lib/x86_64-linux-gnu").string(), (r / "lib/x86_64-linux-gnu").string(), llvm_lib),
+          program};
+}
+
+std::string ClangInfo::tool(std::string_view name) const { return (llvm_dir_of(executable) / "bin" / name).string(); }
+
+std::string ClangInfo::resource_dir() const {
+  return (llvm_dir_of(executable) / "lib/clang" / std::to_string(major)).string();
+}
+
+std::vector<std::string> ClangInfo::driver_flags() const {
+  // Run through a loader, clang takes the loader for its own executable: tell it where its
+  // resource headers and its linker (-B: lld beside it) are.
+  if (root.empty()) return {};
+  return {"-B" + (llvm_dir_of(executable) / "bin").string(), "-resource-dir=" + resource_dir()};
+}
+
+std::string ClangInfo::describe() const {
+  if (!found) return "missing (" + error + ")";
+  if (!root.empty()) return fmt::format("{} ({}, run through the loader of its Debian folder)", version, executable);
+  return fmt::format("{} ({}; {})", version, executable, origin);
+}
+
+const ClangInfo* Toolchains::clang_for(std::string_view cpu) const {
+  for (const ClangInfo* c : {&clang, &newer_clang})
+    if (c->found && c->supports(cpu)) return c;
+  return nullptr;
+}
+
+std::string default_cache_dir() {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+  };
+  if (auto dir = env("FLYTUNE_CACHE_DIR"); !dir.empty()) return dir;
+  if (auto xdg = env("XDG_CACHE_HOME"); !xdg.empty()) return xdg + "/flytune";
+  if (auto home = env("HOME"); !home.empty()) return home + "/.cache/flytune";
+  return "none";
+}
+
+std::string default_llvm_root() {
+  if (const char* v = std::getenv("FLYTUNE_LLVM_ROOT"); v && *v) return v;
+  return default_cache_dir() + "/trixie-llvm";
+}
+
+ClangInfo probe_clang_in_root(const std::string& root, int min_major) {
+  int best = -1;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(root) / "usr/lib", ec)) {
+    std::string name = entry.path().filename().string();
+    if (!name.starts_with("llvm-")) continue;
+    int n = std::atoi(name.c_str() + 5);
+    if (n >= min_major && n > best && fs::exists(entry.path() / "bin/clang++", ec)) best = n;
+  }
+  ClangInfo info;
+  info.root = root;
+  if (!fs::exists(fs::path(root) / kRootLoader, ec))
+    info.error = fmt::format("{} is not a system root: it has no {} (re-run scripts/setup-llvm.sh)", root, kRootLoader);
+  else if (best < 0)
+    info.error = fmt::format("{} holds no usr/lib/llvm-<N>/bin/clang++ with N >= {} (re-run scripts/setup-llvm.sh)", root,
+                             min_major);
+  if (!info.error.empty()) return info;
+  return probe_clang_at((fs::path(root) / fmt::format("usr/lib/llvm-{}/bin/clang++", best)).string(), root, "LLVM folder");
+}
+
 bool NvrtcInfo::supports_sm(int sm) const { return std::find(archs.begin(), archs.end(), sm) != archs.end(); }
 
-Toolchains probe_toolchains() { return Toolchains{probe_comgr(), probe_clang(), probe_nvrtc()}; }
+Toolchains probe_toolchains() {
+  Toolchains tc;
+  tc.comgr = probe_comgr();
+  probe_clangs(tc);
+  tc.nvrtc = probe_nvrtc();
+  return tc;
+}
 
 const Toolchains& toolchains() {
   static std::once_flag once;
@@ -201,7 +370,7 @@ std::vector<Backend> backends_for(const Target& t, const Toolchains& tc) {
   std::vector<Backend> out;
   if (t.is_amd()) {
     if (tc.comgr.found && tc.comgr.lists(t.name)) out.push_back(Backend::comgr);
-    if (tc.clang.found && tc.clang.supports(t.name)) out.push_back(Backend::clang);
+    if (tc.clang_for(t.name)) out.push_back(Backend::clang);
   } else {
     if (tc.nvrtc.found && tc.nvrtc.supports_sm(90) && tc.nvrtc.major >= 12) out.push_back(Backend::nvrtc);
   }
@@ -215,12 +384,14 @@ Result<Backend> backend_for(const Target& t, const Toolchains& tc) {
     std::string comgr = tc.comgr.found
                             ? fmt::format("comgr {}.{} (ISAs up to {})", tc.comgr.major, tc.comgr.minor, newest_gfx(tc.comgr.isas))
                             : tc.comgr.error.empty() ? std::string("no comgr") : "no comgr (" + tc.comgr.error + ")";
-    std::string clang = tc.clang.found
-                            ? fmt::format("clang {} (up to {})", tc.clang.major, newest_gfx(tc.clang.amdgcn_cpus))
-                            : tc.clang.error.empty() ? std::string("no clang") : "no clang (" + tc.clang.error + ")";
+    std::string clang = tc.clang.found        ? fmt::format("clang {} (up to {})", tc.clang.major, newest_gfx(tc.clang.amdgcn_cpus))
+                        : tc.clang.error.empty() ? std::string("no clang")
+                                                 : fmt::format("no clang ({})", tc.clang.error);
+    // Where a newer clang was sought in vain, say where (and how to get one).
+    std::string newer = !tc.newer_clang.found && !tc.newer_clang.error.empty() ? "; " + tc.newer_clang.error : "";
     return fail(Errc::toolchain,
-                fmt::format("needs comgr from ROCm >= {} or LLVM >= {}; found {} and {}", t.min_rocm, t.min_llvm_major,
-                            comgr, clang),
+                fmt::format("needs comgr from ROCm >= {} or LLVM >= {}; found {} and {}{}", t.min_rocm, t.min_llvm_major,
+                            comgr, clang, newer),
                 std::string(t.name));
   }
   std::string nvrtc = tc.nvrtc.found ? fmt::format("NVRTC {}.{} without sm_90", tc.nvrtc.major, tc.nvrtc.minor)

@@ -66,8 +66,9 @@ TEST_P(CompileAll, RunsInParallelAndKeepsOrder) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, CompileAll,
-                         ::testing::Values(std::pair{Backend::comgr, "gfx90a"}, std::pair{Backend::clang, "gfx942"}),
-                         [](const auto& info) { return std::string(to_string(info.param.first)); });
+                         ::testing::Values(std::pair{Backend::comgr, "gfx90a"}, std::pair{Backend::clang, "gfx942"},
+                                           std::pair{Backend::clang, "gfx950"}),
+                         [](const auto& info) { return fmt::format("{}_{}", to_string(info.param.first), info.param.second); });
 
 // Ctrl-C: once `stop` is set no new source is handed out; the ones running
 // finish, the rest are marked interrupted (not failed).

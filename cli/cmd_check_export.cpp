@@ -67,7 +67,7 @@ Command setup_check_export(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--seed", opt->seed, "Seed of the inputs")->capture_default_str();
   sub->footer("Examples:\n"
-              "  flytune export --db flytune.db --out tuned && flytune check-export tuned\n"
+              "  flytune check-export tuned                  # on this machine's GPU\n"
               "  flytune check-export tuned --emulate --routing uniform,masked --tokens 1,33");
   return {sub, [opt] { return run_check_export(*opt); }};
 }

@@ -3,6 +3,7 @@
 // never writes to it.
 #include <algorithm>
 #include <map>
+#include <set>
 #include <memory>
 #include <optional>
 #include <string>
@@ -159,6 +160,38 @@ Status show_runs(db::Store& store, const DbOptions& opt) {
   return {};
 }
 
+// Buckets of one (problem, device) with stage winners but no layer winner, and
+// why: the message of the last layer measurement that failed there (a layer
+// that failed verification, or whose timing failed), else that none was made.
+Result<std::vector<std::string>> missing_layers(db::Store& store, const std::vector<db::WinnerRow>& rows) {
+  std::map<int, bool> layer;  // tokens -> has a layer winner
+  for (const auto& r : rows) layer[r.winner.tokens] = layer[r.winner.tokens] || r.winner.kind == "layer";
+  std::set<std::int64_t> layer_variants;
+  std::vector<std::string> out;
+  for (const auto& [tokens, has] : layer) {
+    if (has) continue;
+    if (layer_variants.empty()) {
+      db::VariantFilter vf;
+      vf.kind = "layer";
+      for (const auto& v : FT_TRY(store.variants(vf))) layer_variants.insert(v.id);
+    }
+    db::MeasurementFilter mf;
+    mf.problem_id = rows.front().problem.id;
+    mf.device_id = rows.front().device.id;
+    mf.tokens = tokens;
+    std::string why = "no layer was measured (the search stopped before pairing its stages, or no pair could run; its "
+                      "output says which)";
+    std::int64_t latest = 0;
+    for (const auto& m : FT_TRY(store.measurements(mf)))
+      if (layer_variants.contains(m.variant_id) && m.status != db::MeasurementStatus::ok && m.id > latest) {
+        latest = m.id;
+        why = fmt::format("{} ({}): {}", db::to_string(m.status), m.phase, m.error_message);
+      }
+    out.push_back(fmt::format("T={}: no layer winner: {}", tokens, why));
+  }
+  return out;
+}
+
 Status show_winners(db::Store& store, const DbOptions& opt) {
   db::WinnerFilter filter;
   if (!opt.problem.empty()) filter.problem_key = opt.problem;
@@ -201,6 +234,7 @@ Status show_winners(db::Store& store, const DbOptions& opt) {
     fmt::print("{}{} on {} ({}, {} {})\n", i == 0 ? "" : "\n", first.problem.key, first.device.name, first.device.arch,
                first.device.runtime, first.device.driver_version);
     Table t({"kind", "tokens", "median us", "p10-p90 us", "vs default", "kernel", "toolchain"}, ".rrrr");
+    const std::size_t begin = i;
     for (; i < rows.size() && rows[i].problem.id == first.problem.id && rows[i].device.id == first.device.id; ++i) {
       const auto& r = rows[i];
       const auto& w = r.winner;
@@ -210,6 +244,10 @@ Status show_winners(db::Store& store, const DbOptions& opt) {
              r.toolchain.label()});
     }
     t.print("  ");
+    if (!filter.kind) {
+      const std::vector<db::WinnerRow> group(rows.begin() + long(begin), rows.begin() + long(i));
+      for (const std::string& m : FT_TRY(missing_layers(store, group))) fmt::print("  {}\n", m);
+    }
   }
   return {};
 }

@@ -227,3 +227,29 @@ TEST(DbCliRefusal, GarbageForeignNewerAndCorruptFilesAreUntouched) {
 
 }  // namespace
 }  // namespace ft
+
+namespace ft {
+namespace {
+
+// A bucket with stage winners and no layer winner says why under its table:
+// the message of the last layer measurement that failed there.
+TEST(DbCliLayers, ABucketWithoutALayerWinnerSaysWhy) {
+  test::ScratchDir dir;
+  const std::string db = dir.file("h200.db");
+  std::filesystem::copy_file(std::string(FT_TEST_DATA_DIR) + "/h200.db", db);
+  test::raw_sql(db,
+                "INSERT INTO measurements (run_id, variant_id, problem_id, device_id, tokens, phase, status, error_message, "
+                "measured_at) SELECT run_id, variant_id, problem_id, device_id, tokens, 'verify', 'verify_failed', "
+                "'rel L2 5.7e-01 (bound 8.0e-03)', chosen_at FROM winners WHERE kind = 'layer' AND tokens = 16384;"
+                "DELETE FROM winners WHERE kind = 'layer' AND tokens IN (4096, 16384);");
+  auto r = test::run_flytune({"db", "--db", db, "winners"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("T=16384: no layer winner: verify_failed (verify): rel L2 5.7e-01 (bound 8.0e-03)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("T=4096: no layer winner: no layer was measured"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("T=64: no layer winner"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace ft

@@ -23,11 +23,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* env_or(const char* name, const char* fallback) {
-  const char* v = std::getenv(name);
-  return (v && *v) ? v : fallback;
-}
-
 // A library named by an environment variable is the only one tried (a wrong
 // path is an error naming the variable, as with FLYTUNE_LIBHIP/FLYTUNE_LIBCUDA);
 // without the variable, the usual names in order.

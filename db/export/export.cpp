@@ -224,6 +224,88 @@ Status write_file(const fs::path& path, const void* data, std::size_t size) {
   return {};
 }
 
+// The manifest around its problems: target, device, toolchain, the argument
+// and weight layouts, the support units.
+// One bucket of the manifest: the layer winner's stages, the program's
+// steps at the bucket's T, the measured time and where it came from.
+json bucket_json(const WinnerRow& row, const LayerProgram& prog, const Variant& v1, const Variant& v2, json steps,
+                 const std::map<std::int64_t, RunRecord>& runs) {
+  const bool atomic = v2.reduce == Reduction::atomic;
+  json provenance{{"variant_id", row.variant.id}, {"run_id", row.winner.run_id}, {"chosen_at", row.winner.chosen_at}};
+  if (auto it = runs.find(row.winner.run_id); it != runs.end())
+    provenance.update({{"flytune_version", it->second.flytune_version},
+                       {"git_commit", it->second.git_commit},
+                       {"templates_commit", it->second.templates_commit},
+                       {"hostname", it->second.hostname}});
+  json bucket{{"tokens", row.winner.tokens},
+              {"kernel_name", row.variant.kernel_name},
+              {"stages", {{"stage1", v1.to_json()}, {"stage2", v2.to_json()}}},
+              {"align_block", prog.align_block},
+              {"max_padded_rows_formula", "ceil((T*topk + min(experts, T*topk) * (align_block - 1)) / align_block) * align_block"},
+              {"reduction", std::string(to_string(v2.reduce))},
+              {"weight_in_stage1", v1.weight_in_stage1},
+              {"weights", {{"w1", std::string(to_string(v1.layout))}, {"w2", std::string(to_string(v2.layout))}}},
+              {"workspace_bytes",
+               {{"inter", "T*topk*inter*2"},
+                {"y_acc", atomic ? "T*hidden*4" : "T*topk*hidden*4"},
+                {"sorted_ids", "max_padded_rows*4"},
+                {"block_experts", "max_padded_rows/align_block*4"},
+                {"padded_rows", "4"}}},
+              {"buffers_at_bucket", buffers_json(prog)},
+              {"steps", std::move(steps)},
+              {"time_us", {{"median", row.winner.median_us}, {"p10", row.winner.p10_us ? json(*row.winner.p10_us) : json()},
+                           {"p90", row.winner.p90_us ? json(*row.winner.p90_us) : json()}}},
+              {"provenance", std::move(provenance)}};
+  if (row.winner.speedup_vs_default) bucket["speedup_vs_default"] = *row.winner.speedup_vs_default;
+  return bucket;
+}
+
+json manifest_json(const ExportOptions& opt, const Target& t, const DeviceRecord& device, const ToolchainRecord& toolchain,
+                   const std::map<std::string, SupportUnit>& supports, json problems) {
+  json support_units = json::array();
+  for (const auto& [dtype, s] : supports) {
+    auto dt = *parse_dtype(dtype);
+    support_units.push_back({{"dtype", dtype},
+                             {"code_object", s.file},
+                             {"source", s.compiled_here ? "compiled by flytune export" : "database"},
+                             {"toolchain", s.compiled_here ? s.toolchain : toolchain.version},
+                             {"symbols",
+                              {{"align", align_entry(t)},
+                               {"reduce_atomic", reduce_entry(t, Reduction::atomic, dt)},
+                               {"reduce_partials", reduce_entry(t, Reduction::partials, dt)},
+                               {"shuffle", shuffle_entry(t)},
+                               {"reference1", reference_entry(t, KernelKind::moe1, dt)},
+                               {"reference2", reference_entry(t, KernelKind::moe2, dt)},
+                               {"fill", fill_entry(t)}}}});
+  }
+  return {{"schema_version", kManifestSchemaVersion},
+          {"target", t.name},
+          {"vendor", std::string(to_string(t.vendor))},
+          {"code_object_format", t.is_nvidia() ? "cubin" : "hsaco"},
+          {"exported_at", utc_now()},
+          {"source_database", fs::path(opt.db_path).filename().string()},
+          {"device",
+           {{"runtime", device.runtime},
+            {"name", device.name},
+            {"arch", device.arch},
+            {"compute_units", device.compute_units},
+            {"memory_bytes", device.memory_bytes},
+            {"driver_version", device.driver_version},
+            {"runtime_version", device.runtime_version}}},
+          {"toolchain", {{"backend", toolchain.backend}, {"version", toolchain.version}}},
+          {"selection_rule", "the smallest tuned bucket >= T, else the largest bucket"},
+          {"args", moe_args_layout()},
+          {"shuffle",
+           {{"args", shuffle_args_layout()},
+            {"grid_formula", fmt::format("[ceil(rows*cols/8 / {0}), 1, 1]", kReduceThreads)},
+            {"block", {kReduceThreads, 1, 1}}}},
+          {"routing_ids", "topk_ids in [0, experts) name an expert; -1 is an empty slot (it contributes nothing); "
+                          "any other value is left out and counted into bad_ids"},
+          {"weight_layouts", weight_layouts()},
+          {"support_units", std::move(support_units)},
+          {"problems", std::move(problems)}};
+}
+
 }  // namespace
 
 int select_bucket(const std::vector<int>& buckets, int tokens) {
@@ -304,34 +386,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     }
     const SupportUnit& support = supports[dtype];
 
-    // The one layer program: the steps the search timed, the runtime runs.
-    const bool atomic = v2.reduce == Reduction::atomic;
-    json provenance{{"variant_id", row.variant.id}, {"run_id", row.winner.run_id}, {"chosen_at", row.winner.chosen_at}};
-    if (auto it = runs.find(row.winner.run_id); it != runs.end())
-      provenance.update({{"flytune_version", it->second.flytune_version},
-                         {"git_commit", it->second.git_commit},
-                         {"templates_commit", it->second.templates_commit},
-                         {"hostname", it->second.hostname}});
-    json bucket{{"tokens", row.winner.tokens},
-                {"kernel_name", row.variant.kernel_name},
-                {"stages", {{"stage1", v1.to_json()}, {"stage2", v2.to_json()}}},
-                {"align_block", prog.align_block},
-                {"max_padded_rows_formula", "ceil((T*topk + min(experts, T*topk) * (align_block - 1)) / align_block) * align_block"},
-                {"reduction", std::string(to_string(v2.reduce))},
-                {"weight_in_stage1", v1.weight_in_stage1},
-                {"weights", {{"w1", std::string(to_string(v1.layout))}, {"w2", std::string(to_string(v2.layout))}}},
-                {"workspace_bytes",
-                 {{"inter", "T*topk*inter*2"},
-                  {"y_acc", atomic ? "T*hidden*4" : "T*topk*hidden*4"},
-                  {"sorted_ids", "max_padded_rows*4"},
-                  {"block_experts", "max_padded_rows/align_block*4"},
-                  {"padded_rows", "4"}}},
-                {"buffers_at_bucket", buffers_json(prog)},
-                {"steps", recorded_steps(prog, support.file, file1, file2)},
-                {"time_us", {{"median", row.winner.median_us}, {"p10", row.winner.p10_us ? json(*row.winner.p10_us) : json()},
-                             {"p90", row.winner.p90_us ? json(*row.winner.p90_us) : json()}}},
-                {"provenance", std::move(provenance)}};
-    if (row.winner.speedup_vs_default) bucket["speedup_vs_default"] = *row.winner.speedup_vs_default;
+    json bucket = bucket_json(row, prog, v1, v2, recorded_steps(prog, support.file, file1, file2), runs);
     if (problems.empty() || current_key != row.problem.key) {
       current_key = row.problem.key;
       problems.push_back({{"key", row.problem.key},
@@ -355,49 +410,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     std::sort(pj["buckets"].begin(), pj["buckets"].end(),
               [](const json& a, const json& b) { return a["tokens"].get<int>() < b["tokens"].get<int>(); });
 
-  json support_units = json::array();
-  for (const auto& [dtype, s] : supports) {
-    const Target& t = *target;
-    auto dt = *parse_dtype(dtype);
-    support_units.push_back({{"dtype", dtype},
-                             {"code_object", s.file},
-                             {"source", s.compiled_here ? "compiled by flytune export" : "database"},
-                             {"toolchain", s.compiled_here ? s.toolchain : toolchain.version},
-                             {"symbols",
-                              {{"align", align_entry(t)},
-                               {"reduce_atomic", reduce_entry(t, Reduction::atomic, dt)},
-                               {"reduce_partials", reduce_entry(t, Reduction::partials, dt)},
-                               {"shuffle", shuffle_entry(t)},
-                               {"reference1", reference_entry(t, KernelKind::moe1, dt)},
-                               {"reference2", reference_entry(t, KernelKind::moe2, dt)},
-                               {"fill", fill_entry(t)}}}});
-  }
-  out.manifest = {{"schema_version", kManifestSchemaVersion},
-                  {"target", target->name},
-                  {"vendor", std::string(to_string(target->vendor))},
-                  {"code_object_format", ext.substr(1)},
-                  {"exported_at", utc_now()},
-                  {"source_database", fs::path(opt.db_path).filename().string()},
-                  {"device",
-                   {{"runtime", device.runtime},
-                    {"name", device.name},
-                    {"arch", device.arch},
-                    {"compute_units", device.compute_units},
-                    {"memory_bytes", device.memory_bytes},
-                    {"driver_version", device.driver_version},
-                    {"runtime_version", device.runtime_version}}},
-                  {"toolchain", {{"backend", toolchain.backend}, {"version", toolchain.version}}},
-                  {"selection_rule", "the smallest tuned bucket >= T, else the largest bucket"},
-                  {"args", moe_args_layout()},
-                  {"shuffle",
-                   {{"args", shuffle_args_layout()},
-                    {"grid_formula", fmt::format("[ceil(rows*cols/8 / {0}), 1, 1]", kReduceThreads)},
-                    {"block", {kReduceThreads, 1, 1}}}},
-                  {"routing_ids", "topk_ids in [0, experts) name an expert; -1 is an empty slot (it contributes nothing); "
-                                  "any other value is left out and counted into bad_ids"},
-                  {"weight_layouts", weight_layouts()},
-                  {"support_units", std::move(support_units)},
-                  {"problems", std::move(problems)}};
+  out.manifest = manifest_json(opt, *target, device, toolchain, supports, std::move(problems));
   out.objects = objects.take();
   out.summary.code_objects = int(out.objects.size());
   out.dispatch_header = dispatch_header(out.manifest);

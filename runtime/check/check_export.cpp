@@ -149,6 +149,59 @@ int launch_in_graph(ft_runtime* rt, const ft_plan* plan, ft_layer_buffers& b, vo
   return st;
 }
 
+// The reference on the sampled tokens alone: their x rows, ids and weights
+// copied into buffers of their own. An error text, empty when it launched.
+std::string sampled_reference(ft_runtime* rt, const ft_plan* plan, Allocations& mem, const ft_layer_buffers& b,
+                              const Routed& routed, const std::vector<int>& sampled, void* y_ref) {
+  ft_problem_shape shape{};
+  ft_plan_shape(plan, &shape);
+  const std::size_t S = sampled.size(), H = std::size_t(shape.hidden), k = std::size_t(shape.topk), es = 2;
+  std::vector<std::uint16_t> row_bits(H);
+  std::vector<std::int32_t> s_ids;
+  std::vector<float> s_weights;
+  void* sx = mem.get(S * H * es);
+  void* sids = mem.get(S * k * 4);
+  void* sw = mem.get(S * k * 4);
+  if (!sx || !sids || !sw) return std::string("alloc: ") + ft_runtime_last_error(rt);
+  for (std::size_t i = 0; i < S; ++i) {
+    const std::size_t t = std::size_t(sampled[i]);
+    if (ft_runtime_download(rt, row_bits.data(), static_cast<const char*>(b.x) + t * H * es, H * es) != FT_OK ||
+        ft_runtime_upload(rt, static_cast<char*>(sx) + i * H * es, row_bits.data(), H * es) != FT_OK)
+      return std::string("sample: ") + ft_runtime_last_error(rt);
+    s_ids.insert(s_ids.end(), routed.ids.begin() + long(t * k), routed.ids.begin() + long((t + 1) * k));
+    s_weights.insert(s_weights.end(), routed.weights.begin() + long(t * k), routed.weights.begin() + long((t + 1) * k));
+  }
+  if (ft_runtime_upload(rt, sids, s_ids.data(), s_ids.size() * 4) != FT_OK ||
+      ft_runtime_upload(rt, sw, s_weights.data(), s_weights.size() * 4) != FT_OK)
+    return std::string("sample: ") + ft_runtime_last_error(rt);
+  rt::LayerBuffers sb{};
+  sb.x = ptr(sx), sb.topk_ids = ptr(sids), sb.topk_weights = ptr(sw), sb.w1 = ptr(b.w1), sb.w2 = ptr(b.w2);
+  sb.inter = ptr(b.inter);
+  auto st = rt::runtime_of(rt)->reference(*rt::plan_of(plan), sb, ptr(y_ref), {}, int(S));
+  return st ? std::string() : "reference: " + st.error().describe();
+}
+
+// Y against the reference: every element written (finite), the sampled rows
+// within the search's bounds.
+void judge(CheckRow& row, const std::vector<std::uint16_t>& all, const std::vector<std::uint16_t>& ref_bits,
+           const std::vector<int>& sampled, std::size_t H, DType dtype) {
+  std::size_t nonfinite = 0;
+  for (std::uint16_t v : all) nonfinite += std::isfinite(half_to_f32(dtype, v)) ? 0 : 1;
+  if (nonfinite) {
+    row.summary = fmt::format("{} of {} outputs are NaN/Inf (unwritten or broken)", nonfinite, all.size());
+    return;
+  }
+  const std::size_t S = sampled.size(), T = all.size() / H;
+  std::vector<std::uint16_t> got(S * H);
+  for (std::size_t i = 0; i < S; ++i) std::copy_n(all.begin() + long(std::size_t(sampled[i]) * H), H, got.begin() + long(i * H));
+  std::vector<float> ref(ref_bits.size());
+  for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = half_to_f32(dtype, ref_bits[i]);
+  const Comparison c = compare_output(got, ref, dtype);
+  row.passed = c.passed;
+  row.rel_l2 = c.rel_l2;
+  row.summary = c.summary(H) + (S == T ? "" : fmt::format(" ({} of {} tokens against the reference)", S, T));
+}
+
 CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string& key, int tokens, const std::string& routing,
                    std::uint64_t seed, bool graph) {
   CheckRow row{key, 0, tokens, routing, false, 0, ""};
@@ -213,33 +266,9 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   const std::size_t S = sampled.size();
   if (S == T) {
     if (ft_plan_reference(plan, &b, y_ref, nullptr) != FT_OK) return failed("reference");
-  } else {
-    std::vector<std::uint16_t> row_bits(H);
-    std::vector<std::int32_t> s_ids;
-    std::vector<float> s_weights;
-    void* sx = mem.get(S * H * es);
-    void* sids = mem.get(S * k * 4);
-    void* sw = mem.get(S * k * 4);
-    if (!sx || !sids || !sw) return failed("alloc");
-    for (std::size_t i = 0; i < S; ++i) {
-      const std::size_t t = std::size_t(sampled[i]);
-      if (ft_runtime_download(rt, row_bits.data(), static_cast<const char*>(x) + t * H * es, H * es) != FT_OK ||
-          ft_runtime_upload(rt, static_cast<char*>(sx) + i * H * es, row_bits.data(), H * es) != FT_OK)
-        return failed("sample");
-      s_ids.insert(s_ids.end(), routed->ids.begin() + long(t * k), routed->ids.begin() + long((t + 1) * k));
-      s_weights.insert(s_weights.end(), routed->weights.begin() + long(t * k), routed->weights.begin() + long((t + 1) * k));
-    }
-    if (ft_runtime_upload(rt, sids, s_ids.data(), s_ids.size() * 4) != FT_OK ||
-        ft_runtime_upload(rt, sw, s_weights.data(), s_weights.size() * 4) != FT_OK)
-      return failed("sample");
-    rt::LayerBuffers sb{};
-    sb.x = ptr(sx), sb.topk_ids = ptr(sids), sb.topk_weights = ptr(sw), sb.w1 = ptr(b.w1), sb.w2 = ptr(b.w2);
-    sb.inter = ptr(b.inter);
-    auto st = rt::runtime_of(rt)->reference(*rt::plan_of(plan), sb, ptr(y_ref), {}, int(S));
-    if (!st) {
-      row.summary = "reference: " + st.error().describe();
-      return row;
-    }
+  } else if (std::string e = sampled_reference(rt, plan, mem, b, *routed, sampled, y_ref); !e.empty()) {
+    row.summary = e;
+    return row;
   }
   if (ft_runtime_synchronize(rt, nullptr) != FT_OK) return failed("reference sync");
   // Poison the output and every workspace buffer: the layer must write what it reads.
@@ -255,26 +284,11 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   } else if (ft_plan_launch_checked(plan, &b, nullptr, &bad_ids) != FT_OK) {
     return failed("launch");
   }
-  std::vector<std::uint16_t> all(T * H), got(S * H), ref_bits(S * H);
+  std::vector<std::uint16_t> all(T * H), ref_bits(S * H);
   if (ft_runtime_download(rt, all.data(), y, all.size() * 2) != FT_OK ||
       ft_runtime_download(rt, ref_bits.data(), y_ref, ref_bits.size() * 2) != FT_OK)
     return failed("download");
-  const DType dtype = std::string(shape.dtype) == "f16" ? DType::f16 : DType::bf16;
-  // Every element must be written (finite), the sampled rows must match.
-  std::size_t nonfinite = 0;
-  for (std::uint16_t v : all) nonfinite += std::isfinite(half_to_f32(dtype, v)) ? 0 : 1;
-  if (nonfinite) {
-    row.summary = fmt::format("{} of {} outputs are NaN/Inf (unwritten or broken)", nonfinite, all.size());
-    return row;
-  }
-  for (std::size_t i = 0; i < S; ++i)
-    std::copy_n(all.begin() + long(std::size_t(sampled[i]) * H), H, got.begin() + long(i * H));
-  std::vector<float> ref(ref_bits.size());
-  for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = half_to_f32(dtype, ref_bits[i]);
-  const Comparison c = compare_output(got, ref, dtype);
-  row.passed = c.passed;
-  row.rel_l2 = c.rel_l2;
-  row.summary = c.summary(H) + (S == T ? "" : fmt::format(" ({} of {} tokens against the reference)", S, T));
+  judge(row, all, ref_bits, sampled, H, std::string(shape.dtype) == "f16" ? DType::f16 : DType::bf16);
   return row;
 }
 

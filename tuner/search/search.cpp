@@ -9,6 +9,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <random>
 #include <tuple>
@@ -269,6 +270,116 @@ std::vector<std::pair<const Candidate*, const Candidate*>> layer_pairs(const Tar
   return out;
 }
 
+using RecordFn = std::function<Status(std::int64_t variant_id, int tokens, const std::string& phase, db::MeasurementStatus,
+                                      const nlohmann::json& result, const std::string& error, const nlohmann::json& tele)>;
+
+// Step 3 of a bucket, the whole layer. Stages are tuned alone, but a layer
+// pads every expert's rows to the row block of its pair, so the pair is chosen
+// among the best of each stage by timing them together (the layer program's
+// steps, as the runtime runs them); the fastest pair that passes verification
+// at this token count is timed at length. A bucket that ends without a layer
+// winner says why.
+struct LayerStep {
+  const SearchConfig& cfg;
+  const Target& target;
+  Measurer& m;
+  db::Store& store;
+  const RecordFn& record;
+  SearchSummary& summary;
+  std::int64_t toolchain_id = 0, problem_id = 0, device_id = 0;
+  const std::optional<Ceilings>& ceilings;
+
+  // false when interrupted.
+  Result<bool> run(int tokens, const Ranked& s1, const Ranked& s2, const nlohmann::json& tele) {
+    std::string why;
+    if (s1.empty() || s2.empty()) {
+      no_layer(tokens, s1.empty() ? "no stage-1 variant was timed" : "no stage-2 variant was timed");
+      return true;
+    }
+    std::vector<std::tuple<double, const Candidate*, const Candidate*>> paired;
+    for (const auto& [a, b] : layer_pairs(target, cfg.problem, s1, s2, why)) {
+      if (g_interrupted.load()) return false;
+      nlohmann::json probe{{"op", "time_layer"}, {"stage1", a->spec}, {"stage2", b->spec}, {"reps", kAbReps}, {"graph", cfg.graph}};
+      auto t = m.call(probe, 300s);
+      if (!t) {
+        why = fmt::format("timing {} + {} failed: {}", a->cv->variant.name(), b->cv->variant.name(), t.error().describe());
+        continue;
+      }
+      paired.emplace_back((*t)["total"]["median_us"].get<double>(), a, b);
+    }
+    std::sort(paired.begin(), paired.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
+    if (paired.empty()) {
+      no_layer(tokens, why.empty() ? "no stage pair could be timed" : why);
+      return true;
+    }
+    constexpr std::size_t kVerifyTries = 3;
+    for (std::size_t pi = 0; pi < std::min(kVerifyTries, paired.size()); ++pi)
+      if (FT_TRY(try_pair(tokens, std::get<1>(paired[pi]), std::get<2>(paired[pi]), tele, why))) return true;
+    no_layer(tokens, why);
+    return true;
+  }
+
+ private:
+  void no_layer(int tokens, const std::string& reason) {
+    summary.notes.push_back(fmt::format("T={}: no layer winner: {}", tokens, reason));
+    if (cfg.progress) fmt::print(stderr, "T={}: no layer winner: {}\n", tokens, reason);
+  }
+
+  // Verifies the pair at this T, then times it at length and records it as
+  // the bucket's layer winner; false (and why) when it fails either.
+  Result<bool> try_pair(int tokens, const Candidate* c1, const Candidate* c2, const nlohmann::json& tele, std::string& why) {
+    db::VariantRecord layer;
+    layer.kernel_name = c1->cv->variant.name() + "+" + c2->cv->variant.name();
+    layer.target = std::string(target.name);
+    layer.kind = "layer";
+    layer.params = {{"stage1", c1->cv->variant.to_json()}, {"stage2", c2->cv->variant.to_json()},
+                    {"stage1_kernel", c1->cv->variant.name()}, {"stage2_kernel", c2->cv->variant.name()}};
+    layer.toolchain_id = toolchain_id;
+    const std::int64_t layer_id = FT_TRY(store.upsert_variant(layer));
+    nlohmann::json req{{"stage1", c1->spec}, {"stage2", c2->spec}};
+    req["op"] = "verify_layer";
+    auto v = m.call(req, 600s);
+    if (!v || !(*v)["passed"].get<bool>()) {
+      const std::string message = v ? (*v)["summary"].get<std::string>() : v.error().describe();
+      (void)record(layer_id, tokens, "verify", v ? db::MeasurementStatus::verify_failed : status_of(v.error()),
+                   v ? *v : nlohmann::json{}, message, tele);
+      why = fmt::format("{} failed verification at T={}: {}", layer.kernel_name, tokens, message);
+      if (cfg.progress) fmt::print(stderr, "T={}: {}\n", tokens, why);
+      return false;
+    }
+    req["op"] = "time_layer";
+    req["reps"] = kLongReps;
+    req["graph"] = cfg.graph;
+    auto t = m.call(req, 300s);
+    if (!t) {
+      (void)record(layer_id, tokens, "layer", status_of(t.error()), {}, t.error().describe(), tele);
+      why = fmt::format("timing {} failed: {}", layer.kernel_name, t.error().describe());
+      return false;
+    }
+    nlohmann::json total = (*t)["total"];
+    total["rel_l2"] = (*v)["rel_l2"];
+    total["max_abs"] = (*v)["max_abs"];
+    FT_CHECK(record(layer_id, tokens, "layer", db::MeasurementStatus::ok, total, "", tele));
+    db::WinnerRecord w;
+    w.problem_id = problem_id;
+    w.device_id = device_id;
+    w.tokens = tokens;
+    w.kind = "layer";
+    w.variant_id = layer_id;
+    w.run_id = summary.run_id;
+    w.median_us = total["median_us"].get<double>();
+    w.p10_us = total["p10_us"].get<double>();
+    w.p90_us = total["p90_us"].get<double>();
+    FT_CHECK(store.set_winner(w));
+    BucketResult br{tokens, "layer", layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
+                    nlohmann::json{{"align_us", (*t)["align"]["median_us"]}, {"stage1_us", (*t)["stage1"]["median_us"]},
+                                   {"stage2_us", (*t)["stage2"]["median_us"]}, {"reduce_us", (*t)["reduce"]["median_us"]}}};
+    if (ceilings) br.floor_us = roofline_floor_us(cfg.problem, tokens, *ceilings);
+    summary.winners.push_back(br);
+    return true;
+  }
+};
+
 }  // namespace
 
 void install_interrupt_handler() {
@@ -514,6 +625,9 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   }
   summary.targets.push_back(ts);
 
+  const RecordFn record_fn = record;
+  LayerStep layer_step{cfg, *target, m, store, record_fn, summary, rs.toolchain_id, problem_id, device_id, ceilings};
+
   // 2. Time per token bucket and kind.
   std::mt19937_64 rng(seed);
   for (int tokens : cfg.tokens) {
@@ -636,93 +750,10 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
                                  w.p90_us.value_or(0), std::nullopt, speedup, {}});
     }
 
-    // 3. The whole layer. Stages are tuned alone, but a layer pads every
-    //    expert's rows to the row block of its pair, so the pair is chosen
-    //    among the best of each stage by timing them together (the layer
-    //    program's steps, as the runtime runs them); the fastest pair that
-    //    passes verification at this token count is timed at length. A bucket
-    //    that ends without a layer winner says why.
-    std::string why;
-    auto no_layer = [&](const std::string& reason) {
-      summary.notes.push_back(fmt::format("T={}: no layer winner: {}", tokens, reason));
-      if (cfg.progress) fmt::print(stderr, "T={}: no layer winner: {}\n", tokens, reason);
-    };
-    if (best[KernelKind::moe1].empty() || best[KernelKind::moe2].empty()) {
-      no_layer(best[KernelKind::moe1].empty() ? "no stage-1 variant was timed" : "no stage-2 variant was timed");
-      continue;
-    }
-    std::vector<std::tuple<double, const Candidate*, const Candidate*>> paired;
-    for (const auto& [a, b] : layer_pairs(*target, cfg.problem, best[KernelKind::moe1], best[KernelKind::moe2], why)) {
-      if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
-      nlohmann::json probe{{"op", "time_layer"}, {"stage1", a->spec}, {"stage2", b->spec}, {"reps", kAbReps}, {"graph", cfg.graph}};
-      auto t = m.call(probe, 300s);
-      if (!t) {
-        why = fmt::format("timing {} + {} failed: {}", a->cv->variant.name(), b->cv->variant.name(), t.error().describe());
-        continue;
-      }
-      paired.emplace_back((*t)["total"]["median_us"].get<double>(), a, b);
-    }
-    std::sort(paired.begin(), paired.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
-    if (paired.empty()) {
-      no_layer(why.empty() ? "no stage pair could be timed" : why);
-      continue;
-    }
-    bool found = false;
-    constexpr std::size_t kVerifyTries = 3;
-    for (std::size_t pi = 0; pi < std::min(kVerifyTries, paired.size()) && !found; ++pi) {
-      const Candidate* c1 = std::get<1>(paired[pi]);
-      const Candidate* c2 = std::get<2>(paired[pi]);
-      db::VariantRecord layer;
-      layer.kernel_name = c1->cv->variant.name() + "+" + c2->cv->variant.name();
-      layer.target = std::string(target->name);
-      layer.kind = "layer";
-      layer.params = {{"stage1", c1->cv->variant.to_json()}, {"stage2", c2->cv->variant.to_json()},
-                      {"stage1_kernel", c1->cv->variant.name()}, {"stage2_kernel", c2->cv->variant.name()}};
-      layer.toolchain_id = rs.toolchain_id;
-      const std::int64_t layer_id = FT_TRY(store.upsert_variant(layer));
-      nlohmann::json req{{"stage1", c1->spec}, {"stage2", c2->spec}};
-      req["op"] = "verify_layer";
-      auto v = m.call(req, 600s);
-      if (!v || !(*v)["passed"].get<bool>()) {
-        const std::string message = v ? (*v)["summary"].get<std::string>() : v.error().describe();
-        (void)record(layer_id, tokens, "verify", v ? db::MeasurementStatus::verify_failed : status_of(v.error()),
-                     v ? *v : nlohmann::json{}, message, tele);
-        why = fmt::format("{} failed verification at T={}: {}", layer.kernel_name, tokens, message);
-        if (cfg.progress) fmt::print(stderr, "T={}: {}\n", tokens, why);
-        continue;
-      }
-      req["op"] = "time_layer";
-      req["reps"] = kLongReps;
-      req["graph"] = cfg.graph;
-      auto t = m.call(req, 300s);
-      if (!t) {
-        (void)record(layer_id, tokens, "layer", status_of(t.error()), {}, t.error().describe(), tele);
-        why = fmt::format("timing {} failed: {}", layer.kernel_name, t.error().describe());
-        continue;
-      }
-      nlohmann::json total = (*t)["total"];
-      total["rel_l2"] = (*v)["rel_l2"];
-      total["max_abs"] = (*v)["max_abs"];
-      FT_CHECK(record(layer_id, tokens, "layer", db::MeasurementStatus::ok, total, "", tele));
-      db::WinnerRecord w;
-      w.problem_id = problem_id;
-      w.device_id = device_id;
-      w.tokens = tokens;
-      w.kind = "layer";
-      w.variant_id = layer_id;
-      w.run_id = summary.run_id;
-      w.median_us = total["median_us"].get<double>();
-      w.p10_us = total["p10_us"].get<double>();
-      w.p90_us = total["p90_us"].get<double>();
-      FT_CHECK(store.set_winner(w));
-      BucketResult br{tokens, "layer", layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
-                      nlohmann::json{{"align_us", (*t)["align"]["median_us"]}, {"stage1_us", (*t)["stage1"]["median_us"]},
-                                     {"stage2_us", (*t)["stage2"]["median_us"]}, {"reduce_us", (*t)["reduce"]["median_us"]}}};
-      if (ceilings) br.floor_us = roofline_floor_us(cfg.problem, tokens, *ceilings);
-      summary.winners.push_back(br);
-      found = true;
-    }
-    if (!found) no_layer(why);
+    // 3. The whole layer (LayerStep).
+    auto chosen = layer_step.run(tokens, best[KernelKind::moe1], best[KernelKind::moe2], tele);
+    if (!chosen) return std::unexpected(chosen.error());
+    if (!*chosen) return finish(db::RunStatus::interrupted);
   }
   summary.targets.back().crashed += m.crashes();
   return finish(db::RunStatus::finished);

@@ -119,6 +119,38 @@ void print_table(const CompiledSpace& cs, const Target& target) {
   }
 }
 
+// One variant's row of index.json (its code object written to `out`), counted into `totals`.
+Result<nlohmann::json> variant_row(const CompiledVariant& cv, const std::filesystem::path& out, const std::string& ext,
+                                   nlohmann::json& index, Totals& totals) {
+  VariantOutcome o = outcome_of(cv);
+  std::string name = cv.variant.name();
+  nlohmann::json row{{"name", name},
+                     {"params", cv.variant.to_json()},
+                     {"threads", cv.variant.threads()},
+                     {"lds_bytes", cv.variant.lds_bytes()},
+                     {"status", o.status}};
+  if (!o.why.empty()) row["why"] = o.why;
+  if (cv.object) {
+    std::string file = name + ext;
+    FT_CHECK(write_binary(out / file, cv.object->binary));
+    row.update({{"file", file},
+                {"hash", cv.object->hash},
+                {"compile_seconds", cv.object->compile_seconds},
+                {"from_cache", cv.object->from_cache}});
+    if (index["toolchain"] == "") index["toolchain"] = cv.object->toolchain_version;
+    ++totals.compiled;
+    ++totals.objects;
+    totals.compile_seconds += cv.object->compile_seconds;
+    totals.cache_hits += cv.object->from_cache ? 1 : 0;
+  } else {
+    ++totals.failed;
+  }
+  if (cv.resources) row["resources"] = resources_json(*cv.resources);
+  if (o.status == "analysis_error") ++totals.analysis_failed;
+  if (o.status == "pruned") ++totals.pruned;
+  return row;
+}
+
 Result<int> compile_command(const CompileCommandOptions& opt) {
   const Target* target = FT_TRY(parse_target_option(opt.target));
   Problem problem = FT_TRY(resolve_problem(opt.problem));
@@ -173,35 +205,7 @@ Result<int> compile_command(const CompileCommandOptions& opt) {
   }
   index["support"] = support;
 
-  for (const CompiledVariant& cv : cs.variants) {
-    VariantOutcome o = outcome_of(cv);
-    std::string name = cv.variant.name();
-    nlohmann::json row{{"name", name},
-                       {"params", cv.variant.to_json()},
-                       {"threads", cv.variant.threads()},
-                       {"lds_bytes", cv.variant.lds_bytes()},
-                       {"status", o.status}};
-    if (!o.why.empty()) row["why"] = o.why;
-    if (cv.object) {
-      std::string file = name + ext;
-      FT_CHECK(write_binary(out / file, cv.object->binary));
-      row.update({{"file", file},
-                  {"hash", cv.object->hash},
-                  {"compile_seconds", cv.object->compile_seconds},
-                  {"from_cache", cv.object->from_cache}});
-      if (index["toolchain"] == "") index["toolchain"] = cv.object->toolchain_version;
-      ++totals.compiled;
-      ++totals.objects;
-      totals.compile_seconds += cv.object->compile_seconds;
-      totals.cache_hits += cv.object->from_cache ? 1 : 0;
-    } else {
-      ++totals.failed;
-    }
-    if (cv.resources) row["resources"] = resources_json(*cv.resources);
-    if (o.status == "analysis_error") ++totals.analysis_failed;
-    if (o.status == "pruned") ++totals.pruned;
-    index["variants"].push_back(std::move(row));
-  }
+  for (const CompiledVariant& cv : cs.variants) index["variants"].push_back(FT_TRY(variant_row(cv, out, ext, index, totals)));
   index["summary"] = {{"legal", cs.variants.size()},
                       {"rejected_by_legality", cs.rejected_by_legality},
                       {"compiled", totals.compiled},

@@ -5,7 +5,7 @@
 // nothing -- opened through ft::rt::Runtime with a fake device and through the
 // C API. Every open must end in success or an error with a message; nothing
 // may throw, crash or hang (the sanitizer build runs this too). A plan of a
-// successful open is launched on the fake device.
+// successful open is launched on the fake device (tests/unit/export/fake_device.hpp).
 #include <chrono>
 #include <filesystem>
 #include <random>
@@ -18,42 +18,13 @@
 #include "flytune_runtime.h"
 #include "runtime/src/runtime_impl.hpp"
 #include "tests/unit/export/export_test_support.hpp"
+#include "tests/unit/export/fake_device.hpp"
 
 namespace ft {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// A device that accepts everything and records nothing.
-class NullDevice : public Device {
- public:
-  NullDevice() { info_.runtime = "cuda", info_.name = "Null GPU", info_.arch = "sm_90a"; }
-  const DeviceInfo& info() const override { return info_; }
-  Result<DevicePtr> alloc(std::size_t) override { return DevicePtr(0x1000); }
-  Status free(DevicePtr) override { return {}; }
-  Status copy_to_device(DevicePtr, const void*, std::size_t, StreamHandle) override { return {}; }
-  Status copy_to_host(void*, DevicePtr, std::size_t, StreamHandle) override { return {}; }
-  Status copy_device(DevicePtr, DevicePtr, std::size_t, StreamHandle) override { return {}; }
-  Status memset_u32(DevicePtr, std::uint32_t, std::size_t, StreamHandle) override { return {}; }
-  Result<ModuleHandle> load_module(std::span<const std::byte>) override { return ModuleHandle{this}; }
-  Status unload_module(ModuleHandle) override { return {}; }
-  Result<FunctionHandle> function(ModuleHandle, const std::string&) override { return FunctionHandle{this}; }
-  Status set_dynamic_shared(FunctionHandle, int) override { return {}; }
-  Status launch(FunctionHandle, Dim3, Dim3, int, StreamHandle, const void*, std::size_t) override { return {}; }
-  Result<StreamHandle> create_stream() override { return StreamHandle{}; }
-  Status destroy_stream(StreamHandle) override { return {}; }
-  Status synchronize(StreamHandle) override { return {}; }
-  Result<EventHandle> create_event() override { return EventHandle{}; }
-  Status destroy_event(EventHandle) override { return {}; }
-  Status record(EventHandle, StreamHandle) override { return {}; }
-  Result<float> elapsed_ms(EventHandle, EventHandle) override { return 0.f; }
-  Status begin_capture(StreamHandle) override { return {}; }
-  Result<GraphHandle> end_capture(StreamHandle) override { return GraphHandle{}; }
-  Status launch_graph(GraphHandle, StreamHandle) override { return {}; }
-  Status destroy_graph(GraphHandle) override { return {}; }
-  DeviceInfo info_;
-};
 
 class Mutator {
  public:
@@ -160,7 +131,7 @@ TEST(RuntimeFuzz, GeneratedExportFoldersNeverCrashTheRuntime) {
     if (m.pick(5) == 0) text = m.bytes(text);
     lay_out(ex.dir, dir, text, m, objects);
     ++runs;
-    auto r = rt::Runtime::open(dir, [] { return Result<std::unique_ptr<Device>>(std::make_unique<NullDevice>()); });
+    auto r = rt::Runtime::open(dir, [] { return Result<std::unique_ptr<Device>>(std::make_unique<test::FakeDevice>("sm_90a")); });
     if (!r) {
       EXPECT_FALSE(r.error().message.empty()) << "seed " << seed;
     } else {

@@ -35,7 +35,7 @@ FT_DEVICE void tile_of_block(int grid_x, int grid_y, int& row_block, int& col_ti
 
 // Calls f(row_block, col_tile, split) for this block's tiles: the one its
 // grid position names, or, when Cfg::tiles_per_block > 1 (a persistent grid
-// of ceil(tiles / tiles_per_block) blocks, generator/launch.cpp), tiles
+// of ceil(tiles / tiles_per_block) blocks, layer/program.cpp), tiles
 // block, block + blocks, ... in the band walk, splits outermost: the blocks
 // resident at any moment still work on neighbouring tiles.
 template <class Cfg, int Group, class F>

@@ -1,0 +1,108 @@
+// LayerBench -- what flytune verify, the search and its worker measure with --
+// on the CPU emulator: stages alone and whole layers through the layer
+// program, verified against the device reference kernels, timed by events
+// and by graph replay; masked (-1) routing slots pass, bad ids are refused.
+#include <gtest/gtest.h>
+
+#include "tests/emu/layer_support.hpp"
+#include "tuner/layer/layer_bench.hpp"
+#include "tuner/workload/workload.hpp"
+
+namespace ft::emu::test {
+namespace {
+
+struct Bench {
+  std::unique_ptr<LayerBench> bench;
+  LayerPlan plan;
+  FunctionHandle f1, f2;
+};
+
+// A bench on the emulated target with one plan of the emulator slice loaded.
+Result<Bench> open_bench(const Target& t, std::size_t slot, int max_tokens) {
+  Bench b;
+  b.plan = plans_for(t)[slot];
+  const Problem p = small_problem(b.plan.stage1.dtype);
+  TargetBench& tb = TargetBench::of(t);
+  const EmuLibrary support = FT_TRY(compile_emulated(emit_support(t, p.dtype), t, compile_options()));
+  b.bench = FT_TRY(LayerBench::create(tb.device(), p, t, support.binary, max_tokens));
+  for (auto [v, f] : {std::pair{&b.plan.stage1, &b.f1}, std::pair{&b.plan.stage2, &b.f2}}) {
+    const EmuLibrary lib = FT_TRY(compile_emulated(emit_variant(*v), t, compile_options()));
+    *f = FT_TRY(b.bench->load(lib.binary, v->name(), v->lds_bytes()));
+  }
+  return b;
+}
+
+Status inputs(Bench& b, int tokens, std::uint64_t seed, int masked_from = -1) {
+  const Problem p = small_problem(b.plan.stage1.dtype);
+  Routed r = FT_TRY(make_routing(p, tokens, WorkloadOptions{seed, 1}));
+  if (masked_from >= 0)
+    for (std::int32_t& id : r.ids)
+      if (id >= masked_from) id = -1;
+  return b.bench->set_inputs(tokens, seed, r.ids, r.weights);
+}
+
+class EmuLayerBench : public ::testing::TestWithParam<std::tuple<const char*, int>> {};
+
+TEST_P(EmuLayerBench, VerifiesAndTimesStagesAndLayers) {
+  const Target& t = target(std::get<0>(GetParam()));
+  auto b = open_bench(t, std::size_t(std::get<1>(GetParam())), 64);
+  ASSERT_TRUE(b) << b.error().describe();
+  const std::string label = plan_label(b->plan);
+  for (int tokens : {7, 33}) {
+    ASSERT_TRUE(inputs(*b, tokens, 11 + std::uint64_t(tokens))) << label;
+    for (auto [v, f] : {std::pair{&b->plan.stage1, b->f1}, std::pair{&b->plan.stage2, b->f2}}) {
+      auto c = b->bench->verify_stage(*v, f);
+      ASSERT_TRUE(c) << v->name() << ": " << c.error().describe();
+      EXPECT_TRUE(c->passed) << v->name() << " T=" << tokens << ": " << c->summary();
+    }
+    auto layer = b->bench->verify_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2);
+    ASSERT_TRUE(layer) << label << ": " << layer.error().describe();
+    EXPECT_TRUE(layer->passed) << label << " T=" << tokens << ": " << layer->summary();
+  }
+  // Timing: events around the stage; the layer with per-step events and by graph replay.
+  TimingOptions quick{.warmup = 1, .reps = 2, .flush_l2 = true, .graph = false};
+  auto st = b->bench->time_stage(b->plan.stage2, b->f2, quick);
+  ASSERT_TRUE(st) << st.error().describe();
+  EXPECT_EQ(st->samples, 2);
+  auto lt = b->bench->time_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2, quick);
+  ASSERT_TRUE(lt) << lt.error().describe();
+  EXPECT_EQ(lt->total.samples, 2);
+  EXPECT_EQ(lt->stage1.samples, 2);
+  EXPECT_EQ(lt->reduce.samples, 2);
+  quick.graph = true;
+  auto graph = b->bench->time_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2, quick);
+  ASSERT_TRUE(graph) << graph.error().describe();
+  EXPECT_EQ(graph->total.samples, 2);
+  // The layer still verifies after timing (timing leaves no state behind).
+  auto again = b->bench->verify_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2);
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(again->passed) << again->summary();
+}
+
+// Slot 0 (atomic), 1 (split-K) and 3 (partials; persistent and warp-specialised on sm_90a).
+INSTANTIATE_TEST_SUITE_P(Targets, EmuLayerBench,
+                         ::testing::Combine(::testing::Values("gfx942", "sm_90a"), ::testing::Values(0, 1, 3)),
+                         [](const auto& info) { return fmt::format("{}_plan{}", std::get<0>(info.param), std::get<1>(info.param)); });
+
+TEST(EmuLayerBenchRouting, MaskedSlotsVerifyAndBadIdsAreRefused) {
+  const Target& t = target("sm_90a");
+  auto b = open_bench(t, 3, 64);
+  ASSERT_TRUE(b) << b.error().describe();
+  ASSERT_TRUE(inputs(*b, 33, 5, /*masked_from=*/2));
+  auto layer = b->bench->verify_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2);
+  ASSERT_TRUE(layer) << layer.error().describe();
+  EXPECT_TRUE(layer->passed) << layer->summary();
+  // Ids outside [-1, experts): counted by align, so verification refuses the run.
+  const Problem p = small_problem(b->plan.stage1.dtype);
+  Routed r = *make_routing(p, 9, WorkloadOptions{3, 0});
+  r.ids[1] = 4;
+  r.ids[2] = -2;
+  ASSERT_TRUE(b->bench->set_inputs(9, 3, r.ids, r.weights));
+  auto refused = b->bench->verify_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::verify);
+  EXPECT_NE(refused.error().message.find("2 routing ids outside [-1, 4)"), std::string::npos) << refused.error().describe();
+}
+
+}  // namespace
+}  // namespace ft::emu::test

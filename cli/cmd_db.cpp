@@ -452,7 +452,8 @@ int run_view(const DbOptions& opt, const CLI::App& sub) {
 
 Command setup_db(CLI::App& app) {
   auto opt = std::make_shared<DbOptions>();
-  CLI::App* sub = app.add_subcommand("db", "Show what a flytune database holds: runs, winners, statistics, variants, schema");
+  CLI::App* sub = app.add_subcommand("db", "Show what a flytune database holds: runs, winners, statistics, variants, schema; "
+                                              "merge databases");
   sub->add_option("--db", opt->db, "Database file")->capture_default_str();
   sub->add_flag("--json", opt->json, "Print JSON instead of tables");
   // The view is checked in run_view (not by CLI11, whose "A subcommand is

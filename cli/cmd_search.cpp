@@ -165,8 +165,9 @@ int run(const SearchOptions& opt) {
     cfg.tokens = shard_tokens(cfg.tokens, *shard);
     cfg.shard = shard->label();
     if (cfg.tokens.empty()) {
-      fmt::print("shard {} has no token buckets ({} bucket(s) in {} shards): nothing to search\n", cfg.shard, all,
-                  shard->count);
+      if (opt.json) fmt::print("{}\n", nlohmann::json{{"shard", cfg.shard}, {"tokens", nlohmann::json::array()}}.dump(2));
+      else fmt::print("shard {} has no token buckets ({} bucket(s) in {} shards): nothing to search\n", cfg.shard,
+                      all, shard->count);
       return kExitOk;
     }
   }

@@ -27,6 +27,7 @@ struct Shape {
   std::string driver = "580.95.05";
   double fast_us = 100;     // the winner's median at T = 1
   int padding_rows = 0;     // rows stored first, so ids differ between files
+  std::string fast_source;  // the fast variant's source hash, when not the sample's
   std::vector<std::byte> code{std::byte{1}, std::byte{2}, std::byte{3}};
 };
 
@@ -53,6 +54,7 @@ void make_db(const std::string& path, const Shape& s) {
   ids.toolchain = store.upsert_toolchain({0, "nvrtc", s.toolchain_version, "libnvrtc.so"}).value();
   ids.problem = store.upsert_problem({0, "moe_tiny", 8, 256, 512, 2, "bf16", "swiglu", "uniform"}).value();
   auto fast = test::sample_variant(ids.toolchain, "ft_fast", 128);
+  if (!s.fast_source.empty()) fast.source_hash = s.fast_source;
   auto slow = test::sample_variant(ids.toolchain, "ft_slow", 64);
   ids.variant_fast = store.upsert_variant(fast).value();
   ids.variant_slow = store.upsert_variant(slow).value();
@@ -237,6 +239,35 @@ TEST_F(Merge, RefusesWinnersOfTwoToolchainVersionsAndLeavesOutAsItWas) {
   const std::string fresh = dir_.file("fresh.db");
   ASSERT_FALSE(db::merge_databases(fresh, {a_, b_}));
   EXPECT_FALSE(std::filesystem::exists(fresh));
+}
+
+TEST_F(Merge, RefusesAVariantBuiltFromOtherSources) {
+  make_db(a_, {});
+  make_db(b_, {.started_at = "2026-01-02T00:00:00.000Z", .fast_source = "src-changed-templates"});
+  ASSERT_TRUE(db::merge_databases(out_, {a_}));
+  const std::string rows = dump(out_);
+  auto merged = db::merge_databases(out_, {b_});
+  ASSERT_FALSE(merged);
+  EXPECT_NE(merged.error().message.find("variant ft_fast (sm_90a) was built from other sources"), std::string::npos)
+      << merged.error().describe();
+  EXPECT_EQ(merged.error().context, b_);
+  EXPECT_EQ(dump(out_), rows);
+}
+
+TEST_F(Merge, ATransactionThatFailsWritesNothing) {
+  auto store = db::Store::open(out_).value();
+  auto failed = store.transaction([&]() -> Status {
+    FT_CHECK(store.upsert_toolchain({0, "nvrtc", "13.0", "libnvrtc.so"}));
+    return fail(Errc::invalid_input, "stop here");
+  });
+  ASSERT_FALSE(failed);
+  EXPECT_EQ(failed.error().message, "stop here");
+  EXPECT_TRUE(store.toolchains().value().empty());
+  ASSERT_TRUE(store.transaction([&]() -> Status {
+    FT_CHECK(store.upsert_toolchain({0, "nvrtc", "13.0", "x"}));
+    return {};
+  }));
+  EXPECT_EQ(store.toolchains().value().size(), 1u);
 }
 
 TEST_F(Merge, RefusesForeignOrCorruptInputsBeforeTouchingOut) {

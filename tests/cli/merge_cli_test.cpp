@@ -1,5 +1,5 @@
 // `flytune db merge` and `flytune search --shard` through the real binary: a
-// merged database that db winners and export --check-coverage read; refusals
+// merged database that db winners, report and export --check-coverage read; refusals
 // with one line, exit 1 (mixed toolchains) or 2 (usage), OUT untouched.
 #include <algorithm>
 #include <filesystem>
@@ -50,7 +50,15 @@ TEST(DbMergeCli, MergedDatabaseServesWinnersAndCoverage) {
   ASSERT_EQ(coverage.exit_code, 0) << coverage.output;
   EXPECT_NE(coverage.output.find("T=1      tuned"), std::string::npos) << coverage.output;
 
-  const std::string before = test::read_bytes(out);
+  // Against the unmerged h200.db: nothing missing, broken or slower. (The
+  // report keys winners by device name, not driver, so the sample's faster
+  // moe1 winners at T=1 and 16, on another driver, count as improvements.)
+  auto report = run_flytune({"report", "--baseline", h200_db(), "--current", out, "--fail-on",
+                             "missing,regression,broken"});
+  EXPECT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_NE(report.output.find("0 broken, 0 regressions, 0 missing, 0 new, 2 improvements, 16 unchanged"),
+            std::string::npos) << report.output;
+
   auto again = run_flytune({"db", "merge", out, sample, h200, "--json"});
   ASSERT_EQ(again.exit_code, 0) << again.output;
   auto summary = nlohmann::json::parse(again.output, nullptr, false);

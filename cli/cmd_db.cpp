@@ -1,6 +1,7 @@
 // flytune db: what a database holds -- runs, winners, statistics, variants and
 // the schema version -- and a safe copy of it. Opens the file read-only: it
-// never writes to it.
+// never writes to it. `db merge` is the one writer: it merges databases into a
+// new or existing file (db/merge.hpp).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -15,13 +16,14 @@
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
 #include "cli/option_checks.hpp"
+#include "db/merge.hpp"
 #include "db/store.hpp"
 #include "generator/problem.hpp"
 
 namespace ft::cli {
 namespace {
 
-enum class DbView { runs, winners, stats, variants, schema, snapshot };
+enum class DbView { runs, winners, stats, variants, schema, snapshot, merge };
 
 struct DbOptions {
   std::string db = "./flytune.db";
@@ -35,7 +37,8 @@ struct DbOptions {
   std::string status;
   int limit = 0;
   bool sql = false;  // schema: print the CREATE statements
-  std::string out;   // snapshot: the new file
+  std::string out;   // snapshot: the new file; merge: the merged database
+  std::vector<std::string> inputs;  // merge: the databases to merge into `out`
 };
 
 // A text table: columns padded to their widest cell; numbers right-aligned.
@@ -383,7 +386,31 @@ Status write_snapshot(db::Store& store, const DbOptions& opt) {
   return {};
 }
 
+int run_merge(const DbOptions& opt) {
+  auto summary = db::merge_databases(opt.out, opt.inputs);
+  if (!summary) return report_error(summary.error());
+  std::map<std::string, std::int64_t> before(summary->rows_before.begin(), summary->rows_before.end());
+  if (opt.json) {
+    nlohmann::json added = nlohmann::json::object();
+    for (const auto& [name, rows] : summary->rows_after) added[name] = rows - before[name];
+    fmt::print("{}\n", nlohmann::json{{"merged_into", opt.out},
+                                      {"inputs", opt.inputs},
+                                      {"rows_added", added},
+                                      {"winners_changed", summary->winners_changed}}
+                           .dump(2));
+    return kExitOk;
+  }
+  fmt::print("merged {} database(s) into {}; {} winner(s) new or faster\n", opt.inputs.size(), opt.out,
+             summary->winners_changed);
+  Table t({"table", "rows", "added"}, ".rr");
+  for (const auto& [name, rows] : summary->rows_after)
+    t.add({name, std::to_string(rows), std::to_string(rows - before[name])});
+  t.print("  ");
+  return kExitOk;
+}
+
 int run_db(const DbOptions& opt) {
+  if (opt.view == DbView::merge) return run_merge(opt);
   auto store = db::Store::open(opt.db, db::OpenMode::read_only);
   if (!store) return report_error(store.error());
   Status shown;
@@ -394,6 +421,7 @@ int run_db(const DbOptions& opt) {
     case DbView::variants: shown = show_variants(*store, opt); break;
     case DbView::schema: shown = show_schema(*store, opt); break;
     case DbView::snapshot: shown = write_snapshot(*store, opt); break;
+    case DbView::merge: break;  // handled above: it opens no single database
   }
   if (!shown) return report_error(shown.error());
   return kExitOk;
@@ -424,7 +452,8 @@ int run_view(const DbOptions& opt, const CLI::App& sub) {
 
 Command setup_db(CLI::App& app) {
   auto opt = std::make_shared<DbOptions>();
-  CLI::App* sub = app.add_subcommand("db", "Show what a flytune database holds: runs, winners, statistics, variants, schema");
+  CLI::App* sub = app.add_subcommand("db", "Show what a flytune database holds: runs, winners, statistics, variants, schema; "
+                                              "merge databases");
   sub->add_option("--db", opt->db, "Database file")->capture_default_str();
   sub->add_flag("--json", opt->json, "Print JSON instead of tables");
   // The view is checked in run_view (not by CLI11, whose "A subcommand is
@@ -455,12 +484,19 @@ Command setup_db(CLI::App& app) {
   CLI::App* snapshot = view("snapshot", "Write a self-contained single-file copy (safe while a search runs)",
                              DbView::snapshot);
   snapshot->add_option("out", opt->out, "The new file (must not exist)")->required();
+  CLI::App* merge = view("merge",
+                         "Merge databases into OUT (created if missing): runs, devices, toolchains, variants, "
+                         "code objects and measurements with their provenance; winners re-derived",
+                         DbView::merge);
+  merge->add_option("OUT", opt->out, "The merged database (created if missing; may be one of the inputs)")->required();
+  merge->add_option("IN", opt->inputs, "Databases to merge (opened read-only)")->required();
   sub->footer(
       "Examples:\n"
       "  flytune db runs\n"
       "  flytune db --db runs/h200.db winners --target sm_90a --tokens 64\n"
       "  flytune db variants --status compile_error --limit 20\n"
-      "  flytune db snapshot flytune-copy.db");
+      "  flytune db snapshot flytune-copy.db\n"
+      "  flytune db merge all.db shard-0.db shard-1.db");
   return {sub, [opt, sub] { return run_view(*opt, *sub); }};
 }
 

@@ -21,6 +21,7 @@
 #include "tuner/device/runtimes.hpp"
 #include "tuner/search/progress.hpp"
 #include "tuner/search/search.hpp"
+#include "tuner/search/shard.hpp"
 
 namespace ft::cli {
 namespace {
@@ -29,6 +30,7 @@ struct SearchOptions {
   ProblemOptions problem;
   std::vector<std::string> targets;
   std::string tokens;
+  std::string shard;  // "I/N": this search's share of the token buckets
   std::string strategy = "halving";
   int budget = 0;
   double time_limit = 0;
@@ -156,6 +158,19 @@ int run(const SearchOptions& opt) {
     if (!t) return report_error(t.error());
     cfg.tokens = *t;
   }
+  if (!opt.shard.empty()) {
+    auto shard = parse_shard(opt.shard);
+    if (!shard) return report_error(shard.error());
+    const std::size_t all = cfg.tokens.size();
+    cfg.tokens = shard_tokens(cfg.tokens, *shard);
+    cfg.shard = shard->label();
+    if (cfg.tokens.empty()) {
+      if (opt.json) fmt::print("{}\n", nlohmann::json{{"shard", cfg.shard}, {"tokens", nlohmann::json::array()}}.dump(2));
+      else fmt::print("shard {} has no token buckets ({} bucket(s) in {} shards): nothing to search\n", cfg.shard,
+                      all, shard->count);
+      return kExitOk;
+    }
+  }
   for (const auto& name : opt.targets)
     if (auto t = parse_target_option(name); !t) return report_error(t.error());
   if (!opt.ceilings.empty()) {
@@ -208,6 +223,8 @@ Command setup_search(CLI::App& app) {
   sub->add_option("--target", opt->targets, "Target(s) to build; with a GPU, must match it (default: the GPU's own; "
                                             "dry run: gfx942 and sm_90a)");
   sub->add_option("--tokens", opt->tokens, "Token buckets, e.g. 1,16,64 or 1..16384 (default 1,2,4,...,16384)");
+  sub->add_option("--shard", opt->shard,
+                  "Search only shard I of N (0 <= I < N): the buckets whose index in the sorted list is I mod N");
   sub->add_option("--strategy", opt->strategy, "exhaustive, random or halving")->capture_default_str();
   sub->add_option("--budget", opt->budget, "random: variants per kind and bucket (0: all)")->check(whole_number_at_least(0));
   sub->add_option("--time-limit", opt->time_limit, "random: seconds of sampling per kind and bucket (0: none)")
@@ -228,7 +245,8 @@ Command setup_search(CLI::App& app) {
       "  flytune search                                  # Mixtral 8x7B on this GPU (a dry run without one)\n"
       "  flytune search --dry-run --target gfx942 --space small\n"
       "  flytune search --problem deepseek-v3 --tokens 1..4096 --strategy exhaustive\n"
-      "  flytune search --strategy random --budget 20 --seed 7 --db runs/h200.db");
+      "  flytune search --strategy random --budget 20 --seed 7 --db runs/h200.db\n"
+      "  flytune search --shard 0/4 --db shard-0.db       # one of 4 machines; then flytune db merge");
   return {sub, [opt] {
             opt->command_line = own_command_line();
             return run(*opt);

@@ -799,6 +799,16 @@ Result<Store> Store::open(const std::string& path, OpenMode mode) {
   return Store(std::move(impl));
 }
 
+namespace {
+// A run's options_json: its options with the pid and process name added.
+std::string run_options_text(const RunRecord& run) {
+  nlohmann::json options = run.options.is_object() ? run.options : nlohmann::json::object();
+  if (run.pid) options["pid"] = run.pid;
+  if (!run.process.empty()) options["process"] = run.process;
+  return json_text(options);
+}
+}  // namespace
+
 Result<std::int64_t> Store::begin_run(const RunRecord& run) {
   FT_CHECK(impl_->writable("begin_run"));
   auto q = FT_TRY(impl_->query(
@@ -811,10 +821,7 @@ Result<std::int64_t> Store::begin_run(const RunRecord& run) {
   q.bind(5, run.templates_commit);
   q.bind(6, run.hostname);
   q.bind(7, run.strategy);
-  nlohmann::json options = run.options.is_object() ? run.options : nlohmann::json::object();
-  if (run.pid) options["pid"] = run.pid;
-  if (!run.process.empty()) options["process"] = run.process;
-  q.bind(8, json_text(options));
+  q.bind(8, run_options_text(run));
   auto row = q.step();
   if (!row || !*row) return std::unexpected(impl_->error(row ? Error{Errc::database, "no id returned"} : row.error(), "begin_run"));
   return q.i64(0);
@@ -1005,6 +1012,121 @@ Status Store::set_winner(const WinnerRecord& w) {
   return {};
 }
 
+Status Store::transaction(const std::function<Status()>& body) {
+  FT_CHECK(impl_->writable("transaction"));
+  sqlite3* db = impl_->db.get();
+  FT_CHECK(exec(db, impl_->path, "BEGIN IMMEDIATE"));
+  Status s = body();
+  if (s) s = exec(db, impl_->path, "COMMIT");
+  if (!s && !sqlite3_get_autocommit(db)) (void)exec(db, impl_->path, "ROLLBACK");
+  return s;
+}
+
+Result<std::int64_t> Store::import_run(const RunRecord& run) {
+  FT_CHECK(impl_->writable("import_run"));
+  const std::string options = run_options_text(run);
+  {
+    auto q = FT_TRY(impl_->query(
+        "SELECT id FROM runs WHERE started_at = ?1 AND hostname = ?2 AND command_line = ?3 AND options_json = ?4 "
+        "ORDER BY id LIMIT 1"));
+    q.bind(1, run.started_at);
+    q.bind(2, run.hostname);
+    q.bind(3, run.command_line);
+    q.bind(4, options);
+    if (FT_TRY(q.step())) return q.i64(0);
+  }
+  auto q = FT_TRY(impl_->query(
+      "INSERT INTO runs (started_at, ended_at, status, command_line, flytune_version, git_commit, templates_commit, "
+      "hostname, strategy, options_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id"));
+  q.bind(1, run.started_at);
+  q.bind_or_null(2, run.ended_at);
+  q.bind(3, to_string(run.status));
+  q.bind(4, run.command_line);
+  q.bind(5, run.flytune_version);
+  q.bind(6, run.git_commit);
+  q.bind(7, run.templates_commit);
+  q.bind(8, run.hostname);
+  q.bind(9, run.strategy);
+  q.bind(10, options);
+  auto id = returning_id(q);
+  if (!id) return std::unexpected(impl_->error(id.error(), fmt::format("import_run {}", run.started_at)));
+  return id;
+}
+
+Result<std::int64_t> Store::import_variant(const VariantRecord& v) {
+  FT_CHECK(impl_->writable("import_variant"));
+  {
+    auto q = FT_TRY(impl_->query("SELECT id FROM variants WHERE kernel_name = ?1 AND target = ?2 AND toolchain_id = ?3"));
+    q.bind(1, v.kernel_name);
+    q.bind(2, v.target);
+    q.bind(3, v.toolchain_id);
+    if (FT_TRY(q.step())) return q.i64(0);
+  }
+  auto q = FT_TRY(impl_->query(
+      "INSERT INTO variants (kernel_name, target, kind, params_json, source_hash, code_object_hash, toolchain_id, "
+      "compile_status, compile_log, compile_seconds, vgprs, agprs, sgprs, regs, lds_bytes, scratch_bytes, spills, "
+      "occupancy, matrix_ops_json, created_at, updated_at) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) "
+      "RETURNING id"));
+  const Resources& r = v.resources;
+  q.bind(1, v.kernel_name);
+  q.bind(2, v.target);
+  q.bind(3, v.kind);
+  q.bind(4, json_text(v.params));
+  q.bind(5, v.source_hash);
+  q.bind_or_null(6, v.code_object_hash);
+  q.bind(7, v.toolchain_id);
+  q.bind(8, to_string(v.compile_status));
+  q.bind(9, v.compile_log);
+  q.bind(10, v.compile_seconds);
+  q.bind(11, r.vgprs);
+  q.bind(12, r.agprs);
+  q.bind(13, r.sgprs);
+  q.bind(14, r.regs);
+  q.bind(15, r.lds_bytes);
+  q.bind(16, r.scratch_bytes);
+  q.bind(17, r.spills);
+  q.bind(18, r.occupancy);
+  q.bind(19, json_text(v.matrix_ops));
+  q.bind(20, v.created_at.empty() ? utc_now() : v.created_at);
+  q.bind(21, v.updated_at.empty() ? utc_now() : v.updated_at);
+  auto id = returning_id(q);
+  if (!id) return std::unexpected(impl_->error(id.error(), fmt::format("import_variant {}", v.kernel_name)));
+  return id;
+}
+
+Result<std::int64_t> Store::import_measurement(const MeasurementRecord& m) {
+  FT_CHECK(impl_->writable("import_measurement"));
+  auto q = FT_TRY(impl_->query(
+      "SELECT id FROM measurements WHERE variant_id = ?1 AND problem_id = ?2 AND device_id = ?3 AND tokens = ?4 "
+      "AND run_id = ?5 AND phase = ?6 AND status = ?7 AND error_message = ?8 AND median_us IS ?9 AND p10_us IS ?10 "
+      "AND p90_us IS ?11 AND min_us IS ?12 AND samples = ?13 AND rel_l2_err IS ?14 AND max_abs_err IS ?15 "
+      "AND sm_clock_mhz IS ?16 AND mem_clock_mhz IS ?17 AND temperature_c IS ?18 AND pci_bus_id = ?19 "
+      "AND measured_at = ?20 ORDER BY id LIMIT 1"));
+  q.bind(1, m.variant_id);
+  q.bind(2, m.problem_id);
+  q.bind(3, m.device_id);
+  q.bind(4, m.tokens);
+  q.bind(5, m.run_id);
+  q.bind(6, m.phase);
+  q.bind(7, to_string(m.status));
+  q.bind(8, m.error_message);
+  q.bind(9, m.median_us);
+  q.bind(10, m.p10_us);
+  q.bind(11, m.p90_us);
+  q.bind(12, m.min_us);
+  q.bind(13, m.samples);
+  q.bind(14, m.rel_l2_err);
+  q.bind(15, m.max_abs_err);
+  q.bind(16, m.sm_clock_mhz);
+  q.bind(17, m.mem_clock_mhz);
+  q.bind(18, m.temperature_c);
+  q.bind(19, m.pci_bus_id);
+  q.bind(20, m.measured_at);
+  if (FT_TRY(q.step())) return q.i64(0);
+  return add_measurement(m);
+}
+
 Result<std::optional<MeasurementRecord>> Store::latest_measurement(const MeasurementKey& key) {
   static const std::string sql = std::string("SELECT ") + FT_MEASUREMENT_COLUMNS("") +
                                  " FROM measurements WHERE variant_id = ?1 AND problem_id = ?2 AND device_id = ?3 "
@@ -1119,6 +1241,14 @@ Result<std::optional<std::vector<std::byte>>> Store::code_object(std::string_vie
   bool row = FT_TRY(q.step());
   if (!row) return std::optional<std::vector<std::byte>>();
   return std::optional<std::vector<std::byte>>(q.blob(0));
+}
+
+Result<std::optional<std::string>> Store::code_object_format(std::string_view hash) {
+  auto q = FT_TRY(impl_->query("SELECT format FROM code_objects WHERE hash = ?1"));
+  q.bind(1, hash);
+  bool row = FT_TRY(q.step());
+  if (!row) return std::optional<std::string>();
+  return std::optional<std::string>(q.text(0));
 }
 
 Result<std::vector<MeasurementCount>> Store::measurement_counts() {

@@ -8,6 +8,7 @@
 // at most the call in flight. Schema and table meanings: docs/DB.md.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -293,6 +294,22 @@ class Store {
   // Inserts or replaces the winner of (problem, device, tokens, kind).
   Status set_winner(const WinnerRecord& w);
 
+  // Runs `body` in one write transaction (BEGIN IMMEDIATE ... COMMIT): an
+  // error from `body` or from COMMIT rolls back everything it wrote. The write
+  // methods above join it instead of committing one by one.
+  Status transaction(const std::function<Status()>& body);
+
+  // Copies of rows from another flytune database (db merge), ids re-keyed by
+  // the caller. import_run: a run with the same start time, host, command line
+  // and options is the same run (its id is returned); otherwise it is inserted
+  // with every field kept (status, ended_at). import_variant: an existing
+  // (kernel_name, target, toolchain_id) row is kept as it is; otherwise the row
+  // is inserted with its timestamps. import_measurement: a row equal in every
+  // column but id is the same measurement; otherwise it is appended.
+  Result<std::int64_t> import_run(const RunRecord& run);
+  Result<std::int64_t> import_variant(const VariantRecord& v);
+  Result<std::int64_t> import_measurement(const MeasurementRecord& m);
+
   // The newest measurement of a key, for resume; nullopt if never measured.
   Result<std::optional<MeasurementRecord>> latest_measurement(const MeasurementKey& key);
 
@@ -306,6 +323,8 @@ class Store {
   // Ordered by problem key, device, kind, tokens.
   Result<std::vector<WinnerRow>> winners(const WinnerFilter& filter = {});
   Result<std::optional<std::vector<std::byte>>> code_object(std::string_view hash);
+  // Its format ("hsaco" or "cubin"); nullopt if no such code object.
+  Result<std::optional<std::string>> code_object_format(std::string_view hash);
 
   // Statistics: measurements per run and status; variants per target, kind and compile status.
   Result<std::vector<MeasurementCount>> measurement_counts();

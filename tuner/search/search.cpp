@@ -445,6 +445,7 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
                                         "marked interrupted (its results are kept)", r.id, r.pid));
   nlohmann::json options{{"tokens", cfg.tokens}, {"dry_run", cfg.dry_run}, {"force", cfg.force},
                          {"problem", cfg.problem.key()}, {"graph", cfg.graph}, {"baseline", cfg.baseline}};
+  if (!cfg.shard.empty()) options["shard"] = cfg.shard;
   summary.run_id = FT_TRY(store.begin_run(db::RunRecord::for_this_build(cfg.command_line, std::string(to_string(cfg.strategy)), options)));
   const std::int64_t problem_id = FT_TRY(store.upsert_problem(db::ProblemRecord::from(cfg.problem)));
 

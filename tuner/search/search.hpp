@@ -26,6 +26,7 @@ struct SearchConfig {
   Problem problem;
   std::vector<std::string> targets;  // dry run: the targets to build; GPU: empty = the GPU's own
   std::vector<int> tokens;
+  std::string shard;                 // "I/N" when `tokens` is one shard's share (shard.hpp); recorded in the run
   Strategy strategy = Strategy::halving;
   int budget = 0;                    // random: variants per kind and bucket (0: all)
   double time_limit_s = 0;           // random: stop sampling after this long (0: none)

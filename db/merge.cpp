@@ -58,9 +58,10 @@ Result<InputData> read_input(const std::string& path) {
   for (const VariantRecord& v : d.variants) {
     if (v.code_object_hash.empty() || seen[v.code_object_hash]) continue;
     seen[v.code_object_hash] = true;
-    auto bytes = FT_TRY(in.code_object(v.code_object_hash));
+    auto bytes = in.code_object(v.code_object_hash);  // not FT_TRY: g++ 12 then warns about the optional's vector
+    if (!bytes) return std::unexpected(bytes.error());
     auto format = FT_TRY(in.code_object_format(v.code_object_hash));
-    if (bytes && format) d.code_objects.push_back({v.code_object_hash, *format, std::move(*bytes)});
+    if (*bytes && format) d.code_objects.push_back({v.code_object_hash, *format, std::move(**bytes)});
   }
   return d;
 }

@@ -212,9 +212,11 @@ TEST_F(Merge, MergesTheCheckedInH200DatabaseUnchanged) {
   // (code objects included; layer winners' pseudo variants have none).
   EXPECT_EQ(out.schema_info().value().table_rows, in.schema_info().value().table_rows);
   const auto out_winners = out.winners().value();
-  for (const auto& w : out_winners)
-    if (!w.variant.code_object_hash.empty())
+  for (const auto& w : out_winners) {
+    if (!w.variant.code_object_hash.empty()) {
       EXPECT_TRUE(out.code_object(w.variant.code_object_hash).value()) << w.variant.kernel_name;
+    }
+  }
   const std::string once = dump(out_);
   ASSERT_TRUE(db::merge_databases(out_, {h200}));
   EXPECT_EQ(dump(out_), once);

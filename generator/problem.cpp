@@ -40,6 +40,10 @@ constexpr std::array kPresets{
     ProblemPreset{"deepseek-v3", 256, 7168, 2048, 8, "DeepSeek-V3 routed experts"},
     ProblemPreset{"qwen3-235b", 128, 4096, 1536, 8, "Qwen3-235B-A22B"},
     ProblemPreset{"qwen3-30b", 128, 2048, 768, 8, "Qwen3-30B-A3B"},
+    ProblemPreset{"olmoe", 64, 2048, 1024, 8, "OLMoE-1B-7B"},
+    ProblemPreset{"gpt-oss-120b-like", 128, 2880, 2880, 4, "a gpt-oss-120b-like layer (plain SwiGLU)"},
+    ProblemPreset{"deepseek-v2-lite", 64, 2048, 1408, 6, "DeepSeek-V2-Lite routed experts (outside the suite)"},
+    ProblemPreset{"qwen1.5-moe", 60, 2048, 1408, 4, "Qwen1.5-MoE-A2.7B (outside the suite)"},
     ProblemPreset{"tiny", 4, 256, 512, 2, "small shape for tests and emulation"},
 };
 

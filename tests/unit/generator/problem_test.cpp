@@ -21,6 +21,32 @@ TEST(Problem, MixtralPresetAndKey) {
   EXPECT_DOUBLE_EQ(p->flops(1), 6.0 * 2 * 4096 * 14336);
 }
 
+// The public shape suite (shared/REFERENCE.md) and the two shapes outside it
+// that the H200 runs use are built in, and every preset is a valid problem.
+TEST(Problem, SuitePresetsAreBuiltInAndValid) {
+  struct Shape {
+    const char* name;
+    int experts, hidden, inter, topk;
+  };
+  for (const Shape& s : {Shape{"mixtral-8x7b", 8, 4096, 14336, 2}, Shape{"mixtral-8x7b-tp8", 8, 4096, 1792, 2},
+                         Shape{"qwen3-30b", 128, 2048, 768, 8}, Shape{"qwen3-235b", 128, 4096, 1536, 8},
+                         Shape{"deepseek-v3", 256, 7168, 2048, 8}, Shape{"olmoe", 64, 2048, 1024, 8},
+                         Shape{"gpt-oss-120b-like", 128, 2880, 2880, 4}, Shape{"deepseek-v2-lite", 64, 2048, 1408, 6},
+                         Shape{"qwen1.5-moe", 60, 2048, 1408, 4}}) {
+    auto p = problem_from_preset(s.name);
+    ASSERT_TRUE(p) << s.name << ": " << p.error().describe();
+    EXPECT_EQ(p->experts, s.experts) << s.name;
+    EXPECT_EQ(p->hidden, s.hidden) << s.name;
+    EXPECT_EQ(p->inter, s.inter) << s.name;
+    EXPECT_EQ(p->topk, s.topk) << s.name;
+  }
+  for (const ProblemPreset& preset : problem_presets()) {
+    auto p = problem_from_preset(preset.name);
+    ASSERT_TRUE(p) << preset.name;
+    EXPECT_TRUE(p->validate()) << preset.name;
+  }
+}
+
 TEST(Problem, UnknownPresetListsKnown) {
   auto p = problem_from_preset("llama");
   ASSERT_FALSE(p);

@@ -903,20 +903,11 @@ Result<std::int64_t> Store::upsert_problem(const ProblemRecord& p) {
   return id;
 }
 
-Result<std::int64_t> Store::upsert_variant(const VariantRecord& v) {
-  FT_CHECK(impl_->writable("upsert_variant"));
-  auto q = FT_TRY(impl_->query(
-      "INSERT INTO variants (kernel_name, target, kind, params_json, source_hash, code_object_hash, toolchain_id, "
-      "compile_status, compile_log, compile_seconds, vgprs, agprs, sgprs, regs, lds_bytes, scratch_bytes, spills, "
-      "occupancy, matrix_ops_json, created_at, updated_at) "
-      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?20) "
-      "ON CONFLICT (kernel_name, target, toolchain_id) DO UPDATE SET kind = excluded.kind, "
-      "params_json = excluded.params_json, source_hash = excluded.source_hash, "
-      "code_object_hash = excluded.code_object_hash, compile_status = excluded.compile_status, "
-      "compile_log = excluded.compile_log, compile_seconds = excluded.compile_seconds, vgprs = excluded.vgprs, "
-      "agprs = excluded.agprs, sgprs = excluded.sgprs, regs = excluded.regs, lds_bytes = excluded.lds_bytes, "
-      "scratch_bytes = excluded.scratch_bytes, spills = excluded.spills, occupancy = excluded.occupancy, "
-      "matrix_ops_json = excluded.matrix_ops_json, updated_at = excluded.updated_at RETURNING id"));
+namespace {
+
+// A variant row's columns after nothing: kernel_name .. matrix_ops_json as
+// ?1..?19 (the statements add created_at/updated_at after them).
+void bind_variant(Query& q, const VariantRecord& v) {
   const Resources& r = v.resources;
   q.bind(1, v.kernel_name);
   q.bind(2, v.target);
@@ -937,6 +928,49 @@ Result<std::int64_t> Store::upsert_variant(const VariantRecord& v) {
   q.bind(17, r.spills);
   q.bind(18, r.occupancy);
   q.bind(19, json_text(v.matrix_ops));
+}
+
+// A measurement row's columns in the table's order, run_id .. measured_at as ?1..?20.
+void bind_measurement(Query& q, const MeasurementRecord& m, const std::string& measured_at) {
+  q.bind(1, m.run_id);
+  q.bind(2, m.variant_id);
+  q.bind(3, m.problem_id);
+  q.bind(4, m.device_id);
+  q.bind(5, m.tokens);
+  q.bind(6, m.phase);
+  q.bind(7, to_string(m.status));
+  q.bind(8, m.error_message);
+  q.bind(9, m.median_us);
+  q.bind(10, m.p10_us);
+  q.bind(11, m.p90_us);
+  q.bind(12, m.min_us);
+  q.bind(13, m.samples);
+  q.bind(14, m.rel_l2_err);
+  q.bind(15, m.max_abs_err);
+  q.bind(16, m.sm_clock_mhz);
+  q.bind(17, m.mem_clock_mhz);
+  q.bind(18, m.temperature_c);
+  q.bind(19, m.pci_bus_id);
+  q.bind(20, measured_at);
+}
+
+}  // namespace
+
+Result<std::int64_t> Store::upsert_variant(const VariantRecord& v) {
+  FT_CHECK(impl_->writable("upsert_variant"));
+  auto q = FT_TRY(impl_->query(
+      "INSERT INTO variants (kernel_name, target, kind, params_json, source_hash, code_object_hash, toolchain_id, "
+      "compile_status, compile_log, compile_seconds, vgprs, agprs, sgprs, regs, lds_bytes, scratch_bytes, spills, "
+      "occupancy, matrix_ops_json, created_at, updated_at) "
+      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?20) "
+      "ON CONFLICT (kernel_name, target, toolchain_id) DO UPDATE SET kind = excluded.kind, "
+      "params_json = excluded.params_json, source_hash = excluded.source_hash, "
+      "code_object_hash = excluded.code_object_hash, compile_status = excluded.compile_status, "
+      "compile_log = excluded.compile_log, compile_seconds = excluded.compile_seconds, vgprs = excluded.vgprs, "
+      "agprs = excluded.agprs, sgprs = excluded.sgprs, regs = excluded.regs, lds_bytes = excluded.lds_bytes, "
+      "scratch_bytes = excluded.scratch_bytes, spills = excluded.spills, occupancy = excluded.occupancy, "
+      "matrix_ops_json = excluded.matrix_ops_json, updated_at = excluded.updated_at RETURNING id"));
+  bind_variant(q, v);
   q.bind(20, utc_now());
   auto id = returning_id(q);
   if (!id) return std::unexpected(impl_->error(id.error(), fmt::format("upsert_variant {}", v.kernel_name)));
@@ -962,26 +996,7 @@ Result<std::int64_t> Store::add_measurement(const MeasurementRecord& m) {
       "median_us, p10_us, p90_us, min_us, samples, rel_l2_err, max_abs_err, sm_clock_mhz, mem_clock_mhz, "
       "temperature_c, pci_bus_id, measured_at) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) RETURNING id"));
-  q.bind(1, m.run_id);
-  q.bind(2, m.variant_id);
-  q.bind(3, m.problem_id);
-  q.bind(4, m.device_id);
-  q.bind(5, m.tokens);
-  q.bind(6, m.phase);
-  q.bind(7, to_string(m.status));
-  q.bind(8, m.error_message);
-  q.bind(9, m.median_us);
-  q.bind(10, m.p10_us);
-  q.bind(11, m.p90_us);
-  q.bind(12, m.min_us);
-  q.bind(13, m.samples);
-  q.bind(14, m.rel_l2_err);
-  q.bind(15, m.max_abs_err);
-  q.bind(16, m.sm_clock_mhz);
-  q.bind(17, m.mem_clock_mhz);
-  q.bind(18, m.temperature_c);
-  q.bind(19, m.pci_bus_id);
-  q.bind(20, m.measured_at.empty() ? utc_now() : m.measured_at);
+  bind_measurement(q, m, m.measured_at.empty() ? utc_now() : m.measured_at);
   auto id = returning_id(q);
   if (!id) return std::unexpected(impl_->error(id.error(), "add_measurement"));
   return id;
@@ -1068,26 +1083,7 @@ Result<std::int64_t> Store::import_variant(const VariantRecord& v) {
       "occupancy, matrix_ops_json, created_at, updated_at) "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) "
       "RETURNING id"));
-  const Resources& r = v.resources;
-  q.bind(1, v.kernel_name);
-  q.bind(2, v.target);
-  q.bind(3, v.kind);
-  q.bind(4, json_text(v.params));
-  q.bind(5, v.source_hash);
-  q.bind_or_null(6, v.code_object_hash);
-  q.bind(7, v.toolchain_id);
-  q.bind(8, to_string(v.compile_status));
-  q.bind(9, v.compile_log);
-  q.bind(10, v.compile_seconds);
-  q.bind(11, r.vgprs);
-  q.bind(12, r.agprs);
-  q.bind(13, r.sgprs);
-  q.bind(14, r.regs);
-  q.bind(15, r.lds_bytes);
-  q.bind(16, r.scratch_bytes);
-  q.bind(17, r.spills);
-  q.bind(18, r.occupancy);
-  q.bind(19, json_text(v.matrix_ops));
+  bind_variant(q, v);
   q.bind(20, v.created_at.empty() ? utc_now() : v.created_at);
   q.bind(21, v.updated_at.empty() ? utc_now() : v.updated_at);
   auto id = returning_id(q);
@@ -1098,31 +1094,12 @@ Result<std::int64_t> Store::import_variant(const VariantRecord& v) {
 Result<std::int64_t> Store::import_measurement(const MeasurementRecord& m) {
   FT_CHECK(impl_->writable("import_measurement"));
   auto q = FT_TRY(impl_->query(
-      "SELECT id FROM measurements WHERE variant_id = ?1 AND problem_id = ?2 AND device_id = ?3 AND tokens = ?4 "
-      "AND run_id = ?5 AND phase = ?6 AND status = ?7 AND error_message = ?8 AND median_us IS ?9 AND p10_us IS ?10 "
+      "SELECT id FROM measurements WHERE run_id = ?1 AND variant_id = ?2 AND problem_id = ?3 AND device_id = ?4 "
+      "AND tokens = ?5 AND phase = ?6 AND status = ?7 AND error_message = ?8 AND median_us IS ?9 AND p10_us IS ?10 "
       "AND p90_us IS ?11 AND min_us IS ?12 AND samples = ?13 AND rel_l2_err IS ?14 AND max_abs_err IS ?15 "
       "AND sm_clock_mhz IS ?16 AND mem_clock_mhz IS ?17 AND temperature_c IS ?18 AND pci_bus_id = ?19 "
       "AND measured_at = ?20 ORDER BY id LIMIT 1"));
-  q.bind(1, m.variant_id);
-  q.bind(2, m.problem_id);
-  q.bind(3, m.device_id);
-  q.bind(4, m.tokens);
-  q.bind(5, m.run_id);
-  q.bind(6, m.phase);
-  q.bind(7, to_string(m.status));
-  q.bind(8, m.error_message);
-  q.bind(9, m.median_us);
-  q.bind(10, m.p10_us);
-  q.bind(11, m.p90_us);
-  q.bind(12, m.min_us);
-  q.bind(13, m.samples);
-  q.bind(14, m.rel_l2_err);
-  q.bind(15, m.max_abs_err);
-  q.bind(16, m.sm_clock_mhz);
-  q.bind(17, m.mem_clock_mhz);
-  q.bind(18, m.temperature_c);
-  q.bind(19, m.pci_bus_id);
-  q.bind(20, m.measured_at);
+  bind_measurement(q, m, m.measured_at);
   if (FT_TRY(q.step())) return q.i64(0);
   return add_measurement(m);
 }

@@ -270,6 +270,88 @@ std::vector<std::pair<const Candidate*, const Candidate*>> layer_pairs(const Tar
   return out;
 }
 
+// The dry run: each target's space generated, compiled, analysed and recorded
+// (no GPU). The run's status, or the error (the run then marked failed).
+Result<db::RunStatus> dry_run(db::Store& store, const SearchConfig& cfg, SearchSummary& summary,
+                              const std::filesystem::path& object_dir) {
+  summary.device = "compile-only";
+  for (const std::string& name : cfg.targets) {
+    // Interrupted only while work remains: a run that did everything finished.
+    if (g_interrupted.load()) return db::RunStatus::interrupted;
+    const Target* target = FT_TRY(lookup_target(name));
+    TargetSummary ts;
+    auto rs = compile_and_record(store, *target, cfg, ts, object_dir);
+    if (!rs && rs.error().code == Errc::interrupted) return db::RunStatus::interrupted;
+    if (!rs) {
+      (void)store.end_run(summary.run_id, db::RunStatus::failed);
+      // Name the target once: toolchain errors already start with it.
+      const std::string target_name(target->name);
+      const bool named = rs.error().context == target_name || rs.error().context.starts_with(target_name + ": ");
+      return std::unexpected(named ? rs.error() : with_context(rs.error(), target_name));
+    }
+    (void)FT_TRY(store.upsert_device(db::DeviceRecord::compile_only(target->name)));
+    summary.targets.push_back(ts);
+    if (rs->space.interrupted) return db::RunStatus::interrupted;
+  }
+  return db::RunStatus::finished;
+}
+
+// The device a worker reports ({"device": {...}} of its "device" answer).
+DeviceInfo device_info_of(const nlohmann::json& dj) {
+  DeviceInfo info;
+  info.runtime = dj.value("runtime", "");
+  info.ordinal = dj.value("ordinal", 0);
+  info.name = dj.value("name", "");
+  info.arch = dj.value("arch", "");
+  info.compute_units = dj.value("compute_units", 0);
+  info.memory_bytes = dj.value("memory_bytes", std::size_t(0));
+  info.l2_bytes = dj.value("l2_bytes", std::size_t(0));
+  info.max_shared_per_block = dj.value("max_shared_per_block", 0);
+  info.clock_mhz = dj.value("clock_mhz", 0);
+  info.driver_version = dj.value("driver_version", "");
+  info.runtime_version = dj.value("runtime_version", "");
+  info.pci_bus_id = dj.value("pci_bus_id", "");
+  return info;
+}
+
+// Which measurement a row is: the run, variant, problem, device and token count.
+struct MeasurementIds {
+  std::int64_t run_id = 0, variant_id = 0, problem_id = 0, device_id = 0;
+  int tokens = 0;
+};
+
+// A measurement row from a worker's answer (timing and/or comparison) and
+// the telemetry read beside it.
+db::MeasurementRecord measurement_of(const MeasurementIds& ids, const std::string& phase, db::MeasurementStatus st,
+                                     const std::string& error, const DeviceInfo& info, const nlohmann::json& result,
+                                     const nlohmann::json& tele) {
+  db::MeasurementRecord mr;
+  mr.run_id = ids.run_id;
+  mr.variant_id = ids.variant_id;
+  mr.problem_id = ids.problem_id;
+  mr.device_id = ids.device_id;
+  mr.tokens = ids.tokens;
+  mr.phase = phase;
+  mr.status = st;
+  mr.error_message = error;
+  mr.pci_bus_id = info.pci_bus_id;
+  if (result.contains("median_us")) {
+    mr.median_us = result["median_us"].get<double>();
+    mr.p10_us = result["p10_us"].get<double>();
+    mr.p90_us = result["p90_us"].get<double>();
+    mr.min_us = result["min_us"].get<double>();
+    mr.samples = result["samples"].get<int>();
+  }
+  if (result.contains("rel_l2")) {
+    mr.rel_l2_err = result["rel_l2"].get<double>();
+    mr.max_abs_err = result["max_abs"].get<double>();
+  }
+  if (tele.contains("sm_clock_mhz")) mr.sm_clock_mhz = tele["sm_clock_mhz"].get<int>();
+  if (tele.contains("mem_clock_mhz")) mr.mem_clock_mhz = tele["mem_clock_mhz"].get<int>();
+  if (tele.contains("temperature_c")) mr.temperature_c = tele["temperature_c"].get<double>();
+  return mr;
+}
+
 using RecordFn = std::function<Status(std::int64_t variant_id, int tokens, const std::string& phase, db::MeasurementStatus,
                                       const nlohmann::json& result, const std::string& error, const nlohmann::json& tele)>;
 
@@ -469,26 +551,8 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   };
 
   if (cfg.dry_run) {
-    summary.device = "compile-only";
-    for (const std::string& name : cfg.targets) {
-      // Interrupted only while work remains: a run that did everything finished.
-      if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
-      const Target* target = FT_TRY(lookup_target(name));
-      TargetSummary ts;
-      auto rs = compile_and_record(store, *target, cfg, ts, object_dir);
-      if (!rs && rs.error().code == Errc::interrupted) return finish(db::RunStatus::interrupted);
-      if (!rs) {
-        (void)store.end_run(summary.run_id, db::RunStatus::failed);
-        // Name the target once: toolchain errors already start with it.
-        const std::string target_name(target->name);
-        const bool named = rs.error().context == target_name || rs.error().context.starts_with(target_name + ": ");
-        return std::unexpected(named ? rs.error() : with_context(rs.error(), target_name));
-      }
-      (void)FT_TRY(store.upsert_device(db::DeviceRecord::compile_only(target->name)));
-      summary.targets.push_back(ts);
-      if (rs->space.interrupted) return finish(db::RunStatus::interrupted);
-    }
-    return finish(db::RunStatus::finished);
+    const db::RunStatus st = FT_TRY(dry_run(store, cfg, summary, object_dir));
+    return finish(st);
   }
 
   // --- GPU search -------------------------------------------------------------
@@ -499,19 +563,7 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
     return std::unexpected(dev.error());
   }
   const nlohmann::json& dj = (*dev)["device"];
-  DeviceInfo info;
-  info.runtime = dj.value("runtime", "");
-  info.ordinal = dj.value("ordinal", 0);
-  info.name = dj.value("name", "");
-  info.arch = dj.value("arch", "");
-  info.compute_units = dj.value("compute_units", 0);
-  info.memory_bytes = dj.value("memory_bytes", std::size_t(0));
-  info.l2_bytes = dj.value("l2_bytes", std::size_t(0));
-  info.max_shared_per_block = dj.value("max_shared_per_block", 0);
-  info.clock_mhz = dj.value("clock_mhz", 0);
-  info.driver_version = dj.value("driver_version", "");
-  info.runtime_version = dj.value("runtime_version", "");
-  info.pci_bus_id = dj.value("pci_bus_id", "");
+  const DeviceInfo info = device_info_of(dj);
   summary.device = fmt::format("{} ({})", info.name, info.arch);
   const Target* target = find_target(info.arch);
   if (!target) {
@@ -546,30 +598,8 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
 
   auto record = [&](std::int64_t variant_id, int tokens, const std::string& phase, db::MeasurementStatus st,
                     const nlohmann::json& result, const std::string& error, const nlohmann::json& tele) -> Status {
-    db::MeasurementRecord mr;
-    mr.run_id = summary.run_id;
-    mr.variant_id = variant_id;
-    mr.problem_id = problem_id;
-    mr.device_id = device_id;
-    mr.tokens = tokens;
-    mr.phase = phase;
-    mr.status = st;
-    mr.error_message = error;
-    mr.pci_bus_id = info.pci_bus_id;
-    if (result.contains("median_us")) {
-      mr.median_us = result["median_us"].get<double>();
-      mr.p10_us = result["p10_us"].get<double>();
-      mr.p90_us = result["p90_us"].get<double>();
-      mr.min_us = result["min_us"].get<double>();
-      mr.samples = result["samples"].get<int>();
-    }
-    if (result.contains("rel_l2")) {
-      mr.rel_l2_err = result["rel_l2"].get<double>();
-      mr.max_abs_err = result["max_abs"].get<double>();
-    }
-    if (tele.contains("sm_clock_mhz")) mr.sm_clock_mhz = tele["sm_clock_mhz"].get<int>();
-    if (tele.contains("mem_clock_mhz")) mr.mem_clock_mhz = tele["mem_clock_mhz"].get<int>();
-    if (tele.contains("temperature_c")) mr.temperature_c = tele["temperature_c"].get<double>();
+    const db::MeasurementRecord mr =
+        measurement_of({summary.run_id, variant_id, problem_id, device_id, tokens}, phase, st, error, info, result, tele);
     (void)FT_TRY(store.add_measurement(mr));
     ++summary.measurements;
     return {};

@@ -314,6 +314,32 @@ DeviceInfo device_info_of(const nlohmann::json& dj) {
   return info;
 }
 
+// This process's folder of code objects for the worker, removed with it.
+struct ObjectDir {
+  std::filesystem::path path = std::filesystem::temp_directory_path() / fmt::format("flytune-objects-{}", getpid());
+  ObjectDir() {
+    std::error_code ec;
+    std::filesystem::create_directories(path, ec);
+  }
+  ObjectDir(const ObjectDir&) = delete;
+  ObjectDir& operator=(const ObjectDir&) = delete;
+  ~ObjectDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// The target of the worker's GPU, which --target (when given) must name.
+Result<const Target*> target_of_gpu(const SearchConfig& cfg, const DeviceInfo& info) {
+  const Target* target = find_target(info.arch);
+  if (!target)
+    return fail(Errc::invalid_input, fmt::format("the GPU {} is {}, which flytune has no target for", info.name, info.arch));
+  if (!cfg.targets.empty() && std::find(cfg.targets.begin(), cfg.targets.end(), std::string(target->name)) == cfg.targets.end())
+    return fail(Errc::invalid_input, fmt::format("--target {} does not match the GPU {} ({}); drop --target or use --dry-run",
+                                                 cfg.targets.front(), info.name, info.arch));
+  return target;
+}
+
 // Which measurement a row is: the run, variant, problem, device and token count.
 struct MeasurementIds {
   std::int64_t run_id = 0, variant_id = 0, problem_id = 0, device_id = 0;
@@ -354,6 +380,205 @@ db::MeasurementRecord measurement_of(const MeasurementIds& ids, const std::strin
 
 using RecordFn = std::function<Status(std::int64_t variant_id, int tokens, const std::string& phase, db::MeasurementStatus,
                                       const nlohmann::json& result, const std::string& error, const nlohmann::json& tele)>;
+
+// Step 1: every usable variant verified once, on fresh inputs at an odd token
+// count with one expert left without tokens (resumed from the store unless
+// --force). The candidates that passed; nullopt when interrupted.
+Result<std::optional<std::vector<Candidate>>> verify_all(const SearchConfig& cfg, Measurer& m, db::Store& store,
+                                                          const RecordFn& record, const RecordedSpace& rs, TargetSummary& ts,
+                                                          SearchSummary& summary, std::int64_t problem_id,
+                                                          std::int64_t device_id, std::uint64_t seed) {
+  std::vector<Candidate> candidates;
+  std::vector<const CompiledVariant*> to_verify;
+  for (const CompiledVariant& cv : rs.space.variants)
+    if (cv.usable()) to_verify.push_back(&cv);
+  auto spec_of = [&](const CompiledVariant& cv) {
+    return nlohmann::json{{"variant", cv.variant.to_json()}, {"code_object", rs.object_paths.at(cv.variant.name())},
+                          {"entry", cv.variant.name()}};
+  };
+  {
+    const int empty = cfg.problem.experts > cfg.problem.topk ? 1 : 0;
+    FT_CHECK(m.set_inputs(cfg.verify_tokens, seed, empty));
+    Progress bar("verify", to_verify.size(), cfg.progress);
+    for (const CompiledVariant* cv : to_verify) {
+      if (g_interrupted.load()) return std::nullopt;
+      const std::int64_t id = rs.variant_ids.at(cv->variant.name());
+      if (!cfg.force) {
+        auto prev = FT_TRY(store.latest_measurement({id, problem_id, device_id, cfg.verify_tokens}));
+        if (prev && prev->phase == "verify") {
+          ++summary.resumed;
+          bar.advance(cv->variant.name());
+          if (prev->status == db::MeasurementStatus::ok) {
+            candidates.push_back({cv, id, spec_of(*cv)});
+            ++ts.verified;
+          } else {
+            ++ts.verify_failed;
+          }
+          continue;
+        }
+      }
+      nlohmann::json req = spec_of(*cv);
+      req["op"] = "verify";
+      auto r = m.call(req, 120s);
+      if (!r) {
+        ++ts.crashed;
+        FT_CHECK(record(id, cfg.verify_tokens, "verify", status_of(r.error()), {}, r.error().describe(), {}));
+      } else if (!(*r)["passed"].get<bool>()) {
+        ++ts.verify_failed;
+        FT_CHECK(record(id, cfg.verify_tokens, "verify", db::MeasurementStatus::verify_failed, *r,
+                        (*r)["summary"].get<std::string>(), {}));
+      } else {
+        ++ts.verified;
+        FT_CHECK(record(id, cfg.verify_tokens, "verify", db::MeasurementStatus::ok, *r, "", {}));
+        candidates.push_back({cv, id, spec_of(*cv)});
+      }
+      bar.advance(cv->variant.name());
+    }
+  }
+  return candidates;
+}
+
+// Interleaved A/B rounds of the best few candidates (A, B, C, B, C, A, ...),
+// so drift hits all of them alike. Each candidate's time becomes the median of
+// its rounds' medians, recorded once (phase "ab") with the rounds' spread.
+void ab_rounds(Measurer& m, Ranked& timed, const RecordFn& record, int tokens, const nlohmann::json& tele) {
+  std::vector<std::vector<double>> rounds(timed.size());
+  for (int round = 0; round < kAbRounds; ++round)
+    for (std::size_t j = 0; j < timed.size(); ++j) {
+      const std::size_t k = (j + std::size_t(round)) % timed.size();
+      nlohmann::json req = timed[k].second->spec;
+      req["op"] = "time";
+      req["reps"] = kAbReps;
+      if (auto r = m.call(req, 120s)) {
+        rounds[k].push_back((*r)["median_us"].get<double>());
+        if (round == kAbRounds - 1) {
+          nlohmann::json res = *r;
+          std::vector<double> v = rounds[k];
+          std::sort(v.begin(), v.end());
+          // One measurement: the median of the rounds' medians with their
+          // spread, so the winner's median lies inside its p10-p90.
+          res["median_us"] = v[v.size() / 2];
+          res["p10_us"] = v.front();
+          res["p90_us"] = v.back();
+          (void)record(timed[k].second->id, tokens, "ab", db::MeasurementStatus::ok, res, "", tele);
+        }
+      }
+    }
+  for (std::size_t k = 0; k < timed.size(); ++k)
+    if (!rounds[k].empty()) {
+      std::sort(rounds[k].begin(), rounds[k].end());
+      timed[k].first = rounds[k][rounds[k].size() / 2];
+    }
+}
+
+// Step 2 of a bucket: each stage kind's verified candidates timed at this T
+// by the strategy (halving: 5 repetitions each, 30 for the best quarter,
+// then A/B rounds of the best three), and the kind's winner recorded with its
+// speedup over the default variant.
+struct StageStep {
+  const SearchConfig& cfg;
+  const Target& target;
+  Measurer& m;
+  db::Store& store;
+  const RecordFn& record;
+  SearchSummary& summary;
+  std::int64_t problem_id = 0, device_id = 0;
+  const std::vector<Candidate>& candidates;
+  std::mt19937_64& rng;
+
+  // The kind's candidates, fastest first (empty when none ran); nullopt when interrupted.
+  Result<std::optional<Ranked>> rank(KernelKind kind, int tokens, const nlohmann::json& tele) {
+    std::vector<const Candidate*> pool;
+    for (const Candidate& c : candidates)
+      if (c.cv->variant.kind == kind) pool.push_back(&c);
+    Ranked timed;
+    if (pool.empty()) return timed;
+    Progress bar(fmt::format("T={} {}", tokens, to_string(kind)), pool.size(), cfg.progress);
+    const auto bucket_start = Clock::now();
+    if (cfg.strategy == Strategy::random) std::shuffle(pool.begin(), pool.end(), rng);
+    const std::size_t budget = cfg.strategy == Strategy::random && cfg.budget > 0 ? std::size_t(cfg.budget) : pool.size();
+    const int reps = cfg.strategy == Strategy::halving ? kShortReps : kLongReps;
+    const std::string phase = cfg.strategy == Strategy::halving ? "short" : "long";
+    for (std::size_t i = 0; i < pool.size() && i < budget; ++i) {
+      if (g_interrupted.load()) return std::nullopt;
+      if (cfg.strategy == Strategy::random && cfg.time_limit_s > 0 &&
+          std::chrono::duration<double>(Clock::now() - bucket_start).count() > cfg.time_limit_s)
+        break;
+      if (auto t = time_one(*pool[i], phase, reps, tokens, tele)) timed.emplace_back(*t, pool[i]);
+      bar.advance(pool[i]->cv->variant.name());
+    }
+    bar.finish();
+    auto by_time = [](auto& a, auto& b) { return a.first < b.first; };
+    std::sort(timed.begin(), timed.end(), by_time);
+    if (cfg.strategy == Strategy::halving && timed.size() > 1) {
+      // Longer measurement of the best quarter, then interleaved A/B rounds of the top three.
+      timed.resize(std::max<std::size_t>(2, (timed.size() + 3) / 4));
+      for (auto& [t, c] : timed)
+        if (auto lt = time_one(*c, "long", kLongReps, tokens, tele)) t = *lt;
+      std::sort(timed.begin(), timed.end(), by_time);
+      timed.resize(std::min<std::size_t>(3, timed.size()));
+      ab_rounds(m, timed, record, tokens, tele);
+      std::sort(timed.begin(), timed.end(), by_time);
+    }
+    return timed;
+  }
+
+  // The kind's winner (timed.front()) and its speedup over the default variant (timed the same way).
+  Status record_winner(KernelKind kind, int tokens, const Ranked& timed, const nlohmann::json& tele) {
+    const Candidate& win = *timed.front().second;
+    std::optional<double> speedup;
+    std::optional<std::int64_t> default_id;
+    if (auto d = default_variant(target, cfg.problem, kind)) {
+      auto it = std::find_if(candidates.begin(), candidates.end(), [&](const Candidate& c) { return c.cv->variant.name() == d->name(); });
+      if (it != candidates.end()) {
+        default_id = it->id;
+        if (auto dt = time_one(*it, "long", kLongReps, tokens, tele)) speedup = *dt / timed.front().first;
+      }
+    }
+    auto prev = store.latest_measurement({win.id, problem_id, device_id, tokens});
+    db::WinnerRecord w;
+    w.problem_id = problem_id;
+    w.device_id = device_id;
+    w.tokens = tokens;
+    w.kind = std::string(to_string(kind));
+    w.variant_id = win.id;
+    w.run_id = summary.run_id;
+    w.median_us = timed.front().first;
+    if (prev && *prev) {
+      w.p10_us = (*prev)->p10_us;
+      w.p90_us = (*prev)->p90_us;
+    }
+    w.default_variant_id = default_id;
+    w.speedup_vs_default = speedup;
+    FT_CHECK(store.set_winner(w));
+    summary.winners.push_back({tokens, w.kind, win.cv->variant.name(), w.median_us, w.p10_us.value_or(0),
+                               w.p90_us.value_or(0), std::nullopt, speedup, {}});
+    return {};
+  }
+
+ private:
+  // One timing of one candidate, resumed from the store when allowed.
+  std::optional<double> time_one(const Candidate& c, const std::string& phase, int reps, int tokens, const nlohmann::json& tele) {
+    if (!cfg.force) {
+      auto prev = store.latest_measurement({c.id, problem_id, device_id, tokens});
+      if (prev && *prev && (*prev)->status == db::MeasurementStatus::ok && (*prev)->median_us &&
+          ((*prev)->phase == phase || (*prev)->phase == "ab" || ((*prev)->phase == "long" && phase == "short"))) {
+        ++summary.resumed;
+        return *(*prev)->median_us;
+      }
+    }
+    nlohmann::json req = c.spec;
+    req["op"] = "time";
+    req["reps"] = reps;
+    auto r = m.call(req, 120s);
+    if (!r) {
+      (void)record(c.id, tokens, phase, status_of(r.error()), {}, r.error().describe(), tele);
+      return std::nullopt;
+    }
+    (void)record(c.id, tokens, phase, db::MeasurementStatus::ok, *r, "", tele);
+    return (*r)["median_us"].get<double>();
+  }
+};
 
 // Step 3 of a bucket, the whole layer. Stages are tuned alone, but a layer
 // pads every expert's rows to the row block of its pair, so the pair is chosen
@@ -531,17 +756,9 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   summary.run_id = FT_TRY(store.begin_run(db::RunRecord::for_this_build(cfg.command_line, std::string(to_string(cfg.strategy)), options)));
   const std::int64_t problem_id = FT_TRY(store.upsert_problem(db::ProblemRecord::from(cfg.problem)));
 
-  std::error_code ec;
   remove_stale_object_dirs();
-  const auto object_dir = std::filesystem::temp_directory_path() / fmt::format("flytune-objects-{}", getpid());
-  std::filesystem::create_directories(object_dir, ec);
-  struct Cleanup {
-    std::filesystem::path dir;
-    ~Cleanup() {
-      std::error_code e;
-      std::filesystem::remove_all(dir, e);
-    }
-  } cleanup{object_dir};
+  const ObjectDir objects;  // removed on every way out of the search
+  const std::filesystem::path& object_dir = objects.path;
 
   auto finish = [&](db::RunStatus st) -> Result<SearchSummary> {
     summary.interrupted = st == db::RunStatus::interrupted;
@@ -565,16 +782,12 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   const nlohmann::json& dj = (*dev)["device"];
   const DeviceInfo info = device_info_of(dj);
   summary.device = fmt::format("{} ({})", info.name, info.arch);
-  const Target* target = find_target(info.arch);
-  if (!target) {
+  auto gpu_target = target_of_gpu(cfg, info);
+  if (!gpu_target) {
     (void)store.end_run(summary.run_id, db::RunStatus::failed);
-    return fail(Errc::invalid_input, fmt::format("the GPU {} is {}, which flytune has no target for", info.name, info.arch));
+    return std::unexpected(gpu_target.error());
   }
-  if (!cfg.targets.empty() && std::find(cfg.targets.begin(), cfg.targets.end(), std::string(target->name)) == cfg.targets.end()) {
-    (void)store.end_run(summary.run_id, db::RunStatus::failed);
-    return fail(Errc::invalid_input, fmt::format("--target {} does not match the GPU {} ({}); drop --target or use --dry-run",
-                                                 cfg.targets.front(), info.name, info.arch));
-  }
+  const Target* target = *gpu_target;
   const std::int64_t device_id = FT_TRY(store.upsert_device(db::DeviceRecord::from(info)));
   const std::optional<Ceilings> ceilings = cfg.ceilings ? cfg.ceilings : measured_ceilings(info.name);
 
@@ -605,180 +818,31 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
     return {};
   };
 
-  // 1. Verify every usable variant once, on fresh inputs at an odd token count
-  //    with one expert left without tokens.
-  std::vector<Candidate> candidates;
-  std::vector<const CompiledVariant*> to_verify;
-  for (const CompiledVariant& cv : rs.space.variants)
-    if (cv.usable()) to_verify.push_back(&cv);
-  auto spec_of = [&](const CompiledVariant& cv) {
-    return nlohmann::json{{"variant", cv.variant.to_json()}, {"code_object", rs.object_paths.at(cv.variant.name())},
-                          {"entry", cv.variant.name()}};
-  };
-  {
-    const int empty = cfg.problem.experts > cfg.problem.topk ? 1 : 0;
-    FT_CHECK(m.set_inputs(cfg.verify_tokens, seed, empty));
-    Progress bar("verify", to_verify.size(), cfg.progress);
-    for (const CompiledVariant* cv : to_verify) {
-      if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
-      const std::int64_t id = rs.variant_ids.at(cv->variant.name());
-      if (!cfg.force) {
-        auto prev = FT_TRY(store.latest_measurement({id, problem_id, device_id, cfg.verify_tokens}));
-        if (prev && prev->phase == "verify") {
-          ++summary.resumed;
-          bar.advance(cv->variant.name());
-          if (prev->status == db::MeasurementStatus::ok) {
-            candidates.push_back({cv, id, spec_of(*cv)});
-            ++ts.verified;
-          } else {
-            ++ts.verify_failed;
-          }
-          continue;
-        }
-      }
-      nlohmann::json req = spec_of(*cv);
-      req["op"] = "verify";
-      auto r = m.call(req, 120s);
-      if (!r) {
-        ++ts.crashed;
-        FT_CHECK(record(id, cfg.verify_tokens, "verify", status_of(r.error()), {}, r.error().describe(), {}));
-      } else if (!(*r)["passed"].get<bool>()) {
-        ++ts.verify_failed;
-        FT_CHECK(record(id, cfg.verify_tokens, "verify", db::MeasurementStatus::verify_failed, *r,
-                        (*r)["summary"].get<std::string>(), {}));
-      } else {
-        ++ts.verified;
-        FT_CHECK(record(id, cfg.verify_tokens, "verify", db::MeasurementStatus::ok, *r, "", {}));
-        candidates.push_back({cv, id, spec_of(*cv)});
-      }
-      bar.advance(cv->variant.name());
-    }
-  }
+  // 1. Verify every usable variant once (verify_all), then time per bucket.
+  const RecordFn record_fn = record;
+  auto verified = verify_all(cfg, m, store, record_fn, rs, ts, summary, problem_id, device_id, seed);
+  if (!verified) return std::unexpected(verified.error());
+  if (!*verified) return finish(db::RunStatus::interrupted);
+  const std::vector<Candidate> candidates = std::move(**verified);
   summary.targets.push_back(ts);
 
-  const RecordFn record_fn = record;
   LayerStep layer_step{cfg, *target, m, store, record_fn, summary, rs.toolchain_id, problem_id, device_id, ceilings};
-
-  // 2. Time per token bucket and kind.
   std::mt19937_64 rng(seed);
+  StageStep stage_step{cfg, *target, m, store, record_fn, summary, problem_id, device_id, candidates, rng};
+
+  // 2. Time per token bucket and kind (StageStep), then the layer.
   for (int tokens : cfg.tokens) {
     if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
     FT_CHECK(m.set_inputs(tokens, seed + std::uint64_t(tokens), 0));
     const nlohmann::json tele = m.telemetry();
     std::map<KernelKind, std::vector<std::pair<double, const Candidate*>>> best;  // sorted (time, candidate)
 
-    // One timing of one candidate, resumed from the store when allowed.
-    auto time_one = [&](const Candidate& c, const std::string& phase, int reps) -> std::optional<double> {
-      if (!cfg.force) {
-        auto prev = store.latest_measurement({c.id, problem_id, device_id, tokens});
-        if (prev && *prev && (*prev)->status == db::MeasurementStatus::ok && (*prev)->median_us &&
-            ((*prev)->phase == phase || (*prev)->phase == "ab" || ((*prev)->phase == "long" && phase == "short"))) {
-          ++summary.resumed;
-          return *(*prev)->median_us;
-        }
-      }
-      nlohmann::json req = c.spec;
-      req["op"] = "time";
-      req["reps"] = reps;
-      auto r = m.call(req, 120s);
-      if (!r) {
-        (void)record(c.id, tokens, phase, status_of(r.error()), {}, r.error().describe(), tele);
-        return std::nullopt;
-      }
-      (void)record(c.id, tokens, phase, db::MeasurementStatus::ok, *r, "", tele);
-      return (*r)["median_us"].get<double>();
-    };
-
     for (KernelKind kind : {KernelKind::moe1, KernelKind::moe2}) {
-      std::vector<const Candidate*> pool;
-      for (const Candidate& c : candidates)
-        if (c.cv->variant.kind == kind) pool.push_back(&c);
-      if (pool.empty()) continue;
-      std::vector<std::pair<double, const Candidate*>> timed;
-      Progress bar(fmt::format("T={} {}", tokens, to_string(kind)), pool.size(), cfg.progress);
-      const auto bucket_start = Clock::now();
-      if (cfg.strategy == Strategy::random) std::shuffle(pool.begin(), pool.end(), rng);
-      const std::size_t budget = cfg.strategy == Strategy::random && cfg.budget > 0 ? std::size_t(cfg.budget) : pool.size();
-      const int reps = cfg.strategy == Strategy::halving ? kShortReps : kLongReps;
-      const std::string phase = cfg.strategy == Strategy::halving ? "short" : "long";
-      for (std::size_t i = 0; i < pool.size() && i < budget; ++i) {
-        if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
-        if (cfg.strategy == Strategy::random && cfg.time_limit_s > 0 &&
-            std::chrono::duration<double>(Clock::now() - bucket_start).count() > cfg.time_limit_s)
-          break;
-        if (auto t = time_one(*pool[i], phase, reps)) timed.emplace_back(*t, pool[i]);
-        bar.advance(pool[i]->cv->variant.name());
-      }
-      bar.finish();
-      std::sort(timed.begin(), timed.end(), [](auto& a, auto& b) { return a.first < b.first; });
-      if (cfg.strategy == Strategy::halving && timed.size() > 1) {
-        // Longer measurement of the best quarter, then interleaved A/B rounds of the top three.
-        timed.resize(std::max<std::size_t>(2, (timed.size() + 3) / 4));
-        for (auto& [t, c] : timed)
-          if (auto lt = time_one(*c, "long", kLongReps)) t = *lt;
-        std::sort(timed.begin(), timed.end(), [](auto& a, auto& b) { return a.first < b.first; });
-        timed.resize(std::min<std::size_t>(3, timed.size()));
-        std::vector<std::vector<double>> rounds(timed.size());
-        for (int round = 0; round < kAbRounds; ++round)
-          for (std::size_t j = 0; j < timed.size(); ++j) {
-            const std::size_t k = (j + std::size_t(round)) % timed.size();
-            nlohmann::json req = timed[k].second->spec;
-            req["op"] = "time";
-            req["reps"] = kAbReps;
-            if (auto r = m.call(req, 120s)) {
-              rounds[k].push_back((*r)["median_us"].get<double>());
-              if (round == kAbRounds - 1) {
-                nlohmann::json res = *r;
-                std::vector<double> v = rounds[k];
-                std::sort(v.begin(), v.end());
-                // One measurement: the median of the rounds' medians with their
-                // spread, so the winner's median lies inside its p10-p90.
-                res["median_us"] = v[v.size() / 2];
-                res["p10_us"] = v.front();
-                res["p90_us"] = v.back();
-                (void)record(timed[k].second->id, tokens, "ab", db::MeasurementStatus::ok, res, "", tele);
-              }
-            }
-          }
-        for (std::size_t k = 0; k < timed.size(); ++k)
-          if (!rounds[k].empty()) {
-            std::sort(rounds[k].begin(), rounds[k].end());
-            timed[k].first = rounds[k][rounds[k].size() / 2];
-          }
-        std::sort(timed.begin(), timed.end(), [](auto& a, auto& b) { return a.first < b.first; });
-      }
-      best[kind] = timed;
-      if (timed.empty()) continue;
-
-      // Winner and its speedup over the default variant (timed the same way).
-      const Candidate& win = *timed.front().second;
-      std::optional<double> speedup;
-      std::optional<std::int64_t> default_id;
-      if (auto d = default_variant(*target, cfg.problem, kind)) {
-        auto it = std::find_if(candidates.begin(), candidates.end(), [&](const Candidate& c) { return c.cv->variant.name() == d->name(); });
-        if (it != candidates.end()) {
-          default_id = it->id;
-          if (auto dt = time_one(*it, "long", kLongReps)) speedup = *dt / timed.front().first;
-        }
-      }
-      auto prev = store.latest_measurement({win.id, problem_id, device_id, tokens});
-      db::WinnerRecord w;
-      w.problem_id = problem_id;
-      w.device_id = device_id;
-      w.tokens = tokens;
-      w.kind = std::string(to_string(kind));
-      w.variant_id = win.id;
-      w.run_id = summary.run_id;
-      w.median_us = timed.front().first;
-      if (prev && *prev) {
-        w.p10_us = (*prev)->p10_us;
-        w.p90_us = (*prev)->p90_us;
-      }
-      w.default_variant_id = default_id;
-      w.speedup_vs_default = speedup;
-      FT_CHECK(store.set_winner(w));
-      summary.winners.push_back({tokens, w.kind, win.cv->variant.name(), w.median_us, w.p10_us.value_or(0),
-                                 w.p90_us.value_or(0), std::nullopt, speedup, {}});
+      auto ranked = stage_step.rank(kind, tokens, tele);
+      if (!ranked) return std::unexpected(ranked.error());
+      if (!*ranked) return finish(db::RunStatus::interrupted);
+      best[kind] = std::move(**ranked);
+      if (!best[kind].empty()) FT_CHECK(stage_step.record_winner(kind, tokens, best[kind], tele));
     }
 
     // 3. The whole layer (LayerStep).

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
@@ -41,6 +42,8 @@ struct SearchOptions {
   bool graph = false;
   std::string space = "default";
   std::string device;
+  std::string devices;  // "all" or "cuda:0,cuda:1"
+  bool allow_mixed = false;
   std::string ceilings;
   std::uint64_t seed = 0;
   std::string command_line;
@@ -81,6 +84,12 @@ void print_summary(const SearchSummary& s, const Problem& p) {
   else
     fmt::print("\nrun {} on {}: {} measurements, {} taken from the database instead of measured again, {}, {}\n", s.run_id,
                s.device, s.measurements, s.resumed, cached, format_duration(s.seconds));
+  if (s.gpus.size() > 1)
+    for (const GpuSummary& g : s.gpus)
+      fmt::print("  {} ({}, PCI {}): verified {} variant(s); buckets {}{}{}\n", g.selector, g.name, g.pci_bus_id, g.verified,
+                 g.buckets.empty() ? "none" : fmt::format("{}", fmt::join(g.buckets, ", ")),
+                 g.crashes ? fmt::format("; its worker died or hung {} time(s)", g.crashes) : "",
+                 g.dead ? "; the worker could not be restarted, its work went to the other GPUs" : "");
   fmt::print("{:<8} {:<7} {:>6} {:>8} {:>9} {:>8} {:>7} {:>9} {:>12}\n", "target", "backend", "legal", "rejected",
              "compiled", "failed", "pruned", "verified", "verify fails");
   for (const auto& t : s.targets)
@@ -109,6 +118,42 @@ void print_summary(const SearchSummary& s, const Problem& p) {
   }
   if (s.dry_run) print_dry_run_ending(s);
   else fmt::print("\nresults are in {} ('flytune db --db {} winners')\n", s.db_path, s.db_path);
+}
+
+// The workers' selectors: --device (one GPU), --devices all (every GPU the
+// runtimes list) or --devices cuda:0,cuda:1; empty: the first GPU found.
+Result<std::vector<std::string>> resolve_devices(const SearchOptions& opt) {
+  if (opt.devices.empty()) {
+    if (opt.allow_mixed) return fail(Errc::usage, "--allow-mixed needs --devices");
+    return opt.device.empty() ? std::vector<std::string>{} : std::vector<std::string>{opt.device};
+  }
+  if (!opt.device.empty()) return fail(Errc::usage, "--device and --devices name the GPUs twice; use one of them");
+  std::vector<std::string> out;
+  if (opt.devices == "all") {
+    for (const RuntimeReport& r : probe_runtimes())
+      for (const DeviceInfo& d : r.devices) out.push_back(device_selector(d));
+    if (out.empty()) return fail(Errc::no_device, "--devices all: no GPU found ('flytune devices' says why)");
+    return out;
+  }
+  std::string_view rest = opt.devices;
+  while (true) {
+    const std::size_t comma = rest.find(',');
+    const std::string item(rest.substr(0, comma));
+    const std::size_t colon = item.find(':');
+    const std::string_view runtime = std::string_view(item).substr(0, colon);
+    const std::string_view ordinal = colon == std::string::npos ? "" : std::string_view(item).substr(colon + 1);
+    const bool number = !ordinal.empty() && ordinal.size() < 6 &&
+                        std::all_of(ordinal.begin(), ordinal.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!((runtime == "cuda" || runtime == "hip") && number))
+      return fail(Errc::usage, fmt::format("--devices: '{}' is not a GPU; use 'all' or a list such as cuda:0,cuda:1 "
+                                           "(hip:N on AMD)", escape_control(item, false)));
+    if (std::find(out.begin(), out.end(), item) != out.end())
+      return fail(Errc::usage, fmt::format("--devices names {} twice", item));
+    out.push_back(item);
+    if (comma == std::string_view::npos) break;
+    rest.remove_prefix(comma + 1);
+  }
+  return out;
 }
 
 // "811,4.24": two finite positive numbers (TFLOPS, TB/s).
@@ -187,7 +232,10 @@ int run(const SearchOptions& opt) {
   cfg.force = opt.force;
   cfg.graph = opt.graph;
   cfg.baseline = !opt.no_baseline;
-  cfg.device_selector = opt.device;
+  auto devices = resolve_devices(opt);
+  if (!devices) return report_error(devices.error());
+  cfg.devices = *devices;
+  cfg.allow_mixed = opt.allow_mixed;
   cfg.seed = opt.seed;
   cfg.command_line = opt.command_line;
   cfg.progress = !opt.json;
@@ -232,6 +280,11 @@ Command setup_search(CLI::App& app) {
   sub->add_option("--db", opt->db, "SQLite database")->capture_default_str();
   sub->add_option("--space", opt->space, "Variant space: default, wide, small, and/or axis=values;...")->capture_default_str();
   sub->add_option("--device", opt->device, "GPU: cuda:N or hip:N (default: the first GPU)");
+  sub->add_option("--devices", opt->devices,
+                  "Several GPUs, one worker each: 'all' or a list such as cuda:0,cuda:1; variants and token buckets "
+                  "are dealt among them");
+  sub->add_flag("--allow-mixed", opt->allow_mixed,
+                "With --devices: allow GPUs of different models (each model gets winners of its own)");
   sub->add_option("--ceilings", opt->ceilings, "Roofline ceilings TFLOPS,TBPS (default: measured table for known GPUs)");
   sub->add_option("--seed", opt->seed, "Seed of the random inputs (default: fresh)")->check(whole_number_at_least(0));
   sub->add_flag("--no-baseline", opt->no_baseline,
@@ -246,6 +299,7 @@ Command setup_search(CLI::App& app) {
       "  flytune search --dry-run --target gfx942 --space small\n"
       "  flytune search --problem deepseek-v3 --tokens 1..4096 --strategy exhaustive\n"
       "  flytune search --strategy random --budget 20 --seed 7 --db runs/h200.db\n"
+      "  flytune search --devices all                     # every GPU of this machine, one worker each\n"
       "  flytune search --shard 0/4 --db shard-0.db       # one of 4 machines; then flytune db merge");
   return {sub, [opt] {
             opt->command_line = own_command_line();

@@ -14,8 +14,8 @@ std::string format_duration(double s) {
   return fmt::format("{}h{:02d}m", int(s) / 3600, (int(s) % 3600) / 60);
 }
 
-Progress::Progress(std::string what, std::size_t total, bool enabled)
-    : what_(std::move(what)), total_(total), enabled_(enabled), tty_(isatty(STDERR_FILENO) == 1),
+Progress::Progress(std::string what, std::size_t total, bool enabled, Mode mode)
+    : what_(std::move(what)), total_(total), enabled_(enabled), tty_(mode == Mode::automatic && isatty(STDERR_FILENO) == 1),
       start_(std::chrono::steady_clock::now()), last_draw_(start_) {}
 
 Progress::~Progress() { finish(); }

@@ -10,7 +10,10 @@ namespace ft {
 
 class Progress {
  public:
-  Progress(std::string what, std::size_t total, bool enabled = true);
+  // automatic: a redrawn line on a terminal, lines otherwise; lines: always
+  // lines (several bars at once, as a search on several GPUs draws them).
+  enum class Mode { automatic, lines };
+  Progress(std::string what, std::size_t total, bool enabled = true, Mode mode = Mode::automatic);
   ~Progress();
   // Thread-safe.
   void advance(const std::string& item, std::size_t by = 1);

@@ -7,22 +7,28 @@
 #include <charconv>
 #include <chrono>
 #include <csignal>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <mutex>
+#include <numeric>
 #include <random>
-#include <tuple>
+#include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "db/store.hpp"
 #include "generator/emitter.hpp"
 #include "layer/program.hpp"
 #include "tuner/search/compile_space.hpp"
+#include "tuner/search/measurer.hpp"
 #include "tuner/search/progress.hpp"
+#include "tuner/search/recorder.hpp"
+#include "tuner/search/steps.hpp"
 #include "tuner/subprocess.hpp"
-#include "tuner/worker/worker_process.hpp"
 
 namespace ft {
 namespace {
@@ -33,8 +39,6 @@ void on_sigint(int) { g_interrupted.store(true); }
 
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
-
-constexpr int kShortReps = 5, kLongReps = 30, kAbReps = 10, kAbRounds = 3;
 
 db::Resources to_db(const Resources& r) {
   db::Resources out;
@@ -158,118 +162,6 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
   return rs;
 }
 
-// The GPU half of a search: one worker, restarted after faults.
-class Measurer {
- public:
-  explicit Measurer(const SearchConfig& cfg)
-      : cfg_(cfg),
-        exe_(cfg.worker_executable.empty() ? self_executable() : cfg.worker_executable) {}
-
-  Result<nlohmann::json> start_and_query_device() {
-    FT_CHECK(worker_.start(exe_, cfg_.device_selector));
-    return worker_.request({{"op", "device"}}, 120s);
-  }
-
-  // Opens the problem in the worker; restarts re-send it.
-  Status open(nlohmann::json request) {
-    open_ = std::move(request);
-    auto r = call(open_, 300s);
-    if (!r) return std::unexpected(r.error());
-    return {};
-  }
-
-  // Sends a request; a worker that died or hung is restarted (problem re-opened,
-  // inputs re-sent) and the failure returned for the caller to record.
-  Result<nlohmann::json> call(const nlohmann::json& req, std::chrono::milliseconds timeout) {
-    if (!worker_.running()) FT_CHECK(restart());
-    auto r = worker_.request(req, timeout);
-    // A device error ends the worker (its context may be gone); a timeout or a
-    // death already did. Start a fresh one for the next request.
-    if (!r && (r.error().code == Errc::timeout || r.error().code == Errc::device || !worker_.running())) {
-      ++crashes_;
-      if (!g_interrupted.load()) {
-        if (auto st = restart(); !st) return std::unexpected(st.error());
-      }
-    }
-    return r;
-  }
-
-  Status set_inputs(int tokens, std::uint64_t seed, int empty_experts) {
-    inputs_ = {{"op", "inputs"}, {"tokens", tokens}, {"seed", seed}, {"empty_experts", empty_experts}};
-    auto r = call(inputs_, 300s);
-    if (!r) return std::unexpected(r.error());
-    return {};
-  }
-
-  std::size_t crashes() const { return crashes_; }
-  nlohmann::json telemetry() {
-    auto r = worker_.request({{"op", "telemetry"}}, 10s);
-    return r ? *r : nlohmann::json::object();
-  }
-
- private:
-  Status restart() {
-    FT_CHECK(worker_.start(exe_, cfg_.device_selector));
-    if (!open_.is_null()) {
-      auto r = worker_.request(open_, 300s);
-      if (!r) return std::unexpected(r.error());
-    }
-    if (!inputs_.is_null()) {
-      auto r = worker_.request(inputs_, 300s);
-      if (!r) return std::unexpected(r.error());
-    }
-    return {};
-  }
-
-  const SearchConfig& cfg_;
-  std::string exe_;
-  WorkerProcess worker_;
-  nlohmann::json open_, inputs_;
-  std::size_t crashes_ = 0;
-};
-
-db::MeasurementStatus status_of(const Error& e) {
-  switch (e.code) {
-    case Errc::timeout: return db::MeasurementStatus::timeout;
-    case Errc::verify: return db::MeasurementStatus::verify_failed;
-    default: return db::MeasurementStatus::launch_error;
-  }
-}
-
-struct Candidate {
-  const CompiledVariant* cv;
-  std::int64_t id;
-  nlohmann::json spec;  // {variant, code_object, entry}
-};
-
-using Ranked = std::vector<std::pair<double, const Candidate*>>;  // (time, candidate), fastest first
-
-// The stage pairs worth timing as a layer: from the best few of each stage,
-// in order of their summed stage times, those the layer program can run (the
-// routed weight placed alike, row blocks that line up); what was left out and
-// why goes to `skipped`.
-std::vector<std::pair<const Candidate*, const Candidate*>> layer_pairs(const Target& target, const Problem& problem,
-                                                                       const Ranked& s1, const Ranked& s2,
-                                                                       std::string& skipped) {
-  constexpr std::size_t kTopPerStage = 5, kPairs = 9;
-  std::vector<std::tuple<double, const Candidate*, const Candidate*>> all;
-  for (std::size_t i = 0; i < std::min(kTopPerStage, s1.size()); ++i)
-    for (std::size_t j = 0; j < std::min(kTopPerStage, s2.size()); ++j) {
-      const Variant &a = s1[i].second->cv->variant, &b = s2[j].second->cv->variant;
-      if (a.weight_in_stage1 != b.weight_in_stage1) continue;
-      if (auto block = align_block_of(LayerRecipe{&target, problem, a, b}); !block) {
-        skipped = block.error().message;
-        continue;
-      }
-      all.emplace_back(s1[i].first + s2[j].first, s1[i].second, s2[j].second);
-    }
-  std::sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
-  std::vector<std::pair<const Candidate*, const Candidate*>> out;
-  for (const auto& [t, a, b] : all)
-    if (out.size() < kPairs) out.emplace_back(a, b);
-  return out;
-}
-
 // The dry run: each target's space generated, compiled, analysed and recorded
 // (no GPU). The run's status, or the error (the run then marked failed).
 Result<db::RunStatus> dry_run(db::Store& store, const SearchConfig& cfg, SearchSummary& summary,
@@ -340,352 +232,263 @@ Result<const Target*> target_of_gpu(const SearchConfig& cfg, const DeviceInfo& i
   return target;
 }
 
-// Which measurement a row is: the run, variant, problem, device and token count.
-struct MeasurementIds {
-  std::int64_t run_id = 0, variant_id = 0, problem_id = 0, device_id = 0;
-  int tokens = 0;
+
+// A queue of work (variant indices, token buckets) that the GPUs of one model
+// take from; a GPU that stops before finishing an item gives it back.
+class WorkQueue {
+ public:
+  explicit WorkQueue(const std::vector<int>& items) : items_(items.begin(), items.end()) {}
+  std::optional<int> take() {
+    std::lock_guard lock(mu_);
+    if (items_.empty()) return std::nullopt;
+    const int item = items_.front();
+    items_.pop_front();
+    return item;
+  }
+  void give_back(int item) {
+    std::lock_guard lock(mu_);
+    items_.push_front(item);
+  }
+  std::size_t size() {
+    std::lock_guard lock(mu_);
+    return items_.size();
+  }
+
+ private:
+  std::mutex mu_;
+  std::deque<int> items_;
 };
 
-// A measurement row from a worker's answer (timing and/or comparison) and
-// the telemetry read beside it.
-db::MeasurementRecord measurement_of(const MeasurementIds& ids, const std::string& phase, db::MeasurementStatus st,
-                                     const std::string& error, const DeviceInfo& info, const nlohmann::json& result,
-                                     const nlohmann::json& tele) {
-  db::MeasurementRecord mr;
-  mr.run_id = ids.run_id;
-  mr.variant_id = ids.variant_id;
-  mr.problem_id = ids.problem_id;
-  mr.device_id = ids.device_id;
-  mr.tokens = ids.tokens;
-  mr.phase = phase;
-  mr.status = st;
-  mr.error_message = error;
-  mr.pci_bus_id = info.pci_bus_id;
-  if (result.contains("median_us")) {
-    mr.median_us = result["median_us"].get<double>();
-    mr.p10_us = result["p10_us"].get<double>();
-    mr.p90_us = result["p90_us"].get<double>();
-    mr.min_us = result["min_us"].get<double>();
-    mr.samples = result["samples"].get<int>();
+// One GPU of the search: its worker and, once its model is known, the context its steps run in.
+struct Gpu {
+  std::unique_ptr<Measurer> m;
+  DeviceInfo info;
+  std::size_t model = 0;
+  std::optional<GpuContext> ctx;
+  std::vector<int> buckets;   // searched here
+  std::size_t verified = 0;   // variants verified here
+};
+
+// The GPUs of one model: one device row, one target and space, one winner set.
+struct Model {
+  std::string label;  // "NVIDIA H200 (sm_90a)"
+  const Target* target = nullptr;
+  std::int64_t device_id = 0;
+  std::optional<Ceilings> ceilings;
+  std::vector<std::size_t> gpus;
+  const RecordedSpace* space = nullptr;
+  TargetSummary ts;
+  std::vector<Candidate> candidates;  // verified, in the space's order
+};
+
+// Runs fn(i) for each index, each on a thread of its own (inline for one).
+void on_each(const std::vector<std::size_t>& which, const std::function<void(std::size_t)>& fn) {
+  if (which.size() == 1) {
+    fn(which.front());
+    return;
   }
-  if (result.contains("rel_l2")) {
-    mr.rel_l2_err = result["rel_l2"].get<double>();
-    mr.max_abs_err = result["max_abs"].get<double>();
-  }
-  if (tele.contains("sm_clock_mhz")) mr.sm_clock_mhz = tele["sm_clock_mhz"].get<int>();
-  if (tele.contains("mem_clock_mhz")) mr.mem_clock_mhz = tele["mem_clock_mhz"].get<int>();
-  if (tele.contains("temperature_c")) mr.temperature_c = tele["temperature_c"].get<double>();
-  return mr;
+  std::vector<std::jthread> threads;
+  for (std::size_t i : which) threads.emplace_back(fn, i);
 }
 
-using RecordFn = std::function<Status(std::int64_t variant_id, int tokens, const std::string& phase, db::MeasurementStatus,
-                                      const nlohmann::json& result, const std::string& error, const nlohmann::json& tele)>;
-
-// Step 1: every usable variant verified once, on fresh inputs at an odd token
-// count with one expert left without tokens (resumed from the store unless
-// --force). The candidates that passed; nullopt when interrupted.
-Result<std::optional<std::vector<Candidate>>> verify_all(const SearchConfig& cfg, Measurer& m, db::Store& store,
-                                                          const RecordFn& record, const RecordedSpace& rs, TargetSummary& ts,
-                                                          SearchSummary& summary, std::int64_t problem_id,
-                                                          std::int64_t device_id, std::uint64_t seed) {
-  std::vector<Candidate> candidates;
-  std::vector<const CompiledVariant*> to_verify;
-  for (const CompiledVariant& cv : rs.space.variants)
-    if (cv.usable()) to_verify.push_back(&cv);
-  auto spec_of = [&](const CompiledVariant& cv) {
-    return nlohmann::json{{"variant", cv.variant.to_json()}, {"code_object", rs.object_paths.at(cv.variant.name())},
-                          {"entry", cv.variant.name()}};
-  };
-  {
-    const int empty = cfg.problem.experts > cfg.problem.topk ? 1 : 0;
-    FT_CHECK(m.set_inputs(cfg.verify_tokens, seed, empty));
-    Progress bar("verify", to_verify.size(), cfg.progress);
-    for (const CompiledVariant* cv : to_verify) {
-      if (g_interrupted.load()) return std::nullopt;
-      const std::int64_t id = rs.variant_ids.at(cv->variant.name());
-      if (!cfg.force) {
-        auto prev = FT_TRY(store.latest_measurement({id, problem_id, device_id, cfg.verify_tokens}));
-        if (prev && prev->phase == "verify") {
-          ++summary.resumed;
-          bar.advance(cv->variant.name());
-          if (prev->status == db::MeasurementStatus::ok) {
-            candidates.push_back({cv, id, spec_of(*cv)});
-            ++ts.verified;
-          } else {
-            ++ts.verify_failed;
-          }
-          continue;
-        }
-      }
-      nlohmann::json req = spec_of(*cv);
-      req["op"] = "verify";
-      auto r = m.call(req, 120s);
-      if (!r) {
-        ++ts.crashed;
-        FT_CHECK(record(id, cfg.verify_tokens, "verify", status_of(r.error()), {}, r.error().describe(), {}));
-      } else if (!(*r)["passed"].get<bool>()) {
-        ++ts.verify_failed;
-        FT_CHECK(record(id, cfg.verify_tokens, "verify", db::MeasurementStatus::verify_failed, *r,
-                        (*r)["summary"].get<std::string>(), {}));
-      } else {
-        ++ts.verified;
-        FT_CHECK(record(id, cfg.verify_tokens, "verify", db::MeasurementStatus::ok, *r, "", {}));
-        candidates.push_back({cv, id, spec_of(*cv)});
-      }
-      bar.advance(cv->variant.name());
-    }
+// The first error of several threads; the others are told to stop.
+class FirstError {
+ public:
+  explicit FirstError(std::atomic<bool>& abort) : abort_(abort) {}
+  void set(Error e) {
+    std::lock_guard lock(mu_);
+    if (!error_) error_ = std::move(e);
+    abort_.store(true);
   }
-  return candidates;
-}
-
-// Interleaved A/B rounds of the best few candidates (A, B, C, B, C, A, ...),
-// so drift hits all of them alike. Each candidate's time becomes the median of
-// its rounds' medians, recorded once (phase "ab") with the rounds' spread.
-void ab_rounds(Measurer& m, Ranked& timed, const RecordFn& record, int tokens, const nlohmann::json& tele) {
-  std::vector<std::vector<double>> rounds(timed.size());
-  for (int round = 0; round < kAbRounds; ++round)
-    for (std::size_t j = 0; j < timed.size(); ++j) {
-      const std::size_t k = (j + std::size_t(round)) % timed.size();
-      nlohmann::json req = timed[k].second->spec;
-      req["op"] = "time";
-      req["reps"] = kAbReps;
-      if (auto r = m.call(req, 120s)) {
-        rounds[k].push_back((*r)["median_us"].get<double>());
-        if (round == kAbRounds - 1) {
-          nlohmann::json res = *r;
-          std::vector<double> v = rounds[k];
-          std::sort(v.begin(), v.end());
-          // One measurement: the median of the rounds' medians with their
-          // spread, so the winner's median lies inside its p10-p90.
-          res["median_us"] = v[v.size() / 2];
-          res["p10_us"] = v.front();
-          res["p90_us"] = v.back();
-          (void)record(timed[k].second->id, tokens, "ab", db::MeasurementStatus::ok, res, "", tele);
-        }
-      }
-    }
-  for (std::size_t k = 0; k < timed.size(); ++k)
-    if (!rounds[k].empty()) {
-      std::sort(rounds[k].begin(), rounds[k].end());
-      timed[k].first = rounds[k][rounds[k].size() / 2];
-    }
-}
-
-// Step 2 of a bucket: each stage kind's verified candidates timed at this T
-// by the strategy (halving: 5 repetitions each, 30 for the best quarter,
-// then A/B rounds of the best three), and the kind's winner recorded with its
-// speedup over the default variant.
-struct StageStep {
-  const SearchConfig& cfg;
-  const Target& target;
-  Measurer& m;
-  db::Store& store;
-  const RecordFn& record;
-  SearchSummary& summary;
-  std::int64_t problem_id = 0, device_id = 0;
-  const std::vector<Candidate>& candidates;
-  std::mt19937_64& rng;
-
-  // The kind's candidates, fastest first (empty when none ran); nullopt when interrupted.
-  Result<std::optional<Ranked>> rank(KernelKind kind, int tokens, const nlohmann::json& tele) {
-    std::vector<const Candidate*> pool;
-    for (const Candidate& c : candidates)
-      if (c.cv->variant.kind == kind) pool.push_back(&c);
-    Ranked timed;
-    if (pool.empty()) return timed;
-    Progress bar(fmt::format("T={} {}", tokens, to_string(kind)), pool.size(), cfg.progress);
-    const auto bucket_start = Clock::now();
-    if (cfg.strategy == Strategy::random) std::shuffle(pool.begin(), pool.end(), rng);
-    const std::size_t budget = cfg.strategy == Strategy::random && cfg.budget > 0 ? std::size_t(cfg.budget) : pool.size();
-    const int reps = cfg.strategy == Strategy::halving ? kShortReps : kLongReps;
-    const std::string phase = cfg.strategy == Strategy::halving ? "short" : "long";
-    for (std::size_t i = 0; i < pool.size() && i < budget; ++i) {
-      if (g_interrupted.load()) return std::nullopt;
-      if (cfg.strategy == Strategy::random && cfg.time_limit_s > 0 &&
-          std::chrono::duration<double>(Clock::now() - bucket_start).count() > cfg.time_limit_s)
-        break;
-      if (auto t = time_one(*pool[i], phase, reps, tokens, tele)) timed.emplace_back(*t, pool[i]);
-      bar.advance(pool[i]->cv->variant.name());
-    }
-    bar.finish();
-    auto by_time = [](auto& a, auto& b) { return a.first < b.first; };
-    std::sort(timed.begin(), timed.end(), by_time);
-    if (cfg.strategy == Strategy::halving && timed.size() > 1) {
-      // Longer measurement of the best quarter, then interleaved A/B rounds of the top three.
-      timed.resize(std::max<std::size_t>(2, (timed.size() + 3) / 4));
-      for (auto& [t, c] : timed)
-        if (auto lt = time_one(*c, "long", kLongReps, tokens, tele)) t = *lt;
-      std::sort(timed.begin(), timed.end(), by_time);
-      timed.resize(std::min<std::size_t>(3, timed.size()));
-      ab_rounds(m, timed, record, tokens, tele);
-      std::sort(timed.begin(), timed.end(), by_time);
-    }
-    return timed;
-  }
-
-  // The kind's winner (timed.front()) and its speedup over the default variant (timed the same way).
-  Status record_winner(KernelKind kind, int tokens, const Ranked& timed, const nlohmann::json& tele) {
-    const Candidate& win = *timed.front().second;
-    std::optional<double> speedup;
-    std::optional<std::int64_t> default_id;
-    if (auto d = default_variant(target, cfg.problem, kind)) {
-      auto it = std::find_if(candidates.begin(), candidates.end(), [&](const Candidate& c) { return c.cv->variant.name() == d->name(); });
-      if (it != candidates.end()) {
-        default_id = it->id;
-        if (auto dt = time_one(*it, "long", kLongReps, tokens, tele)) speedup = *dt / timed.front().first;
-      }
-    }
-    auto prev = store.latest_measurement({win.id, problem_id, device_id, tokens});
-    db::WinnerRecord w;
-    w.problem_id = problem_id;
-    w.device_id = device_id;
-    w.tokens = tokens;
-    w.kind = std::string(to_string(kind));
-    w.variant_id = win.id;
-    w.run_id = summary.run_id;
-    w.median_us = timed.front().first;
-    if (prev && *prev) {
-      w.p10_us = (*prev)->p10_us;
-      w.p90_us = (*prev)->p90_us;
-    }
-    w.default_variant_id = default_id;
-    w.speedup_vs_default = speedup;
-    FT_CHECK(store.set_winner(w));
-    summary.winners.push_back({tokens, w.kind, win.cv->variant.name(), w.median_us, w.p10_us.value_or(0),
-                               w.p90_us.value_or(0), std::nullopt, speedup, {}});
+  Status status() {
+    std::lock_guard lock(mu_);
+    if (error_) return std::unexpected(*error_);
     return {};
   }
 
  private:
-  // One timing of one candidate, resumed from the store when allowed.
-  std::optional<double> time_one(const Candidate& c, const std::string& phase, int reps, int tokens, const nlohmann::json& tele) {
-    if (!cfg.force) {
-      auto prev = store.latest_measurement({c.id, problem_id, device_id, tokens});
-      if (prev && *prev && (*prev)->status == db::MeasurementStatus::ok && (*prev)->median_us &&
-          ((*prev)->phase == phase || (*prev)->phase == "ab" || ((*prev)->phase == "long" && phase == "short"))) {
-        ++summary.resumed;
-        return *(*prev)->median_us;
-      }
-    }
-    nlohmann::json req = c.spec;
-    req["op"] = "time";
-    req["reps"] = reps;
-    auto r = m.call(req, 120s);
-    if (!r) {
-      (void)record(c.id, tokens, phase, status_of(r.error()), {}, r.error().describe(), tele);
-      return std::nullopt;
-    }
-    (void)record(c.id, tokens, phase, db::MeasurementStatus::ok, *r, "", tele);
-    return (*r)["median_us"].get<double>();
-  }
+  std::mutex mu_;
+  std::optional<Error> error_;
+  std::atomic<bool>& abort_;
 };
 
-// Step 3 of a bucket, the whole layer. Stages are tuned alone, but a layer
-// pads every expert's rows to the row block of its pair, so the pair is chosen
-// among the best of each stage by timing them together (the layer program's
-// steps, as the runtime runs them); the fastest pair that passes verification
-// at this token count is timed at length. A bucket that ends without a layer
-// winner says why.
-struct LayerStep {
-  const SearchConfig& cfg;
-  const Target& target;
-  Measurer& m;
-  db::Store& store;
-  const RecordFn& record;
-  SearchSummary& summary;
-  std::int64_t toolchain_id = 0, problem_id = 0, device_id = 0;
-  const std::optional<Ceilings>& ceilings;
-
-  // false when interrupted.
-  Result<bool> run(int tokens, const Ranked& s1, const Ranked& s2, const nlohmann::json& tele) {
-    std::string why;
-    if (s1.empty() || s2.empty()) {
-      no_layer(tokens, s1.empty() ? "no stage-1 variant was timed" : "no stage-2 variant was timed");
-      return true;
-    }
-    std::vector<std::tuple<double, const Candidate*, const Candidate*>> paired;
-    for (const auto& [a, b] : layer_pairs(target, cfg.problem, s1, s2, why)) {
-      if (g_interrupted.load()) return false;
-      nlohmann::json probe{{"op", "time_layer"}, {"stage1", a->spec}, {"stage2", b->spec}, {"reps", kAbReps}, {"graph", cfg.graph}};
-      auto t = m.call(probe, 300s);
-      if (!t) {
-        why = fmt::format("timing {} + {} failed: {}", a->cv->variant.name(), b->cv->variant.name(), t.error().describe());
-        continue;
+// Deals `queue` to the GPUs `which`, one thread each, until it is empty or the
+// search stops. setup(gpu) runs once per GPU and round; work(gpu, item) is
+// false when the GPU stopped before finishing the item, which goes back to
+// the queue. A GPU whose worker died leaves its share to the others; when
+// none is left, the work left is an error.
+Status deal(std::vector<Gpu>& gpus, const std::vector<std::size_t>& which, WorkQueue& queue, std::atomic<bool>& abort,
+            const std::function<Status(Gpu&)>& setup, const std::function<Result<bool>(Gpu&, int)>& work) {
+  FirstError first(abort);
+  std::size_t alive_before = which.size() + 1;
+  for (;;) {
+    std::vector<std::size_t> alive;
+    for (std::size_t i : which)
+      if (!gpus[i].m->dead()) alive.push_back(i);
+    if (alive.empty())
+      return fail(Errc::device, fmt::format("no GPU's worker is left running; {} item(s) of work were not done", queue.size()));
+    if (alive.size() >= alive_before) return fail(Errc::internal, "work was given back without a GPU stopping");
+    alive_before = alive.size();
+    on_each(alive, [&](std::size_t i) {
+      Gpu& gpu = gpus[i];
+      if (auto st = setup(gpu); !st) {
+        if (!gpu.m->stopped()) first.set(with_context(st.error(), gpu.m->label()));
+        return;
       }
-      paired.emplace_back((*t)["total"]["median_us"].get<double>(), a, b);
-    }
-    std::sort(paired.begin(), paired.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
-    if (paired.empty()) {
-      no_layer(tokens, why.empty() ? "no stage pair could be timed" : why);
-      return true;
-    }
-    constexpr std::size_t kVerifyTries = 3;
-    for (std::size_t pi = 0; pi < std::min(kVerifyTries, paired.size()); ++pi)
-      if (FT_TRY(try_pair(tokens, std::get<1>(paired[pi]), std::get<2>(paired[pi]), tele, why))) return true;
-    no_layer(tokens, why);
-    return true;
+      while (!gpu.m->stopped()) {
+        const std::optional<int> item = queue.take();
+        if (!item) return;
+        auto done = work(gpu, *item);
+        if (!done) {
+          first.set(with_context(done.error(), gpu.m->label()));
+          return;
+        }
+        if (!*done) {
+          queue.give_back(*item);
+          return;
+        }
+      }
+    });
+    FT_CHECK(first.status());
+    if (g_interrupted.load() || queue.size() == 0) return {};
   }
+}
 
- private:
-  void no_layer(int tokens, const std::string& reason) {
-    summary.notes.push_back(fmt::format("T={}: no layer winner: {}", tokens, reason));
-    if (cfg.progress) fmt::print(stderr, "T={}: no layer winner: {}\n", tokens, reason);
+// Step 1 of a model: every usable variant verified once on fresh inputs at an
+// odd token count with one expert left without tokens (verify_one), dealt to
+// the model's GPUs. Fills model.candidates and the summary's counts.
+Status verify_model(const SearchConfig& cfg, std::vector<Gpu>& gpus, Model& model, std::atomic<bool>& abort,
+                    std::uint64_t seed, bool many_bars) {
+  std::vector<Candidate> all;
+  for (const CompiledVariant& cv : model.space->space.variants)
+    if (cv.usable())
+      all.push_back({&cv, model.space->variant_ids.at(cv.variant.name()),
+                     {{"variant", cv.variant.to_json()}, {"code_object", model.space->object_paths.at(cv.variant.name())},
+                      {"entry", cv.variant.name()}}});
+  std::vector<std::optional<VerifyOutcome>> outcome(all.size());
+  std::vector<int> items(all.size());
+  std::iota(items.begin(), items.end(), 0);
+  WorkQueue queue(items);
+  Progress bar(many_bars ? fmt::format("verify {}", model.label) : "verify", all.size(), cfg.progress,
+               many_bars ? Progress::Mode::lines : Progress::Mode::automatic);
+  const int empty = cfg.problem.experts > cfg.problem.topk ? 1 : 0;
+  FT_CHECK(deal(
+      gpus, model.gpus, queue, abort, [&](Gpu& gpu) { return gpu.m->set_inputs(cfg.verify_tokens, seed, empty); },
+      [&](Gpu& gpu, int i) -> Result<bool> {
+        const std::optional<VerifyOutcome> r = FT_TRY(verify_one(cfg, *gpu.ctx, all[std::size_t(i)]));
+        if (!r) return false;
+        outcome[std::size_t(i)] = *r;
+        ++gpu.verified;
+        bar.advance(all[std::size_t(i)].cv->variant.name());
+        return true;
+      }));
+  bar.finish();
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (outcome[i] == VerifyOutcome::passed) {
+      model.candidates.push_back(all[i]);
+      ++model.ts.verified;
+    } else if (outcome[i] == VerifyOutcome::failed) {
+      ++model.ts.verify_failed;
+    }
   }
+  return {};
+}
 
-  // Verifies the pair at this T, then times it at length and records it as
-  // the bucket's layer winner; false (and why) when it fails either.
-  Result<bool> try_pair(int tokens, const Candidate* c1, const Candidate* c2, const nlohmann::json& tele, std::string& why) {
-    db::VariantRecord layer;
-    layer.kernel_name = c1->cv->variant.name() + "+" + c2->cv->variant.name();
-    layer.target = std::string(target.name);
-    layer.kind = "layer";
-    layer.params = {{"stage1", c1->cv->variant.to_json()}, {"stage2", c2->cv->variant.to_json()},
-                    {"stage1_kernel", c1->cv->variant.name()}, {"stage2_kernel", c2->cv->variant.name()}};
-    layer.toolchain_id = toolchain_id;
-    const std::int64_t layer_id = FT_TRY(store.upsert_variant(layer));
-    nlohmann::json req{{"stage1", c1->spec}, {"stage2", c2->spec}};
-    req["op"] = "verify_layer";
-    auto v = m.call(req, 600s);
-    if (!v || !(*v)["passed"].get<bool>()) {
-      const std::string message = v ? (*v)["summary"].get<std::string>() : v.error().describe();
-      (void)record(layer_id, tokens, "verify", v ? db::MeasurementStatus::verify_failed : status_of(v.error()),
-                   v ? *v : nlohmann::json{}, message, tele);
-      why = fmt::format("{} failed verification at T={}: {}", layer.kernel_name, tokens, message);
-      if (cfg.progress) fmt::print(stderr, "T={}: {}\n", tokens, why);
-      return false;
-    }
-    req["op"] = "time_layer";
-    req["reps"] = kLongReps;
-    req["graph"] = cfg.graph;
-    auto t = m.call(req, 300s);
-    if (!t) {
-      (void)record(layer_id, tokens, "layer", status_of(t.error()), {}, t.error().describe(), tele);
-      why = fmt::format("timing {} failed: {}", layer.kernel_name, t.error().describe());
-      return false;
-    }
-    nlohmann::json total = (*t)["total"];
-    total["rel_l2"] = (*v)["rel_l2"];
-    total["max_abs"] = (*v)["max_abs"];
-    FT_CHECK(record(layer_id, tokens, "layer", db::MeasurementStatus::ok, total, "", tele));
-    db::WinnerRecord w;
-    w.problem_id = problem_id;
-    w.device_id = device_id;
-    w.tokens = tokens;
-    w.kind = "layer";
-    w.variant_id = layer_id;
-    w.run_id = summary.run_id;
-    w.median_us = total["median_us"].get<double>();
-    w.p10_us = total["p10_us"].get<double>();
-    w.p90_us = total["p90_us"].get<double>();
-    FT_CHECK(store.set_winner(w));
-    BucketResult br{tokens, "layer", layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
-                    nlohmann::json{{"align_us", (*t)["align"]["median_us"]}, {"stage1_us", (*t)["stage1"]["median_us"]},
-                                   {"stage2_us", (*t)["stage2"]["median_us"]}, {"reduce_us", (*t)["reduce"]["median_us"]}}};
-    if (ceilings) br.floor_us = roofline_floor_us(cfg.problem, tokens, *ceilings);
-    summary.winners.push_back(br);
-    return true;
+// Steps 2 and 3 of a model: its token buckets dealt to its GPUs (the largest
+// first when there are several, so the long ones do not come last); each
+// bucket ranked per stage kind (StageStep) and its layer chosen (LayerStep)
+// on one GPU.
+Status search_buckets(const SearchConfig& cfg, std::vector<Gpu>& gpus, Model& model, std::atomic<bool>& abort,
+                      std::uint64_t seed, bool many_gpus) {
+  std::vector<int> order = cfg.tokens;
+  if (model.gpus.size() > 1) std::sort(order.begin(), order.end(), std::greater<>());
+  WorkQueue queue(order);
+  std::atomic<std::size_t> done{0};
+  return deal(
+      gpus, model.gpus, queue, abort, [](Gpu&) -> Status { return {}; },
+      [&](Gpu& gpu, int tokens) -> Result<bool> {
+        const auto start = Clock::now();
+        if (auto st = gpu.m->set_inputs(tokens, seed + std::uint64_t(tokens), 0); !st) {
+          if (gpu.m->stopped()) return false;
+          return std::unexpected(st.error());
+        }
+        const nlohmann::json tele = gpu.m->telemetry();
+        StageStep stage{cfg, *model.target, *gpu.ctx, model.candidates, std::mt19937_64(seed + std::uint64_t(tokens)), many_gpus};
+        std::map<KernelKind, Ranked> best;
+        for (KernelKind kind : {KernelKind::moe1, KernelKind::moe2}) {
+          std::optional<Ranked> ranked = FT_TRY(stage.rank(kind, tokens, tele));
+          if (!ranked) return false;
+          best[kind] = std::move(*ranked);
+          if (!best[kind].empty()) FT_CHECK(stage.record_winner(kind, tokens, best[kind], tele));
+        }
+        LayerStep layer{cfg, *model.target, *gpu.ctx, model.ceilings, many_gpus};
+        if (!FT_TRY(layer.run(tokens, best[KernelKind::moe1], best[KernelKind::moe2], tele))) return false;
+        gpu.buckets.push_back(tokens);
+        const std::size_t finished = ++done;
+        if (many_gpus && cfg.progress)
+          fmt::print(stderr, "{}: T={} searched in {}; {} of {} bucket(s) of {} done\n", gpu.m->label(), tokens,
+                     format_duration(std::chrono::duration<double>(Clock::now() - start).count()), finished,
+                     cfg.tokens.size(), model.label);
+        return true;
+      });
+}
+
+// Starts one worker per selector and asks each for its GPU; GPUs named twice
+// (one bus id) are refused.
+Result<std::vector<Gpu>> start_gpus(const SearchConfig& cfg, std::atomic<bool>& abort) {
+  const std::vector<std::string> selectors = cfg.devices.empty() ? std::vector<std::string>{""} : cfg.devices;
+  std::vector<Gpu> gpus;
+  for (const std::string& sel : selectors) {
+    Gpu gpu;
+    gpu.m = std::make_unique<Measurer>(cfg.worker_executable, sel, abort);
+    auto dev = gpu.m->start_and_query_device();
+    if (!dev) return std::unexpected(sel.empty() ? dev.error() : with_context(dev.error(), sel));
+    gpu.info = device_info_of((*dev)["device"]);
+    for (const Gpu& other : gpus)
+      if (!gpu.info.pci_bus_id.empty() && other.info.pci_bus_id == gpu.info.pci_bus_id)
+        return fail(Errc::usage, fmt::format("{} and {} are the same GPU (PCI {}); name each GPU once", other.m->label(),
+                                             gpu.m->label(), gpu.info.pci_bus_id));
+    gpus.push_back(std::move(gpu));
   }
-};
+  return gpus;
+}
+
+// The GPUs grouped by model (one device row each). Several models only with
+// --allow-mixed: each then gets winners of its own.
+Result<std::vector<Model>> group_by_model(const SearchConfig& cfg, db::Store& store, std::vector<Gpu>& gpus) {
+  std::vector<Model> models;
+  for (std::size_t i = 0; i < gpus.size(); ++i) {
+    const std::int64_t id = FT_TRY(store.upsert_device(db::DeviceRecord::from(gpus[i].info)));
+    auto it = std::find_if(models.begin(), models.end(), [&](const Model& m) { return m.device_id == id; });
+    if (it == models.end()) {
+      Model m;
+      m.label = fmt::format("{} ({})", gpus[i].info.name, gpus[i].info.arch);
+      m.device_id = id;
+      m.target = FT_TRY(target_of_gpu(cfg, gpus[i].info));
+      m.ceilings = cfg.ceilings ? cfg.ceilings : measured_ceilings(gpus[i].info.name);
+      models.push_back(std::move(m));
+      it = models.end() - 1;
+    }
+    it->gpus.push_back(i);
+    gpus[i].model = std::size_t(it - models.begin());
+  }
+  if (models.size() > 1 && !cfg.allow_mixed) {
+    std::vector<std::string> seen;
+    for (const Gpu& g : gpus)
+      seen.push_back(fmt::format("{}: {} ({}, driver {})", g.m->label(), g.info.name, g.info.arch, g.info.driver_version));
+    return fail(Errc::usage, fmt::format("the GPUs are of different models ({}); pass --allow-mixed to tune each model "
+                                         "with winners of its own, or name GPUs of one model with --devices",
+                                         fmt::join(seen, "; ")));
+  }
+  return models;
+}
+
+// "NVIDIA H200 (sm_90a)", "2x NVIDIA H200 (sm_90a)", or the models joined by " + ".
+std::string devices_label(const std::vector<Model>& models) {
+  std::vector<std::string> parts;
+  for (const Model& m : models) parts.push_back(m.gpus.size() > 1 ? fmt::format("{}x {}", m.gpus.size(), m.label) : m.label);
+  return fmt::format("{}", fmt::join(parts, " + "));
+}
 
 }  // namespace
 
@@ -737,8 +540,13 @@ nlohmann::json SearchSummary::to_json() const {
     j["winners"].push_back(r);
   }
   j["notes"] = notes;
+  j["gpus"] = nlohmann::json::array();
+  for (const auto& g : gpus)
+    j["gpus"].push_back({{"device", g.selector}, {"name", g.name}, {"pci_bus_id", g.pci_bus_id}, {"buckets", g.buckets},
+                         {"verified", g.verified}, {"crashes", g.crashes}, {"dead", g.dead}});
   return j;
 }
+
 
 Result<SearchSummary> run_search(const SearchConfig& cfg) {
   const auto t0 = Clock::now();
@@ -753,6 +561,7 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   nlohmann::json options{{"tokens", cfg.tokens}, {"dry_run", cfg.dry_run}, {"force", cfg.force},
                          {"problem", cfg.problem.key()}, {"graph", cfg.graph}, {"baseline", cfg.baseline}};
   if (!cfg.shard.empty()) options["shard"] = cfg.shard;
+  if (!cfg.devices.empty()) options["devices"] = cfg.devices;
   summary.run_id = FT_TRY(store.begin_run(db::RunRecord::for_this_build(cfg.command_line, std::string(to_string(cfg.strategy)), options)));
   const std::int64_t problem_id = FT_TRY(store.upsert_problem(db::ProblemRecord::from(cfg.problem)));
 
@@ -766,91 +575,102 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
     FT_CHECK(store.end_run(summary.run_id, st));
     return summary;
   };
+  auto failed = [&](const Error& e) -> Result<SearchSummary> {
+    (void)store.end_run(summary.run_id, db::RunStatus::failed);
+    return std::unexpected(e);
+  };
 
   if (cfg.dry_run) {
     const db::RunStatus st = FT_TRY(dry_run(store, cfg, summary, object_dir));
     return finish(st);
   }
 
-  // --- GPU search -------------------------------------------------------------
-  Measurer m(cfg);
-  auto dev = m.start_and_query_device();
-  if (!dev) {
-    (void)store.end_run(summary.run_id, db::RunStatus::failed);
-    return std::unexpected(dev.error());
-  }
-  const nlohmann::json& dj = (*dev)["device"];
-  const DeviceInfo info = device_info_of(dj);
-  summary.device = fmt::format("{} ({})", info.name, info.arch);
-  auto gpu_target = target_of_gpu(cfg, info);
-  if (!gpu_target) {
-    (void)store.end_run(summary.run_id, db::RunStatus::failed);
-    return std::unexpected(gpu_target.error());
-  }
-  const Target* target = *gpu_target;
-  const std::int64_t device_id = FT_TRY(store.upsert_device(db::DeviceRecord::from(info)));
-  const std::optional<Ceilings> ceilings = cfg.ceilings ? cfg.ceilings : measured_ceilings(info.name);
+  // --- GPU search: one worker per GPU, grouped by model -----------------------
+  std::atomic<bool> abort{false};  // an error on one GPU stops the others
+  auto started = start_gpus(cfg, abort);
+  if (!started) return failed(started.error());
+  std::vector<Gpu> gpus = std::move(*started);
+  auto grouped = group_by_model(cfg, store, gpus);
+  if (!grouped) return failed(grouped.error());
+  std::vector<Model> models = std::move(*grouped);
+  summary.device = devices_label(models);
+  const bool many_gpus = gpus.size() > 1;
 
-  TargetSummary ts;
-  auto recorded = compile_and_record(store, *target, cfg, ts, object_dir);
-  if (!recorded && recorded.error().code == Errc::interrupted) return finish(db::RunStatus::interrupted);
-  RecordedSpace rs = FT_TRY(std::move(recorded));
-  if (rs.space.interrupted) {
-    summary.targets.push_back(ts);
-    return finish(db::RunStatus::interrupted);
+  // Each target's space compiled and recorded once, whatever the number of GPUs.
+  std::map<std::string, std::pair<RecordedSpace, TargetSummary>> spaces;
+  for (Model& model : models) {
+    const std::string name(model.target->name);
+    if (!spaces.contains(name)) {
+      TargetSummary ts;
+      auto recorded = compile_and_record(store, *model.target, cfg, ts, object_dir);
+      if (!recorded && recorded.error().code == Errc::interrupted) return finish(db::RunStatus::interrupted);
+      if (!recorded) return failed(recorded.error());
+      if (recorded->space.interrupted) {
+        summary.targets.push_back(ts);
+        return finish(db::RunStatus::interrupted);
+      }
+      spaces.emplace(name, std::pair{std::move(*recorded), ts});
+    }
+    model.space = &spaces.at(name).first;
+    model.ts = spaces.at(name).second;
   }
+
+  Recorder rec(store, summary);
   const int max_tokens = std::max(*std::max_element(cfg.tokens.begin(), cfg.tokens.end()), cfg.verify_tokens);
-  FT_CHECK(m.open({{"op", "open"}, {"problem", {{"name", cfg.problem.name}, {"experts", cfg.problem.experts},
-                                                    {"hidden", cfg.problem.hidden}, {"inter", cfg.problem.inter},
-                                                    {"topk", cfg.problem.topk}, {"dtype", to_string(cfg.problem.dtype)},
-                                                    {"routing", cfg.problem.routing.kind == Routing::Kind::replay
-                                                                    ? "replay:" + cfg.problem.routing.replay_file
-                                                                    : cfg.problem.routing.key()}}},
-                      {"target", target->name}, {"support", rs.support_path}, {"max_tokens", max_tokens}}));
+  for (Gpu& gpu : gpus) {
+    const Model& model = models[gpu.model];
+    gpu.ctx.emplace(GpuContext{*gpu.m, gpu.info, summary.run_id, problem_id, model.device_id, model.space->toolchain_id, rec});
+  }
+  {
+    FirstError first(abort);
+    std::vector<std::size_t> all(gpus.size());
+    std::iota(all.begin(), all.end(), 0);
+    on_each(all, [&](std::size_t i) {
+      Gpu& gpu = gpus[i];
+      const Model& model = models[gpu.model];
+      nlohmann::json problem{{"name", cfg.problem.name}, {"experts", cfg.problem.experts}, {"hidden", cfg.problem.hidden},
+                             {"inter", cfg.problem.inter}, {"topk", cfg.problem.topk}, {"dtype", to_string(cfg.problem.dtype)},
+                             {"routing", cfg.problem.routing.kind == Routing::Kind::replay
+                                             ? "replay:" + cfg.problem.routing.replay_file
+                                             : cfg.problem.routing.key()}};
+      if (auto st = gpu.m->open({{"op", "open"}, {"problem", problem}, {"target", model.target->name},
+                                 {"support", model.space->support_path}, {"max_tokens", max_tokens}});
+          !st)
+        first.set(many_gpus ? with_context(st.error(), gpu.m->label()) : st.error());
+    });
+    if (auto st = first.status(); !st) return failed(st.error());
+  }
   const std::uint64_t seed = cfg.seed ? cfg.seed : fresh_seed();
 
-  auto record = [&](std::int64_t variant_id, int tokens, const std::string& phase, db::MeasurementStatus st,
-                    const nlohmann::json& result, const std::string& error, const nlohmann::json& tele) -> Status {
-    const db::MeasurementRecord mr =
-        measurement_of({summary.run_id, variant_id, problem_id, device_id, tokens}, phase, st, error, info, result, tele);
-    (void)FT_TRY(store.add_measurement(mr));
-    ++summary.measurements;
-    return {};
-  };
-
-  // 1. Verify every usable variant once (verify_all), then time per bucket.
-  const RecordFn record_fn = record;
-  auto verified = verify_all(cfg, m, store, record_fn, rs, ts, summary, problem_id, device_id, seed);
-  if (!verified) return std::unexpected(verified.error());
-  if (!*verified) return finish(db::RunStatus::interrupted);
-  const std::vector<Candidate> candidates = std::move(**verified);
-  summary.targets.push_back(ts);
-
-  LayerStep layer_step{cfg, *target, m, store, record_fn, summary, rs.toolchain_id, problem_id, device_id, ceilings};
-  std::mt19937_64 rng(seed);
-  StageStep stage_step{cfg, *target, m, store, record_fn, summary, problem_id, device_id, candidates, rng};
-
-  // 2. Time per token bucket and kind (StageStep), then the layer.
-  for (int tokens : cfg.tokens) {
-    if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
-    FT_CHECK(m.set_inputs(tokens, seed + std::uint64_t(tokens), 0));
-    const nlohmann::json tele = m.telemetry();
-    std::map<KernelKind, std::vector<std::pair<double, const Candidate*>>> best;  // sorted (time, candidate)
-
-    for (KernelKind kind : {KernelKind::moe1, KernelKind::moe2}) {
-      auto ranked = stage_step.rank(kind, tokens, tele);
-      if (!ranked) return std::unexpected(ranked.error());
-      if (!*ranked) return finish(db::RunStatus::interrupted);
-      best[kind] = std::move(**ranked);
-      if (!best[kind].empty()) FT_CHECK(stage_step.record_winner(kind, tokens, best[kind], tele));
+  // Each model on its own: verify every usable variant once (dealt to its
+  // GPUs), then its token buckets (dealt to its GPUs).
+  {
+    FirstError first(abort);
+    std::vector<std::size_t> model_ids(models.size());
+    std::iota(model_ids.begin(), model_ids.end(), 0);
+    on_each(model_ids, [&](std::size_t k) {
+      Model& model = models[k];
+      if (auto st = verify_model(cfg, gpus, model, abort, seed, models.size() > 1); !st) return first.set(st.error());
+      if (g_interrupted.load()) return;
+      if (auto st = search_buckets(cfg, gpus, model, abort, seed, many_gpus); !st) first.set(st.error());
+    });
+    for (Model& model : models) {
+      for (std::size_t i : model.gpus) model.ts.crashed += gpus[i].m->crashes();
+      summary.targets.push_back(model.ts);
     }
-
-    // 3. The whole layer (LayerStep).
-    auto chosen = layer_step.run(tokens, best[KernelKind::moe1], best[KernelKind::moe2], tele);
-    if (!chosen) return std::unexpected(chosen.error());
-    if (!*chosen) return finish(db::RunStatus::interrupted);
+    for (const Gpu& gpu : gpus) {
+      std::vector<int> buckets = gpu.buckets;
+      std::sort(buckets.begin(), buckets.end());
+      summary.gpus.push_back({gpu.m->label(), gpu.info.name, gpu.info.pci_bus_id, buckets, gpu.verified,
+                              gpu.m->crashes(), gpu.m->dead()});
+    }
+    // Buckets finish in any order on several GPUs: list them by token count
+    // (each bucket's stage winners, then its layer, as one GPU recorded them).
+    std::stable_sort(summary.winners.begin(), summary.winners.end(),
+                     [](const BucketResult& a, const BucketResult& b) { return a.tokens < b.tokens; });
+    if (auto st = first.status(); !st) return failed(st.error());
   }
-  summary.targets.back().crashed += m.crashes();
+  if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
   return finish(db::RunStatus::finished);
 }
 

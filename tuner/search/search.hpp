@@ -37,7 +37,10 @@ struct SearchConfig {
   bool baseline = true;              // add the default variant (the speedup baseline) to the space
   SpaceOptions space;
   CompileOptions compile;
-  std::string device_selector;       // "" = first GPU found
+  // Worker selectors, one worker per GPU ("cuda:0", "cuda:1"); empty: the
+  // first GPU found. The GPUs' buckets and variants are dealt among them.
+  std::vector<std::string> devices;
+  bool allow_mixed = false;          // GPUs of several models, each with winners of its own
   std::string command_line;
   int verify_tokens = 333;           // odd on purpose: not a multiple of any tile
   std::uint64_t seed = 0;            // 0: a fresh seed from the clock
@@ -65,10 +68,21 @@ struct BucketResult {
   nlohmann::json stages;       // layer: per-stage medians
 };
 
+// What one GPU of a search did.
+struct GpuSummary {
+  std::string selector;        // "cuda:1"
+  std::string name, pci_bus_id;
+  std::vector<int> buckets;    // token buckets searched on it
+  std::size_t verified = 0;    // variants it verified
+  std::size_t crashes = 0;     // its worker died or hung this often
+  bool dead = false;           // its worker could not be started again
+};
+
 struct SearchSummary {
   std::int64_t run_id = 0;
   std::string db_path;
-  std::string device;          // "NVIDIA H200 (sm_90a)" or "compile-only"
+  std::string device;          // "NVIDIA H200 (sm_90a)", "2x NVIDIA H200 (sm_90a)" or "compile-only"
+  std::vector<GpuSummary> gpus;
   bool interrupted = false;
   bool dry_run = false;
   std::vector<TargetSummary> targets;

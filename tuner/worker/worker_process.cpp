@@ -82,15 +82,42 @@ std::string WorkerProcess::died_how() {
   return how;
 }
 
+namespace {
+
+// Writes all of `text`; false when the reader is gone. A worker that died
+// between requests must not raise SIGPIPE in the search, whose handler reads
+// it as "the user's output pipe closed" and stops: SIGPIPE is blocked in this
+// thread for the write, and the one it raised is taken back before unblocking.
+bool write_all(int fd, const std::string& text) {
+  sigset_t pipe_set, old;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+  bool ok = true;
+  for (std::size_t off = 0; off < text.size();) {
+    const ssize_t n = write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ok = false;
+      break;
+    }
+    off += std::size_t(n);
+  }
+  if (!ok && errno == EPIPE) {
+    const timespec zero{0, 0};
+    while (sigtimedwait(&pipe_set, nullptr, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return ok;
+}
+
+}  // namespace
+
 Result<nlohmann::json> WorkerProcess::request(const nlohmann::json& req, std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return fail(Errc::device, "the worker is not running");
   const std::string line = req.dump() + "\n";
-  for (std::size_t off = 0; off < line.size();) {
-    ssize_t n = write(to_child_, line.data() + off, line.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return fail(Errc::device, died_how());
-    off += std::size_t(n);
-  }
+  if (!write_all(to_child_, line)) return fail(Errc::device, died_how());
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     if (auto nl = buffer_.find('\n'); nl != std::string::npos) {

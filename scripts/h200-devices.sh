@@ -7,13 +7,17 @@
 #       searched at once on two GPUs (--shard I/2 --device cuda:I) merged with db merge
 #   scripts/h200-devices.sh BUILD_DIR compare A.db B.db   winners side by side, with each one's spread
 #   scripts/h200-devices.sh BUILD_DIR export DB     export, then check-export on each GPU
+#   scripts/h200-devices.sh BUILD_DIR one-gpu   what one GPU can show: --devices all with its
+#       worker killed mid-search, its re-run, two shards searched one after the other and
+#       merged, the two sets of winners side by side, the merged database exported and checked
 # PROBLEM (env, default mixtral-8x7b) is a preset name.
 set -uo pipefail
 B=${1:?build dir}
 PART=${2:?part}
 shift 2
 OUT=${OUT:-/tmp/flytune-devices}
-mkdir -p "$OUT"
+LOG=/tmp/flytune-device-logs  # one file per command; $OUT/logs.txt gets them all (the device tool returns 8 files)
+mkdir -p "$OUT" "$LOG"
 F=$B/cli/flytune
 export FLYTUNE_CACHE_DIR=${FLYTUNE_CACHE_DIR:-/tmp/flytune-cache}
 PROBLEM=${PROBLEM:-mixtral-8x7b}
@@ -25,54 +29,73 @@ timed() {  # label command...: runs it, logs its output, prints its wall time
   local label=$1 start rc
   shift
   start=$(now_ms)
-  "$@" > "$OUT/$label.txt" 2>&1
+  "$@" > "$LOG/$label.txt" 2>&1
   rc=$?
-  echo "$label: rc=$rc wall=$((($(now_ms) - start) / 1000))s" | tee -a "$OUT/walls.txt"
+  { echo "=== $label: $*"; cat "$LOG/$label.txt"; } >> "$OUT/logs.txt"
+  echo "$label: rc=$rc wall=$((($(now_ms) - start) / 1000))s"
 }
 sql() {  # database query: the rows, |-separated (python's sqlite3: the machine may have no sqlite3 CLI)
   python3 -c 'import sqlite3, sys
 for r in sqlite3.connect(sys.argv[1]).execute(sys.argv[2]): print("|".join(map(str, r)))' "$1" "$2"
 }
 
+kill_later() {  # log: kills ${KILL}'s worker 8 s after the search's first timing line in the log
+  for _ in $(seq 1 600); do
+    sleep 0.5
+    if grep -q "T=.* moe" "$1" 2>/dev/null; then
+      sleep 8
+      pid=$(pgrep -f "worker --device ${KILL:-cuda:1}" | head -1)
+      [ -n "$pid" ] && kill -9 "$pid" && echo "killed worker pid $pid (${KILL:-cuda:1}) at $(date +%T)" | tee -a /dev/stderr
+      return
+    fi
+  done
+}
+
 case "$PART" in
+one-gpu)
+  "$F" devices
+  rm -f /tmp/all.db* /tmp/shard-*.db* /tmp/merged.db*
+  KILL=cuda:0 kill_later "$LOG/all.txt" &
+  timed all "$F" search --problem "$PROBLEM" --tokens $TOKENS --devices all --db /tmp/all.db --seed 5
+  wait
+  grep -E "^ +[0-9]+ layer|^run |note" "$LOG/all.txt"
+  sql /tmp/all.db "SELECT pci_bus_id, status, count(*) FROM measurements GROUP BY 1, 2"
+  timed all-rerun "$F" search --problem "$PROBLEM" --tokens $TOKENS --devices all --db /tmp/all.db --seed 5
+  grep -E "^run " "$LOG/all-rerun.txt"
+  timed shard-0 "$F" search --problem "$PROBLEM" --tokens $TOKENS --shard 0/2 --db /tmp/shard-0.db --seed 5
+  timed shard-1 "$F" search --problem "$PROBLEM" --tokens $TOKENS --shard 1/2 --db /tmp/shard-1.db --seed 5
+  "$F" db merge /tmp/merged.db /tmp/shard-0.db /tmp/shard-1.db
+  "$0" "$B" compare /tmp/all.db /tmp/merged.db
+  "$0" "$B" export /tmp/merged.db
+  ;;
 multi)
-  "$F" devices | tee "$OUT/devices.txt"
+  "$F" devices
   rm -f /tmp/multi.db*
   timed multi "$F" search --problem "$PROBLEM" --tokens $TOKENS --devices all --db /tmp/multi.db --seed 5
-  grep -E "^ +cuda|^ +[0-9]+ layer|^run " "$OUT/multi.txt"
-  # A worker killed on purpose: the second GPU's worker once the search has been timing for a while.
+  grep -E "^ +cuda|^ +[0-9]+ layer|^run " "$LOG/multi.txt"
+  # A worker killed on purpose (KILL, default the second GPU's) once the search has been timing for a while.
   rm -f /tmp/killed.db*
-  (
-    for _ in $(seq 1 240); do
-      sleep 0.5
-      if grep -q "T=.* moe" "$OUT/killed.txt" 2>/dev/null; then
-        sleep 8
-        pid=$(pgrep -f "worker --device cuda:1" | head -1)
-        [ -n "$pid" ] && kill -9 "$pid" && echo "killed worker pid $pid (cuda:1) at $(date +%T)" >> "$OUT/walls.txt"
-        break
-      fi
-    done
-  ) &
+  kill_later "$LOG/killed.txt" &
   timed killed "$F" search --problem "$PROBLEM" --tokens $TOKENS --devices all --db /tmp/killed.db --seed 5
   wait
-  grep -E "^ +cuda|^ +[0-9]+ layer|^run |note" "$OUT/killed.txt"
+  grep -E "^ +cuda|^ +[0-9]+ layer|^run |note" "$LOG/killed.txt"
   timed killed-rerun "$F" search --problem "$PROBLEM" --tokens $TOKENS --devices all --db /tmp/killed.db --seed 5
-  grep -E "^run " "$OUT/killed-rerun.txt"
-  sql /tmp/killed.db "SELECT pci_bus_id, status, count(*) FROM measurements GROUP BY 1, 2" | tee "$OUT/killed-rows.txt"
+  grep -E "^run " "$LOG/killed-rerun.txt"
+  sql /tmp/killed.db "SELECT pci_bus_id, status, count(*) FROM measurements GROUP BY 1, 2"
   "$F" db --db /tmp/multi.db snapshot "$OUT/multi.db"
   "$F" db --db /tmp/killed.db snapshot "$OUT/killed.db"
   ;;
 single)
   rm -f /tmp/single.db* /tmp/shard-*.db* /tmp/merged.db*
   timed single "$F" search --problem "$PROBLEM" --tokens $TOKENS --device cuda:0 --db /tmp/single.db --seed 5
-  grep -E "^ +[0-9]+ layer|^run " "$OUT/single.txt"
+  grep -E "^ +[0-9]+ layer|^run " "$LOG/single.txt"
   if [ "$gpus" -ge 2 ]; then
     start=$(now_ms)
     timed shard-0 "$F" search --problem "$PROBLEM" --tokens $TOKENS --shard 0/2 --device cuda:0 --db /tmp/shard-0.db --seed 5 &
     timed shard-1 "$F" search --problem "$PROBLEM" --tokens $TOKENS --shard 1/2 --device cuda:1 --db /tmp/shard-1.db --seed 5 &
     wait
-    echo "shards: wall=$((($(now_ms) - start) / 1000))s" | tee -a "$OUT/walls.txt"
-    "$F" db merge /tmp/merged.db /tmp/shard-0.db /tmp/shard-1.db | tee "$OUT/merge.txt"
+    echo "shards: wall=$((($(now_ms) - start) / 1000))s" | tee -a /dev/stderr
+    "$F" db merge /tmp/merged.db /tmp/shard-0.db /tmp/shard-1.db
     "$F" db --db /tmp/merged.db snapshot "$OUT/merged.db"
   fi
   "$F" db --db /tmp/single.db snapshot "$OUT/single.db"
@@ -87,11 +110,11 @@ compare)
 export)
   db=${1:?database}
   rm -rf /tmp/devices-export
-  "$F" export --db "$db" --out /tmp/devices-export --force --check gpu > "$OUT/export.txt" 2>&1
-  echo "export rc=$?"; tail -3 "$OUT/export.txt"
+  timed export "$F" export --db "$db" --out /tmp/devices-export --force --check gpu
+  tail -3 "$LOG/export.txt"
   for ((g = 0; g < gpus; g++)); do
-    CUDA_VISIBLE_DEVICES=$g "$F" check-export /tmp/devices-export > "$OUT/check-gpu$g.txt" 2>&1
-    echo "check-export on GPU $g: rc=$?"; tail -2 "$OUT/check-gpu$g.txt"
+    timed "check-gpu$g" env CUDA_VISIBLE_DEVICES=$g "$F" check-export /tmp/devices-export
+    tail -2 "$LOG/check-gpu$g.txt"
   done
   ;;
 *)

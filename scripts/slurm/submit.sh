@@ -119,10 +119,8 @@ done <"$problems_file"
 [ "$task" -gt 0 ] || die "$problems_file: no problems in the file"
 mv "$tmp_plan" "$plan"
 
-gres_args=()
-[ "$gres" = none ] || gres_args=(--gres="$gres")
 array_id=$(sbatch --parsable --job-name=flytune-search --array="0-$((task - 1))" \
-  --output="$dir/logs/search-%A_%a.out" "${gres_args[@]}" "${sbatch_args[@]}" \
+  --output="$dir/logs/search-%A_%a.out" --gres="$gres" "${sbatch_args[@]}" \
   "$here/search-array.sbatch" --flytune "$flytune_path" "$plan" -- "${search_args[@]}") ||
   die "sbatch refused the search array job"
 array_id=${array_id%%;*}

@@ -47,6 +47,12 @@ mkdir -p "$work/munge" "$work/state" "$work/spool" "$work/log"
 chmod 755 "$work/munge"  # munged: the socket's folder must be searchable by all
 
 pids=()  # daemons started here, in order
+# A daemon that exited but was not reaped yet (a zombie) counts as stopped.
+alive() {
+  local stat
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  [ "$(cut -d ' ' -f 1 <<<"${stat##*) }")" != Z ]
+}
 stop_all() {
   local rc=$? p i
   set +e
@@ -64,10 +70,10 @@ stop_all() {
     p=${pids[i]}
     [ "$p" = munged ] && p=$(cat "$work/munge/munged.pid" 2>/dev/null)
     [ -n "$p" ] || continue
-    kill -0 "$p" 2>/dev/null || continue
+    alive "$p" || continue
     kill -TERM "$p" 2>/dev/null
-    for ((w = 0; w < 20; w++)); do kill -0 "$p" 2>/dev/null || break; sleep 0.25; done
-    if kill -0 "$p" 2>/dev/null; then
+    for ((w = 0; w < 40; w++)); do alive "$p" || break; sleep 0.25; done
+    if alive "$p"; then
       echo "slurm-test: pid $p did not stop on SIGTERM; killing it" >&2
       kill -KILL "$p" 2>/dev/null
       rc=1
@@ -167,20 +173,30 @@ tiny
 
 tiny --experts 8   # a second shape
 EOF
-run=$work/campaign
 start=$SECONDS
-read -r array_id merge_id < <(bash "$repo/scripts/slurm/submit.sh" --parsable --problems "$work/problems.txt" \
-  --shards "$shards" --dir "$run" --flytune "$flytune" --gres none -- "${search_args[@]}") ||
-  fail "submit.sh failed"
+submit() { bash "$repo/scripts/slurm/submit.sh" --parsable --flytune "$flytune" --gres none "$@"; }
+# A campaign whose search fails: its merge job must be cancelled, not left pending.
+echo no-such-problem >"$work/bad-problems.txt"
+read -r bad_array_id bad_merge_id < <(submit --problems "$work/bad-problems.txt" --shards 1 --dir "$work/bad" \
+  -- "${search_args[@]}") || fail "submit.sh failed"
+[ -n "${bad_merge_id:-}" ] || fail "submit.sh did not print the two job ids"
+run=$work/campaign
+read -r array_id merge_id < <(submit --problems "$work/problems.txt" --shards "$shards" --dir "$run" \
+  -- "${search_args[@]}") || fail "submit.sh failed"
 [ -n "${merge_id:-}" ] || fail "submit.sh did not print the two job ids"
-say "submitted array job $array_id and merge job $merge_id"
+say "submitted array job $array_id and merge job $merge_id (and $bad_array_id, $bad_merge_id, which must fail)"
 
 job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
-while [ -n "$(squeue -h -j "$array_id,$merge_id" -o %A 2>/dev/null)" ]; do
+while [ -n "$(squeue -h -j "$array_id,$merge_id,$bad_array_id,$bad_merge_id" -o %A 2>/dev/null)" ]; do
   [ $((SECONDS - start)) -lt "$timeout_s" ] || fail "the jobs did not finish within $timeout_s s: $(squeue -h 2>&1 | tr '\n' ';')"
   sleep 1
 done
-say "both jobs left the queue after $((SECONDS - start)) s"
+say "the jobs left the queue after $((SECONDS - start)) s"
+
+state=$(job_state "$bad_array_id")
+[ "$state" = FAILED ] || fail "the search task of 'no-such-problem' ended '$state', expected FAILED"
+state=$(job_state "$bad_merge_id")
+[ "$state" = CANCELLED ] || fail "the merge job after a failed search ended '$state', expected CANCELLED"
 
 # Every array task completed.
 mapfile -t task_states < <(job_state "$array_id")

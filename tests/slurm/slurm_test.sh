@@ -41,6 +41,9 @@ done
 [ -x "$flytune" ] || fail "$flytune: no flytune binary"
 
 mkdir -p "$work_root"
+# The searches' compile cache lives in the build tree (the jobs inherit the variable), so the
+# test neither reads nor fills the user's; later runs of the test compile nothing again.
+export FLYTUNE_CACHE_DIR=$work_root/compile-cache
 work=$(mktemp -d "$work_root/run.XXXXXX")
 chmod 755 "$work"
 mkdir -p "$work/munge" "$work/state" "$work/spool" "$work/log"
@@ -102,11 +105,12 @@ for ((p = 20000 + $$ % 20000; ${#ports[@]} < 2 && p < 65000; p++)); do
 done
 [ ${#ports[@]} -eq 2 ] || fail "no free TCP ports for slurmctld and slurmd"
 
-# munge: a fresh key, our own socket.
+# munge: a fresh key, our own socket. --force: munged refuses a key under a group- or
+# world-writable folder (a CI checkout may sit under one); this key lives for one test.
 head -c 1024 /dev/urandom >"$work/munge/munge.key"
 chmod 400 "$work/munge/munge.key"
 munge_socket=$work/munge/munge.socket
-munged --socket="$munge_socket" --key-file="$work/munge/munge.key" --pid-file="$work/munge/munged.pid" \
+munged --force --socket="$munge_socket" --key-file="$work/munge/munge.key" --pid-file="$work/munge/munged.pid" \
   --seed-file="$work/munge/munged.seed" --log-file="$work/log/munged.log" ||
   fail "munged did not start (log: $work/log/munged.log)"
 pids+=(munged)
@@ -252,4 +256,6 @@ runs=$(q "$merged" "SELECT count(*) FROM runs")
 problems=$(q "$merged" "SELECT count(DISTINCT key) FROM problems")
 [ "$problems" -eq 2 ] || fail "$merged has $problems problems, expected 2"
 [ "$variants" -gt 0 ] || fail "the shards recorded no variants"
+grep -h '^run 1' "$run"/logs/search-*.out | sed 's/^/slurm-test: search: /'
+tail -n 1 "$merge_log" | sed 's/^/slurm-test: merge job: /'
 say "ok: $tasks search tasks, merge job $merge_state as expected; $merged holds every shard's run, variants, code objects and measurements ($variants variant rows, $measurements measurements in the shards; $((SECONDS - start)) s)"

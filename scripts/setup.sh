@@ -12,6 +12,8 @@ packages=(
   libclang-rt-19-dev  # the fuzz targets: libFuzzer and the sanitizer runtimes of clang-19 (tests/fuzz)
   chromium libxml2-utils  # report tests: the HTML report in headless chromium, JUnit XML through xmllint
   debootstrap            # scripts/setup-llvm.sh: Debian 13's clang-22 in a folder, for gfx950
+  slurm-wlm munge        # tests/slurm: a one-node Slurm cluster runs scripts/slurm/'s array and merge jobs
+  shellcheck             # tests/slurm: scripts/slurm/ and the test itself are shellcheck-clean
 )
 
 missing=()

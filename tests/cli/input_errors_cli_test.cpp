@@ -92,6 +92,13 @@ INSTANTIATE_TEST_SUITE_P(
         Refusal{{"frobnicate"}, 2, "unknown command 'frobnicate'"},
         Refusal{{"db", "nosuch"}, 2, "db: unknown view 'nosuch'; 'flytune db' shows one of: runs, winners, stats"},
         Refusal{{"db"}, 2, "db: name what to show: runs, winners"},
+        // GPUs named for a search on several (issue 20).
+        Refusal{{"search", "--devices", "cuda:0,cuda:0"}, 2, "--devices names cuda:0 twice"},
+        Refusal{{"search", "--devices", "cuda:0,gpu1"}, 2, "--devices: 'gpu1' is not a GPU"},
+        Refusal{{"search", "--devices", "cuda:0,"}, 2, "--devices: '' is not a GPU"},
+        Refusal{{"search", "--devices", "cuda:x"}, 2, "--devices: 'cuda:x' is not a GPU"},
+        Refusal{{"search", "--device", "cuda:0", "--devices", "cuda:1"}, 2, "--device and --devices name the GPUs twice"},
+        Refusal{{"search", "--allow-mixed"}, 2, "--allow-mixed needs --devices"},
         // A database in a folder that does not exist.
         Refusal{{"search", "--dry-run", "--target", "gfx942", "--db", "nodir/x.db"}, 1,
                 "nodir/x.db: the folder 'nodir' does not exist"}));

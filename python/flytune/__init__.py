@@ -128,6 +128,11 @@ class Export:
 
     def __init__(self, core: "_core.Export"):
         self._core = core
+        # Plain attributes (torch.compile traces reads of them).
+        self.key: str = core.key        # the process-wide key the FFI call and the torch op find it by
+        self.dir: str = core.dir
+        self.target: str = core.target  # the GPU target it was tuned for ("sm_90a", "gfx942", ...)
+        self.device: str = core.device  # the device opened at load ("cuda:0", "hip:0", or "none")
         self.problems = tuple(Problem(p["key"], p["experts"], p["hidden"], p["inter"], p["topk"], p["dtype"],
                                       tuple(p["buckets"])) for p in core.problems())
         with _exports_lock:
@@ -135,25 +140,6 @@ class Export:
 
     def __repr__(self):
         return f"flytune.Export({self.dir!r}, target={self.target}, device={self.device}, problems={len(self.problems)})"
-
-    @property
-    def key(self) -> str:
-        """The process-wide key the FFI call and the torch op find this export by."""
-        return self._core.key
-
-    @property
-    def dir(self) -> str:
-        return self._core.dir
-
-    @property
-    def target(self) -> str:
-        """The GPU target the export was tuned for ("sm_90a", "gfx942", ...)."""
-        return self._core.target
-
-    @property
-    def device(self) -> str:
-        """The device opened at load ("cuda:0", "hip:0", or "none")."""
-        return self._core.device
 
     def problem(self, key: str) -> Problem:
         for p in self.problems:

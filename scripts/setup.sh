@@ -12,6 +12,7 @@ packages=(
   libclang-rt-19-dev  # the fuzz targets: libFuzzer and the sanitizer runtimes of clang-19 (tests/fuzz)
   chromium libxml2-utils  # report tests: the HTML report in headless chromium, JUnit XML through xmllint
   debootstrap            # scripts/setup-llvm.sh: Debian 13's clang-22 in a folder, for gfx950
+  python3-venv python3-dev  # the Python package (pyproject.toml, scripts/python-test.sh)
 )
 
 missing=()

@@ -14,6 +14,8 @@ import subprocess
 import pytest
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+# JAX would take 75% of the GPU's memory at start; the torch tests share the GPU.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 
 def _flytune_bin() -> pathlib.Path:

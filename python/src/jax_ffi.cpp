@@ -88,7 +88,7 @@ ffi::Error moe_layer(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::
                      ffi::AnyBuffer w1_shuffled, ffi::AnyBuffer w2_shuffled, ffi::AnyBuffer w1_tiled,
                      ffi::AnyBuffer w2_tiled, ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> workspace,
                      std::string_view export_key, std::string_view problem) {
-  return guarded(problem, [&] {
+  return guarded("moe_layer", [&] {
     std::shared_ptr<Export> e = export_of(export_key);
     const auto rank = x.dimensions().size();
     if (rank < 1) throw Error(FT_ERR_ARGUMENT, "x must have a hidden dimension, got " + dims(x));

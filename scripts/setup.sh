@@ -14,6 +14,7 @@ packages=(
   debootstrap            # scripts/setup-llvm.sh: Debian 13's clang-22 in a folder, for gfx950
   slurm-wlm munge        # tests/slurm: a one-node Slurm cluster runs scripts/slurm/'s array and merge jobs
   shellcheck             # tests/slurm: scripts/slurm/ and the test itself are shellcheck-clean
+  python3-venv python3-dev  # the Python package (pyproject.toml, scripts/python-test.sh)
 )
 
 missing=()

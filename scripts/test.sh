@@ -24,6 +24,11 @@ cmake --preset release >/dev/null
 cmake --build build/release -j "$jobs"
 ctest --preset release -j "$jobs"
 
+# The Python package (docs/PYTHON.md): pip install . in a clean venv, the JAX FFI
+# handler against the oldest and newest jaxlib, the torch op; an export made by
+# the tool just built. Cached venvs and wheels in $FLYTUNE_CACHE_DIR.
+bash scripts/python-test.sh
+
 # CI's record of gfx950: every default variant's resources and the summary line, from the code
 # objects the compile tests just built (their cache folder, so this takes seconds).
 if [[ ",${FLYTUNE_EXPECT_TARGETS:-}," == *,gfx950,* ]]; then

@@ -7,6 +7,7 @@
 #include <new>
 
 #include "runtime/include/flytune_runtime.h"
+#include "runtime/src/handles.hpp"
 #include "runtime/src/runtime_impl.hpp"
 #include "tuner/device/runtimes.hpp"
 #include "tuner/layer/device_buffer.hpp"
@@ -100,6 +101,23 @@ Runtime* runtime_of(::ft_runtime* handle) { return handle ? handle->rt.get() : n
 const Plan* plan_of(const ::ft_plan* handle) { return handle ? &handle->plan : nullptr; }
 ::ft_runtime* adopt_runtime(std::unique_ptr<Runtime> runtime) {
   return runtime ? new (std::nothrow) ::ft_runtime{std::move(runtime), {}, {}} : nullptr;
+}
+
+int open_without_device(const char* export_dir, ::ft_runtime** out) {
+  return guarded(nullptr, "ft_runtime_open", [&]() -> int {
+    if (!out || !export_dir) return bad_argument(nullptr, "ft_runtime_open", "export_dir and out must not be null");
+    *out = nullptr;
+    auto rt = Runtime::open_without_device(export_dir);
+    if (!rt) return record(nullptr, rt.error());
+    *out = new ::ft_runtime{std::move(*rt), {}, {}};
+    return FT_OK;
+  });
+}
+
+std::string device_selector_of(const ::ft_runtime* rt) {
+  if (!rt || !rt->rt->has_device()) return "none";
+  const DeviceInfo& d = rt->rt->device().info();
+  return d.runtime + ":" + std::to_string(d.ordinal);
 }
 }  // namespace ft::rt
 

@@ -239,6 +239,56 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const std::string& dir, const Dev
   return rt;
 }
 
+namespace {
+
+Error no_device_error() {
+  return Error{Errc::device, "no device: the export was opened without one (checks and plans only); open it on a GPU to run it", {}};
+}
+
+// The device of a runtime opened without one: every call fails with no_device_error.
+class NoDevice final : public Device {
+ public:
+  NoDevice() { info_.runtime = "none", info_.name = "no device"; }
+  const DeviceInfo& info() const override { return info_; }
+  Result<DevicePtr> alloc(std::size_t) override { return std::unexpected(no_device_error()); }
+  Status free(DevicePtr) override { return std::unexpected(no_device_error()); }
+  Status copy_to_device(DevicePtr, const void*, std::size_t, StreamHandle) override { return std::unexpected(no_device_error()); }
+  Status copy_to_host(void*, DevicePtr, std::size_t, StreamHandle) override { return std::unexpected(no_device_error()); }
+  Status copy_device(DevicePtr, DevicePtr, std::size_t, StreamHandle) override { return std::unexpected(no_device_error()); }
+  Status memset_u32(DevicePtr, std::uint32_t, std::size_t, StreamHandle) override { return std::unexpected(no_device_error()); }
+  Result<ModuleHandle> load_module(std::span<const std::byte>) override { return std::unexpected(no_device_error()); }
+  Status unload_module(ModuleHandle) override { return std::unexpected(no_device_error()); }
+  Result<FunctionHandle> function(ModuleHandle, const std::string&) override { return std::unexpected(no_device_error()); }
+  Status set_dynamic_shared(FunctionHandle, int) override { return std::unexpected(no_device_error()); }
+  Status launch(FunctionHandle, Dim3, Dim3, int, StreamHandle, const void*, std::size_t) override {
+    return std::unexpected(no_device_error());
+  }
+  Result<StreamHandle> create_stream() override { return std::unexpected(no_device_error()); }
+  Status destroy_stream(StreamHandle) override { return std::unexpected(no_device_error()); }
+  Status synchronize(StreamHandle) override { return std::unexpected(no_device_error()); }
+  Result<EventHandle> create_event() override { return std::unexpected(no_device_error()); }
+  Status destroy_event(EventHandle) override { return std::unexpected(no_device_error()); }
+  Status record(EventHandle, StreamHandle) override { return std::unexpected(no_device_error()); }
+  Result<float> elapsed_ms(EventHandle, EventHandle) override { return std::unexpected(no_device_error()); }
+  Status begin_capture(StreamHandle) override { return std::unexpected(no_device_error()); }
+  Result<GraphHandle> end_capture(StreamHandle) override { return std::unexpected(no_device_error()); }
+  Status launch_graph(GraphHandle, StreamHandle) override { return std::unexpected(no_device_error()); }
+  Status destroy_graph(GraphHandle) override { return std::unexpected(no_device_error()); }
+
+ private:
+  DeviceInfo info_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Runtime>> Runtime::open_without_device(const std::string& dir) {
+  std::unique_ptr<Runtime> rt(new Runtime());
+  rt->manifest_ = FT_TRY(read_manifest(dir));
+  (void)FT_TRY(read_code_objects(dir, rt->manifest_));
+  rt->device_ = std::make_unique<NoDevice>();
+  return rt;
+}
+
 Runtime::~Runtime() {
   if (device_)
     for (ModuleHandle m : modules_) (void)device_->unload_module(m);
@@ -283,6 +333,7 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
       }
     }
   }
+  loaded_ = true;
   return {};
 }
 
@@ -305,7 +356,7 @@ Result<Plan> Runtime::select(const std::string& key, int tokens) {
   auto program = build_program(plan.bucket->recipe, tokens);
   if (!program) return fail(Errc::usage, program.error().message, key);
   plan.program = std::move(*program);
-  plan.functions = FT_TRY(bind(plan.program, plan.bucket->kernels));
+  if (loaded_) plan.functions = FT_TRY(bind(plan.program, plan.bucket->kernels));
   return plan;
 }
 
@@ -319,6 +370,7 @@ WorkspaceSizes Runtime::workspace(const Plan& plan) const {
 Status Runtime::launch(const Plan& plan, const LayerBuffers& b, StreamHandle stream) {
   const BufferTable table = buffer_table(b);
   FT_CHECK(check_buffers(plan.program, table));
+  if (!loaded_) return std::unexpected(no_device_error());
   return execute(*device_, plan.program, plan.functions, table, stream);
 }
 

@@ -114,6 +114,13 @@ class Runtime {
   // device error keeps its code, a target mismatch is Errc::no_device.
   static Result<std::unique_ptr<Runtime>> open(const std::string& dir, const DeviceOpener& open_device,
                                                const ObjectSource& objects = {});
+  // Every check of `open` that needs no GPU (manifest, files, hashes), and no
+  // device: problems, buckets and plans (select, workspace) answer as after
+  // `open`; launching and every device call fail with Errc::device. For
+  // programs that plan on a machine without a GPU (the Python package's
+  // flytune.load(dir, device="none"), its CI tests).
+  static Result<std::unique_ptr<Runtime>> open_without_device(const std::string& dir);
+  bool has_device() const { return loaded_; }
   ~Runtime();
 
   Result<Plan> select(const std::string& problem_key, int tokens);
@@ -140,6 +147,7 @@ class Runtime {
   Manifest manifest_;
   std::unique_ptr<Device> device_;
   std::vector<ModuleHandle> modules_;
+  bool loaded_ = false;  // a device was opened and the code objects loaded on it
 };
 
 // The C API handle's runtime, for C++ code (tests) that needs its Device.

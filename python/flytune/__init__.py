@@ -1,0 +1,209 @@
+"""flytune: tuned MoE layers exported by `flytune export`, called from Python.
+
+    import flytune
+    export = flytune.load("export/")        # the runtime's checks; opens the first GPU
+    export.problems                          # [Problem(key, experts, hidden, inter, topk, dtype, buckets)]
+
+JAX: flytune.jax (an XLA FFI call); PyTorch: flytune.torch (the custom op
+flytune::moe_layer and a drop-in fused_experts). docs/PYTHON.md.
+
+The package ships libflytune_runtime.so (C API: flytune.runtime_header()) and
+goes through it for everything: opening, checking, planning, launching.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import weakref
+from typing import Optional, Sequence
+
+from . import _core
+
+__all__ = [
+    "load", "Export", "Problem", "FlytuneError", "ManifestError", "FileError", "HashError", "TargetError",
+    "DeviceError", "NotFoundError", "ArgumentError", "InternalError", "library_path", "runtime_header",
+]
+__version__ = "0.1.0"
+
+
+class FlytuneError(RuntimeError):
+    """An error of libflytune_runtime: `status` is its ft_status, the message its own."""
+
+    status = 0
+
+    def __init__(self, message: str, status: Optional[int] = None):
+        super().__init__(message)
+        if status is not None:
+            self.status = status
+
+
+class ManifestError(FlytuneError):
+    """FT_ERR_MANIFEST: a missing, malformed or unsupported manifest."""
+    status = _core.FT_ERR_MANIFEST
+
+
+class FileError(FlytuneError):
+    """FT_ERR_FILE: a file outside the export folder, missing or unreadable."""
+    status = _core.FT_ERR_FILE
+
+
+class HashError(FlytuneError):
+    """FT_ERR_HASH: a code object whose bytes do not hash to its name."""
+    status = _core.FT_ERR_HASH
+
+
+class TargetError(FlytuneError):
+    """FT_ERR_TARGET: the export is for another GPU target than the device's."""
+    status = _core.FT_ERR_TARGET
+
+
+class DeviceError(FlytuneError):
+    """FT_ERR_DEVICE: no GPU, or the GPU runtime failed."""
+    status = _core.FT_ERR_DEVICE
+
+
+class NotFoundError(FlytuneError):
+    """FT_ERR_NOT_FOUND: the export serves no such problem."""
+    status = _core.FT_ERR_NOT_FOUND
+
+
+class ArgumentError(FlytuneError, ValueError):
+    """FT_ERR_ARGUMENT: a bad argument (shape, dtype, buffer, routing ids)."""
+    status = _core.FT_ERR_ARGUMENT
+
+
+class InternalError(FlytuneError):
+    """FT_ERR_INTERNAL: an unexpected failure inside the runtime."""
+    status = _core.FT_ERR_INTERNAL
+
+
+_BY_STATUS = {c.status: c for c in (ManifestError, FileError, HashError, TargetError, DeviceError, NotFoundError,
+                                    ArgumentError, InternalError)}
+
+
+def _error(e: "_core.Error", context: str = "") -> FlytuneError:
+    status, message = e.args
+    cls = _BY_STATUS.get(status, FlytuneError)
+    return cls(f"{context}: {message}" if context else message, status)
+
+
+def _call(fn, *args, context: str = "", **kwargs):
+    """Calls into _core; the runtime's errors come out as FlytuneError subclasses."""
+    try:
+        return fn(*args, **kwargs)
+    except _core.Error as e:
+        raise _error(e, context) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One problem of an export: the MoE layer shape and its tuned token buckets."""
+    key: str
+    experts: int
+    hidden: int
+    inter: int
+    topk: int
+    dtype: str  # "bf16" or "f16"
+    buckets: tuple
+
+    @property
+    def w1_shape(self):
+        return (self.experts, 2 * self.inter, self.hidden)
+
+    @property
+    def w2_shape(self):
+        return (self.experts, self.hidden, self.inter)
+
+
+_LAYOUT_SHAPES = ("w1_shuffled", "w2_shuffled", "w1_tiled", "w2_tiled")
+
+# Exports by registry key, for the torch op (which carries the key as a string).
+_exports: "weakref.WeakValueDictionary[str, Export]" = weakref.WeakValueDictionary()
+_exports_lock = threading.Lock()
+
+
+class Export:
+    """An export folder opened through libflytune_runtime (use flytune.load)."""
+
+    def __init__(self, core: "_core.Export"):
+        self._core = core
+        # Plain attributes (torch.compile traces reads of them).
+        self.key: str = core.key        # the process-wide key the FFI call and the torch op find it by
+        self.dir: str = core.dir
+        self.target: str = core.target  # the GPU target it was tuned for ("sm_90a", "gfx942", ...)
+        self.device: str = core.device  # the device opened at load ("cuda:0", "hip:0", or "none")
+        self.problems = tuple(Problem(p["key"], p["experts"], p["hidden"], p["inter"], p["topk"], p["dtype"],
+                                      tuple(p["buckets"])) for p in core.problems())
+        with _exports_lock:
+            _exports[core.key] = self
+
+    def __repr__(self):
+        return f"flytune.Export({self.dir!r}, target={self.target}, device={self.device}, problems={len(self.problems)})"
+
+    def problem(self, key: str) -> Problem:
+        for p in self.problems:
+            if p.key == key:
+                return p
+        # The runtime's own answer for an unknown key (it names the problems the export has).
+        _call(self._core.plan_info, key, 1)
+        raise NotFoundError(f"no problem {key}")  # not reached: the runtime refused it above
+
+    def find_problem(self, experts: int, hidden: int, inter: int, topk: int, dtype: str, tokens: int = 1) -> Problem:
+        """The export's problem for these shapes, or the runtime's NotFoundError naming what it serves."""
+        key = _call(self._core.find_problem, experts, hidden, inter, topk, dtype, max(tokens, 1))
+        return self.problem(key)
+
+    def plan(self, problem: str, tokens: int) -> dict:
+        """What the layer for (problem, T) needs: the bucket, the weight copies each stage reads, the workspace."""
+        return _call(self._core.plan_info, problem, tokens)
+
+    def weight_copies(self, problem: str) -> list:
+        """The arranged copies of w1/w2 any bucket of `problem` reads ("w1_shuffled", "w2_tiled", ...)."""
+        return _call(self._core.weight_copies, problem)
+
+    def open_on(self, device: str) -> None:
+        """Opens the export on another GPU too ("cuda:1"): loads its code objects there."""
+        _call(self._core.open_on, device)
+
+    def is_open_on(self, device: str) -> bool:
+        return self._core.is_open_on(device)
+
+
+def load(export_dir: os.PathLike | str, device: Optional[str] = None,
+         devices: Optional[Sequence[str]] = None) -> Export:
+    """Opens a `flytune export` folder through libflytune_runtime.
+
+    device: None for the runtime's default (FLYTUNE_DEVICE, else the first GPU:
+    HIP first, then CUDA), "cuda:N" / "hip:N", or "none" for the runtime's
+    checks without a GPU (manifest, files, hashes): problems, buckets and plans
+    can be listed, nothing can run.
+    devices: more GPUs to open the export on ("cuda:1", ...); flytune.jax opens
+    every local GPU of a jitted call's platform itself.
+
+    Raises the FlytuneError subclass of the runtime's status with its message
+    (ManifestError, FileError, HashError, TargetError, DeviceError, ...).
+    """
+    path = os.fspath(export_dir)
+    e = Export(_call(_core.Export.open, path, device or ""))
+    for d in devices or ():
+        e.open_on(d)
+    return e
+
+
+def _find_export(key: str) -> Export:
+    with _exports_lock:
+        e = _exports.get(key)
+    if e is None:
+        raise ArgumentError(f"no export '{key}' is loaded in this process (flytune.load it first)")
+    return e
+
+
+def library_path() -> str:
+    """The path of the shipped libflytune_runtime.so (link C or C++ code against it)."""
+    return os.path.join(os.path.dirname(__file__), "lib", "libflytune_runtime.so")
+
+
+def runtime_header() -> str:
+    """The path of the C API header, flytune_runtime.h."""
+    return os.path.join(os.path.dirname(__file__), "include", "flytune_runtime.h")

@@ -1,0 +1,214 @@
+#include "python/src/export.hpp"
+
+#include <atomic>
+#include <filesystem>
+
+#include "runtime/src/handles.hpp"
+
+namespace ft::py {
+namespace {
+
+std::size_t align_up(std::size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+[[noreturn]] void raise(const ft_runtime* rt, int status, const std::string& context = {}) {
+  const std::string message = ft_runtime_last_error(rt);
+  throw Error(status, context.empty() ? message : context + ": " + message);
+}
+
+std::mutex g_registry_mutex;
+std::map<std::string, std::weak_ptr<Export>> g_registry;
+std::atomic<int> g_serial{0};
+
+}  // namespace
+
+WorkspaceLayout workspace_layout(const ft_workspace_sizes& s) {
+  WorkspaceLayout w;
+  w.bytes = s;
+  std::size_t at = 0;
+  for (auto [size, offset] : {std::pair{s.inter, &w.inter}, std::pair{s.y_acc, &w.y_acc},
+                              std::pair{s.sorted_ids, &w.sorted_ids}, std::pair{s.block_experts, &w.block_experts},
+                              std::pair{s.padded_rows, &w.padded_rows}}) {
+    *offset = at;
+    at += align_up(size);
+  }
+  w.total = at;
+  return w;
+}
+
+// One ft_runtime on one device and the plans it has built, by (problem, T).
+struct Export::Runtime {
+  ft_runtime* rt = nullptr;
+  std::mutex mutex;  // guards plans and calls that set rt's last error
+  std::map<std::pair<std::string, int>, ft_plan*> plans;
+  ~Runtime() {
+    for (auto& [k, p] : plans) ft_plan_free(p);
+    ft_runtime_close(rt);
+  }
+};
+
+std::shared_ptr<Export> Export::open(const std::string& dir, const std::string& device) {
+  std::shared_ptr<Export> e(new Export());
+  e->dir_ = dir;
+  auto r = std::make_unique<Runtime>();
+  char err[1024] = "";
+  if (device == "none") {
+    if (int st = ft::rt::open_without_device(dir.c_str(), &r->rt); st != FT_OK) raise(nullptr, st);
+    e->device_ = "none";
+  } else {
+    if (int st = ft_runtime_open_on(dir.c_str(), device.c_str(), &r->rt, err, sizeof err); st != FT_OK)
+      throw Error(st, err);
+    e->device_ = ft::rt::device_selector_of(r->rt);
+  }
+  e->target_ = ft_runtime_target(r->rt);
+  for (int i = 0; i < ft_runtime_problem_count(r->rt); ++i) {
+    ProblemInfo p;
+    p.key = ft_runtime_problem_key(r->rt, i);
+    for (int b = 0; b < ft_runtime_bucket_count(r->rt, i); ++b) p.buckets.push_back(ft_runtime_bucket_tokens(r->rt, i, b));
+    // The shape, from a plan at the smallest bucket (the runtime's own reading of the manifest).
+    ft_plan* plan = nullptr;
+    if (int st = ft_runtime_select(r->rt, p.key.c_str(), p.buckets.empty() ? 1 : p.buckets.front(), &plan); st != FT_OK)
+      raise(r->rt, st, p.key);
+    ft_problem_shape s{};
+    ft_plan_shape(plan, &s);
+    r->plans[{p.key, ft_plan_tokens(plan)}] = plan;
+    p.experts = s.experts, p.hidden = s.hidden, p.inter = s.inter, p.topk = s.topk, p.dtype = s.dtype;
+    e->problems_.push_back(std::move(p));
+  }
+  e->runtimes_[e->device_] = std::move(r);
+  std::error_code ec;
+  const std::string canonical = std::filesystem::weakly_canonical(dir, ec).string();
+  e->key_ = (ec ? dir : canonical) + "#" + std::to_string(++g_serial);
+  std::lock_guard lock(g_registry_mutex);
+  for (auto it = g_registry.begin(); it != g_registry.end();) it = it->second.expired() ? g_registry.erase(it) : std::next(it);
+  g_registry[e->key_] = e;
+  return e;
+}
+
+Export::~Export() = default;
+
+std::shared_ptr<Export> find_export(const std::string& key) {
+  std::lock_guard lock(g_registry_mutex);
+  auto it = g_registry.find(key);
+  return it == g_registry.end() ? nullptr : it->second.lock();
+}
+
+Export::Runtime& Export::runtime_for(const std::string& selector) {
+  std::lock_guard lock(mutex_);
+  auto it = runtimes_.find(selector);
+  if (it == runtimes_.end())
+    throw Error(FT_ERR_DEVICE, "the export " + dir_ + " is not open on " + selector + " (open on " + device_ +
+                                   "; flytune.load(..., devices=[...]) or Export.open_on('" + selector + "'))");
+  return *it->second;
+}
+
+ft_plan* Export::plan(Runtime& r, const std::string& problem, int tokens) {
+  // Callers hold r.mutex.
+  auto it = r.plans.find({problem, tokens});
+  if (it != r.plans.end()) return it->second;
+  ft_plan* p = nullptr;
+  if (int st = ft_runtime_select(r.rt, problem.c_str(), tokens, &p); st != FT_OK) raise(r.rt, st);
+  return r.plans[{problem, tokens}] = p;
+}
+
+std::string Export::find_problem(int experts, int hidden, int inter, int topk, const std::string& dtype, int tokens) {
+  for (const ProblemInfo& p : problems_)
+    if (p.experts == experts && p.hidden == hidden && p.inter == inter && p.topk == topk && p.dtype == dtype) return p.key;
+  // Ask the runtime for the key these shapes would have: its answer names what the export serves.
+  const std::string key = "moe_e" + std::to_string(experts) + "_h" + std::to_string(hidden) + "_i" + std::to_string(inter) +
+                          "_k" + std::to_string(topk) + "_" + dtype + "_swiglu_uniform";
+  Runtime& r = runtime_for(device_);
+  std::lock_guard lock(r.mutex);
+  (void)plan(r, key, tokens < 1 ? 1 : tokens);  // throws the runtime's error
+  return key;
+}
+
+PlanInfo Export::plan_info(const std::string& problem, int tokens) {
+  Runtime& r = runtime_for(device_);
+  std::lock_guard lock(r.mutex);
+  ft_plan* p = plan(r, problem, tokens);
+  PlanInfo info;
+  info.problem = problem;
+  info.tokens = ft_plan_tokens(p);
+  info.bucket = ft_plan_bucket(p);
+  info.w1_shuffled = ft_plan_needs_shuffled(p, 1), info.w2_shuffled = ft_plan_needs_shuffled(p, 2);
+  info.w1_tiled = ft_plan_needs_tiled(p, 1), info.w2_tiled = ft_plan_needs_tiled(p, 2);
+  ft_workspace_sizes ws{};
+  ft_plan_workspace(p, &ws);
+  info.workspace = workspace_layout(ws);
+  return info;
+}
+
+std::vector<std::string> Export::weight_copies(const std::string& problem) {
+  bool need[4] = {false, false, false, false};
+  for (const ProblemInfo& p : problems_) {
+    if (p.key != problem) continue;
+    for (int t : p.buckets) {
+      const PlanInfo i = plan_info(problem, t);
+      need[0] |= i.w1_shuffled, need[1] |= i.w2_shuffled, need[2] |= i.w1_tiled, need[3] |= i.w2_tiled;
+    }
+    std::vector<std::string> out;
+    const char* names[4] = {"w1_shuffled", "w2_shuffled", "w1_tiled", "w2_tiled"};
+    for (int k = 0; k < 4; ++k)
+      if (need[k]) out.push_back(names[k]);
+    return out;
+  }
+  (void)plan_info(problem, 1);  // the runtime's answer for an unknown problem
+  return {};
+}
+
+void Export::open_on(const std::string& selector) {
+  {
+    std::lock_guard lock(mutex_);
+    if (runtimes_.count(selector)) return;
+  }
+  auto r = std::make_unique<Runtime>();
+  char err[1024] = "";
+  if (int st = ft_runtime_open_on(dir_.c_str(), selector.c_str(), &r->rt, err, sizeof err); st != FT_OK) throw Error(st, err);
+  std::lock_guard lock(mutex_);
+  runtimes_.emplace(selector, std::move(r));
+}
+
+bool Export::is_open_on(const std::string& selector) {
+  std::lock_guard lock(mutex_);
+  return runtimes_.count(selector) > 0;
+}
+
+void Export::launch(const std::string& selector, const std::string& problem, int tokens, const LayerCall& c, void* stream) {
+  Runtime& r = runtime_for(selector);
+  std::lock_guard lock(r.mutex);
+  ft_plan* p = plan(r, problem, tokens);
+  ft_workspace_sizes ws{};
+  ft_plan_workspace(p, &ws);
+  const WorkspaceLayout w = workspace_layout(ws);
+  if (c.workspace_bytes < w.total)
+    throw Error(FT_ERR_ARGUMENT, problem + " at T=" + std::to_string(tokens) + ": the workspace holds " +
+                                     std::to_string(c.workspace_bytes) + " bytes, the plan needs " + std::to_string(w.total));
+  auto at = [&](std::size_t offset) { return reinterpret_cast<void*>(c.workspace + offset); };
+  auto ptr = [](std::uintptr_t v) { return reinterpret_cast<const void*>(v); };
+  ft_layer_buffers b{};
+  b.x = ptr(c.x);
+  b.topk_ids = static_cast<const int32_t*>(ptr(c.topk_ids));
+  b.topk_weights = static_cast<const float*>(ptr(c.topk_weights));
+  b.w1 = ptr(c.w1), b.w2 = ptr(c.w2);
+  b.w1_shuffled = ptr(c.w1_shuffled), b.w2_shuffled = ptr(c.w2_shuffled);
+  b.w1_tiled = ptr(c.w1_tiled), b.w2_tiled = ptr(c.w2_tiled);
+  b.inter = ws.inter ? at(w.inter) : nullptr;
+  b.y_acc = ws.y_acc ? static_cast<float*>(at(w.y_acc)) : nullptr;
+  b.sorted_ids = ws.sorted_ids ? static_cast<int32_t*>(at(w.sorted_ids)) : nullptr;
+  b.block_experts = ws.block_experts ? static_cast<int32_t*>(at(w.block_experts)) : nullptr;
+  b.padded_rows = ws.padded_rows ? static_cast<int32_t*>(at(w.padded_rows)) : nullptr;
+  b.y = reinterpret_cast<void*>(c.y);
+  if (int st = ft_plan_launch(p, &b, stream); st != FT_OK) raise(r.rt, st, problem + " at T=" + std::to_string(tokens));
+}
+
+void Export::arrange(const std::string& selector, std::uintptr_t src, std::uintptr_t dst, int rows, int cols, int layout,
+                     void* stream) {
+  Runtime& r = runtime_for(selector);
+  std::lock_guard lock(r.mutex);
+  if (int st = ft_runtime_arrange_weights(r.rt, reinterpret_cast<const void*>(src), reinterpret_cast<void*>(dst), rows,
+                                          cols, layout, stream);
+      st != FT_OK)
+    raise(r.rt, st);
+}
+
+}  // namespace ft::py

@@ -1,0 +1,129 @@
+#pragma once
+// The Python package's view of one export folder, shared by the nanobind module
+// (flytune._core) and the JAX FFI handlers: one libflytune_runtime handle per
+// GPU it runs on, the plans per (problem, T), the workspace carved from one
+// caller-owned buffer, and a process-wide registry so that an XLA custom call,
+// which can only carry strings and numbers, finds the export by its key.
+//
+// Everything here goes through the C API of runtime/include/flytune_runtime.h;
+// a failing call becomes ft::py::Error carrying the runtime's status and its
+// message (ft_runtime_last_error), which the bindings turn into a Python
+// exception or an ffi::Error.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/include/flytune_runtime.h"
+
+namespace ft::py {
+
+// A failure with the runtime's status (ft_status) and message.
+class Error : public std::runtime_error {
+ public:
+  Error(int status, const std::string& message) : std::runtime_error(message), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
+};
+
+// Offsets of the workspace buffers inside one buffer of `total` bytes; each
+// starts at a multiple of kWorkspaceAlign. The one place the carving is done:
+// the JAX wrapper sizes its scratch result and the torch op its allocation with
+// `total`, and both launches carve with these offsets.
+inline constexpr std::size_t kWorkspaceAlign = 256;
+struct WorkspaceLayout {
+  ft_workspace_sizes bytes{};
+  std::size_t inter = 0, y_acc = 0, sorted_ids = 0, block_experts = 0, padded_rows = 0;
+  std::size_t total = 0;
+};
+WorkspaceLayout workspace_layout(const ft_workspace_sizes& sizes);
+
+struct ProblemInfo {
+  std::string key;
+  int experts = 0, hidden = 0, inter = 0, topk = 0;
+  std::string dtype;  // "bf16" or "f16"
+  std::vector<int> buckets;
+};
+
+// What a plan for (problem, T) needs: the bucket it runs, the weight copies
+// each stage reads, the workspace.
+struct PlanInfo {
+  std::string problem;
+  int tokens = 0, bucket = 0;
+  bool w1_shuffled = false, w2_shuffled = false, w1_tiled = false, w2_tiled = false;
+  WorkspaceLayout workspace;
+};
+
+// Device pointers of one layer call (0: absent). Shapes are the caller's to
+// check against the plan (the wrappers do, before tracing a call).
+struct LayerCall {
+  std::uintptr_t x = 0, topk_ids = 0, topk_weights = 0, w1 = 0, w2 = 0;
+  std::uintptr_t w1_shuffled = 0, w2_shuffled = 0, w1_tiled = 0, w2_tiled = 0;
+  std::uintptr_t workspace = 0;
+  std::size_t workspace_bytes = 0;
+  std::uintptr_t y = 0;
+};
+
+class Export {
+ public:
+  // Opens `dir` through the runtime on `device`: "" the runtime's default
+  // (FLYTUNE_DEVICE, else the first GPU), "cuda:N" / "hip:N", or "none": every
+  // check the runtime makes without a GPU (manifest, files, hashes), for
+  // listing and planning on a machine without one; launching then fails.
+  static std::shared_ptr<Export> open(const std::string& dir, const std::string& device);
+  ~Export();
+  Export(const Export&) = delete;
+  Export& operator=(const Export&) = delete;
+
+  const std::string& key() const { return key_; }  // the registry key
+  const std::string& dir() const { return dir_; }
+  const std::string& target() const { return target_; }
+  // The selector of the device opened first ("cuda:0", "hip:0", "none").
+  const std::string& device() const { return device_; }
+  const std::vector<ProblemInfo>& problems() const { return problems_; }
+
+  // The export's problem for these shapes (routing is a tuning-time
+  // distribution, not part of the call): its key, or Error with the runtime's
+  // own answer for the key these shapes would have (FT_ERR_NOT_FOUND, naming
+  // the problems the export has).
+  std::string find_problem(int experts, int hidden, int inter, int topk, const std::string& dtype, int tokens);
+  PlanInfo plan_info(const std::string& problem, int tokens);
+  // The weight copies any bucket of `problem` reads ("w1_shuffled", ...).
+  std::vector<std::string> weight_copies(const std::string& problem);
+
+  // Opens the export on another device ("cuda:1"); a no-op when open there.
+  void open_on(const std::string& selector);
+  bool is_open_on(const std::string& selector);
+
+  // Enqueues the layer for (problem, T) on `stream` of the device `selector`
+  // names: the plan's steps (ft_plan_launch), workspace carved from
+  // call.workspace. No allocation, no synchronisation.
+  void launch(const std::string& selector, const std::string& problem, int tokens, const LayerCall& call, void* stream);
+  // ft_runtime_arrange_weights on that device.
+  void arrange(const std::string& selector, std::uintptr_t src, std::uintptr_t dst, int rows, int cols, int layout,
+               void* stream);
+
+ private:
+  struct Runtime;  // one ft_runtime and its plans
+  Export() = default;
+  Runtime& runtime_for(const std::string& selector);
+  ft_plan* plan(Runtime& r, const std::string& problem, int tokens);
+
+  std::string dir_, key_, target_, device_;
+  std::vector<ProblemInfo> problems_;
+  std::mutex mutex_;  // guards runtimes_
+  std::map<std::string, std::unique_ptr<Runtime>> runtimes_;
+};
+
+// The registry: exports by key, held weakly (an export lives as long as its
+// Python object); a custom call of a closed export gets Error.
+std::shared_ptr<Export> find_export(const std::string& key);
+
+}  // namespace ft::py

@@ -1,0 +1,129 @@
+// flytune._core: the nanobind module over libflytune_runtime (python/src/export.hpp)
+// and the JAX FFI handlers' capsules (python/src/jax_ffi.cpp). Pointers and streams
+// cross as integers: the JAX and torch wrappers hand in their arrays' device
+// pointers and the framework's stream.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "python/src/export.hpp"
+#include "python/src/jax_ffi.hpp"
+
+namespace nb = nanobind;
+using ft::py::Export;
+
+namespace {
+
+nb::dict workspace_dict(const ft::py::WorkspaceLayout& w) {
+  nb::dict d;
+  d["total"] = w.total;
+  nb::dict offsets, bytes;
+  offsets["inter"] = w.inter, offsets["y_acc"] = w.y_acc, offsets["sorted_ids"] = w.sorted_ids;
+  offsets["block_experts"] = w.block_experts, offsets["padded_rows"] = w.padded_rows;
+  bytes["inter"] = w.bytes.inter, bytes["y_acc"] = w.bytes.y_acc, bytes["sorted_ids"] = w.bytes.sorted_ids;
+  bytes["block_experts"] = w.bytes.block_experts, bytes["padded_rows"] = w.bytes.padded_rows;
+  d["offsets"] = offsets;
+  d["bytes"] = bytes;
+  return d;
+}
+
+void* stream_of(std::uintptr_t s) { return reinterpret_cast<void*>(s); }
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "flytune's runtime (libflytune_runtime) for Python; use flytune.load()";
+
+  // ft::py::Error -> flytune._core.RuntimeError(status, message); flytune/__init__.py
+  // re-raises it as the FlytuneError subclass of its status.
+  static nb::object error_type = nb::borrow(PyErr_NewException("flytune._core.Error", PyExc_RuntimeError, nullptr));
+  m.attr("Error") = error_type;
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const ft::py::Error& e) {
+      nb::object args = nb::make_tuple(e.status(), e.what());
+      PyErr_SetObject(error_type.ptr(), args.ptr());
+    }
+  });
+
+  m.attr("FT_ERR_MANIFEST") = int(FT_ERR_MANIFEST);
+  m.attr("FT_ERR_FILE") = int(FT_ERR_FILE);
+  m.attr("FT_ERR_HASH") = int(FT_ERR_HASH);
+  m.attr("FT_ERR_TARGET") = int(FT_ERR_TARGET);
+  m.attr("FT_ERR_DEVICE") = int(FT_ERR_DEVICE);
+  m.attr("FT_ERR_NOT_FOUND") = int(FT_ERR_NOT_FOUND);
+  m.attr("FT_ERR_ARGUMENT") = int(FT_ERR_ARGUMENT);
+  m.attr("FT_ERR_INTERNAL") = int(FT_ERR_INTERNAL);
+  m.attr("WEIGHT_LAYOUT_SHUFFLED") = int(FT_WEIGHT_LAYOUT_SHUFFLED);
+  m.attr("WEIGHT_LAYOUT_TILED") = int(FT_WEIGHT_LAYOUT_TILED);
+  m.attr("WORKSPACE_ALIGN") = ft::py::kWorkspaceAlign;
+
+  nb::class_<Export>(m, "Export")
+      .def_static("open", &Export::open, nb::arg("dir"), nb::arg("device"),
+                  nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_ro("key", &Export::key)
+      .def_prop_ro("dir", &Export::dir)
+      .def_prop_ro("target", &Export::target)
+      .def_prop_ro("device", &Export::device)
+      .def("problems",
+           [](Export& e) {
+             nb::list out;
+             for (const ft::py::ProblemInfo& p : e.problems()) {
+               nb::dict d;
+               d["key"] = p.key, d["experts"] = p.experts, d["hidden"] = p.hidden, d["inter"] = p.inter;
+               d["topk"] = p.topk, d["dtype"] = p.dtype, d["buckets"] = p.buckets;
+               out.append(d);
+             }
+             return out;
+           })
+      .def("find_problem", &Export::find_problem, nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"),
+           nb::arg("topk"), nb::arg("dtype"), nb::arg("tokens"))
+      .def("plan_info",
+           [](Export& e, const std::string& problem, int tokens) {
+             const ft::py::PlanInfo i = e.plan_info(problem, tokens);
+             nb::dict d;
+             d["problem"] = i.problem, d["tokens"] = i.tokens, d["bucket"] = i.bucket;
+             d["w1_shuffled"] = i.w1_shuffled, d["w2_shuffled"] = i.w2_shuffled;
+             d["w1_tiled"] = i.w1_tiled, d["w2_tiled"] = i.w2_tiled;
+             d["workspace"] = workspace_dict(i.workspace);
+             return d;
+           },
+           nb::arg("problem"), nb::arg("tokens"))
+      .def("weight_copies", &Export::weight_copies, nb::arg("problem"))
+      .def("open_on", &Export::open_on, nb::arg("selector"), nb::call_guard<nb::gil_scoped_release>())
+      .def("is_open_on", &Export::is_open_on, nb::arg("selector"))
+      .def("launch",
+           [](Export& e, const std::string& selector, const std::string& problem, int tokens, std::uintptr_t x,
+              std::uintptr_t topk_ids, std::uintptr_t topk_weights, std::uintptr_t w1, std::uintptr_t w2,
+              std::uintptr_t w1_shuffled, std::uintptr_t w2_shuffled, std::uintptr_t w1_tiled, std::uintptr_t w2_tiled,
+              std::uintptr_t workspace, std::size_t workspace_bytes, std::uintptr_t y, std::uintptr_t stream) {
+             ft::py::LayerCall c{x, topk_ids, topk_weights, w1, w2, w1_shuffled, w2_shuffled, w1_tiled, w2_tiled,
+                                 workspace, workspace_bytes, y};
+             nb::gil_scoped_release release;
+             e.launch(selector, problem, tokens, c, stream_of(stream));
+           },
+           nb::arg("selector"), nb::arg("problem"), nb::arg("tokens"), nb::arg("x"), nb::arg("topk_ids"),
+           nb::arg("topk_weights"), nb::arg("w1"), nb::arg("w2"), nb::arg("w1_shuffled"), nb::arg("w2_shuffled"),
+           nb::arg("w1_tiled"), nb::arg("w2_tiled"), nb::arg("workspace"), nb::arg("workspace_bytes"), nb::arg("y"),
+           nb::arg("stream"))
+      .def("arrange",
+           [](Export& e, const std::string& selector, std::uintptr_t src, std::uintptr_t dst, int rows, int cols,
+              int layout, std::uintptr_t stream) {
+             nb::gil_scoped_release release;
+             e.arrange(selector, src, dst, rows, cols, layout, stream_of(stream));
+           },
+           nb::arg("selector"), nb::arg("src"), nb::arg("dst"), nb::arg("rows"), nb::arg("cols"), nb::arg("layout"),
+           nb::arg("stream"));
+
+  // The XLA FFI handlers, as capsules for jax.ffi.register_ffi_target.
+  m.def("jax_handlers", [] {
+    nb::list out;
+    for (const ft::py::JaxHandler& h : ft::py::jax_handlers())
+      out.append(nb::make_tuple(nb::str(h.name), nb::str(h.platform), nb::capsule(h.function)));
+    return out;
+  });
+  m.attr("JAX_FFI_API_VERSION") = nb::make_tuple(ft::py::jax_ffi_api_version().first, ft::py::jax_ffi_api_version().second);
+}

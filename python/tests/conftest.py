@@ -1,0 +1,75 @@
+"""Fixtures of the Python package's tests (docs/PYTHON.md, scripts/python-test.sh).
+
+The export they load is made by the flytune tool from tests/data/tiny_forms.db
+(H200 winners of one small problem covering shuffled and tiled weights, split-K,
+partials and persistent stages): $FLYTUNE_BIN, else build/release/cli/flytune.
+$FLYTUNE_EXPORT_DIR replaces it with an export of your own (GPU runs).
+"""
+import importlib
+import os
+import pathlib
+import shutil
+import subprocess
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+# JAX would take 75% of the GPU's memory at start; the torch tests share the GPU.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+def _flytune_bin() -> pathlib.Path:
+    path = pathlib.Path(os.environ.get("FLYTUNE_BIN", REPO / "build" / "release" / "cli" / "flytune"))
+    if not path.is_file():
+        pytest.fail(f"no flytune tool at {path} to make the test export: build it "
+                    f"(cmake --build build/release --target flytune), or set FLYTUNE_BIN or FLYTUNE_EXPORT_DIR")
+    return path
+
+
+@pytest.fixture(scope="session")
+def export_dir(tmp_path_factory) -> pathlib.Path:
+    given = os.environ.get("FLYTUNE_EXPORT_DIR")
+    if given:
+        return pathlib.Path(given)
+    out = tmp_path_factory.mktemp("export") / "tiny"
+    subprocess.run([str(_flytune_bin()), "export", "--db", str(REPO / "tests" / "data" / "tiny_forms.db"),
+                    "--out", str(out), "--check", "none"], check=True, capture_output=True, text=True)
+    return out
+
+
+@pytest.fixture()
+def export_copy(export_dir, tmp_path) -> pathlib.Path:
+    """A copy of the export to damage."""
+    dst = tmp_path / "copy"
+    shutil.copytree(export_dir, dst)
+    return dst
+
+
+@pytest.fixture(scope="session")
+def cpu_export(export_dir):
+    import flytune
+    return flytune.load(export_dir, device="none")
+
+
+def framework(name: str):
+    """Imports jax or torch; where scripts/python-test.sh installed it (FLYTUNE_EXPECT_<NAME>=1) a failed
+    import fails the tests instead of skipping them."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        if os.environ.get(f"FLYTUNE_EXPECT_{name.upper()}") == "1":
+            pytest.fail(f"{name} was expected (FLYTUNE_EXPECT_{name.upper()}=1) but does not import: {e}")
+        pytest.skip(f"{name} is not installed: {e}")
+
+
+def cuda_devices() -> int:
+    """Visible NVIDIA GPUs, through the driver (no framework needed)."""
+    import ctypes
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    n = ctypes.c_int(0)
+    if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(n)) != 0:
+        return 0
+    return n.value

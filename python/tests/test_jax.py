@@ -1,0 +1,114 @@
+"""flytune.jax without a GPU: the FFI handlers compile against jaxlib's headers and register, the call lowers
+to the typed custom call, runs through XLA's FFI on the CPU platform up to the runtime (which has no device
+there and says so), and shapes or dtypes the export does not serve raise the runtime's message."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, framework
+
+jax = framework("jax")
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import flytune  # noqa: E402
+import flytune.jax as fj  # noqa: E402
+from flytune import _core  # noqa: E402
+
+
+def _inputs(problem, tokens, dtype=jnp.bfloat16, export=None, batch=()):
+    x = jnp.zeros(batch + (tokens, problem.hidden), dtype)
+    ids = jnp.zeros(batch + (tokens, problem.topk), jnp.int32)
+    w = jnp.ones(batch + (tokens, problem.topk), jnp.float32)
+    w1 = jnp.zeros(problem.w1_shape, jnp.bfloat16)
+    w2 = jnp.zeros(problem.w2_shape, jnp.bfloat16)
+    weights = fj.MoeWeights(w1, w2, w1, w2, w1, w2, export)  # every copy present: no plan lacks one
+    return x, ids, w, weights
+
+
+def test_handlers_register_for_cuda_rocm_and_cpu():
+    platforms = {(name, platform) for name, platform, _ in _core.jax_handlers()}
+    assert {("flytune_moe_layer", "CUDA"), ("flytune_moe_layer", "ROCM"), ("flytune_arrange_weights", "CUDA"),
+            ("flytune_arrange_weights", "ROCM"), ("flytune_moe_layer", "cpu")} <= platforms
+    fj.register()  # done on import; idempotent
+    major, minor = _core.JAX_FFI_API_VERSION
+    assert major == 0 and minor >= 1
+
+
+def test_the_call_lowers_to_the_typed_ffi_custom_call(cpu_export):
+    p = cpu_export.problems[0]
+    x, ids, w, weights = _inputs(p, 5, export=cpu_export)
+    text = jax.jit(fj.moe_layer).lower(x, ids, w, weights).as_text()
+    assert "stablehlo.custom_call @flytune_moe_layer" in text
+    assert f'problem = "{p.key}"' in text and f'export = "{cpu_export.key}"' in text
+    total = cpu_export.plan(p.key, 5)["workspace"]["total"]
+    assert f"tensor<{total}xui8>" in text  # the workspace: a scratch result XLA allocates
+    assert "api_version = 4" in text or "custom_call_api_version" not in text
+
+
+def test_a_jitted_call_reaches_the_runtime_through_xla(cpu_export):
+    # On the CPU platform the handler decodes the buffers and attributes, plans the layer and asks the
+    # runtime to launch it; the export has no device, and the runtime's message comes back through XLA.
+    p = cpu_export.problems[0]
+    x, ids, w, weights = _inputs(p, 5, export=cpu_export)
+    with pytest.raises(Exception, match=f"{p.key} at T=5: no device: the export was opened without one"):
+        jax.block_until_ready(jax.jit(fj.moe_layer)(x, ids, w, weights))
+
+
+def test_vmap_makes_leading_dimensions_tokens(cpu_export):
+    p = cpu_export.problems[0]
+    x, ids, w, weights = _inputs(p, 5, export=cpu_export, batch=(3,))
+    assert jax.eval_shape(fj.moe_layer, x, ids, w, weights).shape == x.shape
+    single = _inputs(p, 5, export=cpu_export)
+    batched = jax.vmap(fj.moe_layer, in_axes=(0, 0, 0, None))
+    with pytest.raises(Exception, match=f"{p.key} at T=15: no device"):  # 3 x 5 tokens, one launch
+        jax.block_until_ready(jax.jit(batched)(x, ids, w, single[3]))
+
+
+def test_shapes_the_export_does_not_serve_raise_the_runtimes_message(cpu_export):
+    p = cpu_export.problems[0]
+    x, ids, w, weights = _inputs(p, 5, export=cpu_export)
+    with pytest.raises(flytune.NotFoundError, match=r"no tuned kernels for problem 'moe_e4_h256_i512_k2_f16_"
+                                                    r"swiglu_uniform' \(the export has: " + p.key):
+        fj.moe_layer(x.astype(jnp.float16), ids, w, weights)
+    with pytest.raises(flytune.NotFoundError, match=r"float32.*the export has"):
+        fj.moe_layer(x.astype(jnp.float32), ids, w, weights)
+    with pytest.raises(flytune.NotFoundError, match=r"'moe_e4_h256_i512_k3_bf16_swiglu_uniform'"):
+        fj.moe_layer(x, jnp.zeros((5, 3), jnp.int32), jnp.zeros((5, 3), jnp.float32), weights)
+    with pytest.raises(flytune.ArgumentError, match="same leading dimensions"):
+        fj.moe_layer(x, ids[:4], w[:4], weights)
+    with pytest.raises(flytune.ArgumentError, match="topk_ids must be integers"):
+        fj.moe_layer(x, ids.astype(jnp.float32), w, weights)
+    missing = fj.MoeWeights(weights.w1, weights.w2, None, None, None, None, cpu_export)
+    plan = cpu_export.plan(p.key, 5)
+    needed = [n for n in ("w1_shuffled", "w2_shuffled", "w1_tiled", "w2_tiled") if plan[n]]
+    assert needed, "the test export's bucket for T=5 reads arranged weights"
+    with pytest.raises(flytune.ArgumentError, match=f"reads {needed[0]}: prepare the weights"):
+        fj.moe_layer(x, ids, w, missing)
+
+
+def test_prepare_weights_refuses_shapes_the_export_does_not_serve(cpu_export):
+    p = cpu_export.problems[0]
+    with pytest.raises(flytune.NotFoundError, match="the export has"):
+        fj.prepare_weights(cpu_export, jnp.zeros((8,) + p.w1_shape[1:], jnp.bfloat16),
+                           jnp.zeros((8,) + p.w2_shape[1:], jnp.bfloat16))
+    with pytest.raises(flytune.ArgumentError, match=r"\[E, 2I, H\]"):
+        fj.prepare_weights(cpu_export, jnp.zeros(p.w1_shape, jnp.bfloat16), jnp.zeros(p.w1_shape, jnp.bfloat16))
+
+
+def test_zero_tokens_need_no_launch(cpu_export):
+    p = cpu_export.problems[0]
+    x, ids, w, weights = _inputs(p, 0, export=cpu_export)
+    assert jax.jit(fj.moe_layer)(x, ids, w, weights).shape == (0, p.hidden)
+
+
+def test_the_handlers_compile_against_this_jaxlibs_headers(tmp_path):
+    # The wheel was built against the oldest jaxlib supported (scripts/python-test.sh); the same source
+    # must compile against the headers of the jaxlib installed here.
+    include = jax.ffi.include_dir() if hasattr(jax, "ffi") else jax.extend.ffi.include_dir()
+    cmd = ["g++", "-std=c++23", "-fsyntax-only", "-Wall", "-Wextra", "-Werror", f"-I{REPO}", f"-isystem{include}",
+           str(REPO / "python" / "src" / "jax_ffi.cpp")]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-4000:]

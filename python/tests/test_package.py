@@ -1,0 +1,118 @@
+"""The package without a framework: the shipped runtime, flytune.load and the runtime's errors."""
+import ctypes
+import json
+import subprocess
+
+import pytest
+
+import flytune
+from conftest import REPO, cuda_devices
+
+
+def _c_open_error(path) -> tuple:
+    """ft_runtime_open of the shipped library through ctypes: (status, message)."""
+    lib = ctypes.CDLL(flytune.library_path())
+    rt = ctypes.c_void_p()
+    err = ctypes.create_string_buffer(1024)
+    st = lib.ft_runtime_open(str(path).encode(), ctypes.byref(rt), err, ctypes.c_size_t(len(err)))
+    if st == 0:
+        lib.ft_runtime_close(rt)
+    return st, err.value.decode()
+
+
+def test_ships_the_runtime_with_its_c_api():
+    header = open(flytune.runtime_header()).read()
+    assert header == (REPO / "runtime" / "include" / "flytune_runtime.h").read_text()
+    symbols = subprocess.run(["nm", "-D", "--defined-only", flytune.library_path()], check=True,
+                             capture_output=True, text=True).stdout.split()
+    exported = {s for s in symbols if s.startswith("ft_")}
+    declared = {line.split("(")[0].split()[-1].lstrip("*") for line in header.splitlines()
+                if line.startswith(("int ft_", "void ft_", "const char* ft_"))}
+    assert declared and declared <= exported, declared - exported
+    # Nothing of the libraries linked in (fmt, nlohmann_json, xxHash) leaks out.
+    foreign = [s for s in symbols if len(s) > 2 and s[0] not in "TtWwDdBbRrVvUuAaiu" and not s.startswith("ft_")
+               and "open_without_device" not in s and "device_selector_of" not in s]
+    assert not any("fmt" in s or "nlohmann" in s or "XXH" in s for s in foreign), foreign
+
+
+def test_load_lists_the_exports_problems_and_buckets(export_dir):
+    e = flytune.load(export_dir, device="none")
+    manifest = json.loads((export_dir / "manifest.json").read_text())
+    assert e.target == manifest["target"]
+    assert e.device == "none"
+    assert [p.key for p in e.problems] == [p["key"] for p in manifest["problems"]]
+    for p, m in zip(e.problems, manifest["problems"]):
+        assert p.buckets == tuple(b["tokens"] for b in m["buckets"])
+        assert (p.experts, p.hidden, p.inter, p.topk, p.dtype) == (m["experts"], m["hidden"], m["inter"], m["topk"],
+                                                                   m["dtype"])
+
+
+def test_plans_follow_the_selection_rule_and_size_the_workspace(cpu_export, export_dir):
+    manifest = json.loads((export_dir / "manifest.json").read_text())
+    for p, m in zip(cpu_export.problems, manifest["problems"]):
+        by_tokens = {b["tokens"]: b for b in m["buckets"]}
+        for t in (1, 2, p.buckets[-1] - 1, p.buckets[-1], p.buckets[-1] + 7, 3000):
+            plan = cpu_export.plan(p.key, t)
+            expected = next((b for b in p.buckets if b >= t), p.buckets[-1])
+            assert plan["bucket"] == expected and plan["tokens"] == t
+            bucket = by_tokens[expected]
+            assert plan["w1_shuffled"] == (bucket["weights"]["w1"] == "shuffled")
+            assert plan["w2_tiled"] == (bucket["weights"]["w2"] == "tiled")
+            ws = plan["workspace"]
+            if t == expected:  # the manifest records the program's buffer sizes at the bucket's T
+                for name in ("inter", "y_acc", "sorted_ids", "block_experts", "padded_rows"):
+                    assert ws["bytes"][name] == bucket["buffers_at_bucket"][name], name
+            offsets = sorted((ws["offsets"][n], ws["bytes"][n]) for n in ws["offsets"])
+            for (o1, b1), (o2, _) in zip(offsets, offsets[1:]):
+                assert o1 % 256 == 0 and o1 + b1 <= o2
+            assert offsets[-1][0] + offsets[-1][1] <= ws["total"]
+        layouts = {f"{w}_{bucket['weights'][w]}" for bucket in m["buckets"] for w in ("w1", "w2")}
+        assert set(cpu_export.weight_copies(p.key)) == {c for c in layouts if not c.endswith("plain")}
+
+
+def test_unknown_shapes_get_the_runtimes_answer(cpu_export):
+    p = cpu_export.problems[0]
+    with pytest.raises(flytune.NotFoundError) as e:
+        cpu_export.find_problem(p.experts * 2, p.hidden, p.inter, p.topk, p.dtype)
+    assert f"no tuned kernels for problem 'moe_e{p.experts * 2}_h{p.hidden}" in str(e.value)
+    assert f"(the export has: {p.key})" in str(e.value)
+    assert cpu_export.find_problem(p.experts, p.hidden, p.inter, p.topk, p.dtype) == p
+    with pytest.raises(flytune.ArgumentError, match="token count 0 < 1"):
+        cpu_export.plan(p.key, 0)
+
+
+@pytest.mark.parametrize("damage, error, message", [
+    ("missing", flytune.FileError, "manifest.json is missing"),
+    ("manifest", flytune.ManifestError, "manifest.json"),
+    ("hash", flytune.HashError, "hash"),
+    ("schema", flytune.ManifestError, "schema"),
+])
+def test_a_bad_export_raises_the_runtimes_message(export_copy, damage, error, message):
+    if damage == "missing":
+        (export_copy / "manifest.json").unlink()
+    elif damage == "manifest":
+        (export_copy / "manifest.json").write_text("{ not json")
+    elif damage == "schema":
+        m = json.loads((export_copy / "manifest.json").read_text())
+        m["schema_version"] = 99
+        (export_copy / "manifest.json").write_text(json.dumps(m))
+    else:
+        obj = next(export_copy.glob("*.cubin"), None) or next(export_copy.glob("*.hsaco"))
+        data = bytearray(obj.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        obj.write_bytes(bytes(data))
+    with pytest.raises(error) as e:
+        flytune.load(export_copy, device="none")
+    assert message in str(e.value)
+    # The very message the C API gives (the device is only opened after these checks).
+    status, c_message = _c_open_error(export_copy)
+    assert status == error.status and str(e.value) == c_message
+
+
+@pytest.mark.skipif(cuda_devices() > 0, reason="a GPU is present: load() opens it")
+def test_load_without_a_gpu_raises_the_runtimes_device_error(export_dir):
+    with pytest.raises(flytune.DeviceError) as e:
+        flytune.load(export_dir)
+    status, c_message = _c_open_error(export_dir)
+    assert status == flytune.DeviceError.status and str(e.value) == c_message
+    assert "no GPU found" in c_message

@@ -21,6 +21,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_batching import custom_vmap
 
 import flytune
 from flytune import _core
@@ -160,9 +161,41 @@ def moe_layer(x: jax.Array, topk_ids: jax.Array, topk_weights: jax.Array, weight
             f"topk_weights {tuple(topk_weights.shape)}")
     if not jnp.issubdtype(topk_ids.dtype, jnp.integer):
         raise flytune.ArgumentError(f"flytune.jax.moe_layer: topk_ids must be integers, got {topk_ids.dtype}")
+    copies = [getattr(weights, n) if getattr(weights, n) is not None else _empty(x.dtype)
+              for n in flytune._LAYOUT_SHAPES]
+    return _layer(weights)(x, topk_ids.astype(jnp.int32), topk_weights.astype(jnp.float32), weights.w1, weights.w2,
+                           *copies)
+
+
+def _layer(weights: MoeWeights):
+    """The layer as a function of arrays with its own vmap rule: a batch is more
+    tokens of one launch, whose plan and workspace are those of all the tokens
+    (XLA's generic expand_dims would hand the call a workspace sized for one
+    batch element, times the batch)."""
+
+    @custom_vmap
+    def layer(x, ids, tw, w1, w2, *copies):
+        return _launch(weights, x, ids, tw, w1, w2, copies)
+
+    @layer.def_vmap
+    def _batched(axis_size, in_batched, x, ids, tw, w1, w2, *copies):
+        if any(in_batched[3:]):
+            raise flytune.ArgumentError("flytune.jax.moe_layer under vmap: the weights must not be batched "
+                                        "(one layer's weights serve every batch element)")
+        x, ids, tw = (a if batched else jnp.broadcast_to(a, (axis_size,) + a.shape)
+                      for a, batched in zip((x, ids, tw), in_batched[:3]))
+        return layer(x, ids, tw, w1, w2, *copies), True
+
+    return layer
+
+
+def _launch(weights: MoeWeights, x, ids, tw, w1, w2, copies):
+    """One launch over every token of x [..., T, H] (leading dimensions folded into T).
+    `weights` says which arranged copies exist; the arrays are the arguments."""
+    export = weights.export
     experts, two_inter, hidden = weights.w1.shape
     tokens = int(np.prod(x.shape[:-1]))
-    topk = int(topk_ids.shape[-1])
+    topk = int(ids.shape[-1])
     dtype = _dtype_name(x.dtype)
     context = (f"flytune.jax.moe_layer: x {tuple(x.shape)} {x.dtype}, topk {topk}, w1 {tuple(weights.w1.shape)} "
                f"{weights.w1.dtype}")
@@ -180,15 +213,13 @@ def moe_layer(x: jax.Array, topk_ids: jax.Array, topk_weights: jax.Array, weight
             raise flytune.ArgumentError(f"{context}: the layer at T={tokens} reads {name}: prepare the weights "
                                         f"with flytune.jax.prepare_weights(export, w1, w2)")
     _open_local_gpus(export)
-    copies = [getattr(weights, n) if getattr(weights, n) is not None else _empty(x.dtype)
-              for n in flytune._LAYOUT_SHAPES]
+    # No vmap_method: _layer's rule batches the call, so XLA never has to.
     call = _ffi().ffi_call(
         "flytune_moe_layer",
-        (jax.ShapeDtypeStruct(x.shape, x.dtype), jax.ShapeDtypeStruct((plan["workspace"]["total"],), jnp.uint8)),
-        vmap_method="expand_dims")
-    y, _workspace = call(x, topk_ids.astype(jnp.int32), topk_weights.astype(jnp.float32), weights.w1, weights.w2,
+        (jax.ShapeDtypeStruct((tokens, hidden), x.dtype), jax.ShapeDtypeStruct((plan["workspace"]["total"],), jnp.uint8)))
+    y, _workspace = call(x.reshape(tokens, hidden), ids.reshape(tokens, topk), tw.reshape(tokens, topk), w1, w2,
                          *copies, export=export.key, problem=problem)
-    return y
+    return y.reshape(x.shape)
 
 
 register()

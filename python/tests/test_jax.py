@@ -65,6 +65,13 @@ def test_vmap_makes_leading_dimensions_tokens(cpu_export):
     batched = jax.vmap(fj.moe_layer, in_axes=(0, 0, 0, None))
     with pytest.raises(Exception, match=f"{p.key} at T=15: no device"):  # 3 x 5 tokens, one launch
         jax.block_until_ready(jax.jit(batched)(x, ids, w, single[3]))
+    # The one launch gets the workspace of 15 tokens, not 3 of 5 (which is smaller).
+    want = cpu_export._core.plan_info(p.key, 15)["workspace"]["total"]
+    per_five = cpu_export._core.plan_info(p.key, 5)["workspace"]["total"]
+    assert want != 3 * per_five
+    hlo = jax.jit(batched).lower(x, ids, w, single[3]).as_text()
+    assert f"tensor<{want}xui8>" in hlo, hlo[-2000:]
+    assert f"tensor<3x{per_five}xui8>" not in hlo
 
 
 def test_shapes_the_export_does_not_serve_raise_the_runtimes_message(cpu_export):

@@ -53,10 +53,10 @@ if python3 -m pip install -q --no-index --no-deps --target /tmp/site .dev/wheels
   if python3 -c 'import flytune, flytune.jax, flytune.torch, jax; print("import ok", flytune.__file__, jax.devices())' >>"$LOG" 2>&1; then
     say "install: ok ($(basename .dev/wheels/flytune-*.whl))"
   else
-    say "install: FAIL: import flytune / flytune.jax / flytune.torch (see the log)"; tail -5 "$LOG"
+    tail -3 "$LOG"; say "install: FAIL: import flytune / flytune.jax / flytune.torch (see the log)"
   fi
 else
-  say "install: FAIL: pip install of .dev/wheels/*.whl"; tail -5 "$LOG"
+  tail -3 "$LOG"; say "install: FAIL: pip install of .dev/wheels/*.whl"
 fi
 
 # 2. The GPU tests on the tiny export.
@@ -97,7 +97,7 @@ section "bench"
 t0=$SECONDS
 if [ -f /tmp/mixtral-export/manifest.json ]; then
   bounded $(( $(left) - 10 )) python3 bench/python_bindings.py --export /tmp/mixtral-export \
-    --out "$OUT/python_bindings" --tokens "$TOKENS" --deadline-s $(( $(left) - 25 ))
+    --out "$OUT/python_bindings" --tokens "$TOKENS" --deadline-s $(( $(left) - 25 )) --verbose
   say "bench: rc $? in $((SECONDS - t0)) s"
 else
   say "bench: not run (no export)"

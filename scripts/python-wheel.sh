@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# A flytune wheel (docs/PYTHON.md) for one Python, built here and checked, for a
+# machine without a registry (the H200 runs `pip install --no-index` of it).
+#
+#   scripts/python-wheel.sh [--python PY] [--jaxlib VERSION] [--out DIR]
+#
+#   --python  the interpreter whose ABI the wheel is for (default: python3);
+#             the wheel's _core is cpython-<its version>
+#   --jaxlib  the jaxlib whose XLA FFI headers the handlers are compiled
+#             against (default 0.11.2, the H200 machine's; a handler built
+#             against older headers also runs on newer jaxlib)
+#   --out     where the wheel goes (default: .dev/wheels, which the device
+#             tool carries; older flytune wheels there are removed)
+#
+# The build environment is a venv of that interpreter with scikit-build-core,
+# nanobind and jaxlib (only its headers: installed without its dependencies)
+# from $FLYTUNE_CACHE_DIR/python-wheels, fetched there first when missing;
+# then `pip wheel --no-build-isolation --no-deps`. Checks: the file list, the
+# extension's ABI tag, and that the shared objects need nothing beyond the C
+# and C++ runtime libraries (readelf NEEDED) and no newer glibc / libstdc++
+# symbol versions than this machine's (so Ubuntu 24.04, newer, loads them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+py=python3
+jaxlib=0.11.2
+out=.dev/wheels
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --python) py=$2; shift 2 ;;
+    --jaxlib) jaxlib=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "python-wheel: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+say() { echo "python-wheel: $*"; }
+die() { echo "python-wheel: $*" >&2; exit 1; }
+
+cache="${FLYTUNE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/flytune}"
+wheels="$cache/python-wheels"
+mkdir -p "$wheels" "$out"
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+command -v "$py" >/dev/null || die "no interpreter '$py'"
+tag=$("$py" -c 'import sys; print("%d%d" % sys.version_info[:2])')
+started=$SECONDS
+
+# The build environment, cached; remade when its requirements change.
+venv="$cache/python/wheel-py$tag"
+reqs="scikit-build-core nanobind jaxlib==$jaxlib (no deps)"
+if [ "$(cat "$venv/.flytune-requirements" 2>/dev/null)" != "$reqs" ]; then
+  rm -rf "$venv"
+  "$py" -m venv "$venv"
+  fetch() {  # pip install from the wheel folder, fetching into it when something is missing
+    "$venv/bin/pip" install -q --no-index --find-links "$wheels" "$@" 2>/dev/null && return 0
+    say "fetching into $wheels: $*"
+    "$venv/bin/pip" download -q -d "$wheels" --find-links "$wheels" "$@"
+    "$venv/bin/pip" install -q --no-index --find-links "$wheels" "$@"
+  }
+  fetch scikit-build-core nanobind
+  fetch --no-deps "jaxlib==$jaxlib"  # only its include/ folder is used (find_spec; never imported)
+  echo "$reqs" >"$venv/.flytune-requirements"
+fi
+say "build environment $venv: $("$venv/bin/python" --version), $("$venv/bin/pip" list 2>/dev/null |
+  grep -iE '^(scikit.build.core|nanobind|jaxlib) ' | tr -s ' ' | paste -sd, -)"
+
+launcher=()
+command -v ccache >/dev/null && launcher=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+rm -f "$out"/flytune-*.whl
+"$venv/bin/pip" wheel -q --no-build-isolation --no-deps "${launcher[@]}" \
+  -C "build-dir=build/python/wheel-py$tag" -w "$out" .
+found=("$out"/flytune-*-cp"$tag"-*.whl)
+wheel=${found[0]}
+[ -f "$wheel" ] || die "no cp$tag wheel in $out: $(ls "$out")"
+say "built $wheel ($(du -h "$wheel" | cut -f1)) in $((SECONDS - started)) s"
+
+# --- checks --------------------------------------------------------------------
+check=$(mktemp -d)
+trap 'rm -rf "$check"' EXIT
+unzip -l "$wheel"
+unzip -q "$wheel" -d "$check"
+found=("$check"/flytune/_core.cpython-"$tag"-*.so)
+core=${found[0]}
+[ -f "$core" ] || die "no flytune/_core.cpython-$tag-*.so in the wheel"
+runtime="$check/flytune/lib/libflytune_runtime.so"
+[ -f "$runtime" ] || die "no flytune/lib/libflytune_runtime.so in the wheel"
+for f in flytune/__init__.py flytune/jax.py flytune/torch.py flytune/include/flytune_runtime.h; do
+  [ -f "$check/$f" ] || die "no $f in the wheel"
+done
+allowed='^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so'
+glibc_here=$(ldd --version | head -1 | grep -oE '[0-9]+\.[0-9]+$')
+for so in "$core" "$runtime"; do
+  needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
+  say "$(basename "$so") needs: $(echo "$needed" | paste -sd' ' -)"
+  bad=$(echo "$needed" | grep -vE "$allowed" | grep -v '^libflytune_runtime\.so$' || true)
+  [ -z "$bad" ] || die "$(basename "$so") needs libraries a bare machine may lack: $bad"
+  # The newest symbol versions it asks for (Ubuntu 24.04: GLIBC 2.39, GLIBCXX 3.4.33).
+  versions=$(objdump -T "$so" | grep -oE '(GLIBC|GLIBCXX|CXXABI)_[0-9.]+' | sort -u -V |
+    awk -F_ '{v[$1]=$2} END {for (k in v) printf "%s_%s ", k, v[k]}')
+  say "$(basename "$so") newest symbol versions: $versions(this machine: glibc $glibc_here)"
+  rpath=$(readelf -d "$so" | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]/\2/p')
+  [ -z "$rpath" ] || say "$(basename "$so") runpath: $rpath"
+done
+# shellcheck disable=SC2016
+readelf -d "$core" | grep -qE 'R(UN)?PATH.*\$ORIGIN/lib' || die "_core has no \$ORIGIN/lib runpath"
+# The module loads with its runtime, in a clean interpreter of this ABI (no jax, no torch needed).
+PYTHONPATH="$check" "$py" -c 'import flytune, flytune._core as c; print("python-wheel: import flytune", flytune.__version__, "ok:", [n for n in dir(c) if n.startswith("FT_ERR")][:3], "...")'
+say "ok: $wheel"

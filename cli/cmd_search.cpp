@@ -1,6 +1,7 @@
 // flytune search: find the fastest correct variant per token bucket on the GPU
 // here (or, with --dry-run or without a GPU, generate + compile + analyse the
-// space into the database), recording every result as it exists.
+// space into the database; or, with --emulate, the whole search on the CPU
+// emulator of --target), recording every result as it exists.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -22,6 +23,7 @@
 #include "tuner/search/progress.hpp"
 #include "tuner/search/search.hpp"
 #include "tuner/search/shard.hpp"
+#include "tuner/worker/worker_device.hpp"
 
 namespace ft::cli {
 namespace {
@@ -45,7 +47,38 @@ struct SearchOptions {
   std::uint64_t seed = 0;
   std::string command_line;
   bool no_baseline = false;
+  bool emulate = false;
+  bool problem_given = false;
 };
+
+// --emulate (or an emu: --device): the worker on the CPU emulator of the one
+// target, the variants built by the host compiler (Backend::emulate). Sets
+// the config's targets, device and backend; a usage error when the options
+// contradict each other.
+Status configure_emulation(const SearchOptions& opt, SearchConfig& cfg) {
+  if (opt.dry_run)
+    return fail(Errc::usage, "--emulate runs the search on the CPU emulator and --dry-run only compiles; give one of them");
+  std::string target;
+  if (!opt.device.empty()) {
+    if (!is_emu_selector(opt.device))
+      return fail(Errc::usage, fmt::format("--device {} is a GPU; --emulate runs on emu:<target> or emu:<target>:<n>",
+                                           shorten(opt.device)));
+    auto sel = parse_emu_selector(opt.device);
+    if (!sel) return std::unexpected(as_usage(sel.error(), "--device"));
+    target = std::string(sel->target->name);
+  }
+  if (opt.targets.size() > 1) return fail(Errc::usage, "--emulate searches one target; give one --target");
+  if (!opt.targets.empty()) {
+    if (!target.empty() && opt.targets.front() != target)
+      return fail(Errc::usage, fmt::format("--target {} does not match --device {}", opt.targets.front(), opt.device));
+    target = opt.targets.front();
+  }
+  if (target.empty()) return fail(Errc::usage, "--emulate needs --target (gfx90a, gfx942, gfx950 or sm_90a)");
+  cfg.targets = {target};
+  cfg.device_selector = opt.device.empty() ? fmt::format("emu:{}", target) : opt.device;
+  cfg.compile.backend = Backend::emulate;
+  return {};
+}
 
 // What a dry run did and what to try next: it times nothing, so it records no winners.
 void print_dry_run_ending(const SearchSummary& s) {
@@ -140,8 +173,11 @@ std::string own_command_line() {
   return out;
 }
 
-int run(const SearchOptions& opt) {
+int run(SearchOptions opt) {
   SearchConfig cfg;
+  const bool emulate = opt.emulate || is_emu_selector(opt.device);
+  // The emulator runs on the CPU: without an explicit problem it searches the small one.
+  if (emulate && !opt.problem_given) opt.problem.problem = "tiny";
   auto problem = resolve_problem(opt.problem);
   if (!problem) return report_error(problem.error());
   cfg.problem = *problem;
@@ -152,7 +188,7 @@ int run(const SearchOptions& opt) {
   if (!space) return report_error(space.error());
   cfg.space = *space;
   if (opt.tokens.empty()) {
-    cfg.tokens = default_token_buckets();
+    cfg.tokens = emulate ? std::vector<int>{1, 7, 33} : default_token_buckets();
   } else {
     auto t = parse_tokens_option(opt.tokens);
     if (!t) return report_error(t.error());
@@ -192,11 +228,16 @@ int run(const SearchOptions& opt) {
   cfg.command_line = opt.command_line;
   cfg.progress = !opt.json;
   cfg.targets = opt.targets;
+  if (emulate) {
+    if (auto st = configure_emulation(opt, cfg); !st) return report_error(st.error());
+  } else if (auto st = check_worker_selector(opt.device); !st) {
+    return report_error(as_usage(st.error(), "--device"));
+  }
 
   // Without --dry-run, a GPU is needed; without one, say so and do the dry run
   // (generate + compile + analyse) for the targets asked, or gfx942 and sm_90a.
   cfg.dry_run = opt.dry_run;
-  if (!cfg.dry_run) {
+  if (!cfg.dry_run && !emulate) {
     bool any_gpu = false;
     for (const auto& r : probe_runtimes()) any_gpu = any_gpu || !r.devices.empty();
     if (!any_gpu) {
@@ -231,12 +272,16 @@ Command setup_search(CLI::App& app) {
       ->check(finite_seconds());
   sub->add_option("--db", opt->db, "SQLite database")->capture_default_str();
   sub->add_option("--space", opt->space, "Variant space: default, wide, small, and/or axis=values;...")->capture_default_str();
-  sub->add_option("--device", opt->device, "GPU: cuda:N or hip:N (default: the first GPU)");
+  sub->add_option("--device", opt->device,
+                  "GPU: cuda:N or hip:N (default: the first GPU); emu:<target>[:<n>]: the CPU emulator (implies --emulate)");
   sub->add_option("--ceilings", opt->ceilings, "Roofline ceilings TFLOPS,TBPS (default: measured table for known GPUs)");
   sub->add_option("--seed", opt->seed, "Seed of the random inputs (default: fresh)")->check(whole_number_at_least(0));
   sub->add_flag("--no-baseline", opt->no_baseline,
                 "Search only --space: leave out the default variant that speedups are measured against");
   sub->add_flag("--dry-run", opt->dry_run, "Generate, compile, analyse and record only (no GPU needed)");
+  sub->add_flag("--emulate", opt->emulate,
+                "The whole search on the CPU emulator of --target: verify, time, pair, record winners (no GPU needed; "
+                "default problem tiny, tokens 1,7,33)");
   sub->add_flag("--force", opt->force, "Measure again what the database already has");
   sub->add_flag("--graph", opt->graph, "Time the whole layer by CUDA/HIP graph replay");
   sub->add_flag("--json", opt->json, "Print the summary as JSON");
@@ -246,9 +291,11 @@ Command setup_search(CLI::App& app) {
       "  flytune search --dry-run --target gfx942 --space small\n"
       "  flytune search --problem deepseek-v3 --tokens 1..4096 --strategy exhaustive\n"
       "  flytune search --strategy random --budget 20 --seed 7 --db runs/h200.db\n"
-      "  flytune search --shard 0/4 --db shard-0.db       # one of 4 machines; then flytune db merge");
-  return {sub, [opt] {
+      "  flytune search --shard 0/4 --db shard-0.db       # one of 4 machines; then flytune db merge\n"
+      "  flytune search --emulate --target sm_90a --space small --tokens 1,7   # no GPU: on the CPU emulator");
+  return {sub, [opt, sub] {
             opt->command_line = own_command_line();
+            opt->problem_given = sub->count("--problem") > 0;
             return run(*opt);
           }};
 }

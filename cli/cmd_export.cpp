@@ -4,11 +4,14 @@
 // export runs through the runtime on the GPU it was tuned on (check-export);
 // a failing bucket leaves nothing written. With --check-coverage: which token
 // counts have no tuned winner and what the runtime does for them.
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
@@ -68,6 +71,15 @@ int run_coverage(const ExportOptions& opt) {
   return kExitOk;
 }
 
+// The staged manifest's code_object_format ("" when unreadable: the check says why).
+std::string object_format_of(const std::string& dir) {
+  std::ifstream f(std::filesystem::path(dir) / "manifest.json");
+  const nlohmann::json m = nlohmann::json::parse(f, nullptr, false);
+  return m.is_object() && m.contains("code_object_format") && m["code_object_format"].is_string()
+             ? m["code_object_format"].get<std::string>()
+             : "";
+}
+
 // The check run on the staged export; `outcome` says what happened for the summary.
 std::function<Status(const std::string&)> export_check(const ExportOptions& opt, std::string& outcome) {
   const std::string mode = opt.no_check ? "none" : opt.check;
@@ -78,7 +90,8 @@ std::function<Status(const std::string&)> export_check(const ExportOptions& opt,
   return [mode, &opt, &outcome](const std::string& dir) -> Status {
     check::CheckOptions co;
     co.dir = dir;
-    co.emulate = mode == "emulate";
+    // auto: an export of a search on the emulator holds host libraries, which only the emulator runs.
+    co.emulate = mode == "emulate" || (mode == "auto" && object_format_of(dir) == "so");
     co.routings = opt.check_routings;
     if (!opt.check_tokens.empty()) co.tokens = FT_TRY(parse_token_list(opt.check_tokens));
     auto report = check::check_export(co);
@@ -124,7 +137,8 @@ Command setup_export(CLI::App& app) {
   sub->add_flag("--force", opt->force, "Replace what --out holds (the new export takes its place in one rename)");
   sub->add_option("--check", opt->check,
                   "Run the export through the runtime before writing it: auto (on this machine's GPU of the target, "
-                  "else say it was not checked), gpu (required), emulate (CPU emulator), none")
+                  "else say it was not checked; an export of search --emulate on the emulator), gpu (required), "
+                  "emulate (CPU emulator), none")
       ->check(CLI::IsMember({"auto", "gpu", "emulate", "none"}))
       ->capture_default_str();
   sub->add_flag("--no-check", opt->no_check, "Same as --check none");

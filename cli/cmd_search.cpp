@@ -1,6 +1,7 @@
 // flytune search: find the fastest correct variant per token bucket on the GPU
 // here (or, with --dry-run or without a GPU, generate + compile + analyse the
-// space into the database), recording every result as it exists.
+// space into the database; or, with --emulate, the whole search on the CPU
+// emulator of --target), recording every result as it exists.
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -23,6 +24,7 @@
 #include "tuner/search/progress.hpp"
 #include "tuner/search/search.hpp"
 #include "tuner/search/shard.hpp"
+#include "tuner/worker/worker_device.hpp"
 
 namespace ft::cli {
 namespace {
@@ -48,7 +50,47 @@ struct SearchOptions {
   std::uint64_t seed = 0;
   std::string command_line;
   bool no_baseline = false;
+  bool emulate = false;
+  bool problem_given = false;
 };
+
+// --emulate (or an emu: --device): the worker on the CPU emulator of the one
+// target, the variants built by the host compiler (Backend::emulate). Sets
+// the config's targets, device and backend; a usage error when the options
+// contradict each other.
+Status configure_emulation(const SearchOptions& opt, SearchConfig& cfg) {
+  if (opt.dry_run)
+    return fail(Errc::usage, "--emulate runs the search on the CPU emulator and --dry-run only compiles; give one of them");
+  std::string target;
+  if (!opt.device.empty()) {
+    if (!is_emu_selector(opt.device))
+      return fail(Errc::usage, fmt::format("--device {} is a GPU; --emulate runs on emu:<target> or emu:<target>:<n>",
+                                           shorten(opt.device)));
+    auto sel = parse_emu_selector(opt.device);
+    if (!sel) return std::unexpected(as_usage(sel.error(), "--device"));
+    target = std::string(sel->target->name);
+  }
+  if (opt.targets.size() > 1) return fail(Errc::usage, "--emulate searches one target; give one --target");
+  if (!opt.targets.empty()) {
+    if (!target.empty() && opt.targets.front() != target)
+      return fail(Errc::usage, fmt::format("--target {} does not match --device {}", opt.targets.front(), opt.device));
+    target = opt.targets.front();
+  }
+  // --devices emu:<target>:0,emu:<target>:1: several emulated devices of one target.
+  for (const std::string& sel : cfg.devices) {
+    auto parsed = parse_emu_selector(sel);
+    if (!parsed) return std::unexpected(as_usage(parsed.error(), "--devices"));
+    if (!target.empty() && parsed->target->name != target)
+      return fail(Errc::usage, fmt::format("--devices {}: the emulated devices of one search share one target ({})", sel,
+                                           target));
+    target = std::string(parsed->target->name);
+  }
+  if (target.empty()) return fail(Errc::usage, "--emulate needs --target (gfx90a, gfx942, gfx950 or sm_90a)");
+  cfg.targets = {target};
+  if (cfg.devices.empty()) cfg.devices = {opt.device.empty() ? fmt::format("emu:{}", target) : opt.device};
+  cfg.compile.backend = Backend::emulate;
+  return {};
+}
 
 // What a dry run did and what to try next: it times nothing, so it records no winners.
 void print_dry_run_ending(const SearchSummary& s) {
@@ -144,7 +186,9 @@ Result<std::vector<std::string>> resolve_devices(const SearchOptions& opt) {
     const std::string_view ordinal = colon == std::string::npos ? "" : std::string_view(item).substr(colon + 1);
     const bool number = !ordinal.empty() && ordinal.size() < 6 &&
                         std::all_of(ordinal.begin(), ordinal.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!((runtime == "cuda" || runtime == "hip") && number))
+    if (runtime == "emu") {
+      if (auto st = check_worker_selector(item); !st) return std::unexpected(as_usage(st.error(), "--devices"));
+    } else if (!((runtime == "cuda" || runtime == "hip") && number))
       return fail(Errc::usage, fmt::format("--devices: '{}' is not a GPU; use 'all' or a list such as cuda:0,cuda:1 "
                                            "(hip:N on AMD)", escape_control(item, false)));
     if (std::find(out.begin(), out.end(), item) != out.end())
@@ -153,6 +197,9 @@ Result<std::vector<std::string>> resolve_devices(const SearchOptions& opt) {
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
   }
+  const auto emulated = std::count_if(out.begin(), out.end(), [](const std::string& d) { return d.starts_with("emu:"); });
+  if (emulated > 0 && emulated < std::ptrdiff_t(out.size()))
+    return fail(Errc::usage, "--devices mixes GPUs and emulated devices; a search runs on one or the other");
   return out;
 }
 
@@ -185,8 +232,11 @@ std::string own_command_line() {
   return out;
 }
 
-int run(const SearchOptions& opt) {
+int run(SearchOptions opt) {
   SearchConfig cfg;
+  const bool emulate = opt.emulate || is_emu_selector(opt.device) || opt.devices.starts_with("emu:");
+  // The emulator runs on the CPU: without an explicit problem it searches the small one.
+  if (emulate && !opt.problem_given) opt.problem.problem = "tiny";
   auto problem = resolve_problem(opt.problem);
   if (!problem) return report_error(problem.error());
   cfg.problem = *problem;
@@ -197,7 +247,7 @@ int run(const SearchOptions& opt) {
   if (!space) return report_error(space.error());
   cfg.space = *space;
   if (opt.tokens.empty()) {
-    cfg.tokens = default_token_buckets();
+    cfg.tokens = emulate ? std::vector<int>{1, 7, 33} : default_token_buckets();
   } else {
     auto t = parse_tokens_option(opt.tokens);
     if (!t) return report_error(t.error());
@@ -240,11 +290,16 @@ int run(const SearchOptions& opt) {
   cfg.command_line = opt.command_line;
   cfg.progress = !opt.json;
   cfg.targets = opt.targets;
+  if (emulate) {
+    if (auto st = configure_emulation(opt, cfg); !st) return report_error(st.error());
+  } else if (auto st = check_worker_selector(opt.device); !st) {
+    return report_error(as_usage(st.error(), "--device"));
+  }
 
   // Without --dry-run, a GPU is needed; without one, say so and do the dry run
   // (generate + compile + analyse) for the targets asked, or gfx942 and sm_90a.
   cfg.dry_run = opt.dry_run;
-  if (!cfg.dry_run) {
+  if (!cfg.dry_run && !emulate) {
     bool any_gpu = false;
     for (const auto& r : probe_runtimes()) any_gpu = any_gpu || !r.devices.empty();
     if (!any_gpu) {
@@ -279,10 +334,11 @@ Command setup_search(CLI::App& app) {
       ->check(finite_seconds());
   sub->add_option("--db", opt->db, "SQLite database")->capture_default_str();
   sub->add_option("--space", opt->space, "Variant space: default, wide, small, and/or axis=values;...")->capture_default_str();
-  sub->add_option("--device", opt->device, "GPU: cuda:N or hip:N (default: the first GPU)");
+  sub->add_option("--device", opt->device,
+                  "GPU: cuda:N or hip:N (default: the first GPU); emu:<target>[:<n>]: the CPU emulator (implies --emulate)");
   sub->add_option("--devices", opt->devices,
-                  "Several GPUs, one worker each: 'all' or a list such as cuda:0,cuda:1; variants and token buckets "
-                  "are dealt among them");
+                  "Several GPUs, one worker each: 'all' or a list such as cuda:0,cuda:1 (or emu:sm_90a:0,emu:sm_90a:1); "
+                  "variants and token buckets are dealt among them");
   sub->add_flag("--allow-mixed", opt->allow_mixed,
                 "With --devices: allow GPUs of different models (each model gets winners of its own)");
   sub->add_option("--ceilings", opt->ceilings, "Roofline ceilings TFLOPS,TBPS (default: measured table for known GPUs)");
@@ -290,6 +346,9 @@ Command setup_search(CLI::App& app) {
   sub->add_flag("--no-baseline", opt->no_baseline,
                 "Search only --space: leave out the default variant that speedups are measured against");
   sub->add_flag("--dry-run", opt->dry_run, "Generate, compile, analyse and record only (no GPU needed)");
+  sub->add_flag("--emulate", opt->emulate,
+                "The whole search on the CPU emulator of --target: verify, time, pair, record winners (no GPU needed; "
+                "default problem tiny, tokens 1,7,33)");
   sub->add_flag("--force", opt->force, "Measure again what the database already has");
   sub->add_flag("--graph", opt->graph, "Time the whole layer by CUDA/HIP graph replay");
   sub->add_flag("--json", opt->json, "Print the summary as JSON");
@@ -300,9 +359,11 @@ Command setup_search(CLI::App& app) {
       "  flytune search --problem deepseek-v3 --tokens 1..4096 --strategy exhaustive\n"
       "  flytune search --strategy random --budget 20 --seed 7 --db runs/h200.db\n"
       "  flytune search --devices all                     # every GPU of this machine, one worker each\n"
-      "  flytune search --shard 0/4 --db shard-0.db       # one of 4 machines; then flytune db merge");
-  return {sub, [opt] {
+      "  flytune search --shard 0/4 --db shard-0.db       # one of 4 machines; then flytune db merge\n"
+      "  flytune search --emulate --target sm_90a --space small --tokens 1,7   # no GPU: on the CPU emulator");
+  return {sub, [opt, sub] {
             opt->command_line = own_command_line();
+            opt->problem_given = sub->count("--problem") > 0;
             return run(*opt);
           }};
 }

@@ -325,6 +325,15 @@ Result<FileState> file_state(const std::string& path) {
 }
 
 Status migrate(sqlite3* db, const std::string& path, const std::vector<Migration>& all) {
+  // A migration may rebuild a table others refer to (SQLite alters no CHECK):
+  // foreign keys are not enforced while one runs (the pragma only takes effect
+  // outside a transaction), and every key is checked before it commits.
+  FT_CHECK(exec(db, path, "PRAGMA foreign_keys = OFF"));
+  struct KeysOn {
+    sqlite3* db;
+    const std::string& path;
+    ~KeysOn() { (void)exec(db, path, "PRAGMA foreign_keys = ON"); }
+  } keys_on{db, path};
   for (const Migration& m : all) {
     // BEGIN IMMEDIATE takes the write lock first, so a second process opening
     // the same new file waits here and then sees the work already done.
@@ -346,6 +355,8 @@ Status migrate(sqlite3* db, const std::string& path, const std::vector<Migration
       q.bind(2, m.name);
       q.bind(3, utc_now());
       FT_CHECK(q.run());
+      if (FT_TRY(query_int(db, path, "SELECT count(*) FROM pragma_foreign_key_check")) != 0)
+        return fail(Errc::database, fmt::format("migration {} left rows whose references point nowhere", m.name), path);
       return exec(db, path, fmt::format("PRAGMA user_version = {}", m.version).c_str());
     }();
     if (!applied) {

@@ -167,6 +167,14 @@ Problem problem_of(const ProblemRecord& r) {
   return p;
 }
 
+// The code objects' format (and file extension): the toolchain's. A search
+// on the CPU emulator (backend emulate) built host libraries, which only the
+// emulator runs.
+std::string object_format(const Target& t, const ToolchainRecord& toolchain) {
+  if (toolchain.backend == to_string(Backend::emulate)) return "so";
+  return t.is_nvidia() ? "cubin" : "hsaco";
+}
+
 std::string device_label(const DeviceRecord& d) { return fmt::format("{} ({}, {})", d.name, d.arch, d.runtime); }
 
 // Winners of kind 'layer' that pass the filters; refuses a mix of devices.
@@ -197,7 +205,7 @@ struct SupportUnit {
 };
 
 Result<SupportUnit> support_unit(Store& store, ObjectSet& objects, const Target& target, DType dtype,
-                                 std::int64_t toolchain_id) {
+                                 const ToolchainRecord& toolchain, std::int64_t toolchain_id) {
   const std::string name = support_unit_name(target, dtype);
   VariantFilter f;
   f.kernel_name = name;
@@ -208,7 +216,9 @@ Result<SupportUnit> support_unit(Store& store, ObjectSet& objects, const Target&
   auto same_toolchain = std::find_if(rows.begin(), rows.end(), [&](const VariantRecord& v) { return v.toolchain_id == toolchain_id; });
   if (same_toolchain != rows.end())
     return SupportUnit{FT_TRY(objects.from_store(same_toolchain->code_object_hash, name)), "", false};
-  CodeObject co = FT_TRY(compile(emit_support(target, dtype), target, CompileOptions{}));
+  CompileOptions options;
+  if (toolchain.backend == to_string(Backend::emulate)) options.backend = Backend::emulate;  // the winners' kind of build
+  CodeObject co = FT_TRY(compile(emit_support(target, dtype), target, options));
   SupportUnit out;
   out.toolchain = co.toolchain_version;
   out.compiled_here = true;
@@ -281,7 +291,7 @@ json manifest_json(const ExportOptions& opt, const Target& t, const DeviceRecord
   return {{"schema_version", kManifestSchemaVersion},
           {"target", t.name},
           {"vendor", std::string(to_string(t.vendor))},
-          {"code_object_format", t.is_nvidia() ? "cubin" : "hsaco"},
+          {"code_object_format", object_format(t, toolchain)},
           {"exported_at", utc_now()},
           {"source_database", fs::path(opt.db_path).filename().string()},
           {"device",
@@ -325,7 +335,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
   const Target* target = FT_TRY(lookup_target(device.arch));
   const std::int64_t toolchain_id = rows.front().variant.toolchain_id;
   const ToolchainRecord& toolchain = rows.front().toolchain;
-  const std::string ext = target->is_nvidia() ? ".cubin" : ".hsaco";
+  const std::string ext = "." + object_format(*target, toolchain);
   ObjectSet objects(store, ext);
   ExportContents out;
   out.summary.target = std::string(target->name);
@@ -375,7 +385,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
 
     const std::string dtype(to_string(p.dtype));
     if (!supports.contains(dtype)) {
-      SupportUnit s = FT_TRY(support_unit(store, objects, *target, p.dtype, toolchain_id));
+      SupportUnit s = FT_TRY(support_unit(store, objects, *target, p.dtype, toolchain, toolchain_id));
       if (s.compiled_here) {
         out.summary.support_compiled = true;
         out.summary.notes.push_back(fmt::format(

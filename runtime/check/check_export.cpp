@@ -316,7 +316,9 @@ Result<ft_runtime*> open_emulated(const std::string& dir, std::string& device) {
     auto d = FT_TRY(emu::EmuDevice::create(*target));
     return std::unique_ptr<Device>(std::move(d));
   };
-  auto runtime = FT_TRY(rt::Runtime::open(dir, opener, emulated_objects));
+  // An export of a search on the emulator ships host libraries: run those
+  // (the artifact itself); a GPU export's kernels are rebuilt for the emulator.
+  auto runtime = FT_TRY(rt::Runtime::open(dir, opener, m.format == "so" ? rt::Runtime::ObjectSource{} : emulated_objects));
   return rt::adopt_runtime(std::move(runtime));
 }
 

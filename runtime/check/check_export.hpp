@@ -10,7 +10,9 @@
 // On a GPU the export's own code objects run. With `emulate` each exported
 // kernel is regenerated from the manifest's stage variants for the CPU
 // emulator, and the runtime executes the manifest's steps on it: the launch
-// rules are checked without a GPU (the GPU code objects are not).
+// rules are checked without a GPU (the GPU code objects are not). An export
+// of a search on the emulator (code_object_format "so") holds host libraries:
+// with `emulate` those very files run.
 #include <cstdint>
 #include <optional>
 #include <string>

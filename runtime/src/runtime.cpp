@@ -126,7 +126,7 @@ Result<Manifest> parse(const json& j) {
   m.target = j.at("target").get<std::string>();
   m.target_info = FT_TRY(lookup_target(m.target));
   m.format = j.at("code_object_format").get<std::string>();
-  if (m.format != "cubin" && m.format != "hsaco")
+  if (m.format != "cubin" && m.format != "hsaco" && m.format != "so")
     return fail(Errc::invalid_input, "unknown code_object_format '" + m.format + "'");
   for (const json& s : j.at("support_units")) m.supports.push_back(parse_support(s));
   for (const json& pj : j.at("problems")) {
@@ -235,6 +235,10 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const std::string& dir, const Dev
   const auto objects = source ? FT_TRY(source(rt->manifest_)) : FT_TRY(read_code_objects(dir, rt->manifest_));
   rt->device_ = FT_TRY(open_device());
   FT_CHECK(check_target(rt->manifest_, rt->device_->info()));
+  if (rt->manifest_.format == "so" && !source && rt->device_->info().runtime != "emu")
+    return fail(Errc::no_device, "the export holds host libraries for the CPU emulator (code_object_format 'so', from "
+                                 "flytune search --emulate), not code objects for " + rt->device_->info().name +
+                                 "; check it with flytune check-export --emulate, or search on the GPU and export that", dir);
   FT_CHECK(rt->load(objects));
   return rt;
 }

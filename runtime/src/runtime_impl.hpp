@@ -58,7 +58,7 @@ struct ProblemEntry {
 struct Manifest {
   std::string target;
   const Target* target_info = nullptr;
-  std::string format;  // "cubin" or "hsaco"
+  std::string format;  // "cubin", "hsaco" or "so" (host libraries for the CPU emulator: a search --emulate)
   std::vector<ProblemEntry> problems;
   std::vector<SupportUnit> supports;
   std::vector<std::string> files;  // every code object named, once

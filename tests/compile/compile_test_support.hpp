@@ -48,6 +48,8 @@ inline std::string missing_toolchain(Backend backend, const Target& target) {
     case Backend::nvrtc:
       if (!tc.nvrtc.found) return "NVRTC not found: " + tc.nvrtc.error;
       return "";
+    case Backend::emulate:  // the host compiler (tests/emu), not a GPU toolchain
+      return "";
   }
   return "unknown backend";
 }

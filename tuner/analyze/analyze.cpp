@@ -148,6 +148,10 @@ int occupancy_per_simd(const Target& t, int regs_per_lane, int lds_bytes, int bl
 
 Result<Resources> analyze(const CodeObject& object, const Target& target, std::string_view kernel_symbol,
                           int block_threads, int dynamic_lds_bytes) {
+  // A host library holds no GPU registers, LDS allocation or occupancy: say
+  // so rather than report numbers no GPU compiler produced.
+  if (object.backend == Backend::emulate)
+    return fail(Errc::invalid_input, std::string(kNotAnalysedEmulated), object.kernel_name);
   if (target.is_amd()) return analyze_amd(object, target, kernel_symbol, block_threads, dynamic_lds_bytes);
   return analyze_nvidia(object, target, kernel_symbol, block_threads, dynamic_lds_bytes);
 }

@@ -36,7 +36,11 @@ int occupancy_per_simd(const Target& target, int regs_per_lane, int lds_bytes, i
 // Analyzes the kernel `kernel_symbol` (the extern "C" entry point) of `object`.
 // `block_threads` is the launch block size; `dynamic_lds_bytes` is added to the
 // kernel's static LDS. Errors: Errc::not_found (no such kernel), Errc::toolchain
-// (comgr or libLLVM missing for AMD), Errc::invalid_input (damaged object).
+// (comgr or libLLVM missing for AMD), Errc::invalid_input (damaged object, or
+// an emulated build: kNotAnalysedEmulated).
+inline constexpr std::string_view kNotAnalysedEmulated =
+    "not analysed: an emulated build is a host library (registers, LDS and occupancy are facts of a GPU "
+    "compiler's output; the emulator checks the launch limits instead)";
 Result<Resources> analyze(const CodeObject& object, const Target& target, std::string_view kernel_symbol,
                           int block_threads, int dynamic_lds_bytes);
 

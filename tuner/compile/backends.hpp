@@ -1,6 +1,6 @@
 #pragma once
-// Internal: the three compiler backends behind compile() (compile.cpp picks one
-// and wraps it with the cache). Not part of the public API.
+// Internal: the compiler backends behind compile() (compile.cpp picks one and
+// wraps the GPU ones with the cache). Not part of the public API.
 #include <chrono>
 #include <span>
 #include <string>
@@ -9,6 +9,7 @@
 #include "generator/embedded_file.hpp"
 #include "generator/error.hpp"
 #include "generator/target.hpp"
+#include "tuner/compile/compile.hpp"
 #include "tuner/compile/kernel_source.hpp"
 #include "tuner/toolchain/toolchains.hpp"
 
@@ -39,6 +40,10 @@ std::string toolchain_version(Backend b, const Toolchains& tc, const Target& tar
 Result<BackendOutput> compile_with_comgr(const BackendJob& job);
 Result<BackendOutput> compile_with_clang(const BackendJob& job);
 Result<BackendOutput> compile_with_nvrtc(const BackendJob& job);
+
+// Backend::emulate: the source built by emu::compile_emulated() into a host
+// shared library for the CPU emulator, in its own cache (<cache>/emu).
+Result<CodeObject> compile_for_emulator(const KernelSource& source, const Target& target, const CompileOptions& options);
 
 // The jobs a clang driver printed for -### (each argument double-quoted, with \ escaping
 // ", \ and $); other lines but the driver's banner are appended to `other_lines`.

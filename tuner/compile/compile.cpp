@@ -42,6 +42,8 @@ std::vector<std::string> backend_arguments(Backend b, const Target& target, int 
       args = {fmt::format("--gpu-architecture={}", target.name), "-std=c++20", "--ptxas-options=-v",
               fmt::format("--ptxas-options=-O{}", opt_level), "-default-device"};
       break;
+    case Backend::emulate:  // compile_for_emulator: emu::emulation_flags()
+      break;
   }
   for (const auto& d : defines) args.push_back("-D" + d);
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());
@@ -57,6 +59,7 @@ std::string toolchain_version(Backend b, const Toolchains& tc, const Target& tar
       return fmt::format("clang {}", c->version.empty() ? std::to_string(c->major) : c->version);
     }
     case Backend::nvrtc: return fmt::format("nvrtc {}.{}", tc.nvrtc.major, tc.nvrtc.minor);
+    case Backend::emulate: return "host compiler";  // compile_for_emulator asks it for its version
   }
   return "?";
 }
@@ -112,7 +115,15 @@ Status check_cache_dir(const std::string& dir_in) {
   return {};
 }
 
-std::string_view code_object_extension(Backend b) { return b == Backend::nvrtc ? ".cubin" : ".hsaco"; }
+std::string_view code_object_extension(Backend b) {
+  switch (b) {
+    case Backend::nvrtc: return ".cubin";
+    case Backend::emulate: return ".so";
+    case Backend::comgr:
+    case Backend::clang: break;
+  }
+  return ".hsaco";
+}
 
 namespace {
 
@@ -125,6 +136,9 @@ const Toolchains& toolchains_of(const CompileOptions& options) {
 Result<Backend> choose_backend(const Target& target, const CompileOptions& options) {
   const Toolchains& tc = toolchains_of(options);
   if (!options.backend) return backend_for(target, tc);
+  // The host compiler builds every target for the emulator; whether there is
+  // one is known when compile_emulated looks for it.
+  if (*options.backend == Backend::emulate) return Backend::emulate;
   auto usable = backends_for(target, tc);
   if (std::find(usable.begin(), usable.end(), *options.backend) != usable.end()) return *options.backend;
   std::string reason;
@@ -140,6 +154,7 @@ Result<Backend> choose_backend(const Target& target, const CompileOptions& optio
       reason = target.is_amd() ? "NVRTC builds NVIDIA targets only"
                                : (!tc.nvrtc.found ? tc.nvrtc.error : "NVRTC lacks sm_90");
       break;
+    case Backend::emulate: break;  // returned above
   }
   if (target.is_nvidia() && *options.backend != Backend::nvrtc) reason = "comgr and clang build AMD targets only";
   return fail(Errc::toolchain, fmt::format("backend {} cannot build it: {}", to_string(*options.backend), reason),
@@ -158,6 +173,8 @@ struct Plan {
 Result<Plan> make_plan(const KernelSource& source, const Target& target, const CompileOptions& options) {
   Plan plan;
   plan.backend = FT_TRY(choose_backend(target, options));
+  if (plan.backend == Backend::emulate)
+    return fail(Errc::internal, "emulated builds are keyed by emu::compile_emulated, not by a compile plan", std::string(target.name));
   const Toolchains& tc = toolchains_of(options);
   plan.arguments = detail::backend_arguments(plan.backend, target, options.opt_level, options.defines, options.extra_flags);
   plan.toolchain_version = detail::toolchain_version(plan.backend, tc, target);
@@ -191,6 +208,7 @@ Result<CodeObject> compile(const KernelSource& source, const Target& target, con
   auto seconds_since_start = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   };
+  if (FT_TRY(choose_backend(target, options)) == Backend::emulate) return detail::compile_for_emulator(source, target, options);
   Plan plan = FT_TRY(make_plan(source, target, options));
   std::string context = fmt::format("{}: {}", target.name, source.name);
 
@@ -213,6 +231,7 @@ Result<CodeObject> compile(const KernelSource& source, const Target& target, con
     case Backend::comgr: built = detail::compile_with_comgr(job); break;
     case Backend::clang: built = detail::compile_with_clang(job); break;
     case Backend::nvrtc: built = detail::compile_with_nvrtc(job); break;
+    case Backend::emulate: break;  // compile_for_emulator, above
   }
   if (!built) return std::unexpected(with_context(std::move(built).error(), context));
   if (auto ok = detail::check_code_object(built->binary, target, source); !ok)

@@ -1,6 +1,7 @@
 #pragma once
 // Compiling kernel sources into code objects: comgr or clang (amdgcn, .hsaco)
-// and NVRTC (sm_90a, .cubin), with a content-hash cache and a parallel driver.
+// and NVRTC (sm_90a, .cubin), with a content-hash cache and a parallel driver;
+// or, with Backend::emulate, host shared libraries (.so) for the CPU emulator.
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -23,8 +24,9 @@ struct CodeObject {
   std::string kernel_name;
   std::string target;             // "gfx942", "sm_90a"
   Backend backend = Backend::clang;
-  std::string toolchain_version;  // "clang 19.1.7", "comgr 2.4", "nvrtc 13.0"
-  std::vector<std::byte> binary;  // ELF: AMDGPU code object (.hsaco) or CUDA cubin
+  std::string toolchain_version;  // "clang 19.1.7", "comgr 2.4", "nvrtc 13.0"; emulate: the host compiler's
+                                  // first --version line, "g++ (Debian 12.2.0-14) 12.2.0"
+  std::vector<std::byte> binary;  // ELF: AMDGPU code object (.hsaco), CUDA cubin, or (emulate) a host .so
   std::string hash;               // XXH3-128 hex of binary
   std::string cache_key;          // XXH3-128 hex of everything that determines binary
   std::string log;                // compiler diagnostics; NVRTC: includes the ptxas -v report
@@ -57,7 +59,7 @@ struct CompileOptions {
 // then works without the cache, so callers warn (or refuse an explicit folder).
 Status check_cache_dir(const std::string& dir);
 
-// ".hsaco" or ".cubin".
+// ".hsaco", ".cubin" or (emulate) ".so".
 std::string_view code_object_extension(Backend b);
 
 // The backend compile() would use for `target` with `options`: the forced one
@@ -66,11 +68,13 @@ Result<Backend> choose_backend(const Target& target, const CompileOptions& optio
 
 // The cache key for a source: backend, toolchain version, target, the full
 // compiler argument list, the source and every header's path and content.
+// Not for Backend::emulate (compile_emulated keys its own cache).
 Result<std::string> compile_cache_key(const KernelSource& source, const Target& target, const CompileOptions& options);
 
 // Compiles one source. Errors: Errc::toolchain (no compiler for the target;
 // the exact text of backend_for), Errc::compile (the compiler's message first,
-// then its full log), Errc::io. Context: "<target>: <kernel name>".
+// then its full log), Errc::io. Context: "<target>: <kernel name>" (emulate:
+// "<target>: <kernel name> (emulated)").
 Result<CodeObject> compile(const KernelSource& source, const Target& target, const CompileOptions& options);
 
 // Compiles every source on `options.jobs` threads; one result per source, in

@@ -19,6 +19,10 @@ std::vector<RuntimeReport> probe_runtimes();
 // for each runtime; a malformed selector -> Errc::usage.
 Result<std::unique_ptr<Device>> open_device(std::string_view selector);
 
+// The selector's form checked without opening anything: Errc::usage, with the
+// same message open_device gives, for a malformed one.
+Status check_device_selector(std::string_view selector);
+
 // "cuda:0" for a device; what open_device accepts back.
 std::string device_selector(const DeviceInfo& d);
 

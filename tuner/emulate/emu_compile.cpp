@@ -14,9 +14,9 @@
 #include <fmt/format.h>
 
 #include "templates/embedded.hpp"
-#include "tuner/compile/compile.hpp"
 #include "tuner/compile/hash.hpp"
 #include "tuner/subprocess.hpp"
+#include "tuner/toolchain/toolchains.hpp"  // default_cache_dir
 
 namespace fs = std::filesystem;
 

@@ -93,6 +93,8 @@ Result<std::unique_ptr<EmuDevice>> EmuDevice::create(const Target& target, EmuDe
   d->state_ = std::make_unique<State>();
   DeviceInfo& i = d->info_;
   i.runtime = "emu";
+  i.ordinal = options.index;
+  i.pci_bus_id = fmt::format("emu:{}:{}", target.name, options.index);
   i.name = fmt::format("flytune CPU emulator ({})", target.name);
   i.arch = std::string(target.name);
   i.compute_units = options.workers;

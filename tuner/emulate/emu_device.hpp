@@ -17,6 +17,9 @@ struct EmuDeviceOptions {
   int workers = 0;  // OS threads running blocks; 0: the machine's cores (at most 8); 1: deterministic order
   FiberSwitch fibers = fast_fiber_switch_available() ? FiberSwitch::fast : FiberSwitch::ucontext;
   std::size_t lane_stack_bytes = 128 * 1024;
+  // Which emulated device of its target this is: the ordinal, and the
+  // pci_bus_id "emu:<target>:<index>" that tells several apart in one search.
+  int index = 0;
 };
 
 // The launch limits of the emulated target, checked as the GPU runtime would:

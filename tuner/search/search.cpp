@@ -75,6 +75,14 @@ void remove_stale_object_dirs() {
   }
 }
 
+// A compile log with the reason its code object has no resources (an
+// emulated build, a damaged object), so the record says why they are empty.
+std::string with_analysis_note(std::string log, const std::string& analysis_error) {
+  if (analysis_error.empty()) return log;
+  if (!log.empty() && !log.ends_with('\n')) log += '\n';
+  return log + "flytune: resources not recorded: " + analysis_error + "\n";
+}
+
 // Everything one target's compile produced, recorded in the store.
 struct RecordedSpace {
   CompiledSpace space;
@@ -129,6 +137,7 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
   // Its resources are those of the align kernel, the layer's first launch.
   const LaunchShape align = align_launch(cfg.problem);
   if (auto r = analyze(support, target, align_entry(target), align.block, align.lds_bytes)) support_row.resources = to_db(*r);
+  else support_row.compile_log = with_analysis_note(support_row.compile_log, r.error().describe());
   FT_TRY(store.upsert_variant(support_row));
 
   for (const CompiledVariant& cv : rs.space.variants) {
@@ -142,7 +151,7 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
       vr.source_hash = cv.object->cache_key;
       vr.code_object_hash = cv.object->hash;
       vr.compile_status = db::CompileStatus::ok;
-      vr.compile_log = cv.object->log;
+      vr.compile_log = with_analysis_note(cv.object->log, cv.analysis_error);
       vr.compile_seconds = cv.object->compile_seconds;
       if (cv.resources) {
         vr.resources = to_db(*cv.resources);

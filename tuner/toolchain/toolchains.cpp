@@ -357,6 +357,7 @@ std::string_view to_string(Backend b) {
     case Backend::comgr: return "comgr";
     case Backend::clang: return "clang";
     case Backend::nvrtc: return "nvrtc";
+    case Backend::emulate: return "emulate";
   }
   return "?";
 }

@@ -76,7 +76,10 @@ ClangInfo probe_clang_in_root(const std::string& root, int min_major);
 const Toolchains& toolchains();
 Toolchains probe_toolchains();
 
-enum class Backend { comgr, clang, nvrtc };
+// emulate: the host C++ compiler builds a shared library for the CPU emulator
+// (tuner/emulate/emu_compile.hpp) -- any target, never chosen by backend_for;
+// `flytune search --emulate` asks for it.
+enum class Backend { comgr, clang, nvrtc, emulate };
 std::string_view to_string(Backend b);
 
 // The backend that builds `t` here: comgr when it lists the ISA, else clang

@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include "generator/variant.hpp"
-#include "tuner/device/runtimes.hpp"
 #include "tuner/device/telemetry.hpp"
 #include "tuner/layer/layer_bench.hpp"
+#include "tuner/worker/worker_device.hpp"
 #include "tuner/workload/workload.hpp"
 
 namespace ft {
@@ -66,7 +66,7 @@ struct WorkerService::State {
   std::optional<Telemetry> telemetry;
 
   Result<Device*> dev() {
-    if (!device) device = FT_TRY(open_device(selector));
+    if (!device) device = FT_TRY(open_worker_device(selector));
     return device.get();
   }
 

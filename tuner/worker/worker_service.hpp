@@ -1,7 +1,10 @@
 #pragma once
 // The measuring side of crash isolation: a `flytune worker` process owns the
 // GPU and answers one JSON request per line with one JSON line. If a kernel
-// faults or hangs, only this process dies; the search restarts it.
+// faults or hangs, only this process dies; the search restarts it. Its device
+// is a GPU or the CPU emulator of a target, by selector (worker_device.hpp:
+// cuda:N, hip:N, emu:<target>[:<n>]); the code objects it loads must be built
+// for that device (host libraries from Backend::emulate for the emulator).
 //
 // Requests ({"op": ...}):
 //   device                                   -> {"device": {...}}

@@ -13,7 +13,7 @@ set -euo pipefail
 flytune=$1
 work_root=$2
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-timeout_s=${FLYTUNE_SLURM_TEST_TIMEOUT:-200}
+timeout_s=${FLYTUNE_SLURM_TEST_TIMEOUT:-420}
 shards=2
 # The searches: dry runs record compile results and no winners, so the merge
 # job's coverage check must fail (expect_winners=0); with searches that time
@@ -189,9 +189,20 @@ read -r array_id merge_id < <(submit --problems "$work/problems.txt" --shards "$
   -- "${search_args[@]}") || fail "submit.sh failed"
 [ -n "${merge_id:-}" ] || fail "submit.sh did not print the two job ids"
 say "submitted array job $array_id and merge job $merge_id (and $bad_array_id, $bad_merge_id, which must fail)"
+# A campaign that times kernels: searches on the CPU emulator (the tiny problem, a
+# four-variant space, one bucket a shard), so every bucket gets winners and the merge
+# job checks coverage, exports, and checks the export on the emulator.
+emu_run=$work/emulated
+echo tiny >"$work/emu-problems.txt"
+read -r emu_array_id emu_merge_id < <(submit --problems "$work/emu-problems.txt" --shards 2 --dir "$emu_run" \
+  --coverage-tokens 1,7 --export-arg=--check=emulate \
+  -- --emulate --target sm_90a --space "small;atom=mma_m16n8k16_f32_bf16;split_k=1;tile_m=32;tile_n=32,64" \
+  --tokens 1,7 --no-baseline --seed 7) || fail "submit.sh failed"
+[ -n "${emu_merge_id:-}" ] || fail "submit.sh did not print the two job ids"
+say "submitted the emulated campaign: array job $emu_array_id, merge job $emu_merge_id"
 
 job_state() { scontrol show job "$1" 2>/dev/null | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p'; }
-while [ -n "$(squeue -h -j "$array_id,$merge_id,$bad_array_id,$bad_merge_id" -o %A 2>/dev/null)" ]; do
+while [ -n "$(squeue -h -j "$array_id,$merge_id,$bad_array_id,$bad_merge_id,$emu_array_id,$emu_merge_id" -o %A 2>/dev/null)" ]; do
   [ $((SECONDS - start)) -lt "$timeout_s" ] || fail "the jobs did not finish within $timeout_s s: $(squeue -h 2>&1 | tr '\n' ';')"
   sleep 1
 done
@@ -258,4 +269,22 @@ problems=$(q "$merged" "SELECT count(DISTINCT key) FROM problems")
 [ "$variants" -gt 0 ] || fail "the shards recorded no variants"
 grep -h '^run 1' "$run"/logs/search-*.out | sed 's/^/slurm-test: search: /'
 tail -n 1 "$merge_log" | sed 's/^/slurm-test: merge job: /'
+# The emulated campaign: both shards searched, merged with a layer winner for each
+# bucket, exported and checked on the emulator by the merge job.
+mapfile -t emu_states < <(job_state "$emu_array_id")
+[ ${#emu_states[@]} -eq 2 ] || fail "array job $emu_array_id has ${#emu_states[@]} task records, expected 2"
+for s in "${emu_states[@]}"; do
+  [ "$s" = COMPLETED ] || fail "an emulated search task ended $s: $(cat "$emu_run"/logs/search-*.out)"
+done
+emu_log=$emu_run/logs/merge-$emu_merge_id.out
+state=$(job_state "$emu_merge_id")
+[ "$state" = COMPLETED ] || fail "the emulated campaign's merge job ended '$state': $(cat "$emu_log" 2>/dev/null)"
+[ -f "$emu_run/export/manifest.json" ] || fail "the emulated campaign's merge job wrote no export/manifest.json"
+grep -q 'checks passed' "$emu_log" || fail "the merge job's export was not checked: $(cat "$emu_log")"
+layers=$(q "$emu_run/merged.db" "SELECT group_concat(tokens) FROM (SELECT tokens FROM winners WHERE kind = 'layer' ORDER BY tokens)")
+[ "$layers" = "1,7" ] || fail "$emu_run/merged.db has layer winners for T = '$layers', expected 1,7"
+runs=$(q "$emu_run/merged.db" "SELECT count(*) FROM runs WHERE json_extract(options_json, '\$.shard') IN ('0/2', '1/2')")
+[ "$runs" -eq 2 ] || fail "$emu_run/merged.db has $runs shard runs, expected 2"
+grep -h 'checks passed' "$emu_log" | sed 's/^/slurm-test: emulated campaign: /'
+
 say "ok: $tasks search tasks, merge job $merge_state as expected; $merged holds every shard's run, variants, code objects and measurements ($variants variant rows, $measurements measurements in the shards; $((SECONDS - start)) s)"

@@ -476,7 +476,7 @@ Command setup_db(CLI::App& app) {
   winners->add_option("--kind", opt->kind, "Only this kind (moe1, moe2, layer, ...)");
   view("stats", "Variants per compile status; measurements per run and status", DbView::stats);
   CLI::App* variants = view("variants", "Compiled variants with their resources", DbView::variants);
-  variants->add_option("--target", opt->target, "Only this target");
+  variants->add_option("--target", opt->target, fmt::format("Only this target ({})", known_target_names(" or ")));
   variants->add_option("--kind", opt->kind, "Only this kind");
   variants->add_option("--status", opt->status, "Only this compile status")->check(CLI::IsMember({"ok", "compile_error"}));
   variants->add_option("--limit", opt->limit, "At most this many rows")->check(whole_number_at_least(0));

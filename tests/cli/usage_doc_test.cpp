@@ -177,7 +177,7 @@ TEST(HelpTargets, EveryTargetNamedIsARowAndTargetOptionsNameAll) {
     for (const Target& t : all_targets())
       EXPECT_TRUE(mentions(help, std::string(t.name))) << "flytune " << where << " --help: --target misses " << t.name;
   }
-  EXPECT_GE(with_target, 6) << "generate, compile, verify, search, export and db winners take --target";
+  EXPECT_GE(with_target, 7) << "generate, compile, verify, search, export, db winners and db variants take --target";
 }
 
 TEST(HelpTargets, ListsAreBuiltFromTheTable) {
@@ -189,7 +189,8 @@ TEST(HelpTargets, ListsAreBuiltFromTheTable) {
       {{"search", "--help"}, "Target(s) to build: " + all_or + "; with a GPU, must match it (default: the GPU's own; dry run: " +
                                  dry_run_default_names() + ")"},
       {{"export", "--help"}, "Only winners of this target (" + all_or + ")"},
-      {{"db", "winners", "--help"}, "Only devices of this target (" + all_or + ")"}};
+      {{"db", "winners", "--help"}, "Only devices of this target (" + all_or + ")"},
+      {{"db", "variants", "--help"}, "Only this target (" + all_or + ")"}};
   for (const auto& [args, text] : expected) {
     auto help = run_flytune(args);
     ASSERT_EQ(help.exit_code, 0) << help.output;

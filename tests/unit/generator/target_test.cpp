@@ -92,8 +92,9 @@ TEST(Target, NvrtcArchAndMinimumCuda) {
   EXPECT_TRUE(h.cuda_new_enough(12, 0));
   EXPECT_TRUE(h.cuda_new_enough(13, 0));
   EXPECT_FALSE(h.cuda_new_enough(11, 8));
-  for (const Target& t : all_targets())
+  for (const Target& t : all_targets()) {
     if (t.is_amd()) EXPECT_EQ(t.sm, 0) << t.name;
+  }
 }
 
 // How the wave size reaches the templates: every compile of a unit for a target

@@ -14,6 +14,7 @@
 #include "cli/diag.hpp"
 #include "cli/option_checks.hpp"
 #include "cli/problem_options.hpp"
+#include "generator/target.hpp"
 #include "tuner/search/compile_space.hpp"
 #include "tuner/search/progress.hpp"
 
@@ -251,7 +252,7 @@ Result<int> compile_command(const CompileCommandOptions& opt) {
 Command setup_compile(CLI::App& app) {
   auto opt = std::make_shared<CompileCommandOptions>();
   CLI::App* sub = app.add_subcommand("compile", "Compile and analyse a target's variants into code objects + index.json");
-  sub->add_option("--target", opt->target, "Target: gfx90a, gfx942, gfx950 or sm_90a")->required();
+  sub->add_option("--target", opt->target, fmt::format("Target: {}", known_target_names(" or ")))->required();
   sub->add_option("--out", opt->out, "Output folder")->required();
   sub->add_option("--space", opt->space, "Variant space: default, wide, small, and/or axis=values;...")->capture_default_str();
   sub->add_option("--jobs", opt->jobs, "Parallel compiles (default: all cores)")->check(whole_number_at_least(0));

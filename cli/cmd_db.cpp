@@ -19,6 +19,7 @@
 #include "db/merge.hpp"
 #include "db/store.hpp"
 #include "generator/problem.hpp"
+#include "generator/target.hpp"
 
 namespace ft::cli {
 namespace {
@@ -470,12 +471,12 @@ Command setup_db(CLI::App& app) {
   view("runs", "Runs: when, what, with which flytune, how many measurements succeeded", DbView::runs);
   CLI::App* winners = view("winners", "Winners per problem, device and token bucket", DbView::winners);
   winners->add_option("--problem", opt->problem, "Only this problem key");
-  winners->add_option("--target", opt->target, "Only devices of this target (gfx942, sm_90a, ...)");
+  winners->add_option("--target", opt->target, fmt::format("Only devices of this target ({})", known_target_names(" or ")));
   winners->add_option("--tokens", opt->tokens, "Only this token bucket")->check(whole_number_at_least(1));
   winners->add_option("--kind", opt->kind, "Only this kind (moe1, moe2, layer, ...)");
   view("stats", "Variants per compile status; measurements per run and status", DbView::stats);
   CLI::App* variants = view("variants", "Compiled variants with their resources", DbView::variants);
-  variants->add_option("--target", opt->target, "Only this target");
+  variants->add_option("--target", opt->target, fmt::format("Only this target ({})", known_target_names(" or ")));
   variants->add_option("--kind", opt->kind, "Only this kind");
   variants->add_option("--status", opt->status, "Only this compile status")->check(CLI::IsMember({"ok", "compile_error"}));
   variants->add_option("--limit", opt->limit, "At most this many rows")->check(whole_number_at_least(0));

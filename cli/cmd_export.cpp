@@ -18,6 +18,7 @@
 #include "cli/problem_options.hpp"
 #include "db/export/export.hpp"
 #include "generator/problem.hpp"
+#include "generator/target.hpp"
 #include "runtime/check/check_export.hpp"
 
 namespace ft::cli {
@@ -146,7 +147,7 @@ Command setup_export(CLI::App& app) {
   sub->add_option("--check-routing", opt->check_routings, "Routings of the check (default: all five)")
       ->delimiter(',')
       ->capture_default_str();
-  sub->add_option("--target", opt->target, "Only winners of this target (sm_90a, gfx942, ...)");
+  sub->add_option("--target", opt->target, fmt::format("Only winners of this target ({})", known_target_names(" or ")));
   sub->add_option("--device", opt->device, "Only winners measured on a device of this name (\"NVIDIA H200\")");
   sub->add_flag("--check-coverage", opt->check_coverage, "Report token counts without a tuned winner instead of exporting");
   sub->add_option("--tokens", opt->tokens, "Token counts for --check-coverage (\"1..16384\" = powers of two)")

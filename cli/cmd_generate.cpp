@@ -12,6 +12,7 @@
 #include "cli/problem_options.hpp"
 #include "generator/emitter.hpp"
 #include "generator/space.hpp"
+#include "generator/target.hpp"
 
 namespace ft::cli {
 namespace {
@@ -70,7 +71,7 @@ Status generate(const GenerateOptions& opt) {
 Command setup_generate(CLI::App& app) {
   auto opt = std::make_shared<GenerateOptions>();
   CLI::App* sub = app.add_subcommand("generate", "Write the instantiation sources of a target's legal variants");
-  sub->add_option("--target", opt->target, "Target: gfx90a, gfx942, gfx950 or sm_90a")->required();
+  sub->add_option("--target", opt->target, fmt::format("Target: {}", known_target_names(" or ")))->required();
   sub->add_option("--out", opt->out, "Output folder")->required();
   sub->add_option("--space", opt->space, "Variant space: default, wide, small, and/or axis=values;...")->capture_default_str();
   sub->add_flag("--show-rejected", opt->show_rejected, "List every rejected variant with its reason");

@@ -20,6 +20,7 @@
 #include "cli/diag.hpp"
 #include "cli/option_checks.hpp"
 #include "cli/problem_options.hpp"
+#include "generator/target.hpp"
 #include "tuner/device/runtimes.hpp"
 #include "tuner/search/progress.hpp"
 #include "tuner/search/search.hpp"
@@ -100,7 +101,7 @@ void print_dry_run_ending(const SearchSummary& s) {
     targets += (targets.empty() ? "" : ", ") + t.target;
     objects += t.compiled;
   }
-  const std::string first = s.targets.empty() ? "gfx942" : s.targets.front().target;
+  const std::string first = s.targets.empty() ? std::string(dry_run_default_targets().front()->name) : s.targets.front().target;
   fmt::print("\ndry run: generated, compiled and analysed {} variants for {}; recorded in {} (no timings, so no winners)\n",
              objects, targets.empty() ? "no target" : targets, s.db_path);
   const std::vector<std::pair<std::string, std::string>> next{
@@ -297,7 +298,7 @@ int run(SearchOptions opt) {
   }
 
   // Without --dry-run, a GPU is needed; without one, say so and do the dry run
-  // (generate + compile + analyse) for the targets asked, or gfx942 and sm_90a.
+  // (generate + compile + analyse) for the targets asked, or the table's dry-run defaults.
   cfg.dry_run = opt.dry_run;
   if (!cfg.dry_run && !emulate) {
     bool any_gpu = false;
@@ -307,7 +308,8 @@ int run(SearchOptions opt) {
       cfg.dry_run = true;
     }
   }
-  if (cfg.dry_run && cfg.targets.empty()) cfg.targets = {"gfx942", "sm_90a"};
+  if (cfg.dry_run && cfg.targets.empty())
+    for (const Target* t : dry_run_default_targets()) cfg.targets.emplace_back(t->name);
 
   install_interrupt_handler();
   auto summary = run_search(cfg);
@@ -323,8 +325,9 @@ Command setup_search(CLI::App& app) {
   auto opt = std::make_shared<SearchOptions>();
   CLI::App* sub = app.add_subcommand("search", "Find the fastest correct variants per token bucket and record them");
   add_problem_options(sub, opt->problem);
-  sub->add_option("--target", opt->targets, "Target(s) to build; with a GPU, must match it (default: the GPU's own; "
-                                            "dry run: gfx942 and sm_90a)");
+  sub->add_option("--target", opt->targets,
+                  fmt::format("Target(s) to build: {}; with a GPU, must match it (default: the GPU's own; dry run: {})",
+                              known_target_names(" or "), dry_run_default_names()));
   sub->add_option("--tokens", opt->tokens, "Token buckets, e.g. 1,16,64 or 1..16384 (default 1,2,4,...,16384)");
   sub->add_option("--shard", opt->shard,
                   "Search only shard I of N (0 <= I < N): the buckets whose index in the sorted list is I mod N");

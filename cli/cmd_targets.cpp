@@ -20,8 +20,8 @@ int run_targets(const TargetsOptions& opt) {
   const Toolchains& tc = toolchains();
   nlohmann::json out = nlohmann::json::array();
   if (!opt.json)
-    fmt::print("{:<8} {:<7} {:>4} {:>8}  {:<15} {:<18} {}\n", "target", "vendor", "wave", "LDS KiB", "matrix", "fp8",
-               "backend on this machine");
+    fmt::print("{:<8} {:<7} {:<6} {:>4} {:>14}  {:<15} {:<18} {}\n", "target", "vendor", "isa", "wave", "LDS KiB blk/CU",
+               "matrix", "fp8", "backend on this machine");
   for (const Target& t : all_targets()) {
     auto backends = backends_for(t, tc);
     std::string backend_text;
@@ -35,18 +35,26 @@ int run_targets(const TargetsOptions& opt) {
     if (opt.json) {
       nlohmann::json row{{"target", t.name},
                          {"vendor", to_string(t.vendor)},
+                         {"isa", to_string(t.isa)},
                          {"wave_size", t.wave_size},
                          {"lds_bytes", t.lds_bytes},
+                         {"lds_per_cu", t.lds_per_cu},
+                         {"lds_reserve_per_block", t.lds_reserve_per_block},
+                         {"lds_without_opt_in", t.lds_without_opt_in},
+                         {"max_block_threads", t.max_block_threads},
+                         {"dry_run_default", t.dry_run_default},
                          {"matrix_families", t.family_list()},
                          {"fp8", to_string(t.fp8)},
                          {"backends", nlohmann::json::array()}};
       for (Backend b : backends) row["backends"].push_back(to_string(b));
+      if (t.is_nvidia()) row["sm"] = t.sm;
       if (clang) row["clang"] = {{"version", clang->version}, {"executable", clang->executable}, {"root", clang->root}};
       if (!reason.empty()) row["unavailable_because"] = reason;
       out.push_back(row);
     } else {
-      fmt::print("{:<8} {:<7} {:>4} {:>8}  {:<15} {:<18} {}\n", t.name, to_string(t.vendor), t.wave_size,
-                 t.lds_bytes / 1024, t.families, to_string(t.fp8), backends.empty() ? "none: " + reason : backend_text);
+      fmt::print("{:<8} {:<7} {:<6} {:>4} {:>14}  {:<15} {:<18} {}\n", t.name, to_string(t.vendor), to_string(t.isa),
+                 t.wave_size, fmt::format("{}/{}", t.lds_bytes / 1024, t.lds_per_cu / 1024), t.families, to_string(t.fp8),
+                 backends.empty() ? "none: " + reason : backend_text);
     }
   }
   if (opt.json) {

@@ -8,6 +8,7 @@
 #include "cli/diag.hpp"
 #include "cli/option_checks.hpp"
 #include "cli/problem_options.hpp"
+#include "generator/target.hpp"
 #include "tuner/search/progress.hpp"
 #include "tuner/search/verify_space.hpp"
 
@@ -56,7 +57,7 @@ int run(VerifyOptions opt) {
   if (!r && r.error().code == Errc::no_device && !opt.emulate) {
     Error e = r.error();
     e.message += fmt::format("; without a GPU, 'flytune verify --emulate --target {}' runs the kernels on the CPU emulator",
-                             opt.target.empty() ? "gfx942" : opt.target);
+                             opt.target.empty() ? std::string(dry_run_default_targets().front()->name) : opt.target);
     return report_error(e);
   }
   if (!r) return report_error(r.error());
@@ -82,7 +83,7 @@ Command setup_verify(CLI::App& app) {
   auto opt = std::make_shared<VerifyOptions>();
   CLI::App* sub = app.add_subcommand("verify", "Check variants against the reference on fresh inputs (GPU or --emulate)");
   add_problem_options(sub, opt->problem);
-  sub->add_option("--target", opt->target, "Target (with --emulate: any of gfx90a, gfx942, gfx950, sm_90a)");
+  sub->add_option("--target", opt->target, fmt::format("Target (with --emulate: any of {})", known_target_names()));
   sub->add_flag("--emulate", opt->emulate, "Run the kernels on the CPU emulator of the target's waves and matrix atoms");
   sub->add_option("--space", opt->space, "Variant space: default, wide, small, and/or axis=values;...")->capture_default_str();
   sub->add_option("--variant", opt->variants, "Only these kernel names (repeatable)");

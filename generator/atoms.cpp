@@ -45,8 +45,9 @@ std::string AtomInfo::short_name() const {
 }
 
 std::string_view AtomInfo::mnemonic_on(const Target& target) const {
-  if (family == "mfma" && target.name == "gfx90a") return asm_cdna2;
-  return asm_cdna3;
+  // CDNA2 spells the MFMA mnemonics its own way (v_mfma_f32_16x16x16bf16_1k); CDNA3
+  // and CDNA4 share one spelling; NVIDIA atoms keep their SASS name in the same column.
+  return target.isa == Isa::cdna2 ? asm_cdna2 : asm_cdna3;
 }
 
 std::span<const AtomInfo> all_atoms() { return kAtoms; }

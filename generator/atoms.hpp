@@ -18,8 +18,8 @@ struct AtomInfo {
   int m, n, k;                  // wgmma: n is the step of N; a variant's N is weight matrices x tile_n
   DType dtype;
   std::string_view targets;     // comma separated
-  std::string_view asm_cdna2;   // mnemonic LLVM prints on gfx90a (MFMA)
-  std::string_view asm_cdna3;   // on gfx940+ (MFMA); SASS name for NVIDIA atoms
+  std::string_view asm_cdna2;   // mnemonic LLVM prints on CDNA2 targets (MFMA; Target::isa)
+  std::string_view asm_cdna3;   // on CDNA3 / CDNA4 (MFMA); SASS name for NVIDIA atoms
   int lanes;                    // 64 (wave) or 32 (warp; a wgmma warpgroup is 4 warps)
 
   // A warpgroup atom reading shared memory (WgmmaGemm), not a wave-level one (TiledGemm).

@@ -215,7 +215,8 @@ std::optional<std::string> why_illegal(const Variant& v, const Problem& p) {
     return fmt::format("tile_k {} is not a multiple of atom K {} and of 8", v.tile_k, a.k);
   else if (v.stages != 1 && v.stages != 2)
     return fmt::format("stages {} is not 1 (single) or 2 (ping-pong)", v.stages);
-  if (v.threads() > 1024) return fmt::format("{} threads per block exceed 1024", v.threads());
+  if (v.threads() > t.max_block_threads)
+    return fmt::format("{} threads per block exceed {}", v.threads(), t.max_block_threads);
   if (v.lds_bytes() > t.lds_bytes) return fmt::format("LDS use {} bytes exceeds {}", v.lds_bytes(), t.lds_bytes);
   if (int regs = v.register_estimate(); regs > t.regs_per_lane)
     return fmt::format("needs about {} registers per lane, {} allows {}", regs, t.name, t.regs_per_lane);

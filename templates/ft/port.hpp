@@ -9,7 +9,8 @@
 //   FT_DEVICE                 qualifier of device functions (inline)
 //   FT_HOST_DEVICE            qualifier of constexpr helpers used on both sides
 //   FT_KERNEL(threads, name)  declares an extern "C" entry point `void name` with launch bounds
-//   ft::kWaveSize             lanes per wave (64 AMD) / warp (32 NVIDIA)
+//   ft::kWaveSize             lanes per wave / warp: FT_WAVE_SIZE, which the compile of every unit
+//                             defines from the target's row (generator/targets.def, Target::template_defines)
 //   ft::thread_index()        linear thread index in the (1-D) block
 //   ft::block_index_x/y/z()   block index in the grid
 //   ft::barrier()             block-wide barrier ordering LDS / shared and global accesses

@@ -11,7 +11,10 @@
 
 namespace ft {
 
-inline constexpr int kWaveSize = 32;
+#if !defined(FT_WAVE_SIZE)
+#error "port_cuda.hpp: define FT_WAVE_SIZE to the target's warp size (the compile of a unit passes Target::template_defines)"
+#endif
+inline constexpr int kWaveSize = FT_WAVE_SIZE;  // the target row's wave_size (generator/targets.def)
 #define FT_UNROLL _Pragma("unroll")
 
 // 16 bytes, the unit of every global and shared copy (LDG.128 / STS.128).

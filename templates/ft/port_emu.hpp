@@ -1,6 +1,6 @@
 #pragma once
 // EMU flavour: the kernel templates compiled by the host C++ compiler
-// (-DFT_EMULATE -DFT_EMU_WAVE_SIZE=64|32) into a shared library that
+// (-DFT_EMULATE -DFT_WAVE_SIZE=64|32) into a shared library that
 // tuner/emulate loads and runs. Every lane of a block is a fiber; the runtime
 // switches fibers at barriers and wave exchanges, so LDS, barriers and
 // cross-lane operations behave as on the GPU (and a lane that skips a barrier
@@ -51,8 +51,8 @@ struct Runtime {
 
 #include <atomic>
 
-#if !defined(FT_EMU_WAVE_SIZE)
-#error "port_emu.hpp: define FT_EMU_WAVE_SIZE to the emulated target's wave size (64 AMD, 32 NVIDIA)"
+#if !defined(FT_WAVE_SIZE)
+#error "port_emu.hpp: define FT_WAVE_SIZE to the emulated target's wave size (Target::template_defines)"
 #endif
 
 #define FT_FLAVOUR_EMU 1
@@ -70,7 +70,7 @@ struct Runtime {
 
 namespace ft {
 
-inline constexpr int kWaveSize = FT_EMU_WAVE_SIZE;
+inline constexpr int kWaveSize = FT_WAVE_SIZE;  // the target row's wave_size
 
 // 16 bytes, the unit of every global and LDS copy.
 struct alignas(16) Chunk16 {

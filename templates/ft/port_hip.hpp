@@ -14,7 +14,10 @@
 
 namespace ft {
 
-inline constexpr int kWaveSize = 64;
+#if !defined(FT_WAVE_SIZE)
+#error "port_hip.hpp: define FT_WAVE_SIZE to the target's wave size (the compile of a unit passes Target::template_defines)"
+#endif
+inline constexpr int kWaveSize = FT_WAVE_SIZE;  // the target row's wave_size (generator/targets.def)
 #define FT_UNROLL _Pragma("unroll")
 
 // 16 bytes, the unit of every global and LDS copy (global_load_dwordx4). A

@@ -9,10 +9,12 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "generator/target.hpp"
 #include "tests/support/run_flytune.hpp"
 
 namespace ft {
@@ -125,6 +127,88 @@ TEST(UsageDoc, EveryCommandHelpHasExamples) {
     auto help = run_flytune({command, "--help"});
     EXPECT_NE(help.output.find("Examples:\n  flytune " + command), std::string::npos) << command << ":\n" << help.output;
   }
+}
+
+// Help texts name targets only from generator/targets.def: a word that looks like a
+// target ("gfx1100", "sm_100a") must be a row, a help with --target names every row,
+// and the lists equal what the table builds.
+std::string squeeze(const std::string& text) {  // whitespace runs -> one space (wrapped help)
+  std::string out;
+  for (char c : text) {
+    const bool space = std::isspace(static_cast<unsigned char>(c));
+    if (space && (out.empty() || out.back() == ' ')) continue;
+    out += space ? ' ' : c;
+  }
+  return out;
+}
+
+std::vector<std::string> target_words(const std::string& text) {
+  static const std::regex target_re(R"(\b(gfx[0-9][0-9a-z]*|sm_[0-9]+[a-z]?)\b)");
+  std::vector<std::string> out;
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), target_re); it != std::sregex_iterator(); ++it)
+    out.push_back((*it)[1]);
+  return out;
+}
+
+// Every help text of the binary: the top level, each command and each view, by name.
+std::vector<std::pair<std::string, std::string>> all_help_texts() {
+  std::vector<std::pair<std::string, std::string>> out;
+  auto top = run_flytune({"--help"});
+  out.emplace_back("flytune", top.output);
+  for (const std::string& command : subcommands(top.output)) {
+    auto help = run_flytune({command, "--help"});
+    out.emplace_back(command, help.output);
+    for (const std::string& view : subcommands(help.output))
+      out.emplace_back(command + " " + view, run_flytune({command, view, "--help"}).output);
+  }
+  return out;
+}
+
+TEST(HelpTargets, EveryTargetNamedIsARowAndTargetOptionsNameAll) {
+  const auto helps = all_help_texts();
+  ASSERT_GE(helps.size(), 10u);
+  int with_target = 0;
+  for (const auto& [where, help] : helps) {
+    for (const std::string& word : target_words(help))
+      EXPECT_NE(find_target(word), nullptr) << "flytune " << where << " --help names " << word
+                                            << ", which generator/targets.def has no row for";
+    if (!long_options(help).contains("--target")) continue;
+    ++with_target;
+    for (const Target& t : all_targets())
+      EXPECT_TRUE(mentions(help, std::string(t.name))) << "flytune " << where << " --help: --target misses " << t.name;
+  }
+  EXPECT_GE(with_target, 7) << "generate, compile, verify, search, export, db winners and db variants take --target";
+}
+
+TEST(HelpTargets, ListsAreBuiltFromTheTable) {
+  const std::string all_or = known_target_names(" or ");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> expected{
+      {{"generate", "--help"}, "--target TEXT REQUIRED Target: " + all_or},
+      {{"compile", "--help"}, "--target TEXT REQUIRED Target: " + all_or},
+      {{"verify", "--help"}, "Target (with --emulate: any of " + known_target_names() + ")"},
+      {{"search", "--help"}, "Target(s) to build: " + all_or + "; with a GPU, must match it (default: the GPU's own; dry run: " +
+                                 dry_run_default_names() + ")"},
+      {{"export", "--help"}, "Only winners of this target (" + all_or + ")"},
+      {{"db", "winners", "--help"}, "Only devices of this target (" + all_or + ")"},
+      {{"db", "variants", "--help"}, "Only this target (" + all_or + ")"}};
+  for (const auto& [args, text] : expected) {
+    auto help = run_flytune(args);
+    ASSERT_EQ(help.exit_code, 0) << help.output;
+    EXPECT_NE(squeeze(help.output).find(text), std::string::npos) << args[0] << ": wants \"" << text << "\" in\n" << help.output;
+  }
+  auto r = run_flytune({"verify", "--emulate"});
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--emulate needs --target (" + all_or + ")"), std::string::npos) << r.output;
+}
+
+// docs/USAGE.md too: every target it names is a row, and the --target rows list the table.
+TEST(HelpTargets, UsageDocNamesTheTablesTargets) {
+  const std::string doc = read_usage_doc();
+  ASSERT_FALSE(doc.empty());
+  for (const std::string& word : target_words(doc))
+    EXPECT_NE(find_target(word), nullptr) << "docs/USAGE.md names " << word << ", which generator/targets.def has no row for";
+  EXPECT_NE(doc_section(doc, "generate").find("| `--target T` | " + known_target_names(" or ") + " (required) |"), std::string::npos);
+  EXPECT_NE(doc_section(doc, "search").find("dry run: " + dry_run_default_names() + ")"), std::string::npos);
 }
 
 }  // namespace

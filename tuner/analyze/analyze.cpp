@@ -13,9 +13,6 @@
 namespace ft {
 namespace {
 
-// sm_80+ reserves 1 KiB of shared memory per resident block for the system.
-constexpr int kNvidiaSharedReservePerBlock = 1024;
-
 void add_note(std::string& notes, const std::string& note) { notes += (notes.empty() ? "" : "; ") + note; }
 
 int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -138,9 +135,9 @@ int occupancy_per_simd(const Target& t, int regs_per_lane, int lds_bytes, int bl
   int waves_per_block = ceil_div(block_threads, t.wave_size);
   int slots = t.max_waves_per_simd * t.simds_per_cu;  // waves one CU / SM holds
   if (waves_per_block > slots) return 0;
-  int lds_per_block = lds_bytes > 0 && t.is_nvidia() ? lds_bytes + kNvidiaSharedReservePerBlock : lds_bytes;
-  // Resident blocks per CU / SM, each bound applied to whole blocks.
-  int blocks = std::min({t.blocks_for_lds(lds_per_block), by_regs * t.simds_per_cu / waves_per_block,
+  // Resident blocks per CU / SM, each bound applied to whole blocks (the LDS bound
+  // counts the system's reserve per block: targets.def).
+  int blocks = std::min({t.blocks_for_lds(lds_bytes), by_regs * t.simds_per_cu / waves_per_block,
                          slots / waves_per_block});
   if (blocks == 0) return 0;
   return std::min(by_regs, ceil_div(blocks * waves_per_block, t.simds_per_cu));

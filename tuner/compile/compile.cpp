@@ -45,6 +45,8 @@ std::vector<std::string> backend_arguments(Backend b, const Target& target, int 
     case Backend::emulate:  // compile_for_emulator: emu::emulation_flags()
       break;
   }
+  // The target's facts the templates read (FT_WAVE_SIZE), then the caller's macros.
+  for (const auto& d : target.template_defines()) args.push_back("-D" + d);
   for (const auto& d : defines) args.push_back("-D" + d);
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());
   return args;
@@ -151,8 +153,11 @@ Result<Backend> choose_backend(const Target& target, const CompileOptions& optio
       if (tc.newer_clang.found) reason += fmt::format(", nor does clang {}", tc.newer_clang.major);
       break;
     case Backend::nvrtc:
-      reason = target.is_amd() ? "NVRTC builds NVIDIA targets only"
-                               : (!tc.nvrtc.found ? tc.nvrtc.error : "NVRTC lacks sm_90");
+      reason = target.is_amd()                   ? std::string("NVRTC builds NVIDIA targets only")
+               : !tc.nvrtc.found                 ? tc.nvrtc.error
+               : !tc.nvrtc.supports_sm(target.sm) ? fmt::format("NVRTC lacks sm_{}", target.sm)
+                                                 : fmt::format("NVRTC {}.{} is older than CUDA {}", tc.nvrtc.major,
+                                                               tc.nvrtc.minor, target.min_cuda);
       break;
     case Backend::emulate: break;  // returned above
   }

@@ -111,8 +111,8 @@ std::vector<std::string> emulation_flags(const Target& target, const EmuCompileO
   // as GPU code does; -fvisibility=hidden: only the entries are exported.
   std::vector<std::string> flags = {"-std=c++20", fmt::format("-O{}", options.opt_level), "-shared", "-fPIC",
                                     "-fno-strict-aliasing", "-fvisibility=hidden", "-DFT_EMULATE",
-                                    fmt::format("-DFT_EMU_WAVE_SIZE={}", target.wave_size),
                                     fmt::format("-DFT_EMU_TARGET_{}=1", target.name)};
+  for (const auto& d : target.template_defines()) flags.push_back("-D" + d);
   flags.insert(flags.end(), options.extra_flags.begin(), options.extra_flags.end());
   return flags;
 }

@@ -24,9 +24,6 @@ namespace ft::emu {
 
 namespace {
 
-constexpr int kMaxBlockThreads = 1024;
-constexpr int kCudaDefaultShared = 48 * 1024;
-
 struct EmuFunction {
   std::string name;
   void (*entry)(const void*) = nullptr;
@@ -261,7 +258,7 @@ Result<FunctionHandle> EmuDevice::function(ModuleHandle m, const std::string& na
     return fail(Errc::not_found, fmt::format("no kernel entry '{}' in the emulated library", name), info_.name);
   fn->args_size = *args_size;
   fn->max_threads = *max_threads;
-  fn->shared_limit = target_->is_nvidia() ? std::min(kCudaDefaultShared, target_->lds_bytes) : target_->lds_bytes;
+  fn->shared_limit = target_->lds_without_opt_in;
   FunctionHandle h{fn.get()};
   module.functions.emplace(name, std::move(fn));
   return h;
@@ -285,8 +282,8 @@ Status EmuDevice::launch(FunctionHandle f, Dim3 grid, Dim3 block, int dynamic_sh
   if (args_size != fn->args_size)
     return fail(Errc::device, fmt::format("argument struct of {} bytes, the kernel takes {}", args_size, fn->args_size), context);
   const long long threads = (long long)block.x * block.y * block.z;
-  if (threads <= 0 || threads > kMaxBlockThreads)
-    return fail(Errc::device, fmt::format("block of {} threads (at most {})", threads, kMaxBlockThreads), context);
+  if (threads <= 0 || threads > target_->max_block_threads)
+    return fail(Errc::device, fmt::format("block of {} threads (at most {})", threads, target_->max_block_threads), context);
   if (threads > fn->max_threads)
     return fail(Errc::device, fmt::format("block of {} threads exceeds the kernel's launch bound {}", threads, fn->max_threads),
                 context);

@@ -141,7 +141,8 @@ Result<VerifyReport> verify_space(const VerifyConfig& cfg) {
   std::unique_ptr<Device> device;
   const Target* target = nullptr;
   if (cfg.emulate) {
-    if (cfg.target.empty()) return fail(Errc::usage, "--emulate needs --target (gfx90a, gfx942, gfx950 or sm_90a)");
+    if (cfg.target.empty())
+      return fail(Errc::usage, fmt::format("--emulate needs --target ({})", known_target_names(" or ")));
     target = FT_TRY(lookup_target(cfg.target));
     device = FT_TRY(emu::EmuDevice::create(*target));
   } else {

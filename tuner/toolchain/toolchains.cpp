@@ -368,7 +368,8 @@ std::vector<Backend> backends_for(const Target& t, const Toolchains& tc) {
     if (tc.comgr.found && tc.comgr.lists(t.name)) out.push_back(Backend::comgr);
     if (tc.clang_for(t.name)) out.push_back(Backend::clang);
   } else {
-    if (tc.nvrtc.found && tc.nvrtc.supports_sm(90) && tc.nvrtc.major >= 12) out.push_back(Backend::nvrtc);
+    if (tc.nvrtc.found && tc.nvrtc.supports_sm(t.sm) && t.cuda_new_enough(tc.nvrtc.major, tc.nvrtc.minor))
+      out.push_back(Backend::nvrtc);
   }
   return out;
 }
@@ -390,8 +391,9 @@ Result<Backend> backend_for(const Target& t, const Toolchains& tc) {
                             comgr, clang, newer),
                 std::string(t.name));
   }
-  std::string nvrtc = tc.nvrtc.found ? fmt::format("NVRTC {}.{} without sm_90", tc.nvrtc.major, tc.nvrtc.minor)
-                                     : "no NVRTC (" + tc.nvrtc.error + ")";
+  std::string nvrtc = !tc.nvrtc.found                ? "no NVRTC (" + tc.nvrtc.error + ")"
+                      : !tc.nvrtc.supports_sm(t.sm) ? fmt::format("NVRTC {}.{} without sm_{}", tc.nvrtc.major, tc.nvrtc.minor, t.sm)
+                                                    : fmt::format("NVRTC {}.{}", tc.nvrtc.major, tc.nvrtc.minor);
   return fail(Errc::toolchain, fmt::format("needs NVRTC from CUDA >= {}; found {}", t.min_cuda, nvrtc),
               std::string(t.name));
 }

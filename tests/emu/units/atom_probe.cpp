@@ -26,7 +26,7 @@ FT_DEVICE void atom_probe(const AtomProbeArgs& p) {
 #define FT_PROBE(id) \
   FT_KERNEL(ft::atom::id::lanes, ft_probe_##id)(AtomProbeArgs p) { atom_probe<ft::atom::id>(p); }
 
-#if defined(FT_FLAVOUR_CUDA) || (defined(FT_FLAVOUR_EMU) && FT_EMU_WAVE_SIZE == 32)
+#if defined(FT_FLAVOUR_CUDA) || (defined(FT_FLAVOUR_EMU) && FT_WAVE_SIZE == 32)
 FT_PROBE(mma_m16n8k16_f32_bf16)
 FT_PROBE(mma_m16n8k16_f32_f16)
 
@@ -39,7 +39,7 @@ struct broken_mma : ft::atom::mma_m16n8k16_f32_bf16 {
 FT_KERNEL(32, ft_probe_broken_mma)(AtomProbeArgs p) { atom_probe<broken_mma>(p); }
 #endif
 
-#if defined(FT_FLAVOUR_CUDA) || (defined(FT_FLAVOUR_EMU) && FT_EMU_WAVE_SIZE == 32)
+#if defined(FT_FLAVOUR_CUDA) || (defined(FT_FLAVOUR_EMU) && FT_WAVE_SIZE == 32)
 // A wgmma atom, one warpgroup (128 threads), on A [64, 16] and B [64, 16]: the
 // operands are written into a 1024-aligned, 128-byte-swizzled tile (A rows
 // 0-63, B rows 64-127) at k offset 32 -- the third k16 step of a 64-deep row
@@ -77,7 +77,7 @@ FT_WGMMA_PROBE(wgmma_m64k16_f32_bf16)
 FT_WGMMA_PROBE(wgmma_m64k16_f32_f16)
 #endif
 
-#if defined(FT_FLAVOUR_EMU) && FT_EMU_WAVE_SIZE == 64
+#if defined(FT_FLAVOUR_EMU) && FT_WAVE_SIZE == 64
 FT_PROBE(mfma_f32_16x16x16_bf16)
 FT_PROBE(mfma_f32_32x32x8_bf16)
 FT_PROBE(mfma_f32_16x16x16_f16)

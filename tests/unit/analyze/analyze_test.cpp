@@ -235,7 +235,10 @@ INSTANTIATE_TEST_SUITE_P(
                       OccupancyCase{"gfx950", 64, 163840, 256, 1},
                       OccupancyCase{"sm_90a", 32, 0, 128, 16},        // 512 / 32 = 16 warps
                       OccupancyCase{"sm_90a", 168, 0, 128, 3},        // 512 / 168
-                      OccupancyCase{"sm_90a", 64, 100 * 1024, 128, 2}  // 2 blocks x 4 warps over 4 sub-partitions
+                      OccupancyCase{"sm_90a", 64, 100 * 1024, 128, 2},  // 2 blocks x 4 warps over 4 sub-partitions
+                      OccupancyCase{"sm_90a", 64, 113 * 1024, 128, 2},  // 2 x (113 + 1 KiB reserve) = 228 KiB
+                      OccupancyCase{"sm_90a", 64, 114 * 1024, 128, 1},  // 2 x (114 + 1) KiB exceed the SM's 228
+                      OccupancyCase{"sm_90a", 64, 232449, 128, 0}       // over the 227 KiB a block may opt in to
                       ));
 
 }  // namespace

@@ -2,19 +2,23 @@
 
 #include <elf.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <set>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "tests/support/scoped_env.hpp"
 
 #include "tests/unit/compile/test_kernels.hpp"
 #include "tuner/analyze/elf_image.hpp"
+#include "tuner/compile/backends.hpp"
 #include "tuner/compile/hash.hpp"
+#include "tuner/emulate/emu_compile.hpp"
 
 namespace ft {
 namespace {
@@ -96,6 +100,43 @@ TEST(Compile, DefinesReachTheSource) {
   opts.defines = {"FT_TEST_FLAG=7"};
   auto co = compile(src, *find_target("gfx942"), opts);
   EXPECT_TRUE(co) << co.error().describe();
+}
+
+// The wave size reaches the templates from the target's row: every backend's
+// arguments, and the emulator's flags, define FT_WAVE_SIZE (port.hpp's ft::kWaveSize).
+TEST(Compile, EveryBackendPassesTheRowsWaveSize) {
+  for (const Target& t : all_targets()) {
+    const std::string want = fmt::format("-DFT_WAVE_SIZE={}", t.wave_size);
+    const std::vector<Backend> backends =
+        t.is_amd() ? std::vector<Backend>{Backend::comgr, Backend::clang} : std::vector<Backend>{Backend::nvrtc};
+    for (Backend b : backends) {
+      const auto args = detail::backend_arguments(b, t, 3, {}, {});
+      EXPECT_NE(std::find(args.begin(), args.end(), want), args.end()) << t.name << " " << to_string(b);
+    }
+    const auto flags = emu::emulation_flags(t, {});
+    EXPECT_NE(std::find(flags.begin(), flags.end(), want), flags.end()) << t.name << " (emulated)";
+  }
+}
+
+// ... and the embedded port header reads it: a unit over the real templates sees
+// the row's wave size, and one compiled without the macro stops at its #error.
+TEST(Compile, TheTemplatesWaveSizeIsTheRows) {
+  FT_REQUIRE_BACKEND(Backend::clang, "gfx942");
+  const Target& t = *find_target("gfx942");
+  KernelSource src{"ft_test_wave",
+                   fmt::format("#include \"ft/port.hpp\"\nstatic_assert(ft::kWaveSize == {}, \"the row's wave size\");\n"
+                               "FT_KERNEL(64, ft_test_wave)(int* p) {{ p[0] = ft::kWaveSize; }}\n",
+                               t.wave_size),
+                   {"ft_test_wave"}};
+  CompileOptions opts;
+  opts.backend = Backend::clang;
+  opts.cache_dir = "none";
+  auto co = compile(src, t, opts);
+  EXPECT_TRUE(co) << co.error().describe();
+  opts.extra_flags = {"-UFT_WAVE_SIZE"};
+  auto without = compile(src, t, opts);
+  ASSERT_FALSE(without);
+  EXPECT_NE(without.error().message.find("define FT_WAVE_SIZE"), std::string::npos) << without.error().message;
 }
 
 // A syntax error is the source's fault: Errc::compile, the compiler's first

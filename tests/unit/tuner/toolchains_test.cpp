@@ -148,5 +148,26 @@ TEST(Toolchains, NvrtcNeedsSm90) {
   EXPECT_EQ(*backend_for(*find_target("sm_90a"), tc), Backend::nvrtc);
 }
 
+// The arch NVRTC must list and the oldest toolkit come from the row (sm, min_cuda).
+TEST(Toolchains, NvrtcArchAndVersionFromTheRow) {
+  const Target& h = *find_target("sm_90a");
+  Toolchains tc;
+  tc.nvrtc.found = true;
+  tc.nvrtc.major = 13;
+  tc.nvrtc.archs = {75, 80, 89};
+  auto b = backend_for(h, tc);
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().message, fmt::format("needs NVRTC from CUDA >= {}; found NVRTC 13.0 without sm_{}", h.min_cuda, h.sm));
+  tc.nvrtc.archs = {80, h.sm};
+  tc.nvrtc.major = 11;
+  tc.nvrtc.minor = 8;
+  b = backend_for(h, tc);
+  ASSERT_FALSE(b);
+  EXPECT_EQ(b.error().message, fmt::format("needs NVRTC from CUDA >= {}; found NVRTC 11.8", h.min_cuda));
+  tc.nvrtc.major = 12;
+  tc.nvrtc.minor = 0;
+  EXPECT_EQ(*backend_for(h, tc), Backend::nvrtc);
+}
+
 }  // namespace
 }  // namespace ft

@@ -492,6 +492,30 @@ Result<std::vector<Model>> group_by_model(const SearchConfig& cfg, db::Store& st
   return models;
 }
 
+// Opens the problem in every GPU's worker (its model's target and support
+// unit, buffers for the largest bucket), all at once.
+Status open_problem(const SearchConfig& cfg, std::vector<Gpu>& gpus, const std::vector<Model>& models,
+                    std::atomic<bool>& abort) {
+  const int max_tokens = std::max(*std::max_element(cfg.tokens.begin(), cfg.tokens.end()), cfg.verify_tokens);
+  const nlohmann::json problem{{"name", cfg.problem.name}, {"experts", cfg.problem.experts}, {"hidden", cfg.problem.hidden},
+                               {"inter", cfg.problem.inter}, {"topk", cfg.problem.topk}, {"dtype", to_string(cfg.problem.dtype)},
+                               {"routing", cfg.problem.routing.kind == Routing::Kind::replay
+                                               ? "replay:" + cfg.problem.routing.replay_file
+                                               : cfg.problem.routing.key()}};
+  FirstError first(abort);
+  std::vector<std::size_t> all(gpus.size());
+  std::iota(all.begin(), all.end(), 0);
+  on_each(all, [&](std::size_t i) {
+    Gpu& gpu = gpus[i];
+    const Model& model = models[gpu.model];
+    if (auto st = gpu.m->open({{"op", "open"}, {"problem", problem}, {"target", model.target->name},
+                               {"support", model.space->support_path}, {"max_tokens", max_tokens}});
+        !st)
+      first.set(gpus.size() > 1 ? with_context(st.error(), gpu.m->label()) : st.error());
+  });
+  return first.status();
+}
+
 // "NVIDIA H200 (sm_90a)", "2x NVIDIA H200 (sm_90a)", or the models joined by " + ".
 std::string devices_label(const std::vector<Model>& models) {
   std::vector<std::string> parts;
@@ -625,30 +649,11 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   }
 
   Recorder rec(store, summary);
-  const int max_tokens = std::max(*std::max_element(cfg.tokens.begin(), cfg.tokens.end()), cfg.verify_tokens);
   for (Gpu& gpu : gpus) {
     const Model& model = models[gpu.model];
     gpu.ctx.emplace(GpuContext{*gpu.m, gpu.info, summary.run_id, problem_id, model.device_id, model.space->toolchain_id, rec});
   }
-  {
-    FirstError first(abort);
-    std::vector<std::size_t> all(gpus.size());
-    std::iota(all.begin(), all.end(), 0);
-    on_each(all, [&](std::size_t i) {
-      Gpu& gpu = gpus[i];
-      const Model& model = models[gpu.model];
-      nlohmann::json problem{{"name", cfg.problem.name}, {"experts", cfg.problem.experts}, {"hidden", cfg.problem.hidden},
-                             {"inter", cfg.problem.inter}, {"topk", cfg.problem.topk}, {"dtype", to_string(cfg.problem.dtype)},
-                             {"routing", cfg.problem.routing.kind == Routing::Kind::replay
-                                             ? "replay:" + cfg.problem.routing.replay_file
-                                             : cfg.problem.routing.key()}};
-      if (auto st = gpu.m->open({{"op", "open"}, {"problem", problem}, {"target", model.target->name},
-                                 {"support", model.space->support_path}, {"max_tokens", max_tokens}});
-          !st)
-        first.set(many_gpus ? with_context(st.error(), gpu.m->label()) : st.error());
-    });
-    if (auto st = first.status(); !st) return failed(st.error());
-  }
+  if (auto st = open_problem(cfg, gpus, models, abort); !st) return failed(st.error());
   const std::uint64_t seed = cfg.seed ? cfg.seed : fresh_seed();
 
   // Each model on its own: verify every usable variant once (dealt to its

@@ -45,7 +45,7 @@ int run_check_export(const CheckExportOptions& opt) {
   const int failures = report->failures();
   fmt::print("check-export: {} of {} checks passed on {} ({}){}\n", report->rows.size() - std::size_t(failures),
              report->rows.size(), report->device, report->target,
-             opt.emulate ? "; the manifest's steps ran on kernels rebuilt for the emulator, not its code objects" : "");
+             report->own_objects ? "" : "; the manifest's steps ran on kernels rebuilt for the emulator, not its code objects");
   return failures ? kExitError : kExitOk;
 }
 

@@ -308,7 +308,7 @@ Result<std::map<std::string, std::vector<std::byte>>> emulated_objects(const rt:
   return out;
 }
 
-Result<ft_runtime*> open_emulated(const std::string& dir, std::string& device) {
+Result<ft_runtime*> open_emulated(const std::string& dir, std::string& device, bool& own_objects) {
   const rt::Manifest m = FT_TRY(rt::read_manifest(dir));
   const Target* target = m.target_info;
   device = fmt::format("CPU emulator ({})", target->name);
@@ -318,7 +318,8 @@ Result<ft_runtime*> open_emulated(const std::string& dir, std::string& device) {
   };
   // An export of a search on the emulator ships host libraries: run those
   // (the artifact itself); a GPU export's kernels are rebuilt for the emulator.
-  auto runtime = FT_TRY(rt::Runtime::open(dir, opener, m.format == "so" ? rt::Runtime::ObjectSource{} : emulated_objects));
+  own_objects = m.format == "so";
+  auto runtime = FT_TRY(rt::Runtime::open(dir, opener, own_objects ? rt::Runtime::ObjectSource{} : emulated_objects));
   return rt::adopt_runtime(std::move(runtime));
 }
 
@@ -368,7 +369,7 @@ Result<CheckReport> check_export(const CheckOptions& o) {
       return fail(Errc::usage, "unknown routing '" + r + "' (uniform, hot, zipf, one-empty, masked)");
   CheckReport report;
   RuntimeHandle h;
-  h.rt = o.emulate ? FT_TRY(open_emulated(o.dir, report.device)) : FT_TRY(open_gpu(o.dir, o.device, report.device));
+  h.rt = o.emulate ? FT_TRY(open_emulated(o.dir, report.device, report.own_objects)) : FT_TRY(open_gpu(o.dir, o.device, report.device));
   report.target = ft_runtime_target(h.rt);
   bool found = !o.problem;
   for (int p = 0; p < ft_runtime_problem_count(h.rt); ++p) {

@@ -46,6 +46,7 @@ struct CheckRow {
 struct CheckReport {
   std::string target;
   std::string device;  // what ran it ("NVIDIA H200", "CPU emulator (sm_90a)")
+  bool own_objects = true;  // the export's own code objects ran (false: kernels rebuilt for the emulator)
   std::vector<CheckRow> rows;
   int failures() const;
   std::string table() const;  // one line per row, aligned

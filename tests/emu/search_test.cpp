@@ -336,6 +336,8 @@ TEST(EmuSearch, KilledSearchResumesThenExportsAndChecks) {
   EXPECT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("ok"), std::string::npos) << c.output;
   EXPECT_EQ(c.output.find("FAIL"), std::string::npos) << c.output;
+  // Its own host libraries ran, and the summary does not say otherwise.
+  EXPECT_EQ(c.output.find("rebuilt for the emulator"), std::string::npos) << c.output;
 }
 
 // The worker opens emu:<target> and emu:<target>:<n> as that target's

@@ -31,7 +31,7 @@ Timing: CUDA events after warm-up, median of repetitions; graph-captured layers
 replay after a 256 MiB L2 flush inside the timed region, whose own time is
 subtracted. JAX is timed on the host around block_until_ready (no flush).
 """
-import argparse, json, math, os, re, shlex, statistics, subprocess, sys, time
+import argparse, json, math, os, shlex, statistics, subprocess, sys, time
 from dataclasses import dataclass
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch
@@ -52,14 +52,6 @@ class Shape:
     H: int
     I: int
     K: int
-
-
-def parse_key(name, key):
-    """Shape from flytune's problem key (moe_e{E}_h{H}_i{I}_k{K}_...)."""
-    m = re.match(r"moe_e(\d+)_h(\d+)_i(\d+)_k(\d+)_", key or "")
-    if not m:
-        raise RuntimeError(f"{name}: no problem key in flytune's search output ({key!r})")
-    return Shape(name, *map(int, m.groups()))
 
 
 def cuda_time(fn, reps, warmup=3):
@@ -520,8 +512,8 @@ def markdown(report):
         head = f"### {p['name']}" + (f" (E {shape['E']}, H {shape['H']}, I {shape['I']}, top-{shape['K']})" if shape else "")
         lines += ["", head, ""]
         if p.get("search_s") is not None:
-            lines += [f"flytune search: {p['search_s']:.0f} s for {len(report['tokens'])} buckets; "
-                      f"export: {p.get('export_error') or 'checked through the runtime'}.", ""]
+            lines += [f"flytune search: {p['search_s']:.0f} s for {len(report['tokens'])} buckets; export checked "
+                      f"through the runtime: {'yes' if not p.get('search_error') else p['search_error']}.", ""]
         if not p.get("rows"):
             lines += [f"Not measured: {p.get('search_error') or p.get('skipped') or 'no rows'}."]
             continue
@@ -539,24 +531,32 @@ def tool_version(flytune):
         return f"? ({e})"
 
 
+def manifest_shape(name, folder):
+    """Shape of the export's one problem (its manifest.json: what the runtime serves)."""
+    with open(os.path.join(folder, "manifest.json")) as f:
+        problems = json.load(f)["problems"]
+    if len(problems) != 1:
+        raise RuntimeError(f"{name}: the export holds {len(problems)} problems, expected 1")
+    p = problems[0]
+    return Shape(name, p["experts"], p["hidden"], p["inter"], p["topk"])
+
+
 def one_problem(name, args, tokens, ceil, gen, clock):
     p = {"name": name}
+    summary, export, shape = None, None, None
+    if ":" in name:  # name:E:H:I:K: the peers run even if flytune fails
+        n, *dims = name.split(":")
+        shape = Shape(n, *map(int, dims))
     try:
         summary, db, p["search_s"] = flytune_search(args, name, ceil, clock.left())
-        shape = parse_key(name, summary.get("problem"))
+        if db:
+            export = flytune_export(args, name, db, clock.left())
+            shape = manifest_shape(name, export)
     except Exception as e:
         p["search_error"] = str(e)[:200]
-        if ":" not in name:
-            return p  # no shape to give the peers
-        n, *dims = name.split(":")
-        summary, db, shape = None, None, Shape(n, *map(int, dims))
+    if shape is None:
+        return p  # no shape to give the peers
     p["shape"] = vars(shape)
-    export = None
-    if db:
-        try:
-            export = flytune_export(args, name, db, clock.left())
-        except Exception as e:
-            p["export_error"] = str(e)[:200]
     wins = winners_by_kind(summary)
     p["rows"] = bench_problem(shape, tokens, wins, export, args, ceil, gen, clock)
     p["stages"] = [stage_row(shape, T, wins, ceil) for T in tokens]

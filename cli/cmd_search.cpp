@@ -86,7 +86,7 @@ Status configure_emulation(const SearchOptions& opt, SearchConfig& cfg) {
                                            target));
     target = std::string(parsed->target->name);
   }
-  if (target.empty()) return fail(Errc::usage, "--emulate needs --target (gfx90a, gfx942, gfx950 or sm_90a)");
+  if (target.empty()) return fail(Errc::usage, fmt::format("--emulate needs --target ({})", known_target_names(" or ")));
   cfg.targets = {target};
   if (cfg.devices.empty()) cfg.devices = {opt.device.empty() ? fmt::format("emu:{}", target) : opt.device};
   cfg.compile.backend = Backend::emulate;

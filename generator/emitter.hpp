@@ -19,9 +19,9 @@ KernelSource emit_support(const Target& target, DType dtype);
 
 std::string support_unit_name(const Target& target, DType dtype);  // ft_<target>_support_<dtype>
 std::string align_entry(const Target& target);
-std::string reduce_entry(const Target& target, Reduction r, DType dtype);
+std::string reduce_entry(const Target& target, Reduce r, DType dtype);
 std::string shuffle_entry(const Target& target);
-std::string reference_entry(const Target& target, KernelKind stage, DType dtype);
+std::string reference_entry(const Target& target, StageRole stage, DType dtype);
 std::string fill_entry(const Target& target);  // seeded random fill (templates/ft/random_fill.hpp)
 
 }  // namespace ft

@@ -1,141 +1,178 @@
 #include "generator/variant.hpp"
 
 #include <algorithm>
+#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 namespace ft {
+namespace {
 
-int Variant::threads() const { return (warps_m * warps_n + (warp_specialized ? 4 : 0)) * atom->lanes; }
-
-int Variant::lds_bytes() const {
-  // Mirrors ft::WgmmaGemm::kSmemBytes: 128-byte rows (tile_k 64) of A and all
-  // weight tiles per stage, plus 1024 bytes to align the ring for the swizzle.
-  // Warp-specialised blocks add a full and an empty mbarrier (8 bytes each) per stage.
-  if (atom->warpgroup())
-    return stages * (tile_m + weight_matrices() * tile_n) * tile_k * 2 + 1024 + (warp_specialized ? 16 * stages : 0);
-  // Mirrors ft::TiledGemm::kSmemBytes: rows of A then of each weight matrix,
-  // each tile_k wide plus one 16-byte pad, per LDS stage.
-  const int rows = tile_m + weight_matrices() * tile_n;
-  return stages * rows * (tile_k + 8) * 2;
+// A program error (code asking for a key its family does not declare), never
+// a result of user input: every record is read through from_json, which gives
+// a variant all of its family's axes. The tool's and the runtime's edges turn
+// it into one "internal error" line (tests/unit/generator/family_test.cpp
+// holds every family to the standard axes the layer program reads).
+[[noreturn]] void no_axis(const Variant& v, std::string_view key) {
+  throw std::logic_error(fmt::format("family {} has no axis '{}'", v.family ? v.family->id() : "?", key));
 }
 
-int Variant::register_estimate() const {
-  if (atom->warpgroup()) {
-    const int groups = warps_m * warps_n / 4;
-    const int acc = tile_m / groups / atom->m * weight_matrices() * tile_n / 2;
-    // A producer warpgroup copies only A 16 bytes at a time (bulk copies move the weights).
-    const int chunks = warp_specialized ? tile_m * 8 / 128 : (tile_m + weight_matrices() * tile_n) * 8 / threads();
-    // Accumulators, a 64-bit source pointer per copy, addressing; a producer
-    // warpgroup holds the pointers but no accumulators, yet all threads get
-    // the kernel's register count.
-    return warp_specialized ? std::max(acc, chunks * 2) + 24 : acc + chunks * 2 + 24;
-  }
-  const int rm = tile_m / warps_m / atom->m, rn = tile_n / warps_n / atom->n;
-  const int acc = weight_matrices() * rm * rn * atom->c_regs();
-  const int frags = (rm * atom->a_regs() + rn * atom->b_regs()) / 2;  // two 16-bit values per register
-  const int chunks = ((tile_m + weight_matrices() * tile_n) * tile_k / 8 + threads() - 1) / threads();
-  const int staged = stages == 2 ? chunks * 4 : 0;
-  const int addressing = chunks * 3 + 24;  // row pointers, strides, indices
-  return acc + frags + staged + addressing;
+}  // namespace
+
+Variant Variant::of(const Target& target, StageRole role, const AtomInfo& atom) {
+  Variant v;
+  v.target = &target;
+  v.family = family_of(atom);
+  v.role = role;
+  v.dtype = atom.dtype;
+  if (!v.family) return v;  // an atom no family takes: legality says so
+  for (const Axis& a : v.family->axes()) v.values.push_back(a.initial);
+  v.values[v.family->index_of("atom")] = AxisValue(&atom - all_atoms().data());
+  return v;
+}
+
+int Variant::get(std::string_view key) const {
+  if (!family) no_axis(*this, key);
+  const std::size_t i = family->index_of(key);
+  if (i >= values.size()) no_axis(*this, key);
+  const Axis& a = family->axes()[i];
+  if (a.type != AxisType::pair || a.key == key) return values[i];
+  return a.pair_keys[0] == key ? pair_first(values[i]) : pair_second(values[i]);
+}
+
+bool Variant::has(std::string_view key) const { return family && family->index_of(key) < values.size(); }
+
+Variant& Variant::set(std::string_view key, int value) {
+  if (!family) no_axis(*this, key);
+  const std::size_t i = family->index_of(key);
+  if (i >= values.size()) no_axis(*this, key);
+  const Axis& a = family->axes()[i];
+  if (a.type != AxisType::pair || a.key == key) values[i] = value;
+  else if (a.pair_keys[0] == key) values[i] = pack_pair(value, pair_second(values[i]));
+  else values[i] = pack_pair(pair_first(values[i]), value);
+  return *this;
+}
+
+const AtomInfo* Variant::atom() const {
+  if (!has("atom")) return nullptr;
+  const std::size_t i = std::size_t(get("atom"));
+  return i < all_atoms().size() ? &all_atoms()[i] : nullptr;
 }
 
 std::string Variant::name() const {
-  std::string s = fmt::format("ft_{}_{}_{}_m{}n{}k{}_w{}x{}_{}_s{}", target->name, to_string(kind), to_string(dtype), tile_m,
-                              tile_n, tile_k, warps_m, warps_n, atom->short_name(), stages);
-  if (kind == KernelKind::moe1) {
-    if (weight_in_stage1) s += "_rw";
-  } else {
-    s += reduce == Reduction::atomic ? "_atomic" : "_partials";
-    if (split_k > 1) s += fmt::format("_sk{}", split_k);
-    if (weight_in_stage1) s += "_norw";
-  }
-  if (layout == WeightLayoutKind::shuffled) s += "_shuf";
-  if (layout == WeightLayoutKind::tiled) s += "_tiled";
-  if (warp_specialized) s += "_ws";
-  if (tiles_per_block > 1) s += fmt::format("_t{}", tiles_per_block);
+  std::string s = fmt::format("ft_{}_{}_{}", target->name, to_string(role), to_string(dtype));
+  const auto ax = family->axes();
+  std::vector<std::size_t> order(ax.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ax[a].name_rank < ax[b].name_rank; });
+  for (std::size_t i : order)
+    if (ax[i].token) s += ax[i].token(*this, values[i]);
   return s;
 }
 
 nlohmann::json Variant::to_json() const {
-  return nlohmann::json{{"target", target->name},
-                        {"kind", to_string(kind)},
-                        {"dtype", to_string(dtype)},
-                        {"atom", atom->id},
-                        {"tile_m", tile_m},
-                        {"tile_n", tile_n},
-                        {"tile_k", tile_k},
-                        {"warps_m", warps_m},
-                        {"warps_n", warps_n},
-                        {"stages", stages},
-                        {"warp_specialized", warp_specialized},
-                        {"tiles_per_block", tiles_per_block},
-                        {"split_k", split_k},
-                        {"weight_in_stage1", weight_in_stage1},
-                        {"reduce", to_string(reduce)},
-                        {"layout", to_string(layout)}};
+  nlohmann::json j{{"target", target->name}, {"kind", to_string(role)}, {"dtype", to_string(dtype)}, {"family", family->id()}};
+  const auto ax = family->axes();
+  for (std::size_t i = 0; i < ax.size(); ++i) {
+    const Axis& a = ax[i];
+    const AxisValue x = values[i];
+    switch (a.type) {
+      case AxisType::integer: j[std::string(a.key)] = x; break;
+      case AxisType::boolean: j[std::string(a.key)] = x != 0; break;
+      case AxisType::choice:
+      case AxisType::atom: j[std::string(a.key)] = a.format(x); break;
+      case AxisType::pair:
+        j[std::string(a.pair_keys[0])] = pair_first(x);
+        j[std::string(a.pair_keys[1])] = pair_second(x);
+        break;
+    }
+  }
+  return j;
 }
 
+namespace {
+
+std::unexpected<Error> bad(std::string what) { return fail(Errc::invalid_input, "variant parameters: " + what); }
+
+// One axis's value from a record; nullopt for a key the record does not carry.
+Result<std::optional<AxisValue>> read_axis(const nlohmann::json& j, const Axis& a) {
+  auto integer = [&](std::string_view key) -> Result<std::optional<int>> {
+    auto it = j.find(std::string(key));
+    if (it == j.end()) return std::optional<int>{};
+    if (!it->is_number_integer()) return bad(fmt::format("{} is not an integer", key));
+    const long long v = it->get<long long>();
+    if (v < 0 || v > 0xffff) return bad(fmt::format("{} {} is out of range", key, v));
+    return std::optional<int>{int(v)};
+  };
+  switch (a.type) {
+    case AxisType::integer: {
+      auto v = FT_TRY(integer(a.key));
+      return v ? std::optional<AxisValue>{*v} : std::nullopt;
+    }
+    case AxisType::pair: {
+      auto m = FT_TRY(integer(a.pair_keys[0]));
+      auto n = FT_TRY(integer(a.pair_keys[1]));
+      if (!m && !n) return std::optional<AxisValue>{};
+      if (!m || !n) return bad(fmt::format("{} needs both {} and {}", a.key, a.pair_keys[0], a.pair_keys[1]));
+      return std::optional<AxisValue>{pack_pair(*m, *n)};
+    }
+    case AxisType::boolean: {
+      auto it = j.find(std::string(a.key));
+      if (it == j.end()) return std::optional<AxisValue>{};
+      if (!it->is_boolean()) return bad(fmt::format("{} is not a boolean", a.key));
+      return std::optional<AxisValue>{it->get<bool>() ? 1 : 0};
+    }
+    case AxisType::choice:
+    case AxisType::atom: {
+      auto it = j.find(std::string(a.key));
+      if (it == j.end()) return std::optional<AxisValue>{};
+      const std::string text = it->is_string() ? it->get<std::string>() : it->dump();
+      if (a.type == AxisType::atom) {
+        const AtomInfo* atom = find_atom(text);
+        if (!atom) return bad(fmt::format("unknown atom '{}'", shorten(text)));
+        return std::optional<AxisValue>{AxisValue(atom - all_atoms().data())};
+      }
+      for (std::size_t k = 0; k < a.names.size(); ++k)
+        if (a.names[k] == text) return std::optional<AxisValue>{AxisValue(k)};
+      return bad(fmt::format("unknown {} '{}'", a.key, shorten(text)));
+    }
+  }
+  return bad("an axis of no type");
+}
+
+}  // namespace
+
 Result<Variant> Variant::from_json(const nlohmann::json& j) {
-  auto bad = [](std::string what) { return fail(Errc::invalid_input, "variant parameters: " + what); };
   if (!j.is_object()) return bad("not a JSON object");
-  Variant v;
   auto str = [&](const char* key) -> std::string {
     auto it = j.find(key);
     return it != j.end() && it->is_string() ? it->get<std::string>() : std::string{};
   };
-  auto num = [&](const char* key, int& out) -> bool {
-    auto it = j.find(key);
-    if (it == j.end() || !it->is_number_integer()) return false;
-    out = it->get<int>();
-    return true;
-  };
+  Variant v;
   v.target = find_target(str("target"));
-  if (!v.target) return bad("unknown target '" + str("target") + "'");
-  std::string kind = str("kind");
-  if (kind == "moe1") v.kind = KernelKind::moe1;
-  else if (kind == "moe2") v.kind = KernelKind::moe2;
-  else return bad("unknown kind '" + kind + "'");
-  auto dt = parse_dtype(str("dtype"));
-  if (!dt) return std::unexpected(dt.error());
-  v.dtype = *dt;
-  v.atom = find_atom(str("atom"));
-  if (!v.atom) return bad("unknown atom '" + str("atom") + "'");
-  if (!num("tile_m", v.tile_m) || !num("tile_n", v.tile_n) || !num("tile_k", v.tile_k) || !num("warps_m", v.warps_m) ||
-      !num("warps_n", v.warps_n) || !num("stages", v.stages) || !num("split_k", v.split_k))
-    return bad("missing or non-integer tile, warp, stage or split_k field");
-  auto w = j.find("weight_in_stage1");
-  if (w == j.end() || !w->is_boolean()) return bad("missing weight_in_stage1");
-  v.weight_in_stage1 = w->get<bool>();
-  // Absent in records written before the field existed: not specialised.
-  if (auto ws = j.find("warp_specialized"); ws != j.end()) {
-    if (!ws->is_boolean()) return bad("warp_specialized is not a boolean");
-    v.warp_specialized = ws->get<bool>();
+  if (!v.target) return bad("unknown target '" + shorten(str("target")) + "'");
+  const auto role = parse_stage_role(str("kind"));
+  if (!role) return bad("unknown kind '" + shorten(str("kind")) + "'");
+  v.role = *role;
+  v.dtype = FT_TRY(parse_dtype(str("dtype")));
+  const AtomInfo* atom = find_atom(str("atom"));
+  if (!atom) return bad("unknown atom '" + shorten(str("atom")) + "'");
+  // Records before families existed name none: the atom's family.
+  if (j.contains("family")) {
+    v.family = find_family(str("family"));
+    if (!v.family) return bad("unknown family '" + shorten(str("family")) + "'");
+  } else {
+    v.family = family_of(*atom);
+    if (!v.family) return bad(fmt::format("no kernel family takes atom {}", atom->id));
   }
-  // Absent in records written before the field existed: one tile per block.
-  if (j.contains("tiles_per_block") && (!num("tiles_per_block", v.tiles_per_block) || v.tiles_per_block < 1))
-    return bad("tiles_per_block is not a positive integer");
-  std::string reduce = str("reduce"), layout = str("layout");
-  if (reduce == "atomic") v.reduce = Reduction::atomic;
-  else if (reduce == "partials") v.reduce = Reduction::partials;
-  else return bad("unknown reduce '" + reduce + "'");
-  if (layout == "plain") v.layout = WeightLayoutKind::plain;
-  else if (layout == "shuffled") v.layout = WeightLayoutKind::shuffled;
-  else if (layout == "tiled") v.layout = WeightLayoutKind::tiled;
-  else return bad("unknown layout '" + layout + "'");
+  for (const Axis& a : v.family->axes()) {
+    std::optional<AxisValue> x = FT_TRY(read_axis(j, a));
+    if (!x && a.required) return bad(fmt::format("missing {}", a.type == AxisType::pair ? a.pair_keys[0] : a.key));
+    v.values.push_back(x ? *x : a.initial);
+  }
+  if (v.has("tiles_per_block") && v.get("tiles_per_block") < 1) return bad("tiles_per_block is not a positive integer");
   return v;
-}
-
-std::string_view to_string(KernelKind k) { return k == KernelKind::moe1 ? "moe1" : "moe2"; }
-std::string_view to_string(Reduction r) { return r == Reduction::atomic ? "atomic" : "partials"; }
-std::string_view to_string(WeightLayoutKind l) {
-  switch (l) {
-    case WeightLayoutKind::plain: return "plain";
-    case WeightLayoutKind::shuffled: return "shuffled";
-    case WeightLayoutKind::tiled: return "tiled";
-  }
-  return "?";
 }
 
 }  // namespace ft

@@ -20,18 +20,7 @@ long long max_padded_rows(const Problem& p, int tokens, int align_block) {
 LaunchShape align_launch(const Problem& p) { return {1, 1, 1, kAlignThreads, align_lds_bytes(p.experts)}; }
 
 LaunchShape stage_launch(const Variant& v, const Problem& p, int tokens, int align_block) {
-  LaunchShape s;
-  s.grid_x = int(max_padded_rows(p, tokens, align_block) / v.tile_m);
-  s.grid_y = (v.kind == KernelKind::moe1 ? p.inter : p.hidden) / v.tile_n;
-  s.grid_z = v.kind == KernelKind::moe2 ? v.split_k : 1;
-  if (v.tiles_per_block > 1) {  // persistent: each block walks tiles block, block + grid_x, ... (ft::for_each_tile)
-    const long long tiles = (long long)s.grid_x * s.grid_y * s.grid_z;
-    s.grid_x = int((tiles + v.tiles_per_block - 1) / v.tiles_per_block);
-    s.grid_y = s.grid_z = 1;
-  }
-  s.block = v.threads();
-  s.lds_bytes = v.lds_bytes();
-  return s;
+  return v.family->launch(v, p, max_padded_rows(p, tokens, align_block));
 }
 
 LaunchShape reduce_launch(const Problem& p, int tokens) {
@@ -44,9 +33,9 @@ LaunchShape shuffle_launch(long long rows, long long cols) {
   return {int((chunks + kReduceThreads - 1) / kReduceThreads), 1, 1, kReduceThreads, 0};
 }
 
-LaunchShape reference_launch(KernelKind stage, const Problem& p, int tokens) {
+LaunchShape reference_launch(StageRole stage, const Problem& p, int tokens) {
   // Pairs or tokens along x (up to 2^31 - 1 blocks), column chunks along y.
-  if (stage == KernelKind::moe1)
+  if (stage == StageRole::stage1)
     return {tokens * p.topk, (p.inter + kReferenceThreads - 1) / kReferenceThreads, 1, kReferenceThreads, 0};
   return {tokens, (p.hidden + kReferenceThreads - 1) / kReferenceThreads, 1, kReferenceThreads, 0};
 }
@@ -63,11 +52,11 @@ std::string_view to_string(Buf b) {
   return names[std::size_t(b)];
 }
 
-Buf weight_buffer(int which, WeightLayoutKind layout) {
+Buf weight_buffer(int which, WeightLayout layout) {
   switch (layout) {
-    case WeightLayoutKind::shuffled: return which == 1 ? Buf::w1_shuffled : Buf::w2_shuffled;
-    case WeightLayoutKind::tiled: return which == 1 ? Buf::w1_tiled : Buf::w2_tiled;
-    case WeightLayoutKind::plain: break;
+    case WeightLayout::shuffled: return which == 1 ? Buf::w1_shuffled : Buf::w2_shuffled;
+    case WeightLayout::tiled: return which == 1 ? Buf::w1_tiled : Buf::w2_tiled;
+    case WeightLayout::plain: break;
   }
   return which == 1 ? Buf::w1 : Buf::w2;
 }
@@ -98,7 +87,8 @@ namespace {
 
 std::unexpected<Error> bad(const std::string& what) { return fail(Errc::invalid_input, "layer program: " + what); }
 
-// Kinds, dtypes, targets, the routed weight's placement and the tiles.
+// Roles, dtypes, targets, the routed weight's placement, and each stage's
+// own legality for the problem (the space's rules: one home).
 Status validate(const LayerRecipe& r) {
   const Problem& p = r.problem;
   if (!r.target) return bad("no target");
@@ -106,20 +96,17 @@ Status validate(const LayerRecipe& r) {
   for (const std::optional<Variant>* s : {&r.stage1, &r.stage2}) {
     if (!*s) continue;
     const Variant& v = **s;
-    if (!v.target || !v.atom) return bad(fmt::format("stage variant {} has no target or atom", v.name()));
+    if (!v.target || !v.family || !v.atom()) return bad(fmt::format("stage variant {} has no target, family or atom", v.target && v.family ? v.name() : "?"));
     if (v.target != r.target) return bad(fmt::format("{} is for {}, the layer for {}", v.name(), v.target->name, r.target->name));
     if (v.dtype != p.dtype) return bad(fmt::format("{} is {}, the problem {}", v.name(), to_string(v.dtype), to_string(p.dtype)));
   }
-  if (r.stage1 && r.stage1->kind != KernelKind::moe1) return bad(r.stage1->name() + " is not a stage-1 kernel");
-  if (r.stage2 && r.stage2->kind != KernelKind::moe2) return bad(r.stage2->name() + " is not a stage-2 kernel");
-  if (r.stage1 && r.stage2 && r.stage1->weight_in_stage1 != r.stage2->weight_in_stage1)
+  if (r.stage1 && r.stage1->role != StageRole::stage1) return bad(r.stage1->name() + " is not a stage-1 kernel");
+  if (r.stage2 && r.stage2->role != StageRole::stage2) return bad(r.stage2->name() + " is not a stage-2 kernel");
+  if (r.stage1 && r.stage2 && r.stage1->contract().weight_in_stage1 != r.stage2->contract().weight_in_stage1)
     return bad("stage 1 and stage 2 disagree on where the routed weight is applied");
-  if (r.stage1 && (p.inter % r.stage1->tile_n != 0 || p.hidden % r.stage1->tile_k != 0))
-    return bad(fmt::format("stage 1 tiles n{} k{} do not divide inter {} and hidden {}", r.stage1->tile_n, r.stage1->tile_k,
-                           p.inter, p.hidden));
-  if (r.stage2 && (p.hidden % r.stage2->tile_n != 0 || p.inter % (r.stage2->tile_k * r.stage2->split_k) != 0))
-    return bad(fmt::format("stage 2 tiles n{} k{} x split {} do not divide hidden {} and inter {}", r.stage2->tile_n,
-                           r.stage2->tile_k, r.stage2->split_k, p.hidden, p.inter));
+  for (const std::optional<Variant>* s : {&r.stage1, &r.stage2})
+    if (*s)
+      if (auto why = (*s)->family->problem_rules(**s, p)) return bad(fmt::format("{}: {}", (*s)->name(), *why));
   return {};
 }
 
@@ -160,10 +147,10 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
   b[std::size_t(Buf::block_experts)] = std::uint64_t(prog.max_padded_rows / prog.align_block) * 4;
   b[std::size_t(Buf::padded_rows)] = 4;
   b[std::size_t(Buf::bad_ids)] = 4;
-  if (r.stage1) b[std::size_t(weight_buffer(1, r.stage1->layout))] = E * 2 * I * H * es;
+  if (r.stage1) b[std::size_t(weight_buffer(1, r.stage1->contract().weights))] = E * 2 * I * H * es;
   if (r.stage2) {
-    b[std::size_t(weight_buffer(2, r.stage2->layout))] = E * H * I * es;
-    b[std::size_t(Buf::y_acc)] = (r.stage2->reduce == Reduction::atomic ? T : T * k) * H * 4;
+    b[std::size_t(weight_buffer(2, r.stage2->contract().weights))] = E * H * I * es;
+    b[std::size_t(Buf::y_acc)] = (r.stage2->contract().output == Reduce::atomic ? T : T * k) * H * 4;
     b[std::size_t(Buf::y)] = T * H * es;
   }
 }
@@ -173,12 +160,13 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
 Result<int> align_block_of(const LayerRecipe& r) {
   int block = 1;
   for (const std::optional<Variant>* s : {&r.stage1, &r.stage2})
-    if (*s) block = std::lcm(block, (*s)->tile_m);
+    if (*s) block = std::lcm(block, (*s)->contract().rows_per_tile);
   if (block > kMaxAlignBlock)
     return fail(Errc::invalid_input,
                 fmt::format("layer program: stage tiles of {} and {} rows need expert blocks of {} rows (their least common "
                             "multiple), more than {}",
-                            r.stage1 ? r.stage1->tile_m : 0, r.stage2 ? r.stage2->tile_m : 0, block, kMaxAlignBlock));
+                            r.stage1 ? r.stage1->contract().rows_per_tile : 0, r.stage2 ? r.stage2->contract().rows_per_tile : 0,
+                            block, kMaxAlignBlock));
   return block;
 }
 
@@ -196,7 +184,7 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
   const MoeArgs args = base_args(p, tokens, prog.align_block, prog.max_padded_rows);
   const Target& t = *r.target;
 
-  const bool atomic = r.stage2 && r.stage2->reduce == Reduction::atomic;
+  const bool atomic = r.stage2 && r.stage2->contract().output == Reduce::atomic;
   if (atomic) {
     Step clear;
     clear.op = Step::Op::memset_u32;
@@ -208,15 +196,15 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
   prog.steps.push_back(launch_step("align", Role::align, align_entry(t), align_launch(p), args));
   if (r.stage1) {
     Step s = launch_step("stage1", Role::stage1, r.stage1->name(), stage_launch(*r.stage1, p, tokens, prog.align_block), args);
-    s.w1 = weight_buffer(1, r.stage1->layout);
+    s.w1 = weight_buffer(1, r.stage1->contract().weights);
     prog.steps.push_back(std::move(s));
   }
   if (r.stage2) {
     Step s = launch_step("stage2", Role::stage2, r.stage2->name(), stage_launch(*r.stage2, p, tokens, prog.align_block), args);
-    s.w2 = weight_buffer(2, r.stage2->layout);
+    s.w2 = weight_buffer(2, r.stage2->contract().weights);
     prog.steps.push_back(std::move(s));
     prog.steps.push_back(launch_step("reduce", atomic ? Role::reduce_atomic : Role::reduce_partials,
-                                     reduce_entry(t, r.stage2->reduce, p.dtype), reduce_launch(p, tokens), args));
+                                     reduce_entry(t, r.stage2->contract().output, p.dtype), reduce_launch(p, tokens), args));
   }
   size_buffers(prog, r);
   return prog;

@@ -23,12 +23,6 @@
 
 namespace ft {
 
-struct LaunchShape {
-  int grid_x = 1, grid_y = 1, grid_z = 1;
-  int block = 1;
-  int lds_bytes = 0;  // dynamic LDS / shared memory
-};
-
 // Rows of one expert block in sorted_ids: a multiple of every stage's tile_m
 // (a tile never straddles two experts), at most this.
 inline constexpr int kMaxAlignBlock = 256;
@@ -41,14 +35,15 @@ inline constexpr int kMaxTokens = 1 << 24;
 long long max_padded_rows(const Problem& p, int tokens, int align_block);
 
 LaunchShape align_launch(const Problem& p);
-// A stage's grid: (max_padded_rows / tile_m, N / tile_n, split_k), or, for a
-// persistent variant (tiles_per_block > 1), ceil(tiles / tiles_per_block)
-// blocks in x that walk the tiles (templates/ft/tile_order.hpp).
+// A stage's grid over max_padded_rows rows, as its family lays it out
+// (Family::launch: for the standard families (max_padded_rows / tile_m,
+// N / tile_n, split_k), or a persistent grid of ceil(tiles / tiles_per_block)
+// blocks that walk the tiles, templates/ft/tile_order.hpp).
 LaunchShape stage_launch(const Variant& v, const Problem& p, int tokens, int align_block);
 LaunchShape reduce_launch(const Problem& p, int tokens);
 // The support kernels verification and weight arrangement use.
 LaunchShape shuffle_launch(long long rows, long long cols);
-LaunchShape reference_launch(KernelKind stage, const Problem& p, int tokens);
+LaunchShape reference_launch(StageRole stage, const Problem& p, int tokens);
 LaunchShape fill_launch(std::uint64_t count);
 
 // The buffers a layer's steps read and write.
@@ -61,7 +56,7 @@ enum class Buf : std::uint8_t {
 inline constexpr std::size_t kBufCount = 16;
 std::string_view to_string(Buf b);
 // W1 (which = 1) or W2 (which = 2) in a layout.
-Buf weight_buffer(int which, WeightLayoutKind layout);
+Buf weight_buffer(int which, WeightLayout layout);
 
 // Which kernel a launch step runs.
 enum class Role : std::uint8_t { align, stage1, stage2, reduce_atomic, reduce_partials };

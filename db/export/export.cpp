@@ -240,7 +240,7 @@ Status write_file(const fs::path& path, const void* data, std::size_t size) {
 // steps at the bucket's T, the measured time and where it came from.
 json bucket_json(const WinnerRow& row, const LayerProgram& prog, const Variant& v1, const Variant& v2, json steps,
                  const std::map<std::int64_t, RunRecord>& runs) {
-  const bool atomic = v2.reduce == Reduction::atomic;
+  const bool atomic = v2.contract().output == Reduce::atomic;
   json provenance{{"variant_id", row.variant.id}, {"run_id", row.winner.run_id}, {"chosen_at", row.winner.chosen_at}};
   if (auto it = runs.find(row.winner.run_id); it != runs.end())
     provenance.update({{"flytune_version", it->second.flytune_version},
@@ -252,9 +252,9 @@ json bucket_json(const WinnerRow& row, const LayerProgram& prog, const Variant& 
               {"stages", {{"stage1", v1.to_json()}, {"stage2", v2.to_json()}}},
               {"align_block", prog.align_block},
               {"max_padded_rows_formula", "ceil((T*topk + min(experts, T*topk) * (align_block - 1)) / align_block) * align_block"},
-              {"reduction", std::string(to_string(v2.reduce))},
-              {"weight_in_stage1", v1.weight_in_stage1},
-              {"weights", {{"w1", std::string(to_string(v1.layout))}, {"w2", std::string(to_string(v2.layout))}}},
+              {"reduction", std::string(to_string(v2.contract().output))},
+              {"weight_in_stage1", v1.contract().weight_in_stage1},
+              {"weights", {{"w1", std::string(to_string(v1.contract().weights))}, {"w2", std::string(to_string(v2.contract().weights))}}},
               {"workspace_bytes",
                {{"inter", "T*topk*inter*2"},
                 {"y_acc", atomic ? "T*hidden*4" : "T*topk*hidden*4"},
@@ -281,11 +281,11 @@ json manifest_json(const ExportOptions& opt, const Target& t, const DeviceRecord
                              {"toolchain", s.compiled_here ? s.toolchain : toolchain.version},
                              {"symbols",
                               {{"align", align_entry(t)},
-                               {"reduce_atomic", reduce_entry(t, Reduction::atomic, dt)},
-                               {"reduce_partials", reduce_entry(t, Reduction::partials, dt)},
+                               {"reduce_atomic", reduce_entry(t, Reduce::atomic, dt)},
+                               {"reduce_partials", reduce_entry(t, Reduce::partials, dt)},
                                {"shuffle", shuffle_entry(t)},
-                               {"reference1", reference_entry(t, KernelKind::moe1, dt)},
-                               {"reference2", reference_entry(t, KernelKind::moe2, dt)},
+                               {"reference1", reference_entry(t, StageRole::stage1, dt)},
+                               {"reference2", reference_entry(t, StageRole::stage2, dt)},
                                {"fill", fill_entry(t)}}}});
   }
   return {{"schema_version", kManifestSchemaVersion},

@@ -85,13 +85,13 @@ ft::rt::LayerBuffers buffers_of(const ft_layer_buffers& b) {
 }
 
 // The C enum is the layout number ft::ShuffleArgs::layout and the manifest use.
-static_assert(FT_WEIGHT_LAYOUT_PLAIN == int(ft::WeightLayoutKind::plain) &&
-              FT_WEIGHT_LAYOUT_SHUFFLED == int(ft::WeightLayoutKind::shuffled) &&
-              FT_WEIGHT_LAYOUT_TILED == int(ft::WeightLayoutKind::tiled));
+static_assert(FT_WEIGHT_LAYOUT_PLAIN == int(ft::WeightLayout::plain) &&
+              FT_WEIGHT_LAYOUT_SHUFFLED == int(ft::WeightLayout::shuffled) &&
+              FT_WEIGHT_LAYOUT_TILED == int(ft::WeightLayout::tiled));
 
-ft::WeightLayoutKind stage_layout(const ft_plan& plan, int stage) {
+ft::WeightLayout stage_layout(const ft_plan& plan, int stage) {
   const ft::LayerRecipe& r = plan.plan.bucket->recipe;
-  return stage == 1 ? r.stage1->layout : stage == 2 ? r.stage2->layout : ft::WeightLayoutKind::plain;
+  return stage == 1 ? r.stage1->contract().weights : stage == 2 ? r.stage2->contract().weights : ft::WeightLayout::plain;
 }
 
 }  // namespace
@@ -193,11 +193,11 @@ void ft_plan_shape(const ft_plan* plan, ft_problem_shape* out) {
 }
 
 int ft_plan_needs_shuffled(const ft_plan* plan, int stage) {
-  return plan && stage_layout(*plan, stage) == ft::WeightLayoutKind::shuffled ? 1 : 0;
+  return plan && stage_layout(*plan, stage) == ft::WeightLayout::shuffled ? 1 : 0;
 }
 
 int ft_plan_needs_tiled(const ft_plan* plan, int stage) {
-  return plan && stage_layout(*plan, stage) == ft::WeightLayoutKind::tiled ? 1 : 0;
+  return plan && stage_layout(*plan, stage) == ft::WeightLayout::tiled ? 1 : 0;
 }
 
 void ft_plan_workspace(const ft_plan* plan, ft_workspace_sizes* out) {
@@ -263,7 +263,7 @@ int ft_runtime_arrange_weights(ft_runtime* rt, const void* src, void* dst, int r
       return bad_argument(rt, "ft_runtime_arrange_weights",
                           ("layout " + std::to_string(layout) +
                            " is neither FT_WEIGHT_LAYOUT_SHUFFLED (1) nor FT_WEIGHT_LAYOUT_TILED (2)").c_str());
-    return record(rt, rt->rt->arrange_weights(ptr(src), ptr(dst), rows, cols, ft::WeightLayoutKind(layout),
+    return record(rt, rt->rt->arrange_weights(ptr(src), ptr(dst), rows, cols, ft::WeightLayout(layout),
                                               ft::StreamHandle{stream}));
   });
 }

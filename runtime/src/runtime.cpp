@@ -384,13 +384,13 @@ Status Runtime::launch_support(FunctionHandle f, const LaunchShape& s, const voi
                          s.lds_bytes, stream, args, size);
 }
 
-Status Runtime::arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols, WeightLayoutKind layout, StreamHandle stream) {
+Status Runtime::arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols, WeightLayout layout, StreamHandle stream) {
   if (manifest_.supports.empty()) return fail(Errc::invalid_input, "the export has no support unit");
-  if (layout != WeightLayoutKind::shuffled && layout != WeightLayoutKind::tiled)
+  if (layout != WeightLayout::shuffled && layout != WeightLayout::tiled)
     return fail(Errc::usage, "arrange weights: the layout must be shuffled (1) or tiled (2); plain weights need no arranging");
   const std::string what(to_string(layout));
   if (!src || !dst) return fail(Errc::usage, what + " weights: null source or destination");
-  const int col_unit = layout == WeightLayoutKind::tiled ? 64 : 8;
+  const int col_unit = layout == WeightLayout::tiled ? 64 : 8;
   if (rows < 16 || cols < col_unit || rows % 16 || cols % col_unit)
     return fail(Errc::usage, what + " weights: rows must be a multiple of 16 and cols of " + std::to_string(col_unit) +
                                  " (got " + std::to_string(rows) + " x " + std::to_string(cols) + ")");
@@ -427,9 +427,9 @@ Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_r
   a.inter_size = p.inter;
   a.experts = p.experts;
   a.topk = p.topk;
-  a.flags = plan.bucket->recipe.stage1->weight_in_stage1 ? kFlagWeightInStage1 : 0;
-  FT_CHECK(launch_support(plan.support->reference1_fn, reference_launch(KernelKind::moe1, p, T), &a, sizeof a, stream));
-  return launch_support(plan.support->reference2_fn, reference_launch(KernelKind::moe2, p, T), &a, sizeof a, stream);
+  a.flags = plan.bucket->recipe.stage1->contract().weight_in_stage1 ? kFlagWeightInStage1 : 0;
+  FT_CHECK(launch_support(plan.support->reference1_fn, reference_launch(StageRole::stage1, p, T), &a, sizeof a, stream));
+  return launch_support(plan.support->reference2_fn, reference_launch(StageRole::stage2, p, T), &a, sizeof a, stream);
 }
 
 }  // namespace ft::rt

@@ -39,7 +39,7 @@ struct Bucket {
   LayerRecipe recipe;                        // the stage variants
   std::map<std::string, std::string> files;  // code object file by stage symbol
   RoleKernels kernels;                       // after loading
-  bool atomic() const { return recipe.stage2 && recipe.stage2->reduce == Reduction::atomic; }
+  bool atomic() const { return recipe.stage2 && recipe.stage2->contract().output == Reduce::atomic; }
 };
 
 struct SupportUnit {
@@ -130,7 +130,7 @@ class Runtime {
   Status launch(const Plan& plan, const LayerBuffers& b, StreamHandle stream);
   // src [rows, cols] row-major -> dst in `layout` (shuffled or tiled), by the
   // support unit's shuffle kernel; Errc::usage for sizes the layout cannot hold.
-  Status arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols, WeightLayoutKind layout, StreamHandle stream);
+  Status arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols, WeightLayout layout, StreamHandle stream);
   Status fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed, float scale);
   // The support unit's reference kernels for the plan's problem and routed-weight
   // placement, on `tokens` tokens of the buffers (0: the plan's T).

@@ -13,6 +13,11 @@
 // mma.sync repeated along N, one 16-row slice per warp).
 namespace ft {
 
+// The N values the atoms issue (FT_WGMMA_ISSUE spells out one operand list
+// for each); the host's legality rule (generator/families/wgmma.cpp) is this
+// function too.
+FT_HOST_DEVICE constexpr bool wgmma_n_supported(int n) { return n == 32 || n == 64 || n == 128 || n == 256; }
+
 // The descriptor of a K-major, 128-byte-swizzled operand slice starting at
 // shared-memory byte address `addr` (1024-aligned tile plus a k offset of
 // 32 bytes per k16 step): leading byte offset 16 (unused by this layout),
@@ -132,7 +137,7 @@ FT_DEVICE void wgmma_fence_operands(float (&)[R]) {}
     static constexpr bool kWarpgroup = true;                                                              \
     template <int N>                                                                                      \
     FT_DEVICE static void mma(float (&d)[N / 2], u64 a, u64 b) {                                          \
-      static_assert(N == 32 || N == 64 || N == 128 || N == 256, "wgmma atoms here: N = 32, 64, 128 or 256"); \
+      static_assert(wgmma_n_supported(N), "wgmma atoms here: N = 32, 64, 128 or 256");                     \
       FT_WGMMA_ISSUE(N, d, a, b, elem, ptx_types);                                                        \
     }                                                                                                     \
   };

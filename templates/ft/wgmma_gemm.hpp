@@ -57,7 +57,7 @@ struct WgmmaGemm {
   static_assert(Cfg::warps_n == 1 && Cfg::warps_m % 4 == 0, "whole warpgroups stacked along M");
   static_assert(TK == 64, "k-tiles are one 128-byte swizzle row deep");
   static_assert(kGroupRows % 64 == 0, "each warpgroup owns whole 64-row wgmma blocks");
-  static_assert(kN == 32 || kN == 64 || kN == 128 || kN == 256, "the wgmma atoms here take N = 32, 64, 128 or 256");
+  static_assert(wgmma_n_supported(kN), "the wgmma atoms here take N = 32, 64, 128 or 256");
   static_assert(Cfg::stages >= 3, "at least two k-tiles in flight");
   static_assert(kRowStep % 8 == 0, "a thread's chunks keep one swizzle phase");
   static_assert(kCopiedRows * 8 % kLoaders == 0, "every loading thread copies the same number of chunks");

@@ -30,24 +30,20 @@ std::vector<AtomRow> all_rows() {
 // M and N (N at least 64, which every problem's sizes divide), K = 32; for a
 // wgmma atom, one warpgroup on a 64 x (2 x 32) tile.
 Variant small_variant(const AtomInfo& atom, const Target& target) {
-  Variant v;
-  v.target = &target;
-  v.kind = KernelKind::moe1;
-  v.dtype = atom.dtype;
-  v.atom = &atom;
-  v.warps_m = 2;
-  v.warps_n = 2;
-  v.tile_m = 2 * atom.m;
-  v.tile_n = std::max(64, 2 * atom.n);
-  v.tile_k = std::max(32, atom.k);
-  v.stages = 2;
+  Variant v = Variant::of(target, StageRole::stage1, atom);
+  v.set("warps_m", 2);
+  v.set("warps_n", 2);
+  v.set("tile_m", 2 * atom.m);
+  v.set("tile_n", std::max(64, 2 * atom.n));
+  v.set("tile_k", std::max(32, atom.k));
+  v.set("stages", 2);
   if (atom.warpgroup()) {  // one warpgroup, N = 2 x 32, one 64-deep swizzle row per k-tile
-    v.warps_m = 4;
-    v.warps_n = 1;
-    v.tile_m = atom.m;
-    v.tile_n = 32;
-    v.tile_k = 64;
-    v.stages = 3;
+    v.set("warps_m", 4);
+    v.set("warps_n", 1);
+    v.set("tile_m", atom.m);
+    v.set("tile_n", 32);
+    v.set("tile_k", 64);
+    v.set("stages", 3);
   }
   return v;
 }

@@ -27,7 +27,7 @@ std::vector<std::string> problems_of(const CompiledVariant& cv, const Target& ta
   if (!cv.object) return {"does not compile: " + cv.object.error().describe()};
   if (!cv.resources) return {"not analysed: " + cv.analysis_error};
   const Resources& r = *cv.resources;
-  if (auto why = test::check_matrix_ops(r.matrix_ops, *cv.variant.atom, target); !why.empty()) out.push_back(why);
+  if (auto why = test::check_matrix_ops(r.matrix_ops, *cv.variant.atom(), target); !why.empty()) out.push_back(why);
   if (r.spills)
     out.push_back(fmt::format("spills: scratch {} bytes, spill {} bytes ({}); VGPR {} AGPR {} SGPR {} regs {}",
                               r.scratch_bytes, r.spill_bytes, r.notes, r.vgprs, r.agprs, r.sgprs, r.regs));

@@ -46,48 +46,45 @@ inline std::vector<LayerPlan> plans_for(const Target& t) {
   std::vector<LayerPlan> plans;
   for (int i = 0; i < count; ++i) {
     const AtomInfo* atom = atoms[std::size_t(i) % atoms.size()];
-    Variant v;
-    v.target = &t;
-    v.dtype = atom->dtype;
-    v.atom = atom;
+    Variant v = Variant::of(t, StageRole::stage1, *atom);
     if (i % 3 == 2) {
-      v.warps_m = 1;
-      v.warps_n = 4;
+      v.set("warps_m", 1);
+      v.set("warps_n", 4);
     } else {
-      v.warps_m = 2;
-      v.warps_n = 2;
+      v.set("warps_m", 2);
+      v.set("warps_n", 2);
     }
-    v.tile_m = std::max(32, v.warps_m * atom->m);
-    v.tile_n = std::max(64, v.warps_n * atom->n);
-    v.tile_k = std::max(i % 3 == 0 ? 64 : 32, atom->k);
-    v.stages = i % 2 == 0 ? 2 : 1;
-    v.weight_in_stage1 = (i / 4) % 2 == 1;
-    v.reduce = (i / 2) % 2 == 1 ? Reduction::partials : Reduction::atomic;
-    v.layout = (i % 4 == 1 || i % 4 == 2) ? WeightLayoutKind::shuffled : WeightLayoutKind::plain;
+    v.set("tile_m", std::max(32, v.get("warps_m") * atom->m));
+    v.set("tile_n", std::max(64, v.get("warps_n") * atom->n));
+    v.set("tile_k", std::max(i % 3 == 0 ? 64 : 32, atom->k));
+    v.set("stages", i % 2 == 0 ? 2 : 1);
+    v.set("weight_in_stage1", (i / 4) % 2 == 1);
+    v.set("reduce", int((i / 2) % 2 == 1 ? Reduce::partials : Reduce::atomic));
+    v.set("layout", int((i % 4 == 1 || i % 4 == 2) ? WeightLayout::shuffled : WeightLayout::plain));
     if (atom->warpgroup()) {
       // The wgmma family's own shapes: one to three warpgroups, 64-deep
       // k-tiles, a ring of 3 or 4 buffers; on some slots a producer warpgroup
       // with mbarriers and bulk copies of tiled weights, else plain weights.
-      v.warps_m = i % 4 == 2 ? 12 : i % 2 == 0 ? 4 : 8;
-      v.warps_n = 1;
-      v.warp_specialized = i % 4 == 3 || i % 4 == 2;
-      v.tile_m = 64 * (v.warps_m / 4);
-      v.tile_n = v.warps_m == 12 ? 32 : 64;
-      v.tile_k = 64;
-      v.stages = 3 + i % 2;
-      v.layout = v.warp_specialized ? WeightLayoutKind::tiled : WeightLayoutKind::plain;
-      v.tiles_per_block = i % 4 == 3 ? 3 : 1;  // a persistent grid on some: the ring runs across tiles
+      v.set("warps_m", i % 4 == 2 ? 12 : i % 2 == 0 ? 4 : 8);
+      v.set("warps_n", 1);
+      v.set("warp_specialized", i % 4 == 3 || i % 4 == 2);
+      v.set("tile_m", 64 * (v.get("warps_m") / 4));
+      v.set("tile_n", v.get("warps_m") == 12 ? 32 : 64);
+      v.set("tile_k", 64);
+      v.set("stages", 3 + i % 2);
+      v.set("layout", int((v.get("warp_specialized") != 0) ? WeightLayout::tiled : WeightLayout::plain));
+      v.set("tiles_per_block", i % 4 == 3 ? 3 : 1);  // a persistent grid on some: the ring runs across tiles
     }
     LayerPlan plan;
     plan.stage1 = v;
-    plan.stage1.kind = KernelKind::moe1;
-    plan.stage1.reduce = Reduction::atomic;
+    plan.stage1.role = StageRole::stage1;
+    plan.stage1.set("reduce", int(Reduce::atomic));
     plan.stage2 = v;
-    plan.stage2.kind = KernelKind::moe2;
-    plan.stage2.split_k = (v.reduce == Reduction::atomic && i % 4 == 1) ? 2 : 1;
+    plan.stage2.role = StageRole::stage2;
+    plan.stage2.set("split_k", Reduce(v.get("reduce")) == Reduce::atomic && i % 4 == 1 ? 2 : 1);
     // Stage 2 reads W2 in the other layout on odd slots, so the layouts mix within a layer too.
     if (i % 2 == 1 && !atom->warpgroup())
-      plan.stage2.layout = v.layout == WeightLayoutKind::plain ? WeightLayoutKind::shuffled : WeightLayoutKind::plain;
+      plan.stage2.set("layout", int(WeightLayout(v.get("layout")) == WeightLayout::plain ? WeightLayout::shuffled : WeightLayout::plain));
     plans.push_back(plan);
   }
   return plans;
@@ -121,8 +118,8 @@ class TargetBench {
     const KernelSource support = emit_support(target_, plan.stage1.dtype);
     RoleKernels k;
     k.align = FT_TRY(entry(support, align_entry(target_)));
-    k.reduce_atomic = FT_TRY(entry(support, reduce_entry(target_, Reduction::atomic, plan.stage2.dtype)));
-    k.reduce_partials = FT_TRY(entry(support, reduce_entry(target_, Reduction::partials, plan.stage2.dtype)));
+    k.reduce_atomic = FT_TRY(entry(support, reduce_entry(target_, Reduce::atomic, plan.stage2.dtype)));
+    k.reduce_partials = FT_TRY(entry(support, reduce_entry(target_, Reduce::partials, plan.stage2.dtype)));
     k.stage1 = FT_TRY(entry(emit_variant(plan.stage1), plan.stage1.name()));
     k.stage2 = FT_TRY(entry(emit_variant(plan.stage2), plan.stage2.name()));
     return k;

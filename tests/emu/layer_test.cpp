@@ -32,7 +32,7 @@ TEST_P(EmuLayer, MatchesTheCpuReference) {
     const Case& c = case_for(plan.stage1.dtype, tokens);
     auto dw = DeviceWorkload::upload(bench.device(), c.workload);
     ASSERT_TRUE(dw) << dw.error().describe();
-    auto cmp = verify_layer(*dw, *kernels, plan, c.reference[plan.stage1.weight_in_stage1 ? 1 : 0]);
+    auto cmp = verify_layer(*dw, *kernels, plan, c.reference[plan.stage1.contract().weight_in_stage1 ? 1 : 0]);
     ASSERT_TRUE(cmp) << plan_label(plan) << " T=" << tokens << ": " << cmp.error().describe();
     EXPECT_TRUE(cmp->passed) << plan_label(plan) << " T=" << tokens << ": " << cmp->summary(std::size_t(c.workload.problem.hidden));
     RecordProperty(fmt::format("T{}", tokens), cmp->summary());
@@ -65,12 +65,12 @@ TEST_P(EmuMaskedLayer, MaskedSlotsContributeNothingAndBadIdsAreCounted) {
   Workload w = case_for(plan.stage1.dtype, 33).workload;
   for (std::int32_t& id : w.topk_ids)
     if (id >= 2) id = -1;  // this rank owns experts 0 and 1
-  const ReferenceOutput ref = reference_layer(w, {.weight_in_stage1 = plan.stage1.weight_in_stage1});
+  const ReferenceOutput ref = reference_layer(w, {.weight_in_stage1 = plan.stage1.contract().weight_in_stage1});
   auto dw = DeviceWorkload::upload(bench.device(), w);
   ASSERT_TRUE(dw) << dw.error().describe();
   auto cmp = verify_layer(*dw, *kernels, plan, ref);
   ASSERT_TRUE(cmp) << plan_label(plan) << ": " << cmp.error().describe();
-  EXPECT_TRUE(cmp->passed) << plan_label(plan) << " (" << to_string(plan.stage2.reduce) << "): " << cmp->summary();
+  EXPECT_TRUE(cmp->passed) << plan_label(plan) << " (" << to_string(plan.stage2.contract().output) << "): " << cmp->summary();
 
   w.topk_ids[0] = 7;     // beyond the 4 experts
   w.topk_ids[5] = -3;    // negative, not -1
@@ -99,23 +99,23 @@ TEST(EmuLayerSlice, CoversEveryAxisOnEveryTarget) {
     std::set<std::string> atoms;
     std::set<int> stages, split;
     std::set<bool> weight;
-    std::set<Reduction> reduce;
-    std::set<WeightLayoutKind> layouts;
+    std::set<Reduce> reduce;
+    std::set<WeightLayout> layouts;
     for (const auto& p : plans) {
-      atoms.insert(std::string(p.stage1.atom->id));
-      stages.insert(p.stage1.stages);
-      split.insert(p.stage2.split_k);
-      weight.insert(p.stage1.weight_in_stage1);
-      reduce.insert(p.stage2.reduce);
-      layouts.insert(p.stage1.layout);
-      layouts.insert(p.stage2.layout);
+      atoms.insert(std::string(p.stage1.atom()->id));
+      stages.insert(p.stage1.get("stages"));
+      split.insert(p.stage2.get("split_k"));
+      weight.insert(p.stage1.contract().weight_in_stage1);
+      reduce.insert(p.stage2.contract().output);
+      layouts.insert(p.stage1.contract().weights);
+      layouts.insert(p.stage2.contract().weights);
     }
     EXPECT_EQ(atoms.size(), atoms_for(t, DType::bf16).size() + atoms_for(t, DType::f16).size()) << t.name;
     EXPECT_GE(stages.size(), 2u) << t.name;  // 1 and 2; plus 3 and 4 where wgmma atoms exist
     EXPECT_EQ(split.size(), 2u) << t.name;
     EXPECT_EQ(weight.size(), 2u) << t.name;
     EXPECT_EQ(reduce.size(), 2u) << t.name;
-    const bool wgmma = std::any_of(plans.begin(), plans.end(), [](const LayerPlan& p) { return p.stage1.atom->warpgroup(); });
+    const bool wgmma = std::any_of(plans.begin(), plans.end(), [](const LayerPlan& p) { return p.stage1.atom()->warpgroup(); });
     EXPECT_EQ(layouts.size(), wgmma ? 3u : 2u) << t.name;  // plain, shuffled (+ tiled for the producer warpgroup)
   }
 }

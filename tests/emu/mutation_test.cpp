@@ -12,20 +12,17 @@ namespace ft::emu::test {
 namespace {
 
 LayerPlan mutant_plan(const Target& t) {
-  Variant v;
-  v.target = &t;
-  v.dtype = DType::bf16;
-  v.atom = find_atom("mfma_f32_16x16x16_bf16");
-  v.tile_m = 32;
-  v.tile_n = 64;
-  v.tile_k = 32;
-  v.warps_m = v.warps_n = 2;
-  v.stages = 2;
+  Variant v = Variant::of(t, StageRole::stage1, *find_atom("mfma_f32_16x16x16_bf16"));
+  v.set("tile_m", 32);
+  v.set("tile_n", 64);
+  v.set("tile_k", 32);
+  v.set("warps_m", 2).set("warps_n", 2);
+  v.set("stages", 2);
   LayerPlan plan;
   plan.stage1 = v;
-  plan.stage1.kind = KernelKind::moe1;
+  plan.stage1.role = StageRole::stage1;
   plan.stage2 = v;
-  plan.stage2.kind = KernelKind::moe2;
+  plan.stage2.role = StageRole::stage2;
   return plan;
 }
 
@@ -86,8 +83,8 @@ Result<Comparison> run_program(const LayerPlan& plan, int tokens, const LaunchMu
   DeviceWorkload dw = FT_TRY(DeviceWorkload::upload(bench.device(), c.workload));
   LayerProgram prog = FT_TRY(build_program(plan.recipe(c.workload.problem), tokens));
   if (m.edit) m.edit(prog, plan, c.workload.problem);
-  (void)FT_TRY(dw.weights(1, plan.stage1.layout));
-  (void)FT_TRY(dw.weights(2, plan.stage2.layout));
+  (void)FT_TRY(dw.weights(1, plan.stage1.contract().weights));
+  (void)FT_TRY(dw.weights(2, plan.stage2.contract().weights));
   Device& d = bench.device();
   const std::size_t T = std::size_t(tokens), H = std::size_t(c.workload.problem.hidden);
   FT_CHECK(d.memset_u32(dw.y.ptr(), 0xffffffffu, T * H / 2));
@@ -97,23 +94,23 @@ Result<Comparison> run_program(const LayerPlan& plan, int tokens, const LaunchMu
   FT_CHECK(execute(d, prog, fns, dw.table(), {}));
   std::vector<std::uint16_t> y(T * H);
   FT_CHECK(d.copy_to_host(y.data(), dw.y.ptr(), y.size() * 2));
-  return compare_output(y, c.reference[plan.stage1.weight_in_stage1 ? 1 : 0].y, plan.stage1.dtype);
+  return compare_output(y, c.reference[plan.stage1.contract().weight_in_stage1 ? 1 : 0].y, plan.stage1.dtype);
 }
 
 TEST(EmuMutation, LaunchRulesOfTheLayerProgram) {
   const Target& t = target("sm_90a");
   // A persistent, warp-specialised plan of the emulator slice (three tiles per block).
   const auto plans = plans_for(t);
-  auto it = std::find_if(plans.begin(), plans.end(), [](const LayerPlan& p) { return p.stage2.tiles_per_block > 1; });
+  auto it = std::find_if(plans.begin(), plans.end(), [](const LayerPlan& p) { return p.stage2.get("tiles_per_block") > 1; });
   ASSERT_NE(it, plans.end());
   const LayerPlan persistent = *it;
   const LaunchMutant as_built{"as built", nullptr};
   const LaunchMutant old_persistent_grid{"persistent grid computed the old way", [](LayerProgram& p, const LayerPlan& plan,
                                                                                    const Problem& problem) {
     Step& s = p.steps[p.index_of("stage2")];
-    s.shape.grid_x = int(p.max_padded_rows / plan.stage2.tile_m);
-    s.shape.grid_y = problem.hidden / plan.stage2.tile_n;
-    s.shape.grid_z = plan.stage2.split_k;
+    s.shape.grid_x = int(p.max_padded_rows / plan.stage2.get("tile_m"));
+    s.shape.grid_y = problem.hidden / plan.stage2.get("tile_n");
+    s.shape.grid_z = plan.stage2.get("split_k");
   }};
   for (int tokens : {7, 33}) {
     auto good = run_program(persistent, tokens, as_built);
@@ -127,7 +124,7 @@ TEST(EmuMutation, LaunchRulesOfTheLayerProgram) {
   // Stage tiles of 32 and 64 rows with a row block of 32 (the smaller tile:
   // stage 2's 64-row tiles straddle two experts' runs).
   LayerPlan mixed = mutant_plan(target("gfx942"));
-  mixed.stage2.tile_m = 64;
+  mixed.stage2.set("tile_m", 64);
   const LaunchMutant straddling{"row block below a tile", [](LayerProgram& p, const LayerPlan&, const Problem& problem) {
     const int block = 32;
     p.align_block = block;

@@ -68,13 +68,13 @@ TEST_P(SupportKernels, ShuffleKernelEqualsHostArrangement) {
   for (const auto& m : mats) {
     auto device = run_shuffle(bench.device(), *shuffle, m.w, m.rows, m.cols);
     ASSERT_TRUE(device) << device.error().describe();
-    auto host = arrange_weights_host(m.w, m.rows, m.cols, WeightLayoutKind::shuffled);
+    auto host = arrange_weights_host(m.w, m.rows, m.cols, WeightLayout::shuffled);
     ASSERT_TRUE(host);
     EXPECT_TRUE(*device == *host) << t.name << ": the shuffle kernel and the host shuffle disagree";
     // The same kernel with ShuffleArgs::layout = tiled writes the tiled layout.
-    auto device_tiled = run_shuffle(bench.device(), *shuffle, m.w, m.rows, m.cols, WeightLayoutKind::tiled);
+    auto device_tiled = run_shuffle(bench.device(), *shuffle, m.w, m.rows, m.cols, WeightLayout::tiled);
     ASSERT_TRUE(device_tiled) << device_tiled.error().describe();
-    auto host_tiled = arrange_weights_host(m.w, m.rows, m.cols, WeightLayoutKind::tiled);
+    auto host_tiled = arrange_weights_host(m.w, m.rows, m.cols, WeightLayout::tiled);
     ASSERT_TRUE(host_tiled) << host_tiled.error().describe();
     EXPECT_TRUE(*device_tiled == *host_tiled) << t.name << ": the shuffle kernel in tiled mode and the host tiling disagree";
     EXPECT_FALSE(*device_tiled == *device) << t.name << ": tiled and shuffled outputs must differ";

@@ -33,7 +33,7 @@ TEST(WorkerFault, IllegalAddressEndsOnlyTheWorker) {
 
   const Target& t = *find_target("sm_90a");
   Problem p = *problem_from_preset("tiny");
-  Variant v = *default_variant(t, p, KernelKind::moe2);
+  Variant v = *default_variant(t, p, StageRole::stage2);
   CompileOptions opt;
   opt.cache_dir = "none";
   auto support = compile(emit_support(t, p.dtype), t, opt);

@@ -44,11 +44,11 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   ModuleHandle m = FT_TRY(dev.load_module(support));
   b->modules_.push_back(m);
   b->align_ = FT_TRY(dev.function(m, align_entry(target)));
-  b->reduce_atomic_ = FT_TRY(dev.function(m, reduce_entry(target, Reduction::atomic, p.dtype)));
-  b->reduce_partials_ = FT_TRY(dev.function(m, reduce_entry(target, Reduction::partials, p.dtype)));
+  b->reduce_atomic_ = FT_TRY(dev.function(m, reduce_entry(target, Reduce::atomic, p.dtype)));
+  b->reduce_partials_ = FT_TRY(dev.function(m, reduce_entry(target, Reduce::partials, p.dtype)));
   b->shuffle_ = FT_TRY(dev.function(m, shuffle_entry(target)));
-  b->reference1_ = FT_TRY(dev.function(m, reference_entry(target, KernelKind::moe1, p.dtype)));
-  b->reference2_ = FT_TRY(dev.function(m, reference_entry(target, KernelKind::moe2, p.dtype)));
+  b->reference1_ = FT_TRY(dev.function(m, reference_entry(target, StageRole::stage1, p.dtype)));
+  b->reference2_ = FT_TRY(dev.function(m, reference_entry(target, StageRole::stage2, p.dtype)));
   b->fill_ = FT_TRY(dev.function(m, fill_entry(target)));
 
   const std::size_t T = std::size_t(max_tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2;
@@ -136,9 +136,9 @@ Status LayerBench::run_align(int align_block, StreamHandle s) {
   return execute(dev_, p, fns, table_, s);
 }
 
-Status LayerBench::ensure_arranged(WeightLayoutKind layout) {
+Status LayerBench::ensure_arranged(WeightLayout layout) {
   const int l = int(layout);
-  if (layout == WeightLayoutKind::plain || arranged_ready_[l]) return {};
+  if (layout == WeightLayout::plain || arranged_ready_[l]) return {};
   const std::size_t H = problem_.hidden, I = problem_.inter, E = problem_.experts;
   const Buf b1 = weight_buffer(1, layout), b2 = weight_buffer(2, layout);
   for (Buf b : {b1, b2}) {
@@ -175,8 +175,8 @@ Status LayerBench::ensure_reference(bool w1) {
   a.flags = w1 ? kFlagWeightInStage1 : 0;
   FT_CHECK(dev_.memset_u32(inter_ref_[f].ptr(), kNaN16x2, inter_ref_[f].bytes() / 4));
   FT_CHECK(dev_.memset_u32(y_ref_[f].ptr(), kNaN16x2, y_ref_[f].bytes() / 4));
-  FT_CHECK(run_support(reference1_, reference_launch(KernelKind::moe1, problem_, tokens_), &a, sizeof a));
-  FT_CHECK(run_support(reference2_, reference_launch(KernelKind::moe2, problem_, tokens_), &a, sizeof a));
+  FT_CHECK(run_support(reference1_, reference_launch(StageRole::stage1, problem_, tokens_), &a, sizeof a));
+  FT_CHECK(run_support(reference2_, reference_launch(StageRole::stage2, problem_, tokens_), &a, sizeof a));
   FT_CHECK(dev_.synchronize());
   reference_ready_[f] = true;
   return {};
@@ -210,13 +210,13 @@ Result<Comparison> LayerBench::compare_with(DevicePtr out, DevicePtr reference, 
 }
 
 Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) {
-  FT_CHECK(ensure_reference(v.weight_in_stage1));
-  FT_CHECK(ensure_arranged(v.layout));
-  const bool first = v.kind == KernelKind::moe1;
+  FT_CHECK(ensure_reference(v.contract().weight_in_stage1));
+  FT_CHECK(ensure_arranged(v.contract().weights));
+  const bool first = v.role == StageRole::stage1;
   const LayerProgram prog = FT_TRY(first ? program(v, std::nullopt) : program(std::nullopt, v));
   const auto fns = FT_TRY(bind(prog, kernels(first ? f : FunctionHandle{}, first ? FunctionHandle{} : f)));
   const std::size_t pairs = std::size_t(tokens_) * problem_.topk;
-  const int ref = v.weight_in_stage1 ? 1 : 0;
+  const int ref = v.contract().weight_in_stage1 ? 1 : 0;
   if (first) {
     const std::size_t n = pairs * problem_.inter;
     FT_CHECK(dev_.memset_u32(at(table_, Buf::inter), kNaN16x2, n / 2));
@@ -236,20 +236,20 @@ Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) 
 Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2) {
   const LayerProgram prog = FT_TRY(program(v1, v2));
   const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
-  FT_CHECK(ensure_reference(v1.weight_in_stage1));
-  FT_CHECK(ensure_arranged(v1.layout));
-  FT_CHECK(ensure_arranged(v2.layout));
+  FT_CHECK(ensure_reference(v1.contract().weight_in_stage1));
+  FT_CHECK(ensure_arranged(v1.contract().weights));
+  FT_CHECK(ensure_arranged(v2.contract().weights));
   const std::size_t n = std::size_t(tokens_) * problem_.hidden, pairs = std::size_t(tokens_) * problem_.topk;
   FT_CHECK(dev_.memset_u32(at(table_, Buf::inter), kNaN16x2, pairs * problem_.inter / 2));
   FT_CHECK(dev_.memset_u32(at(table_, Buf::y), kNaN16x2, n / 2));
   FT_CHECK(dev_.memset_u32(at(table_, Buf::y_acc), kNaN32, pairs * problem_.hidden));
   FT_CHECK(run_checked(prog, fns, table_));
-  return compare_with(at(table_, Buf::y), y_ref_[v1.weight_in_stage1 ? 1 : 0].ptr(), n);
+  return compare_with(at(table_, Buf::y), y_ref_[v1.contract().weight_in_stage1 ? 1 : 0].ptr(), n);
 }
 
 Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt) {
-  FT_CHECK(ensure_arranged(v.layout));
-  const bool first = v.kind == KernelKind::moe1;
+  FT_CHECK(ensure_arranged(v.contract().weights));
+  const bool first = v.role == StageRole::stage1;
   const LayerProgram prog = FT_TRY(first ? program(v, std::nullopt) : program(std::nullopt, v));
   const auto fns = FT_TRY(bind(prog, kernels(first ? f : FunctionHandle{}, first ? FunctionHandle{} : f)));
   // The steps before the stage (align, clearing) once; then the stage alone.
@@ -281,8 +281,8 @@ Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1,
                                            const TimingOptions& opt) {
   const LayerProgram prog = FT_TRY(program(v1, v2));
   const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
-  FT_CHECK(ensure_arranged(v1.layout));
-  FT_CHECK(ensure_arranged(v2.layout));
+  FT_CHECK(ensure_arranged(v1.contract().weights));
+  FT_CHECK(ensure_arranged(v2.contract().weights));
   StreamHandle stream = FT_TRY(dev_.create_stream());
   std::vector<EventHandle> ev(prog.steps.size() + 1);
   for (auto& e : ev) e = FT_TRY(dev_.create_event());

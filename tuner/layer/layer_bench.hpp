@@ -103,7 +103,7 @@ class LayerBench {
   Status run_align(int align_block, StreamHandle s = {});
   // W1 and W2 in `layout`, arranged on the device on first use; the table's
   // weight entries point at every copy made so far.
-  Status ensure_arranged(WeightLayoutKind layout);
+  Status ensure_arranged(WeightLayout layout);
   Status ensure_reference(bool weight_in_stage1);
   // Runs a program's steps once and waits; then the align kernel's count of
   // routing ids outside [-1, experts) must be zero.
@@ -125,7 +125,7 @@ class LayerBench {
   DeviceBuffer flush_;
   std::array<DeviceBuffer, 2> inter_ref_, y_ref_;  // by weight_in_stage1
   std::array<bool, 2> reference_ready_{false, false};
-  std::array<bool, 3> arranged_ready_{};  // by WeightLayoutKind
+  std::array<bool, 3> arranged_ready_{};  // by WeightLayout
   std::uint64_t seed_ = 0;
 };
 

@@ -100,7 +100,7 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
   opt.compile.stop = &g_interrupted;  // Ctrl-C stops handing out compile jobs
   opt.progress = cfg.progress;
   if (cfg.baseline)
-    for (KernelKind k : {KernelKind::moe1, KernelKind::moe2})
+    for (StageRole k : {StageRole::stage1, StageRole::stage2})
       if (auto d = default_variant(target, cfg.problem, k)) opt.extra.push_back(*d);
   RecordedSpace rs;
   rs.space = FT_TRY(compile_space(target, cfg.problem, opt));
@@ -144,7 +144,7 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
     db::VariantRecord vr;
     vr.kernel_name = cv.variant.name();
     vr.target = std::string(target.name);
-    vr.kind = std::string(to_string(cv.variant.kind));
+    vr.kind = std::string(to_string(cv.variant.role));
     vr.params = cv.variant.to_json();
     vr.toolchain_id = rs.toolchain_id;
     if (cv.object) {
@@ -423,15 +423,15 @@ Status search_buckets(const SearchConfig& cfg, std::vector<Gpu>& gpus, Model& mo
         }
         const nlohmann::json tele = gpu.m->telemetry();
         StageStep stage{cfg, *model.target, *gpu.ctx, model.candidates, std::mt19937_64(seed + std::uint64_t(tokens)), many_gpus};
-        std::map<KernelKind, Ranked> best;
-        for (KernelKind kind : {KernelKind::moe1, KernelKind::moe2}) {
+        std::map<StageRole, Ranked> best;
+        for (StageRole kind : {StageRole::stage1, StageRole::stage2}) {
           std::optional<Ranked> ranked = FT_TRY(stage.rank(kind, tokens, tele));
           if (!ranked) return false;
           best[kind] = std::move(*ranked);
           if (!best[kind].empty()) FT_CHECK(stage.record_winner(kind, tokens, best[kind], tele));
         }
         LayerStep layer{cfg, *model.target, *gpu.ctx, model.ceilings, many_gpus};
-        if (!FT_TRY(layer.run(tokens, best[KernelKind::moe1], best[KernelKind::moe2], tele))) return false;
+        if (!FT_TRY(layer.run(tokens, best[StageRole::stage1], best[StageRole::stage2], tele))) return false;
         gpu.buckets.push_back(tokens);
         const std::size_t finished = ++done;
         if (many_gpus && cfg.progress)

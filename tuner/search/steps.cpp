@@ -115,10 +115,10 @@ Result<std::optional<VerifyOutcome>> verify_one(const SearchConfig& cfg, GpuCont
   return VerifyOutcome::passed;
 }
 
-Result<std::optional<Ranked>> StageStep::rank(KernelKind kind, int tokens, const nlohmann::json& tele) {
+Result<std::optional<Ranked>> StageStep::rank(StageRole kind, int tokens, const nlohmann::json& tele) {
   std::vector<const Candidate*> pool;
   for (const Candidate& c : candidates)
-    if (c.cv->variant.kind == kind) pool.push_back(&c);
+    if (c.cv->variant.role == kind) pool.push_back(&c);
   Ranked timed;
   if (pool.empty()) return timed;
   // Beside other GPUs' bars: named by the GPU, one line per tenth rather than a redrawn line.
@@ -155,7 +155,7 @@ Result<std::optional<Ranked>> StageStep::rank(KernelKind kind, int tokens, const
   return timed;
 }
 
-Status StageStep::record_winner(KernelKind kind, int tokens, const Ranked& timed, const nlohmann::json& tele) {
+Status StageStep::record_winner(StageRole kind, int tokens, const Ranked& timed, const nlohmann::json& tele) {
   const Candidate& win = *timed.front().second;
   std::optional<double> speedup;
   std::optional<std::int64_t> default_id;
@@ -217,7 +217,7 @@ std::vector<std::pair<const Candidate*, const Candidate*>> layer_pairs(const Tar
   for (std::size_t i = 0; i < std::min(kTopPerStage, s1.size()); ++i)
     for (std::size_t j = 0; j < std::min(kTopPerStage, s2.size()); ++j) {
       const Variant &a = s1[i].second->cv->variant, &b = s2[j].second->cv->variant;
-      if (a.weight_in_stage1 != b.weight_in_stage1) continue;
+      if (a.contract().weight_in_stage1 != b.contract().weight_in_stage1) continue;
       if (auto block = align_block_of(LayerRecipe{&target, problem, a, b}); !block) {
         skipped = block.error().message;
         continue;

@@ -65,9 +65,9 @@ struct StageStep {
   bool many_gpus = false;  // other GPUs search beside this one (progress lines name the GPU)
 
   // The kind's candidates, fastest first (empty when none ran); nullopt when the GPU stopped.
-  Result<std::optional<Ranked>> rank(KernelKind kind, int tokens, const nlohmann::json& tele);
+  Result<std::optional<Ranked>> rank(StageRole kind, int tokens, const nlohmann::json& tele);
   // The kind's winner (timed.front()) and its speedup over the default variant (timed the same way).
-  Status record_winner(KernelKind kind, int tokens, const Ranked& timed, const nlohmann::json& tele);
+  Status record_winner(StageRole kind, int tokens, const Ranked& timed, const nlohmann::json& tele);
 
  private:
   std::optional<double> time_one(const Candidate& c, const std::string& phase, int reps, int tokens,

@@ -212,7 +212,7 @@ Result<VerifyReport> verify_space(const VerifyConfig& cfg) {
       const Variant& v = built.variants[i].variant;
       auto c = bench->verify_stage(v, fns[i]);
       if (c) report.rows.push_back({v.name(), tokens, c->passed, c->rel_l2, c->max_abs,
-                                    c->summary(std::size_t(v.kind == KernelKind::moe1 ? cfg.problem.inter : cfg.problem.hidden))});
+                                    c->summary(std::size_t(v.role == StageRole::stage1 ? cfg.problem.inter : cfg.problem.hidden))});
       else report.rows.push_back({v.name(), tokens, false, 0, 0, c.error().describe()});
       bar.advance(v.name());
     }

@@ -117,7 +117,7 @@ struct WorkerService::State {
       auto [v, f] = FT_TRY(kernel(req));
       Comparison c = FT_TRY(bench->verify_stage(v, f));
       return nlohmann::json{{"passed", c.passed}, {"rel_l2", c.rel_l2}, {"max_abs", c.max_abs},
-                            {"summary", c.summary(v.kind == KernelKind::moe1 ? problem.inter : problem.hidden)}};
+                            {"summary", c.summary(v.role == StageRole::stage1 ? problem.inter : problem.hidden)}};
     }
     if (op == "time") {
       auto [v, f] = FT_TRY(kernel(req));

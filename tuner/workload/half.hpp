@@ -1,12 +1,12 @@
 #pragma once
 // 16-bit float conversions on the host: the kernels' own functions
-// (templates/ft/numeric.hpp through layer/device_math.hpp) under the host's names
+// (templates/ft/numeric.hpp through generator/device_facts.hpp) under the host's names
 // and types: round to nearest even, NaN stays NaN, overflow to infinity, f16
 // subnormals kept.
 #include <cstdint>
 
 #include "generator/problem.hpp"
-#include "layer/device_math.hpp"
+#include "generator/device_facts.hpp"
 
 namespace ft {
 

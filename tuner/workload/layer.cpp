@@ -48,10 +48,10 @@ Result<DeviceWorkload> DeviceWorkload::upload(Device& device, const Workload& w)
   return dw;
 }
 
-Result<DevicePtr> DeviceWorkload::weights(int which, WeightLayoutKind layout) {
+Result<DevicePtr> DeviceWorkload::weights(int which, WeightLayout layout) {
   if (which != 1 && which != 2) return fail(Errc::internal, fmt::format("weights({}): W1 or W2 only", which));
   DeviceBuffer& slot = (which == 1 ? w1_ : w2_)[int(layout)];
-  if (layout != WeightLayoutKind::plain && !slot.ptr()) {
+  if (layout != WeightLayout::plain && !slot.ptr()) {
     const Problem& p = workload_->problem;
     const long long rows = which == 1 ? (long long)p.experts * 2 * p.inter : (long long)p.experts * p.hidden;
     const long long cols = which == 1 ? p.hidden : p.inter;
@@ -70,8 +70,8 @@ Result<LayerResult> run_layer(DeviceWorkload& dw, const RoleKernels& kernels, co
   const LayerProgram prog = FT_TRY(build_program(plan.recipe(p), w.tokens));
   const auto fns = FT_TRY(bind(prog, kernels));
   FT_CHECK(prepare(d, prog, fns));
-  (void)FT_TRY(dw.weights(1, plan.stage1.layout));
-  (void)FT_TRY(dw.weights(2, plan.stage2.layout));
+  (void)FT_TRY(dw.weights(1, plan.stage1.contract().weights));
+  (void)FT_TRY(dw.weights(2, plan.stage2.contract().weights));
   const BufferTable& table = dw.table();
   FT_CHECK(check_buffers(prog, table));
   const std::size_t T = std::size_t(w.tokens), H = std::size_t(p.hidden), I = std::size_t(p.inter), k = std::size_t(p.topk);
@@ -141,7 +141,7 @@ Result<AlignResult> run_align(DeviceWorkload& dw, const Target& target, Function
 }
 
 Result<std::vector<std::uint16_t>> run_shuffle(Device& d, FunctionHandle shuffle, std::span<const std::uint16_t> src,
-                                               long long rows, long long cols, WeightLayoutKind layout) {
+                                               long long rows, long long cols, WeightLayout layout) {
   if (rows % 16 != 0 || cols % 8 != 0 || (long long)src.size() != rows * cols)
     return fail(Errc::invalid_input, fmt::format("weight shuffle of [{}, {}] with {} elements", rows, cols, src.size()));
   DeviceBuffer in = FT_TRY(upload_bytes(d, src.data(), src.size() * 2));

@@ -27,7 +27,7 @@ class DeviceWorkload {
   Device& device() const { return *device_; }
   const Workload& workload() const { return *workload_; }
   // W1 (which = 1) or W2 (which = 2) in the given layout.
-  Result<DevicePtr> weights(int which, WeightLayoutKind layout);
+  Result<DevicePtr> weights(int which, WeightLayout layout);
 
   // The program's buffer table: inputs, the weights arranged so far and the
   // workspace (sorted_ids and block_experts sized for kMaxAlignBlock).
@@ -38,7 +38,7 @@ class DeviceWorkload {
  private:
   Device* device_ = nullptr;
   const Workload* workload_ = nullptr;
-  DeviceBuffer w1_[3], w2_[3];  // by WeightLayoutKind: plain, shuffled, tiled
+  DeviceBuffer w1_[3], w2_[3];  // by WeightLayout: plain, shuffled, tiled
   BufferTable table_{};
 };
 
@@ -83,6 +83,6 @@ Result<AlignResult> run_align(DeviceWorkload& dw, const Target& target, Function
 // (shuffled or tiled).
 Result<std::vector<std::uint16_t>> run_shuffle(Device& device, FunctionHandle shuffle, std::span<const std::uint16_t> src,
                                                long long rows, long long cols,
-                                               WeightLayoutKind layout = WeightLayoutKind::shuffled);
+                                               WeightLayout layout = WeightLayout::shuffled);
 
 }  // namespace ft

@@ -1,6 +1,6 @@
 #pragma once
 // The weight pre-arrangement on the host, with the kernels' own offsets
-// (templates/ft/weight_layout.hpp through layer/device_math.hpp); tests/emu
+// (templates/ft/weight_layout.hpp through generator/device_facts.hpp); tests/emu
 // checks the arrange kernels give the same bytes.
 #include <cstdint>
 #include <span>
@@ -8,7 +8,7 @@
 
 #include "generator/error.hpp"
 #include "generator/variant.hpp"
-#include "layer/device_math.hpp"
+#include "generator/device_facts.hpp"
 
 namespace ft {
 
@@ -20,6 +20,6 @@ inline long long tiled_index(long long row, long long k, long long rows) { retur
 // `src` [rows, cols] row-major -> `layout` (plain: a copy). shuffled:
 // rows % 16 == 0, cols % 8 == 0; tiled: rows % 16 == 0, cols % 64 == 0.
 Result<std::vector<std::uint16_t>> arrange_weights_host(std::span<const std::uint16_t> src, long long rows, long long cols,
-                                                        WeightLayoutKind layout);
+                                                        WeightLayout layout);
 
 }  // namespace ft

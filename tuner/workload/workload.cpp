@@ -9,17 +9,11 @@
 
 #include <fmt/format.h>
 
+#include "generator/device_facts.hpp"
 #include "tuner/workload/half.hpp"
 
 namespace ft {
 namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Routing decisions and router logits: streams of their own, apart from the
 // tensor fill seeds (which are seed * 3 + 1..3).
@@ -57,9 +51,7 @@ void fill_tensor(std::vector<std::uint16_t>& out, std::size_t count, std::uint64
 
 // A value of the logits stream, approximately N(0, 1).
 float logit_value(std::uint64_t seed, std::uint64_t index) {
-  const std::uint64_t h = counter_hash(seed, HostStream::logits, index);
-  const float u0 = float(h & 0xffffu), u1 = float((h >> 16) & 0xffffu), u2 = float((h >> 32) & 0xffffu), u3 = float(h >> 48);
-  return ((u0 + u1 + u2 + u3) * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
+  return normalish_of_hash(counter_hash(seed, HostStream::logits, index));
 }
 
 std::vector<double> zipf_weights(int n, double s) {
@@ -72,13 +64,8 @@ std::vector<double> zipf_weights(int n, double s) {
 
 std::uint64_t tensor_seed(std::uint64_t seed, TensorStream tensor) { return seed * 3 + std::uint64_t(tensor); }
 
-float random_normal(std::uint64_t fill_seed, std::uint64_t index) {
-  // Exactly templates/ft/random_fill.hpp's random_normalish: the sums are exact
-  // in fp32 and the scaling by 1/65536 is exact, so one rounding remains.
-  const std::uint64_t h = splitmix64(fill_seed ^ splitmix64(index));
-  const float u0 = float(h & 0xffffu), u1 = float((h >> 16) & 0xffffu), u2 = float((h >> 32) & 0xffffu), u3 = float(h >> 48);
-  return ((u0 + u1 + u2 + u3) * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
-}
+// The device fill's own numbers (templates/ft/random.hpp).
+float random_normal(std::uint64_t fill_seed, std::uint64_t index) { return random_normalish(fill_seed, index); }
 
 float tensor_scale(const Problem& p, TensorStream tensor) {
   switch (tensor) {

@@ -207,7 +207,7 @@ TEST_F(RuntimeTest, RefusesStepsThatAreNotTheLayerProgramsOwn) {
   json persistent = manifest_;
   json& bucket = persistent["problems"][0]["buckets"][4];
   const json old_grid = bucket["steps"][3]["grid"];
-  restage(bucket, persistent["problems"][0], [](Variant&, Variant& v2) { v2.tiles_per_block = 8; });
+  restage(bucket, persistent["problems"][0], [](Variant&, Variant& v2) { v2.set("tiles_per_block", 8); });
   EXPECT_NE(bucket["steps"][3]["grid"], old_grid);
   EXPECT_EQ(bucket["steps"][3]["grid"][1], 1);
   write_manifest(persistent);
@@ -335,14 +335,14 @@ TEST_F(RuntimeTest, LaunchRunsTheLayerProgramWithoutSynchronising) {
 TEST_F(RuntimeTest, ShuffledStageReadsTheShuffledWeights) {
   json m = manifest_;
   for (json& b : m["problems"][0]["buckets"])
-    restage(b, m["problems"][0], [](Variant& v1, Variant&) { v1.layout = WeightLayoutKind::shuffled; });
+    restage(b, m["problems"][0], [](Variant& v1, Variant&) { v1.set("layout", int(WeightLayout::shuffled)); });
   write_manifest(m);
   auto r = open();
   ASSERT_TRUE(r) << r.error().describe();
   auto plan = (*r)->select(m["problems"][0]["key"].get<std::string>(), 64);
   ASSERT_TRUE(plan);
-  EXPECT_EQ(plan->bucket->recipe.stage1->layout, WeightLayoutKind::shuffled);
-  EXPECT_EQ(plan->bucket->recipe.stage2->layout, WeightLayoutKind::plain);
+  EXPECT_EQ(plan->bucket->recipe.stage1->contract().weights, WeightLayout::shuffled);
+  EXPECT_EQ(plan->bucket->recipe.stage2->contract().weights, WeightLayout::plain);
   rt::LayerBuffers b{1, 2, 3, 4, 5, 0, 0, 6, 7, 8, 9, 10, 11};
   auto refused = (*r)->launch(*plan, b, {});
   ASSERT_FALSE(refused);
@@ -355,8 +355,8 @@ TEST_F(RuntimeTest, ShuffledStageReadsTheShuffledWeights) {
   EXPECT_EQ(addr(fake_->launches[1].args.w1), 40u);  // stage 1: shuffled
   EXPECT_EQ(addr(fake_->launches[2].args.w2), 5u);   // stage 2: plain
   // The shuffle kernel itself: rows a multiple of 16, cols of 8.
-  EXPECT_FALSE((*r)->arrange_weights(0x10000, 0x20000, 15, 8, WeightLayoutKind::shuffled, {}));
-  ASSERT_TRUE((*r)->arrange_weights(0x10000, 0x20000, 32, 16, WeightLayoutKind::shuffled, {}));
+  EXPECT_FALSE((*r)->arrange_weights(0x10000, 0x20000, 15, 8, WeightLayout::shuffled, {}));
+  ASSERT_TRUE((*r)->arrange_weights(0x10000, 0x20000, 32, 16, WeightLayout::shuffled, {}));
   EXPECT_EQ(fake_->launches.back().symbol, "ft_sm_90a_shuffle");
   EXPECT_EQ(fake_->launches.back().grid.x, 1u);  // 32*16/8 = 64 chunks, 256 threads
 }
@@ -374,8 +374,8 @@ ShuffleArgs shuffle_args_of(const FakeDevice::Launch& l) {
 json mixed_layouts(json m) {
   for (json& b : m["problems"][0]["buckets"])
     restage(b, m["problems"][0], [](Variant& v1, Variant& v2) {
-      v1.layout = WeightLayoutKind::shuffled;
-      v2.layout = WeightLayoutKind::tiled;
+      v1.set("layout", int(WeightLayout::shuffled));
+      v2.set("layout", int(WeightLayout::tiled));
     });
   return m;
 }
@@ -390,8 +390,8 @@ TEST_F(RuntimeTest, TiledStageReadsTheTiledWeights) {
   ASSERT_TRUE(r) << r.error().describe();
   auto plan = (*r)->select(m["problems"][0]["key"].get<std::string>(), 64);
   ASSERT_TRUE(plan);
-  EXPECT_EQ(plan->bucket->recipe.stage1->layout, WeightLayoutKind::shuffled);
-  EXPECT_EQ(plan->bucket->recipe.stage2->layout, WeightLayoutKind::tiled);
+  EXPECT_EQ(plan->bucket->recipe.stage1->contract().weights, WeightLayout::shuffled);
+  EXPECT_EQ(plan->bucket->recipe.stage2->contract().weights, WeightLayout::tiled);
   rt::LayerBuffers b{1, 2, 3, 4, 5, 0, 0, 6, 7, 8, 9, 10, 11};
   auto both = (*r)->launch(*plan, b, {});
   ASSERT_FALSE(both);
@@ -427,7 +427,7 @@ TEST_F(RuntimeTest, ArrangeWeightsPassesTheLayoutToTheShuffleKernel) {
   auto r = open();
   ASSERT_TRUE(r) << r.error().describe();
   const DevicePtr src = 0x100000, dst = 0x200000;
-  ASSERT_TRUE((*r)->arrange_weights(src, dst, 32, 128, WeightLayoutKind::tiled, {}));
+  ASSERT_TRUE((*r)->arrange_weights(src, dst, 32, 128, WeightLayout::tiled, {}));
   ASSERT_EQ(fake_->launches.size(), 1u);
   EXPECT_EQ(fake_->launches[0].symbol, "ft_sm_90a_shuffle");
   EXPECT_EQ(fake_->launches[0].grid.x, 2u);  // 32*128/8 = 512 chunks, 256 threads
@@ -439,28 +439,28 @@ TEST_F(RuntimeTest, ArrangeWeightsPassesTheLayoutToTheShuffleKernel) {
   EXPECT_EQ(a.cols, 128);
   EXPECT_EQ(a.layout, 2);
   EXPECT_EQ(a.reserved, 0);
-  ASSERT_TRUE((*r)->arrange_weights(src, dst, 32, 16, WeightLayoutKind::shuffled, {}));
+  ASSERT_TRUE((*r)->arrange_weights(src, dst, 32, 16, WeightLayout::shuffled, {}));
   EXPECT_EQ(shuffle_args_of(fake_->launches.back()).layout, 1);
-  ASSERT_TRUE((*r)->arrange_weights(src, dst, 32, 24, WeightLayoutKind::shuffled, {}));
+  ASSERT_TRUE((*r)->arrange_weights(src, dst, 32, 24, WeightLayout::shuffled, {}));
   EXPECT_EQ(shuffle_args_of(fake_->launches.back()).layout, 1);
   const std::size_t launched = fake_->launches.size();
 
   // tiled: rows a multiple of 16, cols of 64.
-  auto cols = (*r)->arrange_weights(src, dst, 32, 96, WeightLayoutKind::tiled, {});
+  auto cols = (*r)->arrange_weights(src, dst, 32, 96, WeightLayout::tiled, {});
   ASSERT_FALSE(cols);
   EXPECT_EQ(cols.error().code, Errc::usage);
   EXPECT_EQ(cols.error().message, "tiled weights: rows must be a multiple of 16 and cols of 64 (got 32 x 96)");
-  EXPECT_FALSE((*r)->arrange_weights(src, dst, 24, 128, WeightLayoutKind::tiled, {}));
-  EXPECT_FALSE((*r)->arrange_weights(src, dst, 32, 32, WeightLayoutKind::tiled, {}));
-  EXPECT_FALSE((*r)->arrange_weights(src, dst, 32, 20, WeightLayoutKind::shuffled, {}));
-  auto plain = (*r)->arrange_weights(src, dst, 32, 128, WeightLayoutKind::plain, {});
+  EXPECT_FALSE((*r)->arrange_weights(src, dst, 24, 128, WeightLayout::tiled, {}));
+  EXPECT_FALSE((*r)->arrange_weights(src, dst, 32, 32, WeightLayout::tiled, {}));
+  EXPECT_FALSE((*r)->arrange_weights(src, dst, 32, 20, WeightLayout::shuffled, {}));
+  auto plain = (*r)->arrange_weights(src, dst, 32, 128, WeightLayout::plain, {});
   ASSERT_FALSE(plain);
   EXPECT_NE(plain.error().message.find("shuffled (1) or tiled (2)"), std::string::npos) << plain.error().describe();
-  EXPECT_FALSE((*r)->arrange_weights(0, dst, 32, 128, WeightLayoutKind::tiled, {}));
-  auto overlap = (*r)->arrange_weights(src, src + 32 * 128 * 2 - 2, 32, 128, WeightLayoutKind::tiled, {});
+  EXPECT_FALSE((*r)->arrange_weights(0, dst, 32, 128, WeightLayout::tiled, {}));
+  auto overlap = (*r)->arrange_weights(src, src + 32 * 128 * 2 - 2, 32, 128, WeightLayout::tiled, {});
   ASSERT_FALSE(overlap);
   EXPECT_NE(overlap.error().message.find("overlap"), std::string::npos) << overlap.error().describe();
-  EXPECT_TRUE((*r)->arrange_weights(src, src + 32 * 128 * 2, 32, 128, WeightLayoutKind::tiled, {}));  // adjacent is fine
+  EXPECT_TRUE((*r)->arrange_weights(src, src + 32 * 128 * 2, 32, 128, WeightLayout::tiled, {}));  // adjacent is fine
   EXPECT_EQ(fake_->launches.size(), launched + 1);
 }
 

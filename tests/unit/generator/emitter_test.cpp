@@ -29,66 +29,63 @@ void check_golden(const KernelSource& src) {
                                 << "with FLYTUNE_UPDATE_GOLDEN=1";
 }
 
-Variant make(const char* target, KernelKind kind, const char* atom, int tm, int tn, int tk, int wm, int wn, int st) {
-  Variant v;
-  v.target = find_target(target);
-  v.kind = kind;
-  v.atom = find_atom(atom);
-  v.tile_m = tm;
-  v.tile_n = tn;
-  v.tile_k = tk;
-  v.warps_m = wm;
-  v.warps_n = wn;
-  v.stages = st;
+Variant make(const char* target, StageRole kind, const char* atom, int tm, int tn, int tk, int wm, int wn, int st) {
+  Variant v = Variant::of(*find_target(target), kind, *find_atom(atom));
+  v.set("tile_m", tm);
+  v.set("tile_n", tn);
+  v.set("tile_k", tk);
+  v.set("warps_m", wm);
+  v.set("warps_n", wn);
+  v.set("stages", st);
   return v;
 }
 
 TEST(EmitterGolden, Gfx942Stage1) {
-  check_golden(emit_variant(make("gfx942", KernelKind::moe1, "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2)));
+  check_golden(emit_variant(make("gfx942", StageRole::stage1, "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2)));
 }
 
 TEST(EmitterGolden, Gfx950Stage2SplitKShuffled) {
-  Variant v = make("gfx950", KernelKind::moe2, "mfma_f32_32x32x16_bf16", 64, 128, 64, 2, 2, 1);
-  v.split_k = 2;
-  v.layout = WeightLayoutKind::shuffled;
+  Variant v = make("gfx950", StageRole::stage2, "mfma_f32_32x32x16_bf16", 64, 128, 64, 2, 2, 1);
+  v.set("split_k", 2);
+  v.set("layout", int(WeightLayout::shuffled));
   check_golden(emit_variant(v));
 }
 
 TEST(EmitterGolden, Sm90aStage1RoutedWeight) {
-  Variant v = make("sm_90a", KernelKind::moe1, "mma_m16n8k16_f32_bf16", 32, 64, 32, 2, 2, 2);
-  v.weight_in_stage1 = true;
+  Variant v = make("sm_90a", StageRole::stage1, "mma_m16n8k16_f32_bf16", 32, 64, 32, 2, 2, 2);
+  v.set("weight_in_stage1", true);
   check_golden(emit_variant(v));
 }
 
 TEST(EmitterGolden, Sm90aStage2Partials) {
-  Variant v = make("sm_90a", KernelKind::moe2, "mma_m16n8k16_f32_bf16", 64, 64, 64, 1, 4, 2);
-  v.reduce = Reduction::partials;
+  Variant v = make("sm_90a", StageRole::stage2, "mma_m16n8k16_f32_bf16", 64, 64, 64, 1, 4, 2);
+  v.set("reduce", int(Reduce::partials));
   check_golden(emit_variant(v));
 }
 
 TEST(EmitterGolden, Sm90aWgmmaStage1TwoWarpgroups) {
-  check_golden(emit_variant(make("sm_90a", KernelKind::moe1, "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4)));
+  check_golden(emit_variant(make("sm_90a", StageRole::stage1, "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4)));
 }
 
 TEST(EmitterGolden, Sm90aWgmmaStage2WarpSpecialized) {
-  Variant v = make("sm_90a", KernelKind::moe2, "wgmma_m64k16_f32_bf16", 128, 256, 64, 8, 1, 4);
-  v.warp_specialized = true;
-  v.layout = WeightLayoutKind::tiled;  // the producer warpgroup's bulk copies read tiled weights
+  Variant v = make("sm_90a", StageRole::stage2, "wgmma_m64k16_f32_bf16", 128, 256, 64, 8, 1, 4);
+  v.set("warp_specialized", true);
+  v.set("layout", int(WeightLayout::tiled));  // the producer warpgroup's bulk copies read tiled weights
   check_golden(emit_variant(v));
 }
 
 TEST(EmitterGolden, Sm90aWgmmaStage1Persistent) {
-  Variant v = make("sm_90a", KernelKind::moe1, "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4);
-  v.warp_specialized = true;
-  v.layout = WeightLayoutKind::tiled;
-  v.tiles_per_block = 8;
+  Variant v = make("sm_90a", StageRole::stage1, "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4);
+  v.set("warp_specialized", true);
+  v.set("layout", int(WeightLayout::tiled));
+  v.set("tiles_per_block", 8);
   check_golden(emit_variant(v));
 }
 
 TEST(EmitterGolden, Gfx90aSupport) { check_golden(emit_support(*find_target("gfx90a"), DType::bf16)); }
 
 TEST(Emitter, EntryPointIsTheVariantName) {
-  Variant v = make("gfx942", KernelKind::moe2, "mfma_f32_32x32x8_bf16", 64, 64, 32, 2, 2, 2);
+  Variant v = make("gfx942", StageRole::stage2, "mfma_f32_32x32x8_bf16", 64, 64, 32, 2, 2, 2);
   KernelSource s = emit_variant(v);
   EXPECT_EQ(s.entry_points, std::vector<std::string>{v.name()});
   EXPECT_NE(s.text.find("FT_KERNEL(256, " + v.name() + ")"), std::string::npos);

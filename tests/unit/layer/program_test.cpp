@@ -18,17 +18,14 @@ namespace {
 
 Problem mixtral() { return *problem_from_preset("mixtral-8x7b"); }
 
-Variant wgmma(KernelKind kind, int tile_m, int tile_n, int warps_m) {
-  Variant v;
-  v.target = find_target("sm_90a");
-  v.atom = find_atom("wgmma_m64k16_f32_bf16");
-  v.kind = kind;
-  v.tile_m = tile_m;
-  v.tile_n = tile_n;
-  v.tile_k = 64;
-  v.warps_m = warps_m;
-  v.warps_n = 1;
-  v.stages = 4;
+Variant wgmma(StageRole kind, int tile_m, int tile_n, int warps_m) {
+  Variant v = Variant::of(*find_target("sm_90a"), kind, *find_atom("wgmma_m64k16_f32_bf16"));
+  v.set("tile_m", tile_m);
+  v.set("tile_n", tile_n);
+  v.set("tile_k", 64);
+  v.set("warps_m", warps_m);
+  v.set("warps_n", 1);
+  v.set("stages", 4);
   return v;
 }
 
@@ -42,7 +39,7 @@ std::vector<std::string> step_names(const LayerProgram& p) {
 
 TEST(LayerProgram, AtomicLayerClearsThenAlignsThenRunsBothStagesAndReduces) {
   const Problem p = mixtral();
-  const LayerRecipe r = recipe(wgmma(KernelKind::moe1, 128, 128, 8), wgmma(KernelKind::moe2, 128, 256, 8));
+  const LayerRecipe r = recipe(wgmma(StageRole::stage1, 128, 128, 8), wgmma(StageRole::stage2, 128, 256, 8));
   auto prog = build_program(r, 333);
   ASSERT_TRUE(prog) << prog.error().describe();
   EXPECT_EQ(step_names(*prog), (std::vector<std::string>{"clear_y_acc", "align", "stage1", "stage2", "reduce"}));
@@ -65,7 +62,7 @@ TEST(LayerProgram, AtomicLayerClearsThenAlignsThenRunsBothStagesAndReduces) {
   EXPECT_EQ(s1.args.x, nullptr);  // pointers come from the buffer table at execution
   const Step& red = *prog->find("reduce");
   EXPECT_EQ(red.role, Role::reduce_atomic);
-  EXPECT_EQ(red.symbol, reduce_entry(*r.target, Reduction::atomic, DType::bf16));
+  EXPECT_EQ(red.symbol, reduce_entry(*r.target, Reduce::atomic, DType::bf16));
   EXPECT_EQ(red.shape.grid_x, int((333LL * 4096 / 8 + kReduceThreads - 1) / kReduceThreads));
   const Step& align = *prog->find("align");
   EXPECT_EQ(align.shape.lds_bytes, align_lds_bytes(8));
@@ -73,9 +70,9 @@ TEST(LayerProgram, AtomicLayerClearsThenAlignsThenRunsBothStagesAndReduces) {
 }
 
 TEST(LayerProgram, PartialsLayerHasNoClearAndSizesKRowsPerToken) {
-  Variant s2 = wgmma(KernelKind::moe2, 64, 128, 4);
-  s2.reduce = Reduction::partials;
-  auto prog = build_program(recipe(wgmma(KernelKind::moe1, 64, 128, 4), s2), 17);
+  Variant s2 = wgmma(StageRole::stage2, 64, 128, 4);
+  s2.set("reduce", int(Reduce::partials));
+  auto prog = build_program(recipe(wgmma(StageRole::stage1, 64, 128, 4), s2), 17);
   ASSERT_TRUE(prog) << prog.error().describe();
   EXPECT_EQ(step_names(*prog), (std::vector<std::string>{"align", "stage1", "stage2", "reduce"}));
   EXPECT_EQ(prog->find("reduce")->role, Role::reduce_partials);
@@ -92,14 +89,14 @@ TEST(LayerProgram, RowBlockIsTheLeastCommonMultipleOfTheTiles) {
     int m1, m2, block;
   };
   for (const Case& c : {Case{64, 128, 128}, Case{64, 192, 192}, Case{128, 128, 128}, Case{192, 64, 192}}) {
-    auto prog = build_program(recipe(wgmma(KernelKind::moe1, c.m1, 128, c.m1 / 16), wgmma(KernelKind::moe2, c.m2, 128, c.m2 / 16)), 512);
+    auto prog = build_program(recipe(wgmma(StageRole::stage1, c.m1, 128, c.m1 / 16), wgmma(StageRole::stage2, c.m2, 128, c.m2 / 16)), 512);
     ASSERT_TRUE(prog) << c.m1 << "+" << c.m2 << ": " << prog.error().describe();
     EXPECT_EQ(prog->align_block, c.block) << c.m1 << "+" << c.m2;
     EXPECT_EQ(prog->max_padded_rows % c.m1, 0);
     EXPECT_EQ(prog->max_padded_rows % c.m2, 0);
   }
   // 128 and 192 need blocks of 384 rows: refused (the mixtral T=512 export that ran wrong).
-  auto bad = build_program(recipe(wgmma(KernelKind::moe1, 128, 128, 8), wgmma(KernelKind::moe2, 192, 128, 12)), 512);
+  auto bad = build_program(recipe(wgmma(StageRole::stage1, 128, 128, 8), wgmma(StageRole::stage2, 192, 128, 12)), 512);
   ASSERT_FALSE(bad);
   EXPECT_NE(bad.error().message.find("384"), std::string::npos) << bad.error().message;
 }
@@ -107,14 +104,14 @@ TEST(LayerProgram, RowBlockIsTheLeastCommonMultipleOfTheTiles) {
 // A persistent stage launches ceil(tiles / tiles_per_block) blocks in x only
 // (the grid rule the export once lacked).
 TEST(LayerProgram, PersistentStageGridCoversEveryTileOnce) {
-  Variant s2 = wgmma(KernelKind::moe2, 128, 256, 8);
-  s2.warp_specialized = true;
-  s2.layout = WeightLayoutKind::tiled;
-  s2.split_k = 2;
+  Variant s2 = wgmma(StageRole::stage2, 128, 256, 8);
+  s2.set("warp_specialized", true);
+  s2.set("layout", int(WeightLayout::tiled));
+  s2.set("split_k", 2);
   const Problem p = mixtral();
-  auto plain = build_program(recipe(wgmma(KernelKind::moe1, 128, 128, 8), s2), 4096);
-  s2.tiles_per_block = 8;
-  auto persistent = build_program(recipe(wgmma(KernelKind::moe1, 128, 128, 8), s2), 4096);
+  auto plain = build_program(recipe(wgmma(StageRole::stage1, 128, 128, 8), s2), 4096);
+  s2.set("tiles_per_block", 8);
+  auto persistent = build_program(recipe(wgmma(StageRole::stage1, 128, 128, 8), s2), 4096);
   ASSERT_TRUE(plain && persistent);
   const LaunchShape& one = plain->find("stage2")->shape;
   const LaunchShape& many = persistent->find("stage2")->shape;
@@ -130,10 +127,10 @@ TEST(LayerProgram, PersistentStageGridCoversEveryTileOnce) {
 }
 
 TEST(LayerProgram, StageAloneProgramsForTheSearch) {
-  auto first = build_program({find_target("sm_90a"), mixtral(), wgmma(KernelKind::moe1, 64, 128, 4), std::nullopt}, 5);
+  auto first = build_program({find_target("sm_90a"), mixtral(), wgmma(StageRole::stage1, 64, 128, 4), std::nullopt}, 5);
   ASSERT_TRUE(first) << first.error().describe();
   EXPECT_EQ(step_names(*first), (std::vector<std::string>{"align", "stage1"}));
-  auto second = build_program({find_target("sm_90a"), mixtral(), std::nullopt, wgmma(KernelKind::moe2, 64, 128, 4)}, 5);
+  auto second = build_program({find_target("sm_90a"), mixtral(), std::nullopt, wgmma(StageRole::stage2, 64, 128, 4)}, 5);
   ASSERT_TRUE(second) << second.error().describe();
   EXPECT_EQ(step_names(*second), (std::vector<std::string>{"clear_y_acc", "align", "stage2", "reduce"}));
   EXPECT_EQ(second->index_of("stage2"), 2u);
@@ -149,7 +146,7 @@ struct Refusal {
 class LayerProgramRefuses : public ::testing::TestWithParam<Refusal> {};
 
 TEST_P(LayerProgramRefuses, WithAReason) {
-  LayerRecipe r = recipe(wgmma(KernelKind::moe1, 64, 128, 4), wgmma(KernelKind::moe2, 64, 128, 4));
+  LayerRecipe r = recipe(wgmma(StageRole::stage1, 64, 128, 4), wgmma(StageRole::stage2, 64, 128, 4));
   int tokens = 16;
   GetParam().change(r, tokens);
   auto prog = build_program(r, tokens);
@@ -162,9 +159,9 @@ INSTANTIATE_TEST_SUITE_P(
     Recipes, LayerProgramRefuses,
     ::testing::Values(
         Refusal{"swapped kinds", [](LayerRecipe& r, int&) { std::swap(r.stage1, r.stage2); }, "not a stage-1 kernel"},
-        Refusal{"weight placement", [](LayerRecipe& r, int&) { r.stage1->weight_in_stage1 = true; }, "routed weight"},
+        Refusal{"weight placement", [](LayerRecipe& r, int&) { r.stage1->set("weight_in_stage1", 1); }, "routed weight"},
         Refusal{"dtype", [](LayerRecipe& r, int&) { r.problem.dtype = DType::f16; }, "the problem f16"},
-        Refusal{"tile_n", [](LayerRecipe& r, int&) { r.problem.inter = 100; }, "do not divide"},
+        Refusal{"tile_n", [](LayerRecipe& r, int&) { r.problem.inter = 100; }, "inter 100 is not a multiple of tile_n"},
         Refusal{"no stage", [](LayerRecipe& r, int&) { r.stage1.reset(), r.stage2.reset(); }, "no stage variant"},
         Refusal{"zero tokens", [](LayerRecipe&, int& t) { t = 0; }, "outside 1.."},
         Refusal{"too many tokens", [](LayerRecipe&, int& t) { t = kMaxTokens + 1; }, "outside 1.."},
@@ -179,10 +176,10 @@ INSTANTIATE_TEST_SUITE_P(
 // Two programs of one recipe and T are identical as data (the runtime compares
 // a manifest's recorded steps with its own program this way).
 TEST(LayerProgram, StepsAsDataAreStableAndSayWhichWeightsAStageReads) {
-  Variant s1 = wgmma(KernelKind::moe1, 64, 128, 4);
-  s1.warp_specialized = true;
-  s1.layout = WeightLayoutKind::tiled;
-  const LayerRecipe r = recipe(s1, wgmma(KernelKind::moe2, 64, 128, 4));
+  Variant s1 = wgmma(StageRole::stage1, 64, 128, 4);
+  s1.set("warp_specialized", true);
+  s1.set("layout", int(WeightLayout::tiled));
+  const LayerRecipe r = recipe(s1, wgmma(StageRole::stage2, 64, 128, 4));
   const nlohmann::json a = steps_json(*build_program(r, 100)), b = steps_json(*build_program(r, 100));
   EXPECT_EQ(a, b);
   EXPECT_NE(a, steps_json(*build_program(r, 101)));

@@ -212,8 +212,8 @@ TEST(Shuffle, IndexIsAPermutationOfWholeChunks) {
   // The 16 rows of one k-chunk are 256 consecutive bytes.
   EXPECT_EQ(shuffled_index(1, 8, cols) - shuffled_index(0, 8, cols), 8);
   std::vector<std::uint16_t> src(std::size_t(rows * cols));
-  EXPECT_FALSE(arrange_weights_host(src, 40, 48, WeightLayoutKind::shuffled));
-  EXPECT_FALSE(arrange_weights_host(src, rows, 44, WeightLayoutKind::shuffled));
+  EXPECT_FALSE(arrange_weights_host(src, 40, 48, WeightLayout::shuffled));
+  EXPECT_FALSE(arrange_weights_host(src, rows, 44, WeightLayout::shuffled));
 }
 
 // The tiled layout (weight_layout.hpp): 64-column slices of all rows, each
@@ -253,24 +253,24 @@ TEST(Tiled, HostArrangementPlacesEveryElementAndChecksSizes) {
   const long long rows = 32, cols = 128;
   std::vector<std::uint16_t> src(std::size_t(rows * cols));
   for (std::size_t i = 0; i < src.size(); ++i) src[i] = std::uint16_t(i * 7 + 1);
-  auto tiled = arrange_weights_host(src, rows, cols, WeightLayoutKind::tiled);
+  auto tiled = arrange_weights_host(src, rows, cols, WeightLayout::tiled);
   ASSERT_TRUE(tiled) << tiled.error().describe();
   for (long long r = 0; r < rows; ++r)
     for (long long k = 0; k < cols; ++k)
       ASSERT_EQ((*tiled)[std::size_t(tiled_index(r, k, rows))], src[std::size_t(r * cols + k)]) << r << "," << k;
-  auto shuffled = arrange_weights_host(src, rows, cols, WeightLayoutKind::shuffled);
+  auto shuffled = arrange_weights_host(src, rows, cols, WeightLayout::shuffled);
   ASSERT_TRUE(shuffled);
   EXPECT_NE(*tiled, *shuffled);
-  EXPECT_EQ(*arrange_weights_host(src, rows, cols, WeightLayoutKind::plain), src);
+  EXPECT_EQ(*arrange_weights_host(src, rows, cols, WeightLayout::plain), src);
   // cols must be a multiple of 64 for tiled (8 is enough for shuffled), rows of 16.
   std::vector<std::uint16_t> narrow(std::size_t(rows * 96));
-  auto refused = arrange_weights_host(narrow, rows, 96, WeightLayoutKind::tiled);
+  auto refused = arrange_weights_host(narrow, rows, 96, WeightLayout::tiled);
   ASSERT_FALSE(refused);
   EXPECT_NE(refused.error().message.find("columns of 64"), std::string::npos) << refused.error().describe();
-  EXPECT_TRUE(arrange_weights_host(narrow, rows, 96, WeightLayoutKind::shuffled));
+  EXPECT_TRUE(arrange_weights_host(narrow, rows, 96, WeightLayout::shuffled));
   std::vector<std::uint16_t> short_rows(std::size_t(24 * cols));
-  EXPECT_FALSE(arrange_weights_host(short_rows, 24, cols, WeightLayoutKind::tiled));
-  EXPECT_FALSE(arrange_weights_host(src, rows, cols - 64, WeightLayoutKind::tiled));  // element count mismatch
+  EXPECT_FALSE(arrange_weights_host(short_rows, 24, cols, WeightLayout::tiled));
+  EXPECT_FALSE(arrange_weights_host(src, rows, cols - 64, WeightLayout::tiled));  // element count mismatch
 }
 
 // The reference against a straightforward double-precision recomputation.

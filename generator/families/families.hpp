@@ -1,0 +1,50 @@
+#pragma once
+// The registered kernel families (generator/family.hpp) and the standard axes
+// they share. A standard axis is one whose meaning the layer program relies on
+// (tile_m, tile_n, tile_k, split_k, reduce, weight_in_stage1, layout,
+// tiles_per_block: Family::launch and Family::contract read them by key); each
+// family picks its own values, presets and --space spelling for them.
+#include <string_view>
+#include <vector>
+
+#include "generator/family.hpp"
+
+namespace ft {
+
+const Family& tiled_family();  // families/tiled.cpp: wave-level mfma / mma.sync GEMM
+const Family& wgmma_family();  // families/wgmma.cpp: Hopper warpgroup GEMM
+
+namespace axes {
+
+// Presets of an axis: default, wide (empty: as default), small (empty: as default).
+struct Values {
+  std::vector<AxisValue> defaults, wide = {}, small = {};
+};
+
+// The kernel-name order of the standard tokens (Axis::name_rank).
+enum Rank : int { kTileM, kTileN, kTileK, kWarps, kAtom, kStages, kReduce, kSplitK, kWeight, kLayout, kProducer, kTiles };
+
+Axis atom();
+// tile_m / tile_n / tile_k: "_m64", "n128", "k64" in the name.
+Axis tile_m(std::string_view spelling, Values v, int initial);
+Axis tile_n(std::string_view spelling, Values v, int initial);
+Axis tile_k(std::string_view spelling, Values v, int initial);
+// warps_m x warps_n: "_w2x2".
+Axis warps(std::string_view spelling, Values v, AxisValue initial);
+// LDS buffers / ring depth: "_s2".
+Axis stages(std::string_view spelling, Values v, int initial);
+// A producer warpgroup ("_ws"); tiles each block computes in turn ("_t8"),
+// which applies only with a producer warpgroup.
+Axis warp_specialized(std::string_view spelling, Values v);
+Axis tiles_per_block(std::string_view spelling, Values v);
+// Where the routed weight is applied (stage 1: "_rw"; stage 2: "_norw").
+Axis weight_in_stage1(Values v);
+// Stage 2 only: split-K ("_sk4") and the reduction ("_atomic" / "_partials").
+Axis split_k(Values v);
+Axis reduce(Values v);
+// The weight layout read ("_shuf", "_tiled"); `derived` (non-null) makes it
+// follow the axes before it instead of being enumerated.
+Axis layout(std::string_view spelling, Values v, AxisValue (*derived)(const Variant&) = nullptr);
+
+}  // namespace axes
+}  // namespace ft

@@ -1,0 +1,159 @@
+#include <fmt/format.h>
+
+#include "generator/families/families.hpp"
+#include "generator/variant.hpp"
+
+namespace ft::axes {
+namespace {
+
+Axis integer(std::string_view key, std::string_view spelling, Values v, int initial, int rank,
+             std::string (*token)(const Variant&, AxisValue)) {
+  Axis a;
+  a.key = key;
+  a.type = AxisType::integer;
+  a.spelling = spelling;
+  a.cpp_type = "int";
+  a.defaults = std::move(v.defaults);
+  a.wide = std::move(v.wide);
+  a.small = std::move(v.small);
+  a.initial = initial;
+  a.required = true;
+  a.token = token;
+  a.name_rank = rank;
+  return a;
+}
+
+bool stage2_only(const Variant& v) { return v.role == StageRole::stage2; }
+
+}  // namespace
+
+Axis atom() {
+  Axis a;
+  a.key = "atom";
+  a.type = AxisType::atom;
+  a.spelling = "atom";
+  a.required = true;
+  a.token = [](const Variant& v, AxisValue) { return "_" + v.atom()->short_name(); };
+  a.name_rank = kAtom;
+  return a;
+}
+
+Axis tile_m(std::string_view spelling, Values v, int initial) {
+  return integer("tile_m", spelling, std::move(v), initial, kTileM,
+                 [](const Variant&, AxisValue x) { return fmt::format("_m{}", x); });
+}
+Axis tile_n(std::string_view spelling, Values v, int initial) {
+  return integer("tile_n", spelling, std::move(v), initial, kTileN, [](const Variant&, AxisValue x) { return fmt::format("n{}", x); });
+}
+Axis tile_k(std::string_view spelling, Values v, int initial) {
+  return integer("tile_k", spelling, std::move(v), initial, kTileK, [](const Variant&, AxisValue x) { return fmt::format("k{}", x); });
+}
+Axis stages(std::string_view spelling, Values v, int initial) {
+  return integer("stages", spelling, std::move(v), initial, kStages, [](const Variant&, AxisValue x) { return fmt::format("_s{}", x); });
+}
+
+Axis warps(std::string_view spelling, Values v, AxisValue initial) {
+  Axis a = integer("warps", spelling, std::move(v), initial, kWarps, [](const Variant&, AxisValue x) {
+    return fmt::format("_w{}x{}", pair_first(x), pair_second(x));
+  });
+  a.type = AxisType::pair;
+  a.pair_keys = {"warps_m", "warps_n"};
+  return a;
+}
+
+Axis warp_specialized(std::string_view spelling, Values v) {
+  Axis a;
+  a.key = "warp_specialized";
+  a.type = AxisType::boolean;
+  a.spelling = spelling;
+  a.names = {"off", "on"};
+  a.cpp_type = "bool";
+  a.defaults = std::move(v.defaults);
+  a.wide = std::move(v.wide);
+  a.small = std::move(v.small);
+  a.token = [](const Variant&, AxisValue x) { return std::string(x ? "_ws" : ""); };
+  a.name_rank = kProducer;
+  return a;
+}
+
+Axis tiles_per_block(std::string_view spelling, Values v) {
+  Axis a = integer("tiles_per_block", spelling, std::move(v), 1, kTiles,
+                   [](const Variant&, AxisValue x) { return x > 1 ? fmt::format("_t{}", x) : std::string(); });
+  a.required = false;  // records written before the axis existed: one tile per block
+  a.applies = [](const Variant& v) { return v.get("warp_specialized") != 0; };
+  return a;
+}
+
+Axis weight_in_stage1(Values v) {
+  Axis a;
+  a.key = "weight_in_stage1";
+  a.type = AxisType::boolean;
+  a.spelling = "weight";
+  a.names = {"stage2", "stage1"};
+  a.cpp_type = "bool";
+  a.defaults = std::move(v.defaults);
+  a.wide = std::move(v.wide);
+  a.small = std::move(v.small);
+  a.required = true;
+  a.token = [](const Variant& var, AxisValue x) {
+    return std::string(!x ? "" : var.role == StageRole::stage1 ? "_rw" : "_norw");
+  };
+  a.name_rank = kWeight;
+  return a;
+}
+
+Axis split_k(Values v) {
+  Axis a = integer("split_k", "split_k", std::move(v), 1, kSplitK, [](const Variant& var, AxisValue x) {
+    return var.role == StageRole::stage2 && x > 1 ? fmt::format("_sk{}", x) : std::string();
+  });
+  a.applies = stage2_only;
+  return a;
+}
+
+Axis reduce(Values v) {
+  Axis a;
+  a.key = "reduce";
+  a.type = AxisType::choice;
+  a.spelling = "reduce";
+  a.names = {"atomic", "partials"};  // the order of ft::Reduce / ft::Reduce
+  a.cpp_type = "ft::Reduce";
+  a.defaults = std::move(v.defaults);
+  a.wide = std::move(v.wide);
+  a.small = std::move(v.small);
+  a.required = true;
+  a.applies = stage2_only;
+  a.token = [](const Variant& var, AxisValue x) {
+    return var.role == StageRole::stage2 ? fmt::format("_{}", to_string(Reduce(x))) : std::string();
+  };
+  a.name_rank = kReduce;
+  return a;
+}
+
+Axis layout(std::string_view spelling, Values v, AxisValue (*derived)(const Variant&)) {
+  Axis a;
+  a.key = "layout";
+  a.type = AxisType::choice;
+  a.spelling = spelling;
+  a.names = {"plain", "shuffled", "tiled"};  // the order of ft::WeightLayout / ft::WeightLayout
+  a.cpp_type = "ft::WeightLayout";
+  a.defaults = std::move(v.defaults);
+  a.wide = std::move(v.wide);
+  a.small = std::move(v.small);
+  a.required = true;
+  if (derived) {
+    a.applies = [](const Variant&) { return false; };
+    a.inactive = derived;
+  }
+  a.token = [](const Variant&, AxisValue x) {
+    switch (WeightLayout(x)) {
+      case WeightLayout::shuffled: return std::string("_shuf");
+      case WeightLayout::tiled: return std::string("_tiled");
+      case WeightLayout::plain: break;
+    }
+    return std::string();
+  };
+  a.name_rank = kLayout;
+  return a;
+}
+
+}  // namespace ft::axes

@@ -1,0 +1,100 @@
+// The tiled family: wave-level GEMM over one mfma (AMD) or mma.sync (NVIDIA)
+// atom per instruction, A and weight tiles staged in LDS with one 16-byte pad
+// per row, single or ping-pong buffers (templates/ft/tiled_gemm.hpp).
+#include <fmt/format.h>
+
+#include "generator/families/families.hpp"
+#include "generator/variant.hpp"
+
+namespace ft {
+namespace {
+
+using axes::Values;
+
+class TiledFamily final : public Family {
+ public:
+  TiledFamily() {
+    // Enumeration order; the standard tokens put the name in its own order.
+    axes_.push_back(axes::atom());
+    axes_.push_back(axes::tile_m("tile_m", Values{{16, 32, 64, 128}, {16, 32, 64, 128, 256}, {32, 64}}, 64));
+    axes_.push_back(axes::tile_n("tile_n", Values{{64, 128}, {32, 64, 128, 256}, {64}}, 128));
+    axes_.push_back(axes::tile_k("tile_k", Values{{32, 64}, {32, 64, 128}, {32}}, 64));
+    axes_.push_back(axes::warps("warps",
+                                Values{{pack_pair(1, 4), pack_pair(2, 2)},
+                                       {pack_pair(1, 2), pack_pair(2, 1), pack_pair(1, 4), pack_pair(2, 2), pack_pair(4, 1),
+                                        pack_pair(2, 4), pack_pair(4, 2)},
+                                       {pack_pair(2, 2)}},
+                                pack_pair(2, 2)));
+    axes_.push_back(axes::stages("stages", Values{{2}, {1, 2}}, 2));  // LDS buffers: 1 single, 2 ping-pong
+    // Not axes of this family (no producer warpgroup, one tile per block), but
+    // members of every Config the shared templates read.
+    axes_.push_back(axes::warp_specialized("", Values{{0}}));
+    axes_.push_back(axes::tiles_per_block("", Values{{1}}));
+    axes_.push_back(axes::weight_in_stage1(Values{{0}, {0, 1}}));
+    axes_.push_back(axes::layout("layout", Values{{int(WeightLayout::plain)},
+                                                  {int(WeightLayout::plain), int(WeightLayout::shuffled)}}));
+    axes_.push_back(axes::split_k(Values{{1, 4}, {1, 2, 4}}));
+    axes_.push_back(axes::reduce(Values{{int(Reduce::atomic)}, {int(Reduce::atomic), int(Reduce::partials)}}));
+  }
+
+  std::string_view id() const override { return "tiled"; }
+  bool takes(const AtomInfo& a) const override { return a.family == "mfma" || a.family == "mma.sync"; }
+  std::span<const Axis> axes() const override { return axes_; }
+  std::string_view kernel_template(StageRole r) const override {
+    return r == StageRole::stage1 ? "ft::Stage1<Config>" : "ft::Stage2<Config>";
+  }
+
+  int threads(const Variant& v) const override {
+    return (v.get("warps_m") * v.get("warps_n") + (v.get("warp_specialized") ? 4 : 0)) * v.atom()->lanes;
+  }
+
+  // ft::TiledGemm::kSmemBytes: rows of A then of each weight matrix, each
+  // tile_k wide plus one 16-byte pad, per LDS stage.
+  int lds_bytes(const Variant& v) const override {
+    const int rows = v.get("tile_m") + v.weight_matrices() * v.get("tile_n");
+    return v.get("stages") * rows * (v.get("tile_k") + 8) * 2;
+  }
+
+  int register_estimate(const Variant& v) const override {
+    const AtomInfo& a = *v.atom();
+    const int tm = v.get("tile_m"), tn = v.get("tile_n"), tk = v.get("tile_k");
+    const int rm = tm / v.get("warps_m") / a.m, rn = tn / v.get("warps_n") / a.n;
+    const int acc = v.weight_matrices() * rm * rn * a.c_regs();
+    const int frags = (rm * a.a_regs() + rn * a.b_regs()) / 2;  // two 16-bit values per register
+    const int chunks = ((tm + v.weight_matrices() * tn) * tk / 8 + threads(v) - 1) / threads(v);
+    const int staged = v.get("stages") == 2 ? chunks * 4 : 0;
+    const int addressing = chunks * 3 + 24;  // row pointers, strides, indices
+    return acc + frags + staged + addressing;
+  }
+
+  std::optional<std::string> shape_rules(const Variant& v) const override {
+    const AtomInfo& a = *v.atom();
+    if (v.get("warp_specialized"))
+      return fmt::format("warp specialisation is a wgmma-family option; atom {} is not a wgmma", a.id);
+    if (WeightLayout(v.get("layout")) == WeightLayout::tiled)
+      return fmt::format("the tiled weight layout feeds wgmma bulk copies; atom {} is not a wgmma", a.id);
+    const int tm = v.get("tile_m"), tn = v.get("tile_n"), tk = v.get("tile_k"), wm = v.get("warps_m"), wn = v.get("warps_n");
+    if (tm % (wm * a.m) != 0) return fmt::format("tile_m {} is not a multiple of warps_m {} x atom M {}", tm, wm, a.m);
+    if (tn % (wn * a.n) != 0) return fmt::format("tile_n {} is not a multiple of warps_n {} x atom N {}", tn, wn, a.n);
+    if (tk % a.k != 0 || tk % 8 != 0) return fmt::format("tile_k {} is not a multiple of atom K {} and of 8", tk, a.k);
+    if (const int st = v.get("stages"); st != 1 && st != 2)
+      return fmt::format("stages {} is not 1 (single) or 2 (ping-pong)", st);
+    return std::nullopt;
+  }
+
+  std::optional<std::string> problem_rules(const Variant& v, const Problem& p) const override {
+    return standard_problem_rules(v, p);
+  }
+
+ private:
+  std::vector<Axis> axes_;
+};
+
+}  // namespace
+
+const Family& tiled_family() {
+  static const TiledFamily family;
+  return family;
+}
+
+}  // namespace ft

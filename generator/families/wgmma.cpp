@@ -1,0 +1,136 @@
+// The wgmma family (sm_90a): one to three consumer warpgroups issue
+// wgmma.mma_async from descriptors over 128-byte-swizzled shared memory, fed
+// by a cp.async ring all threads share or by a producer warpgroup that moves
+// tiled weights with bulk copies, optionally in persistent blocks
+// (templates/ft/wgmma_gemm.hpp, docs/HOPPER.md).
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "generator/device_facts.hpp"
+#include "generator/families/families.hpp"
+#include "generator/variant.hpp"
+
+namespace ft {
+namespace {
+
+using axes::Values;
+
+// The weights follow the producer warpgroup: bulk copies need tiled weights,
+// the shared ring reads plain ones.
+AxisValue layout_for_producer(const Variant& v) {
+  return int(v.get("warp_specialized") ? WeightLayout::tiled : WeightLayout::plain);
+}
+
+class WgmmaFamily final : public Family {
+ public:
+  WgmmaFamily() {
+    axes_.push_back(axes::atom());
+    // 192: three consumer warpgroups (12x1).
+    axes_.push_back(axes::tile_m("wgmma_tile_m", Values{{64, 128, 192}, {64, 128, 192, 256}, {64}}, 64));
+    // 32: stage 1 with N = 64, more blocks at decode.
+    axes_.push_back(axes::tile_n("wgmma_tile_n", Values{{32, 64, 128, 256}, {}, {64}}, 128));
+    axes_.push_back(axes::tile_k("", Values{{64}}, 64));  // one 128-byte swizzle row
+    axes_.push_back(axes::warps("wgmma_warps", Values{{pack_pair(4, 1), pack_pair(8, 1), pack_pair(12, 1)}, {}, {pack_pair(4, 1)}},
+                                pack_pair(4, 1)));
+    // Deeper rings keep more bytes in flight; 3 lets two blocks share an SM.
+    axes_.push_back(axes::stages("wgmma_stages", Values{{3, 4, 7}, {3, 4, 5, 7}}, 4));
+    // on: a producer warpgroup feeds mbarrier-synchronised consumers, weights
+    // moved by bulk copies from the tiled layout (wins prefill); off: the
+    // shared cp.async ring on plain weights (wins decode).
+    axes_.push_back(axes::warp_specialized("wgmma_producer", Values{{0, 1}}));
+    // Tiles each producer-warpgroup block computes in turn (n > 1: a
+    // persistent grid whose rings run on from one tile into the next).
+    axes_.push_back(axes::tiles_per_block("wgmma_tiles", Values{{1, 8}, {1, 4, 8}}));
+    axes_.push_back(axes::weight_in_stage1(Values{{0}, {0, 1}}));
+    axes_.push_back(axes::layout("", Values{{int(WeightLayout::plain)}}, layout_for_producer));
+    axes_.push_back(axes::split_k(Values{{1, 4}, {1, 2, 4}}));
+    axes_.push_back(axes::reduce(Values{{int(Reduce::atomic)}, {int(Reduce::atomic), int(Reduce::partials)}}));
+  }
+
+  std::string_view id() const override { return "wgmma"; }
+  bool takes(const AtomInfo& a) const override { return a.family == "wgmma"; }
+  std::span<const Axis> axes() const override { return axes_; }
+  std::string_view kernel_template(StageRole r) const override {
+    return r == StageRole::stage1 ? "ft::Stage1<Config>" : "ft::Stage2<Config>";
+  }
+
+  int threads(const Variant& v) const override {
+    return (v.get("warps_m") * v.get("warps_n") + (v.get("warp_specialized") ? 4 : 0)) * v.atom()->lanes;
+  }
+
+  // ft::WgmmaGemm::kSmemBytes: 128-byte rows (tile_k 64) of A and all weight
+  // tiles per stage, plus 1024 bytes to align the ring for the swizzle; a
+  // producer warpgroup adds a full and an empty mbarrier (8 bytes each) per stage.
+  int lds_bytes(const Variant& v) const override {
+    const int st = v.get("stages");
+    return st * (v.get("tile_m") + v.weight_matrices() * v.get("tile_n")) * v.get("tile_k") * 2 + 1024 +
+           (v.get("warp_specialized") ? 16 * st : 0);
+  }
+
+  int register_estimate(const Variant& v) const override {
+    const bool ws = v.get("warp_specialized") != 0;
+    const int tm = v.get("tile_m"), tn = v.get("tile_n");
+    const int groups = v.get("warps_m") * v.get("warps_n") / 4;
+    const int acc = tm / groups / v.atom()->m * v.weight_matrices() * tn / 2;
+    // A producer warpgroup copies only A 16 bytes at a time (bulk copies move the weights).
+    const int chunks = ws ? tm * 8 / 128 : (tm + v.weight_matrices() * tn) * 8 / threads(v);
+    // Accumulators, a 64-bit source pointer per copy, addressing; a producer
+    // warpgroup holds the pointers but no accumulators, yet all threads get
+    // the kernel's register count.
+    return ws ? std::max(acc, chunks * 2) + 24 : acc + chunks * 2 + 24;
+  }
+
+  // The shape rules of ft::WgmmaGemm (templates/ft/wgmma_gemm.hpp).
+  std::optional<std::string> shape_rules(const Variant& v) const override {
+    const int wm = v.get("warps_m"), wn = v.get("warps_n"), tm = v.get("tile_m"), tn = v.get("tile_n");
+    const bool ws = v.get("warp_specialized") != 0;
+    if (wn != 1 || wm % 4 != 0 || wm > 12)
+      return fmt::format("wgmma needs 4x1, 8x1 or 12x1 warps (one to three warpgroups along M), not {}x{}", wm, wn);
+    const int groups = wm / 4, am = v.atom()->m;
+    if (tm % (groups * am) != 0)
+      return fmt::format("tile_m {} does not give each of {} warpgroups whole {}-row wgmma blocks", tm, groups, am);
+    const int n = v.weight_matrices() * tn;
+    if (!wgmma_n_supported(n))
+      return fmt::format("wgmma N = {} weight matrices x tile_n {} = {} is not 32, 64, 128 or 256", v.weight_matrices(), tn, n);
+    if (const int tk = v.get("tile_k"); tk != 64)
+      return fmt::format("wgmma k-tiles are 64 deep (one 128-byte swizzle row), not {}", tk);
+    if (const int st = v.get("stages"); st < 3) return fmt::format("the wgmma ring needs at least 3 stages, not {}", st);
+    const auto wanted = WeightLayout(layout_for_producer(v)), got = WeightLayout(v.get("layout"));
+    if (got != wanted)
+      return fmt::format("wgmma {} reads {} weights, not {} ones",
+                         ws ? "with a producer warpgroup" : "without a producer warpgroup", to_string(wanted), to_string(got));
+    // The shared ring: every thread copies the same number of 16-byte chunks,
+    // each in one swizzle phase (rows 8 apart).
+    if (!ws) {
+      const int chunks = (tm + n) * 8;
+      if (chunks % threads(v) != 0 || threads(v) / 8 % 8 != 0)
+        return fmt::format("{} rows of 16-byte chunks do not split evenly over {} threads", tm + n, threads(v));
+    }
+    // One block must fit the register file at the registers each thread needs
+    // (the producer warpgroup of a specialised block gets as many as the
+    // others: ptxas allocates one count for the whole kernel).
+    const Target& t = *v.target;
+    const int file = t.regs_file_per_simd * t.wave_size * t.simds_per_cu;
+    if (v.register_estimate() * threads(v) > file)
+      return fmt::format("needs about {} registers per thread x {} threads, more than the {} of an SM", v.register_estimate(),
+                         threads(v), file);
+    return std::nullopt;
+  }
+
+  std::optional<std::string> problem_rules(const Variant& v, const Problem& p) const override {
+    return standard_problem_rules(v, p);
+  }
+
+ private:
+  std::vector<Axis> axes_;
+};
+
+}  // namespace
+
+const Family& wgmma_family() {
+  static const WgmmaFamily family;
+  return family;
+}
+
+}  // namespace ft

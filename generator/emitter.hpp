@@ -10,15 +10,19 @@ namespace ft {
 
 KernelSource emit_variant(const Variant& v);
 
-// The layer's support kernels for a target and dtype, in one unit: align,
-// reduce (atomic and partials), the weight pre-shuffle, and the reference and
-// random-fill kernels verification uses. Names: ft_<target>_align,
-// ft_<target>_reduce_{atomic,partials}_<dtype>, ft_<target>_shuffle,
+// The layer's support kernels for a target and dtype, in one unit: align (one
+// block, or the wide align's count and scatter launches), reduce (one per
+// ft::Reduce), the weight pre-shuffle, and the reference and random-fill
+// kernels verification uses. Names: ft_<target>_align{,_count,_scatter},
+// ft_<target>_reduce_{atomic,partials,partials16}_<dtype>, ft_<target>_shuffle,
 // ft_<target>_reference{1,2}_<dtype>, ft_<target>_fill.
 KernelSource emit_support(const Target& target, DType dtype);
 
 std::string support_unit_name(const Target& target, DType dtype);  // ft_<target>_support_<dtype>
 std::string align_entry(const Target& target);
+// The wide align's two launches (many pairs; templates/ft/moe_align.hpp).
+std::string align_count_entry(const Target& target);
+std::string align_scatter_entry(const Target& target);
 std::string reduce_entry(const Target& target, Reduce r, DType dtype);
 std::string shuffle_entry(const Target& target);
 std::string reference_entry(const Target& target, StageRole stage, DType dtype);

@@ -18,7 +18,14 @@ std::optional<StageRole> parse_stage_role(std::string_view s) {
   return std::nullopt;
 }
 
-std::string_view to_string(Reduce r) { return r == Reduce::atomic ? "atomic" : "partials"; }
+std::string_view to_string(Reduce r) {
+  switch (r) {
+    case Reduce::atomic: return "atomic";
+    case Reduce::partials: return "partials";
+    case Reduce::partials16: return "partials16";
+  }
+  return "?";
+}
 
 std::string_view to_string(WeightLayout l) {
   switch (l) {

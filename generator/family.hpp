@@ -40,6 +40,7 @@ std::optional<StageRole> parse_stage_role(std::string_view s);
 // The enums are the kernels' own (templates/ft/moe_args.hpp): ft::Reduce
 // (stage 2 adds fp32 atomics into [T,H], or writes per-slot partials) and
 // ft::WeightLayout (templates/ft/weight_layout.hpp).
+inline constexpr std::array<Reduce, 3> kReduceModes{Reduce::atomic, Reduce::partials, Reduce::partials16};
 std::string_view to_string(Reduce r);
 std::string_view to_string(WeightLayout l);
 

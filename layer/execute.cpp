@@ -52,6 +52,9 @@ Result<std::vector<FunctionHandle>> bind(const LayerProgram& p, const RoleKernel
       case Role::stage2: out[i] = k.stage2; break;
       case Role::reduce_atomic: out[i] = k.reduce_atomic; break;
       case Role::reduce_partials: out[i] = k.reduce_partials; break;
+      case Role::reduce_partials16: out[i] = k.reduce_partials16; break;
+      case Role::align_count: out[i] = k.align_count; break;
+      case Role::align_scatter: out[i] = k.align_scatter; break;
     }
     if (!out[i].p) return fail(Errc::internal, fmt::format("layer program: no {} kernel was loaded for step {}", to_string(s.role), s.name));
   }

@@ -23,7 +23,8 @@ inline DevicePtr at(const BufferTable& t, Buf b) { return t[std::size_t(b)]; }
 // The kernel of each role, loaded by the caller (the search's bench, the
 // runtime, a test).
 struct RoleKernels {
-  FunctionHandle align, stage1, stage2, reduce_atomic, reduce_partials;
+  FunctionHandle align, stage1, stage2, reduce_atomic, reduce_partials, reduce_partials16;
+  FunctionHandle align_count, align_scatter;  // the wide align (layer/program.hpp, AlignForm)
 };
 // One function per step (a null handle for memsets); Errc::internal when a
 // role the program needs has no kernel.

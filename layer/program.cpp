@@ -17,6 +17,10 @@ long long max_padded_rows(const Problem& p, int tokens, int align_block) {
   return (rows + align_block - 1) / align_block * align_block;
 }
 
+long long sorted_ids_capacity(const Problem& p, int tokens) {
+  return max_padded_rows(p, tokens, kMaxAlignBlock) + align_table_words(tokens * p.topk, p.experts);
+}
+
 LaunchShape align_launch(const Problem& p) { return {1, 1, 1, kAlignThreads, align_lds_bytes(p.experts)}; }
 
 LaunchShape stage_launch(const Variant& v, const Problem& p, int tokens, int align_block) {
@@ -61,15 +65,52 @@ Buf weight_buffer(int which, WeightLayout layout) {
   return which == 1 ? Buf::w1 : Buf::w2;
 }
 
+bool is_workspace(Buf b) {
+  switch (b) {
+    case Buf::inter:
+    case Buf::y_acc:
+    case Buf::sorted_ids:
+    case Buf::block_experts:
+    case Buf::padded_rows: return true;
+    default: return false;
+  }
+}
+
+WorkspacePlacement workspace_placement(const LayerProgram& p) {
+  WorkspacePlacement w;
+  for (std::size_t i = 0; i < kBufCount; ++i) {
+    if (!is_workspace(Buf(i)) || !p.bytes[i]) continue;
+    w.offset[i] = w.total;
+    w.total += (p.bytes[i] + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+  }
+  return w;
+}
+
 std::string_view to_string(Role r) {
   switch (r) {
     case Role::align: return "align";
+    case Role::align_count: return "align_count";
+    case Role::align_scatter: return "align_scatter";
     case Role::stage1: return "stage1";
     case Role::stage2: return "stage2";
     case Role::reduce_atomic: return "reduce_atomic";
     case Role::reduce_partials: return "reduce_partials";
+    case Role::reduce_partials16: return "reduce_partials16";
   }
   return "?";
+}
+
+AlignForm align_form(const Problem& p, int tokens) {
+  return (long long)tokens * p.topk > kWideAlignPairs ? AlignForm::wide : AlignForm::one_block;
+}
+
+Role reduce_role(Reduce r) {
+  switch (r) {
+    case Reduce::atomic: return Role::reduce_atomic;
+    case Reduce::partials: return Role::reduce_partials;
+    case Reduce::partials16: return Role::reduce_partials16;
+  }
+  return Role::reduce_atomic;
 }
 
 const Step* LayerProgram::find(std::string_view step_name) const {
@@ -134,6 +175,19 @@ Step launch_step(std::string name, Role role, std::string symbol, const LaunchSh
   return s;
 }
 
+// The align step(s): one block, or the wide align's count and scatter launches.
+void push_align(LayerProgram& prog, const Target& t, const Problem& p, const MoeArgs& args, AlignForm form) {
+  if (form == AlignForm::one_block) {
+    prog.steps.push_back(launch_step("align", Role::align, align_entry(t), align_launch(p), args));
+    return;
+  }
+  const int blocks = align_blocks(args.tokens * args.topk);
+  prog.steps.push_back(launch_step("align_count", Role::align_count, align_count_entry(t),
+                                   {blocks, 1, 1, kAlignThreads, align_count_lds_bytes(p.experts)}, args));
+  prog.steps.push_back(launch_step("align_scatter", Role::align_scatter, align_scatter_entry(t),
+                                   {blocks, 1, 1, kAlignThreads, align_scatter_lds_bytes(p.experts)}, args));
+}
+
 // Buffer sizes: inputs, the weight copies the stages read, the workspace.
 void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
   const Problem& p = r.problem;
@@ -143,14 +197,19 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
   b[std::size_t(Buf::topk_ids)] = T * k * 4;
   b[std::size_t(Buf::topk_weights)] = T * k * 4;
   b[std::size_t(Buf::inter)] = T * k * I * es;
-  b[std::size_t(Buf::sorted_ids)] = std::uint64_t(prog.max_padded_rows) * 4;
+  // The wide align keeps its count table after the rows (templates/ft/moe_args.hpp).
+  const bool wide = prog.find("align_count") != nullptr;
+  b[std::size_t(Buf::sorted_ids)] =
+      std::uint64_t(prog.max_padded_rows + (wide ? align_table_words(int(T * k), int(E)) : 0)) * 4;
   b[std::size_t(Buf::block_experts)] = std::uint64_t(prog.max_padded_rows / prog.align_block) * 4;
   b[std::size_t(Buf::padded_rows)] = 4;
   b[std::size_t(Buf::bad_ids)] = 4;
   if (r.stage1) b[std::size_t(weight_buffer(1, r.stage1->contract().weights))] = E * 2 * I * H * es;
   if (r.stage2) {
     b[std::size_t(weight_buffer(2, r.stage2->contract().weights))] = E * H * I * es;
-    b[std::size_t(Buf::y_acc)] = (r.stage2->contract().output == Reduce::atomic ? T : T * k) * H * 4;
+    // atomic: fp32 sums per token; partials: a row per (token, slot), fp32 or in the element type.
+    const Reduce out = r.stage2->contract().output;
+    b[std::size_t(Buf::y_acc)] = (out == Reduce::atomic ? T : T * k) * H * (out == Reduce::partials16 ? es : 4);
     b[std::size_t(Buf::y)] = T * H * es;
   }
 }
@@ -193,7 +252,7 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
     clear.count = std::uint64_t(tokens) * std::uint64_t(p.hidden);
     prog.steps.push_back(std::move(clear));
   }
-  prog.steps.push_back(launch_step("align", Role::align, align_entry(t), align_launch(p), args));
+  push_align(prog, t, p, args, r.wide_align ? align_form(p, tokens) : AlignForm::one_block);
   if (r.stage1) {
     Step s = launch_step("stage1", Role::stage1, r.stage1->name(), stage_launch(*r.stage1, p, tokens, prog.align_block), args);
     s.w1 = weight_buffer(1, r.stage1->contract().weights);
@@ -203,14 +262,14 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
     Step s = launch_step("stage2", Role::stage2, r.stage2->name(), stage_launch(*r.stage2, p, tokens, prog.align_block), args);
     s.w2 = weight_buffer(2, r.stage2->contract().weights);
     prog.steps.push_back(std::move(s));
-    prog.steps.push_back(launch_step("reduce", atomic ? Role::reduce_atomic : Role::reduce_partials,
+    prog.steps.push_back(launch_step("reduce", reduce_role(r.stage2->contract().output),
                                      reduce_entry(t, r.stage2->contract().output, p.dtype), reduce_launch(p, tokens), args));
   }
   size_buffers(prog, r);
   return prog;
 }
 
-Result<LayerProgram> build_align_program(const Target& t, const Problem& p, int tokens, int align_block) {
+Result<LayerProgram> build_align_program(const Target& t, const Problem& p, int tokens, int align_block, AlignForm form) {
   if (align_block < 1 || align_block > kMaxAlignBlock)
     return bad(fmt::format("row block {} outside 1..{}", align_block, kMaxAlignBlock));
   if (tokens < 1 || tokens > kMaxTokens) return bad(fmt::format("token count {} outside 1..{}", tokens, kMaxTokens));
@@ -218,8 +277,7 @@ Result<LayerProgram> build_align_program(const Target& t, const Problem& p, int 
   prog.tokens = tokens;
   prog.align_block = align_block;
   prog.max_padded_rows = max_padded_rows(p, tokens, align_block);
-  prog.steps.push_back(launch_step("align", Role::align, align_entry(t), align_launch(p),
-                                   base_args(p, tokens, align_block, prog.max_padded_rows)));
+  push_align(prog, t, p, base_args(p, tokens, align_block, prog.max_padded_rows), form);
   size_buffers(prog, LayerRecipe{&t, p, std::nullopt, std::nullopt});
   return prog;
 }

@@ -29,10 +29,24 @@ inline constexpr int kMaxAlignBlock = 256;
 // The largest token count a layer takes (sizes stay within 32-bit arguments).
 inline constexpr int kMaxTokens = 1 << 24;
 
+// How a layer sorts its pairs by expert: one block (templates/ft/moe_align.hpp,
+// moe_align) up to kWideAlignPairs pairs, above that the wide align's two
+// launches of align_blocks(pairs) blocks (moe_align_count, moe_align_scatter):
+// one block scanning 131072 pairs twice costs hundreds of microseconds, two
+// small launches a few. The threshold is where two launches cost less than the
+// one block's scan, a guess checked on the H200 (docs/PERFORMANCE.md).
+enum class AlignForm : std::uint8_t { one_block, wide };
+inline constexpr long long kWideAlignPairs = 16384;
+AlignForm align_form(const Problem& p, int tokens);
+
 // Capacity of sorted_ids: every pair, plus at most align_block - 1 padding rows
 // for each expert that has tokens, rounded to whole blocks. Needs no routing
 // information, so the host never waits for the device.
 long long max_padded_rows(const Problem& p, int tokens, int align_block);
+// The most 32-bit words of sorted_ids any program at `tokens` uses: the rows
+// of the largest row block, plus the wide align's count table. For callers
+// that allocate once for every program (LayerBench, the emulator workloads).
+long long sorted_ids_capacity(const Problem& p, int tokens);
 
 LaunchShape align_launch(const Problem& p);
 // A stage's grid over max_padded_rows rows, as its family lays it out
@@ -57,9 +71,16 @@ inline constexpr std::size_t kBufCount = 16;
 std::string_view to_string(Buf b);
 // W1 (which = 1) or W2 (which = 2) in a layout.
 Buf weight_buffer(int which, WeightLayout layout);
+// The buffers a layer needs only while it runs: the caller's workspace.
+bool is_workspace(Buf b);
 
 // Which kernel a launch step runs.
-enum class Role : std::uint8_t { align, stage1, stage2, reduce_atomic, reduce_partials };
+enum class Role : std::uint8_t {
+  align, stage1, stage2, reduce_atomic, reduce_partials, reduce_partials16,
+  align_count, align_scatter,  // the wide align's two launches
+};
+// The reduce kernel's role for a stage-2 output mode.
+Role reduce_role(Reduce r);
 std::string_view to_string(Role r);
 
 struct Step {
@@ -87,6 +108,10 @@ struct LayerRecipe {
   const Target* target = nullptr;
   Problem problem;
   std::optional<Variant> stage1, stage2;
+  // The support unit holds the wide align's kernels (every one this flytune
+  // builds does; exports of databases recorded before it existed do not, and
+  // their layers align in one block at any size, as they were verified).
+  bool wide_align = true;
 };
 
 struct LayerProgram {
@@ -106,8 +131,23 @@ Result<int> align_block_of(const LayerRecipe& r);
 // weight's placement, tiles that do not divide the problem) or a token count
 // outside 1..kMaxTokens.
 Result<LayerProgram> build_program(const LayerRecipe& r, int tokens);
-// The align step alone with a given row block (checks of align against the CPU).
-Result<LayerProgram> build_align_program(const Target& t, const Problem& p, int tokens, int align_block);
+// The align step(s) alone with a given row block and form (checks of align
+// against the CPU); by default the form a layer of that size uses.
+Result<LayerProgram> build_align_program(const Target& t, const Problem& p, int tokens, int align_block, AlignForm form);
+inline Result<LayerProgram> build_align_program(const Target& t, const Problem& p, int tokens, int align_block) {
+  return build_align_program(t, p, tokens, align_block, align_form(p, tokens));
+}
+
+// Where each workspace buffer of a program sits in one caller-provided
+// workspace: in Buf order, each start a multiple of kWorkspaceAlign, `total`
+// bytes in all. The runtime carves a caller's workspace this way (the C API's
+// ft_layer_buffers::workspace, the Python package's XLA / torch workspace).
+inline constexpr std::uint64_t kWorkspaceAlign = 256;
+struct WorkspacePlacement {
+  std::array<std::uint64_t, kBufCount> offset{};
+  std::uint64_t total = 0;
+};
+WorkspacePlacement workspace_placement(const LayerProgram& p);
 
 // The steps as data, for the manifest and for comparing two programs: names,
 // symbols, grids, blocks, shared memory, the argument scalars and the buffer

@@ -1,5 +1,7 @@
 // flytune_dispatch.h: the manifest's dispatch table as plain C data, for hosts
 // that embed the exported code objects without reading JSON.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "db/export/export.hpp"
@@ -54,13 +56,21 @@ std::string dispatch_header(const json& m) {
        "\n";
   h += " * tiled weight offset of (row, k) in [rows, cols]: " + m["weight_layouts"]["tiled"]["offset"].get<std::string>() +
        " */\n\n";
+  std::size_t max_kernels = 1;
+  for (const json& p : m["problems"])
+    for (const json& b : p["buckets"]) {
+      std::size_t n = 0;
+      for (const json& s : b["steps"]) n += s["op"] == "launch" ? 1 : 0;
+      max_kernels = std::max(max_kernels, n);
+    }
+  h += fmt::format("#define FLYTUNE_DISPATCH_MAX_KERNELS {}\n\n", max_kernels);
   h += R"(/* One launch of a layer at the bucket's token count: grid, block and
  * dynamic shared memory exactly as flytune's layer program computed them (the
  * steps of manifest.json). For another T the grids and the ft::MoeArgs
  * scalars change: launch through libflytune_runtime (ft_runtime_select), which
  * computes them with the same program; this table does not re-state its rules. */
 typedef struct flytune_dispatch_kernel {
-  const char* step;         /* "align", "stage1", "stage2", "reduce" */
+  const char* step;         /* "align" (or "align_count", "align_scatter"), "stage1", "stage2", "reduce" */
   const char* symbol;
   const char* code_object;  /* file name in the export folder */
   unsigned block_x;
@@ -70,7 +80,8 @@ typedef struct flytune_dispatch_kernel {
 } flytune_dispatch_kernel;
 
 /* One problem and token bucket: clear y_acc (when clear_y_acc: clear_words
- * floats) on the stream, then the four kernels in order, all with one
+ * floats) on the stream, then the kernel_count kernels in order (four, or five
+ * where the layer aligns many pairs in two launches), all with one
  * ft::MoeArgs (tokens, align_block, max_padded_rows as below; w1/w2 in each
  * stage's weight layout). Pick the smallest bucket >= T, else the largest. */
 typedef struct flytune_dispatch_entry {
@@ -82,7 +93,8 @@ typedef struct flytune_dispatch_entry {
   int clear_y_acc;          /* atomic reduction */
   unsigned long long clear_words;
   double median_us, p10_us, p90_us;
-  flytune_dispatch_kernel kernels[4];
+  int kernel_count;
+  flytune_dispatch_kernel kernels[FLYTUNE_DISPATCH_MAX_KERNELS];
 } flytune_dispatch_entry;
 
 static const flytune_dispatch_entry flytune_dispatch_table[] = {
@@ -92,7 +104,7 @@ static const flytune_dispatch_entry flytune_dispatch_table[] = {
     for (const json& b : p["buckets"]) {
       std::string kernels;
       unsigned long long clear_words = 0;
-      int max_rows = 0;
+      int max_rows = 0, launches = 0;
       for (const json& s : b["steps"]) {
         if (s["op"] == "memset_u32") {
           clear_words = s["count"].get<unsigned long long>();
@@ -100,14 +112,15 @@ static const flytune_dispatch_entry flytune_dispatch_table[] = {
         }
         max_rows = s["args"]["max_padded_rows"].get<int>();
         kernels += (kernels.empty() ? "" : ",\n      ") + kernel_row(s);
+        ++launches;
       }
       const json& t = b["time_us"];
-      h += fmt::format("  {{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}ULL, {}, {}, {},\n    {{{}}}}},\n",
+      h += fmt::format("  {{{}, {}, {}, {}, {}, {}, {}, {}, {}, {}ULL, {}, {}, {}, {},\n    {{{}}}}},\n",
                        c_string(p["key"].get<std::string>()), p["experts"].get<int>(), p["hidden"].get<int>(),
                        p["inter"].get<int>(), p["topk"].get<int>(), b["tokens"].get<int>(), b["align_block"].get<int>(),
                        max_rows, clear_words ? 1 : 0, clear_words, t["median"].get<double>(),
                        t["p10"].is_number() ? t["p10"].get<double>() : 0.0, t["p90"].is_number() ? t["p90"].get<double>() : 0.0,
-                       kernels);
+                       launches, kernels);
       ++count;
     }
   }

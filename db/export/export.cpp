@@ -18,6 +18,7 @@
 #include "generator/target.hpp"
 #include "generator/variant.hpp"
 #include "tuner/compile/compile.hpp"
+#include "tuner/analyze/elf_image.hpp"
 #include "tuner/compile/hash.hpp"
 #include "layer/program.hpp"
 
@@ -132,6 +133,12 @@ class ObjectSet {
     return o.file;
   }
 
+  std::span<const std::byte> bytes_of(const std::string& file) const {
+    for (const auto& [h, o] : files_)
+      if (o.file == file) return o.bytes;
+    return {};
+  }
+
   std::vector<std::pair<std::string, std::vector<std::byte>>> take() {
     std::vector<std::pair<std::string, std::vector<std::byte>>> out;
     for (auto& [h, o] : files_) out.emplace_back(o.file, std::move(o.bytes));
@@ -202,7 +209,19 @@ struct SupportUnit {
   std::string file;
   std::string toolchain;
   bool compiled_here = false;
+  // Entries added to the support unit after its first version: a unit a
+  // database recorded earlier lacks them, so the export looks in its symbol
+  // table; the manifest names what is there, and layers use only that (the
+  // one-block align at every size without the wide align's kernels).
+  bool partials16 = false, wide_align = false;
 };
+
+void find_optional_entries(SupportUnit& s, const ObjectSet& objects, const Target& t, DType d) {
+  auto elf = ElfImage::parse(objects.bytes_of(s.file));
+  if (!elf) return;  // then neither is named; the runtime's open checks the unit itself
+  s.partials16 = elf->symbol(reduce_entry(t, Reduce::partials16, d)) != nullptr;
+  s.wide_align = elf->symbol(align_count_entry(t)) && elf->symbol(align_scatter_entry(t));
+}
 
 Result<SupportUnit> support_unit(Store& store, ObjectSet& objects, const Target& target, DType dtype,
                                  const ToolchainRecord& toolchain, std::int64_t toolchain_id) {
@@ -214,8 +233,11 @@ Result<SupportUnit> support_unit(Store& store, ObjectSet& objects, const Target&
   auto rows = FT_TRY(store.variants(f));
   std::erase_if(rows, [](const VariantRecord& v) { return v.code_object_hash.empty(); });
   auto same_toolchain = std::find_if(rows.begin(), rows.end(), [&](const VariantRecord& v) { return v.toolchain_id == toolchain_id; });
-  if (same_toolchain != rows.end())
-    return SupportUnit{FT_TRY(objects.from_store(same_toolchain->code_object_hash, name)), "", false};
+  if (same_toolchain != rows.end()) {
+    SupportUnit out{FT_TRY(objects.from_store(same_toolchain->code_object_hash, name)), "", false};
+    find_optional_entries(out, objects, target, dtype);
+    return out;
+  }
   CompileOptions options;
   if (toolchain.backend == to_string(Backend::emulate)) options.backend = Backend::emulate;  // the winners' kind of build
   CodeObject co = FT_TRY(compile(emit_support(target, dtype), target, options));
@@ -223,6 +245,7 @@ Result<SupportUnit> support_unit(Store& store, ObjectSet& objects, const Target&
   out.toolchain = co.toolchain_version;
   out.compiled_here = true;
   out.file = FT_TRY(objects.add(co.hash, std::move(co.binary), name));
+  find_optional_entries(out, objects, target, dtype);
   return out;
 }
 
@@ -240,7 +263,6 @@ Status write_file(const fs::path& path, const void* data, std::size_t size) {
 // steps at the bucket's T, the measured time and where it came from.
 json bucket_json(const WinnerRow& row, const LayerProgram& prog, const Variant& v1, const Variant& v2, json steps,
                  const std::map<std::int64_t, RunRecord>& runs) {
-  const bool atomic = v2.contract().output == Reduce::atomic;
   json provenance{{"variant_id", row.variant.id}, {"run_id", row.winner.run_id}, {"chosen_at", row.winner.chosen_at}};
   if (auto it = runs.find(row.winner.run_id); it != runs.end())
     provenance.update({{"flytune_version", it->second.flytune_version},
@@ -257,7 +279,9 @@ json bucket_json(const WinnerRow& row, const LayerProgram& prog, const Variant& 
               {"weights", {{"w1", std::string(to_string(v1.contract().weights))}, {"w2", std::string(to_string(v2.contract().weights))}}},
               {"workspace_bytes",
                {{"inter", "T*topk*inter*2"},
-                {"y_acc", atomic ? "T*hidden*4" : "T*topk*hidden*4"},
+                {"y_acc", v2.contract().output == Reduce::atomic     ? "T*hidden*4"
+                          : v2.contract().output == Reduce::partials ? "T*topk*hidden*4"
+                                                                     : "T*topk*hidden*2"},
                 {"sorted_ids", "max_padded_rows*4"},
                 {"block_experts", "max_padded_rows/align_block*4"},
                 {"padded_rows", "4"}}},
@@ -275,18 +299,23 @@ json manifest_json(const ExportOptions& opt, const Target& t, const DeviceRecord
   json support_units = json::array();
   for (const auto& [dtype, s] : supports) {
     auto dt = *parse_dtype(dtype);
+    json symbols{{"align", align_entry(t)},
+                 {"reduce_atomic", reduce_entry(t, Reduce::atomic, dt)},
+                 {"reduce_partials", reduce_entry(t, Reduce::partials, dt)},
+                 {"shuffle", shuffle_entry(t)},
+                 {"reference1", reference_entry(t, StageRole::stage1, dt)},
+                 {"reference2", reference_entry(t, StageRole::stage2, dt)},
+                 {"fill", fill_entry(t)}};
+    if (s.partials16) symbols["reduce_partials16"] = reduce_entry(t, Reduce::partials16, dt);
+    if (s.wide_align) {
+      symbols["align_count"] = align_count_entry(t);
+      symbols["align_scatter"] = align_scatter_entry(t);
+    }
     support_units.push_back({{"dtype", dtype},
                              {"code_object", s.file},
                              {"source", s.compiled_here ? "compiled by flytune export" : "database"},
                              {"toolchain", s.compiled_here ? s.toolchain : toolchain.version},
-                             {"symbols",
-                              {{"align", align_entry(t)},
-                               {"reduce_atomic", reduce_entry(t, Reduce::atomic, dt)},
-                               {"reduce_partials", reduce_entry(t, Reduce::partials, dt)},
-                               {"shuffle", shuffle_entry(t)},
-                               {"reference1", reference_entry(t, StageRole::stage1, dt)},
-                               {"reference2", reference_entry(t, StageRole::stage2, dt)},
-                               {"fill", fill_entry(t)}}}});
+                             {"symbols", std::move(symbols)}});
   }
   return {{"schema_version", kManifestSchemaVersion},
           {"target", t.name},
@@ -359,9 +388,28 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
       return fail(Errc::database, fmt::format("layer variant {} lacks stage1/stage2 parameters", row.variant.id), what);
     const Variant v1 = FT_TRY(Variant::from_json(params["stage1"]));
     const Variant v2 = FT_TRY(Variant::from_json(params["stage2"]));
+    const std::string dtype(to_string(p.dtype));
+    if (!supports.contains(dtype)) {
+      SupportUnit s = FT_TRY(support_unit(store, objects, *target, p.dtype, toolchain, toolchain_id));
+      if (s.compiled_here) {
+        out.summary.support_compiled = true;
+        out.summary.notes.push_back(fmt::format(
+            "the database holds no support unit for {} {}; export compiled it with {} (the winners were built with {})",
+            target->name, dtype, s.toolchain, toolchain.version));
+      }
+      supports[dtype] = s;
+    }
+    const SupportUnit& support = supports[dtype];
+    if (v2.contract().output == Reduce::partials16 && !support.partials16) {
+      out.summary.notes.push_back(fmt::format("{}: not exported: its stage 2 writes 16-bit partials, which the database's support "
+                                              "unit cannot reduce; search this bucket again", what));
+      continue;
+    }
     // A winner recorded before the program's rules (a pair whose row blocks
     // do not line up) cannot be run as timed: it is left out, and said so.
-    auto built = build_program(LayerRecipe{target, p, v1, v2}, row.winner.tokens);
+    LayerRecipe recipe{target, p, v1, v2};
+    recipe.wide_align = support.wide_align;
+    auto built = build_program(recipe, row.winner.tokens);
     if (!built) {
       out.summary.notes.push_back(fmt::format("{}: not exported: {}; search this bucket again", what, built.error().message));
       continue;
@@ -383,18 +431,6 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     const std::string file1 = FT_TRY(stage_file(v1, params["stage1_kernel"].get<std::string>()));
     const std::string file2 = FT_TRY(stage_file(v2, params["stage2_kernel"].get<std::string>()));
 
-    const std::string dtype(to_string(p.dtype));
-    if (!supports.contains(dtype)) {
-      SupportUnit s = FT_TRY(support_unit(store, objects, *target, p.dtype, toolchain, toolchain_id));
-      if (s.compiled_here) {
-        out.summary.support_compiled = true;
-        out.summary.notes.push_back(fmt::format(
-            "the database holds no support unit for {} {}; export compiled it with {} (the winners were built with {})",
-            target->name, dtype, s.toolchain, toolchain.version));
-      }
-      supports[dtype] = s;
-    }
-    const SupportUnit& support = supports[dtype];
 
     json bucket = bucket_json(row, prog, v1, v2, recorded_steps(prog, support.file, file1, file2), runs);
     if (problems.empty() || current_key != row.problem.key) {

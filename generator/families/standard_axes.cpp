@@ -115,7 +115,7 @@ Axis reduce(Values v) {
   a.key = "reduce";
   a.type = AxisType::choice;
   a.spelling = "reduce";
-  a.names = {"atomic", "partials"};  // the order of ft::Reduce / ft::Reduce
+  a.names = {"atomic", "partials", "partials16"};  // the order of ft::Reduce (templates/ft/moe_args.hpp)
   a.cpp_type = "ft::Reduce";
   a.defaults = std::move(v.defaults);
   a.wide = std::move(v.wide);
@@ -134,7 +134,7 @@ Axis layout(std::string_view spelling, Values v, AxisValue (*derived)(const Vari
   a.key = "layout";
   a.type = AxisType::choice;
   a.spelling = spelling;
-  a.names = {"plain", "shuffled", "tiled"};  // the order of ft::WeightLayout / ft::WeightLayout
+  a.names = {"plain", "shuffled", "tiled"};  // the order of ft::WeightLayout (templates/ft/moe_args.hpp)
   a.cpp_type = "ft::WeightLayout";
   a.defaults = std::move(v.defaults);
   a.wide = std::move(v.wide);

@@ -34,7 +34,8 @@ class TiledFamily final : public Family {
     axes_.push_back(axes::layout("layout", Values{{int(WeightLayout::plain)},
                                                   {int(WeightLayout::plain), int(WeightLayout::shuffled)}}));
     axes_.push_back(axes::split_k(Values{{1, 4}, {1, 2, 4}}));
-    axes_.push_back(axes::reduce(Values{{int(Reduce::atomic)}, {int(Reduce::atomic), int(Reduce::partials)}}));
+    axes_.push_back(axes::reduce(Values{{int(Reduce::atomic)},
+                                        {int(Reduce::atomic), int(Reduce::partials), int(Reduce::partials16)}}));
   }
 
   std::string_view id() const override { return "tiled"; }

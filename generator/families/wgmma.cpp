@@ -45,7 +45,9 @@ class WgmmaFamily final : public Family {
     axes_.push_back(axes::weight_in_stage1(Values{{0}, {0, 1}}));
     axes_.push_back(axes::layout("", Values{{int(WeightLayout::plain)}}, layout_for_producer));
     axes_.push_back(axes::split_k(Values{{1, 4}, {1, 2, 4}}));
-    axes_.push_back(axes::reduce(Values{{int(Reduce::atomic)}, {int(Reduce::atomic), int(Reduce::partials)}}));
+    // partials16: per-slot rows in the element type, no atomics (prefill at top-8).
+    axes_.push_back(axes::reduce(Values{{int(Reduce::atomic), int(Reduce::partials16)},
+                                        {int(Reduce::atomic), int(Reduce::partials), int(Reduce::partials16)}}));
   }
 
   std::string_view id() const override { return "wgmma"; }

@@ -8,8 +8,6 @@
 namespace ft::py {
 namespace {
 
-std::size_t align_up(std::size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
-
 [[noreturn]] void raise(const ft_runtime* rt, int status, const std::string& context = {}) {
   const std::string message = ft_runtime_last_error(rt);
   throw Error(status, context.empty() ? message : context + ": " + message);
@@ -21,17 +19,12 @@ std::atomic<int> g_serial{0};
 
 }  // namespace
 
-WorkspaceLayout workspace_layout(const ft_workspace_sizes& s) {
+WorkspaceLayout workspace_layout(const ft_plan* p) {
   WorkspaceLayout w;
-  w.bytes = s;
-  std::size_t at = 0;
-  for (auto [size, offset] : {std::pair{s.inter, &w.inter}, std::pair{s.y_acc, &w.y_acc},
-                              std::pair{s.sorted_ids, &w.sorted_ids}, std::pair{s.block_experts, &w.block_experts},
-                              std::pair{s.padded_rows, &w.padded_rows}}) {
-    *offset = at;
-    at += align_up(size);
-  }
-  w.total = at;
+  w.total = ft_plan_workspace_bytes(p);
+  const char* name = nullptr;
+  std::size_t offset = 0, bytes = 0;
+  for (int i = 0; ft_plan_workspace_buffer(p, i, &name, &offset, &bytes); ++i) w.buffers.push_back({name, offset, bytes});
   return w;
 }
 
@@ -132,9 +125,7 @@ PlanInfo Export::plan_info(const std::string& problem, int tokens) {
   info.bucket = ft_plan_bucket(p);
   info.w1_shuffled = ft_plan_needs_shuffled(p, 1), info.w2_shuffled = ft_plan_needs_shuffled(p, 2);
   info.w1_tiled = ft_plan_needs_tiled(p, 1), info.w2_tiled = ft_plan_needs_tiled(p, 2);
-  ft_workspace_sizes ws{};
-  ft_plan_workspace(p, &ws);
-  info.workspace = workspace_layout(ws);
+  info.workspace = workspace_layout(p);
   return info;
 }
 
@@ -177,13 +168,10 @@ void Export::launch(const std::string& selector, const std::string& problem, int
   Runtime& r = runtime_for(selector);
   std::lock_guard lock(r.mutex);
   ft_plan* p = plan(r, problem, tokens);
-  ft_workspace_sizes ws{};
-  ft_plan_workspace(p, &ws);
-  const WorkspaceLayout w = workspace_layout(ws);
-  if (c.workspace_bytes < w.total)
+  const std::size_t total = ft_plan_workspace_bytes(p);
+  if (c.workspace_bytes < total)
     throw Error(FT_ERR_ARGUMENT, problem + " at T=" + std::to_string(tokens) + ": the workspace holds " +
-                                     std::to_string(c.workspace_bytes) + " bytes, the plan needs " + std::to_string(w.total));
-  auto at = [&](std::size_t offset) { return reinterpret_cast<void*>(c.workspace + offset); };
+                                     std::to_string(c.workspace_bytes) + " bytes, the plan needs " + std::to_string(total));
   auto ptr = [](std::uintptr_t v) { return reinterpret_cast<const void*>(v); };
   ft_layer_buffers b{};
   b.x = ptr(c.x);
@@ -192,11 +180,8 @@ void Export::launch(const std::string& selector, const std::string& problem, int
   b.w1 = ptr(c.w1), b.w2 = ptr(c.w2);
   b.w1_shuffled = ptr(c.w1_shuffled), b.w2_shuffled = ptr(c.w2_shuffled);
   b.w1_tiled = ptr(c.w1_tiled), b.w2_tiled = ptr(c.w2_tiled);
-  b.inter = ws.inter ? at(w.inter) : nullptr;
-  b.y_acc = ws.y_acc ? static_cast<float*>(at(w.y_acc)) : nullptr;
-  b.sorted_ids = ws.sorted_ids ? static_cast<int32_t*>(at(w.sorted_ids)) : nullptr;
-  b.block_experts = ws.block_experts ? static_cast<int32_t*>(at(w.block_experts)) : nullptr;
-  b.padded_rows = ws.padded_rows ? static_cast<int32_t*>(at(w.padded_rows)) : nullptr;
+  b.workspace = reinterpret_cast<void*>(c.workspace);  // the runtime places every workspace buffer in it
+  b.workspace_bytes = c.workspace_bytes;
   b.y = reinterpret_cast<void*>(c.y);
   if (int st = ft_plan_launch(p, &b, stream); st != FT_OK) raise(r.rt, st, problem + " at T=" + std::to_string(tokens));
 }

@@ -33,17 +33,18 @@ class Error : public std::runtime_error {
   int status_;
 };
 
-// Offsets of the workspace buffers inside one buffer of `total` bytes; each
-// starts at a multiple of kWorkspaceAlign. The one place the carving is done:
-// the JAX wrapper sizes its scratch result and the torch op its allocation with
-// `total`, and both launches carve with these offsets.
-inline constexpr std::size_t kWorkspaceAlign = 256;
+// The plan's workspace as the runtime carves it (ft_plan_workspace_bytes,
+// ft_plan_workspace_buffer): the JAX wrapper sizes its scratch result and the
+// torch op its allocation with `total`, and both hand the one buffer to the
+// runtime (ft_layer_buffers::workspace), which places each buffer in it.
+struct WorkspaceBuffer {
+  std::string name;
+  std::size_t offset = 0, bytes = 0;
+};
 struct WorkspaceLayout {
-  ft_workspace_sizes bytes{};
-  std::size_t inter = 0, y_acc = 0, sorted_ids = 0, block_experts = 0, padded_rows = 0;
+  std::vector<WorkspaceBuffer> buffers;
   std::size_t total = 0;
 };
-WorkspaceLayout workspace_layout(const ft_workspace_sizes& sizes);
 
 struct ProblemInfo {
   std::string key;

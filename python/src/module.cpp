@@ -20,10 +20,10 @@ nb::dict workspace_dict(const ft::py::WorkspaceLayout& w) {
   nb::dict d;
   d["total"] = w.total;
   nb::dict offsets, bytes;
-  offsets["inter"] = w.inter, offsets["y_acc"] = w.y_acc, offsets["sorted_ids"] = w.sorted_ids;
-  offsets["block_experts"] = w.block_experts, offsets["padded_rows"] = w.padded_rows;
-  bytes["inter"] = w.bytes.inter, bytes["y_acc"] = w.bytes.y_acc, bytes["sorted_ids"] = w.bytes.sorted_ids;
-  bytes["block_experts"] = w.bytes.block_experts, bytes["padded_rows"] = w.bytes.padded_rows;
+  for (const ft::py::WorkspaceBuffer& b : w.buffers) {
+    offsets[b.name.c_str()] = b.offset;
+    bytes[b.name.c_str()] = b.bytes;
+  }
   d["offsets"] = offsets;
   d["bytes"] = bytes;
   return d;
@@ -59,7 +59,7 @@ NB_MODULE(_core, m) {
   m.attr("FT_ERR_INTERNAL") = int(FT_ERR_INTERNAL);
   m.attr("WEIGHT_LAYOUT_SHUFFLED") = int(FT_WEIGHT_LAYOUT_SHUFFLED);
   m.attr("WEIGHT_LAYOUT_TILED") = int(FT_WEIGHT_LAYOUT_TILED);
-  m.attr("WORKSPACE_ALIGN") = ft::py::kWorkspaceAlign;
+  m.attr("WORKSPACE_ALIGN") = std::size_t(FT_WORKSPACE_ALIGN);
 
   nb::class_<Export>(m, "Export")
       .def_static("open", &Export::open, nb::arg("dir"), nb::arg("device"),

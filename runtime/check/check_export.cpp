@@ -176,7 +176,8 @@ std::string sampled_reference(ft_runtime* rt, const ft_plan* plan, Allocations& 
     return std::string("sample: ") + ft_runtime_last_error(rt);
   rt::LayerBuffers sb{};
   sb.x = ptr(sx), sb.topk_ids = ptr(sids), sb.topk_weights = ptr(sw), sb.w1 = ptr(b.w1), sb.w2 = ptr(b.w2);
-  sb.inter = ptr(b.inter);
+  sb.workspace = ptr(b.workspace);  // the runtime's reference writes the workspace's inter
+  sb.workspace_bytes = b.workspace_bytes;
   auto st = rt::runtime_of(rt)->reference(*rt::plan_of(plan), sb, ptr(y_ref), {}, int(S));
   return st ? std::string() : "reference: " + st.error().describe();
 }
@@ -215,8 +216,7 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   row.bucket = ft_plan_bucket(plan);
   ft_problem_shape shape{};
   ft_plan_shape(plan, &shape);
-  ft_workspace_sizes ws{};
-  ft_plan_workspace(plan, &ws);
+  const std::size_t workspace_bytes = ft_plan_workspace_bytes(plan);
   const std::size_t T = std::size_t(tokens), H = std::size_t(shape.hidden), k = std::size_t(shape.topk), es = 2;
   auto routed = routing_for(routing, shape, tokens, seed);
   if (!routed) {
@@ -230,13 +230,11 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   void* weights = mem.get(T * k * 4);
   void* y = mem.get(T * H * es);
   void* y_ref = mem.get(T * H * es);
-  b.inter = mem.get(ws.inter);
-  b.y_acc = static_cast<float*>(mem.get(ws.y_acc));
-  b.sorted_ids = static_cast<std::int32_t*>(mem.get(ws.sorted_ids));
-  b.block_experts = static_cast<std::int32_t*>(mem.get(ws.block_experts));
-  b.padded_rows = static_cast<std::int32_t*>(mem.get(ws.padded_rows));
-  if (!x || !ids || !weights || !y || !y_ref || !b.inter || !b.y_acc || !b.sorted_ids || !b.block_experts || !b.padded_rows)
-    return failed("alloc");
+  // One workspace, carved by the runtime (ft_layer_buffers::workspace), as the
+  // Python package and new C callers pass it.
+  b.workspace = mem.get(workspace_bytes);
+  b.workspace_bytes = workspace_bytes;
+  if (!x || !ids || !weights || !y || !y_ref || !b.workspace) return failed("alloc");
   b.x = x;
   b.w1 = weights_of.plain(1);
   b.w2 = weights_of.plain(2);
@@ -272,10 +270,7 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   }
   if (ft_runtime_synchronize(rt, nullptr) != FT_OK) return failed("reference sync");
   // Poison the output and every workspace buffer: the layer must write what it reads.
-  if (!poison(rt, y, T * H * es) || !poison(rt, b.inter, ws.inter) || !poison(rt, b.y_acc, ws.y_acc) ||
-      !poison(rt, b.sorted_ids, ws.sorted_ids) || !poison(rt, b.block_experts, ws.block_experts) ||
-      !poison(rt, b.padded_rows, ws.padded_rows))
-    return failed("poison");
+  if (!poison(rt, y, T * H * es) || !poison(rt, b.workspace, workspace_bytes)) return failed("poison");
   std::int32_t bad_ids = -1;
   if (graph) {
     void* word = mem.get(4);

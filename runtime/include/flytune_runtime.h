@@ -46,8 +46,13 @@ typedef enum ft_weight_layout {
   FT_WEIGHT_LAYOUT_TILED = 2      /* 64-column slices, 128-byte swizzle (sm_90a producer-warpgroup kernels) */
 } ft_weight_layout;
 
-/* Device pointers of one layer call. Workspace sizes: ft_plan_workspace.
- * Fields are only ever appended (ABI): zero-initialise the struct. */
+/* Device pointers of one layer call. Fields are only ever appended (ABI):
+ * zero-initialise the struct. The workspace comes either as one buffer
+ * (`workspace`, at least ft_plan_workspace_bytes, 256-byte aligned; the
+ * runtime carves every workspace buffer of the plan from it -- the way to
+ * call layers whose plans need buffers added after your code was written) or,
+ * when `workspace` is NULL, as the five named pointers (sizes:
+ * ft_plan_workspace). */
 typedef struct ft_layer_buffers {
   const void* x;              /* [T, hidden] bf16/f16 */
   const int32_t* topk_ids;    /* [T, topk] */
@@ -65,7 +70,12 @@ typedef struct ft_layer_buffers {
   const void* w1_tiled;       /* w1 after ft_runtime_arrange_weights(..., FT_WEIGHT_LAYOUT_TILED, ...); needed where stage 1 says tiled */
   const void* w2_tiled;       /* w2 likewise for stage 2 */
   int32_t* bad_ids;           /* optional [1]: the layer writes the count of topk_ids outside [-1, experts) */
+  void* workspace;            /* optional: one workspace for all of the plan's workspace buffers */
+  size_t workspace_bytes;     /* its size */
 } ft_layer_buffers;
+
+/* Each workspace buffer starts at a multiple of this many bytes in ft_layer_buffers::workspace. */
+#define FT_WORKSPACE_ALIGN 256
 
 typedef struct ft_workspace_sizes {
   size_t inter, y_acc, sorted_ids, block_experts, padded_rows; /* bytes */
@@ -110,6 +120,12 @@ int ft_plan_needs_shuffled(const ft_plan* plan, int stage);
 /* 1 where that stage (1 or 2) reads tiled weights. */
 int ft_plan_needs_tiled(const ft_plan* plan, int stage);
 void ft_plan_workspace(const ft_plan* plan, ft_workspace_sizes* out);
+/* Bytes of one workspace holding every workspace buffer of the plan
+ * (ft_layer_buffers::workspace); 0 for a null plan. */
+size_t ft_plan_workspace_bytes(const ft_plan* plan);
+/* Workspace buffer `index` (0, 1, ... while it returns 1) of the plan: its
+ * name ("inter", "y_acc", ...), offset in the workspace and size in bytes. */
+int ft_plan_workspace_buffer(const ft_plan* plan, int index, const char** name, size_t* offset, size_t* bytes);
 /* Enqueues the layer on `stream` (CUstream / hipStream_t; NULL: the default stream). */
 int ft_plan_launch(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream);
 /* The same, then waits for `stream` and checks the routing: FT_ERR_ARGUMENT

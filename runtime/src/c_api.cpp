@@ -81,8 +81,10 @@ ft::rt::LayerBuffers buffers_of(const ft_layer_buffers& b) {
   return {ptr(b.x),        ptr(b.topk_ids),    ptr(b.topk_weights), ptr(b.w1),         ptr(b.w2),
           ptr(b.w1_shuffled), ptr(b.w2_shuffled), ptr(b.inter),     ptr(b.y_acc),      ptr(b.sorted_ids),
           ptr(b.block_experts), ptr(b.padded_rows), ptr(b.y),        ptr(b.w1_tiled),   ptr(b.w2_tiled),
-          ptr(b.bad_ids)};
+          ptr(b.bad_ids),      ptr(b.workspace),   b.workspace_bytes};
 }
+
+static_assert(FT_WORKSPACE_ALIGN == ft::kWorkspaceAlign, "the C header states the layer program's workspace alignment");
 
 // The C enum is the layout number ft::ShuffleArgs::layout and the manifest use.
 static_assert(FT_WEIGHT_LAYOUT_PLAIN == int(ft::WeightLayout::plain) &&
@@ -204,6 +206,26 @@ void ft_plan_workspace(const ft_plan* plan, ft_workspace_sizes* out) {
   if (!plan || !out) return;
   const ft::rt::WorkspaceSizes w = plan->owner->rt->workspace(plan->plan);
   *out = {w.inter, w.y_acc, w.sorted_ids, w.block_experts, w.padded_rows};
+}
+
+size_t ft_plan_workspace_bytes(const ft_plan* plan) {
+  return plan ? std::size_t(plan->owner->rt->workspace_placement(plan->plan).total) : 0;
+}
+
+int ft_plan_workspace_buffer(const ft_plan* plan, int index, const char** name, size_t* offset, size_t* bytes) {
+  if (!plan || index < 0) return 0;
+  const ft::WorkspacePlacement w = plan->owner->rt->workspace_placement(plan->plan);
+  int seen = 0;
+  for (std::size_t i = 0; i < ft::kBufCount; ++i) {
+    const ft::Buf b = ft::Buf(i);
+    if (!ft::is_workspace(b) || !plan->plan.program.bytes[i]) continue;
+    if (seen++ != index) continue;
+    if (name) *name = ft::to_string(b).data();  // the names are string literals
+    if (offset) *offset = std::size_t(w.offset[i]);
+    if (bytes) *bytes = std::size_t(plan->plan.program.bytes[i]);
+    return 1;
+  }
+  return 0;
 }
 
 int ft_plan_launch(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream) {

@@ -7,6 +7,7 @@
 #include <set>
 #include <stdexcept>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "tuner/compile/hash.hpp"
@@ -67,6 +68,9 @@ SupportUnit parse_support(const json& s) {
   u.align = sym.at("align").get<std::string>();
   u.reduce_atomic = sym.at("reduce_atomic").get<std::string>();
   u.reduce_partials = sym.at("reduce_partials").get<std::string>();
+  u.reduce_partials16 = sym.value("reduce_partials16", std::string());
+  u.align_count = sym.value("align_count", std::string());
+  u.align_scatter = sym.value("align_scatter", std::string());
   u.shuffle = sym.at("shuffle").get<std::string>();
   u.reference1 = sym.at("reference1").get<std::string>();
   u.reference2 = sym.at("reference2").get<std::string>();
@@ -95,6 +99,9 @@ Result<Bucket> parse_bucket(const json& bj, const Manifest& m, const ProblemEntr
   const std::string at = where + " T=" + std::to_string(b.tokens);
   b.recipe.target = m.target_info;
   b.recipe.problem = p.problem;
+  const std::string dtype(to_string(p.problem.dtype));
+  const auto support = std::find_if(m.supports.begin(), m.supports.end(), [&](const SupportUnit& u) { return u.dtype == dtype; });
+  b.recipe.wide_align = support != m.supports.end() && !support->align_count.empty() && !support->align_scatter.empty();
   const json& stages = bj.at("stages");
   b.recipe.stage1 = FT_TRY(Variant::from_json(stages.at("stage1")));
   b.recipe.stage2 = FT_TRY(Variant::from_json(stages.at("stage2")));
@@ -207,7 +214,7 @@ int select_bucket(const ProblemEntry& p, int tokens) {
   return int(p.buckets.size()) - 1;
 }
 
-BufferTable buffer_table(const LayerBuffers& b) {
+Result<BufferTable> buffer_table(const LayerProgram& program, const LayerBuffers& b) {
   BufferTable t{};
   at(t, Buf::x) = b.x;
   at(t, Buf::topk_ids) = b.topk_ids;
@@ -225,6 +232,13 @@ BufferTable buffer_table(const LayerBuffers& b) {
   at(t, Buf::block_experts) = b.block_experts;
   at(t, Buf::padded_rows) = b.padded_rows;
   at(t, Buf::bad_ids) = b.bad_ids;
+  if (!b.workspace) return t;
+  const WorkspacePlacement w = workspace_placement(program);
+  if (b.workspace_bytes < w.total)
+    return fail(Errc::usage, fmt::format("the workspace holds {} bytes, the plan needs {} (ft_plan_workspace_bytes)",
+                                         b.workspace_bytes, w.total));
+  for (std::size_t i = 0; i < kBufCount; ++i)
+    if (is_workspace(Buf(i))) t[i] = program.bytes[i] ? b.workspace + w.offset[i] : 0;
   return t;
 }
 
@@ -320,6 +334,9 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
     u.align_fn = FT_TRY(function(f, u.align));
     u.reduce_atomic_fn = FT_TRY(function(f, u.reduce_atomic));
     u.reduce_partials_fn = FT_TRY(function(f, u.reduce_partials));
+    for (auto [symbol, fn] : {std::pair{&u.reduce_partials16, &u.reduce_partials16_fn}, std::pair{&u.align_count, &u.align_count_fn},
+                              std::pair{&u.align_scatter, &u.align_scatter_fn}})
+      if (!symbol->empty()) *fn = FT_TRY(function(f, *symbol));
     u.shuffle_fn = FT_TRY(function(f, u.shuffle));
     u.reference1_fn = FT_TRY(function(f, u.reference1));
     u.reference2_fn = FT_TRY(function(f, u.reference2));
@@ -330,7 +347,8 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
     const SupportUnit& u = *std::find_if(manifest_.supports.begin(), manifest_.supports.end(),
                                          [&](const SupportUnit& s) { return s.dtype == dtype; });
     for (Bucket& b : p.buckets) {
-      b.kernels = {u.align_fn, {}, {}, u.reduce_atomic_fn, u.reduce_partials_fn};
+      b.kernels = {u.align_fn,          {}, {}, u.reduce_atomic_fn, u.reduce_partials_fn, u.reduce_partials16_fn,
+                   u.align_count_fn,    u.align_scatter_fn};
       for (auto [variant, slot] : {std::pair{&*b.recipe.stage1, &b.kernels.stage1}, std::pair{&*b.recipe.stage2, &b.kernels.stage2}}) {
         *slot = FT_TRY(function(b.files.at(variant->name()), variant->name()));
         if (variant->lds_bytes() > 0) FT_CHECK(device_->set_dynamic_shared(*slot, variant->lds_bytes()));
@@ -372,7 +390,7 @@ WorkspaceSizes Runtime::workspace(const Plan& plan) const {
 }
 
 Status Runtime::launch(const Plan& plan, const LayerBuffers& b, StreamHandle stream) {
-  const BufferTable table = buffer_table(b);
+  const BufferTable table = FT_TRY(buffer_table(plan.program, b));
   FT_CHECK(check_buffers(plan.program, table));
   if (!loaded_) return std::unexpected(no_device_error());
   return execute(*device_, plan.program, plan.functions, table, stream);
@@ -411,7 +429,9 @@ Status Runtime::fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed
 
 Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream, int tokens) {
   const Problem& p = plan.problem->problem;
-  if (!b.x || !b.topk_ids || !b.topk_weights || !b.w1 || !b.w2 || !b.inter || !y_ref)
+  const BufferTable table = FT_TRY(buffer_table(plan.program, b));
+  const DevicePtr inter = at(table, Buf::inter);
+  if (!b.x || !b.topk_ids || !b.topk_weights || !b.w1 || !b.w2 || !inter || !y_ref)
     return fail(Errc::usage, "reference: x, topk_ids, topk_weights, w1, w2, inter and y_ref are needed");
   const int T = tokens > 0 ? tokens : plan.tokens;
   MoeArgs a{};
@@ -420,7 +440,7 @@ Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_r
   a.topk_weights = device_pointer<const float>(b.topk_weights);
   a.w1 = device_pointer<const u16>(b.w1);
   a.w2 = device_pointer<const u16>(b.w2);
-  a.inter = device_pointer<u16>(b.inter);
+  a.inter = device_pointer<u16>(inter);
   a.y = device_pointer<u16>(y_ref);
   a.tokens = T;
   a.hidden = p.hidden;

@@ -46,7 +46,11 @@ struct SupportUnit {
   std::string dtype;
   std::string code_object;
   std::string align, reduce_atomic, reduce_partials, shuffle, reference1, reference2, fill;  // symbols
-  FunctionHandle align_fn, reduce_atomic_fn, reduce_partials_fn, shuffle_fn, reference1_fn, reference2_fn, fill_fn;
+  // Only in manifests whose layers need them (an export of a database recorded
+  // before they existed never does): 16-bit partials, the wide align.
+  std::string reduce_partials16, align_count, align_scatter;
+  FunctionHandle align_fn, reduce_atomic_fn, reduce_partials_fn, reduce_partials16_fn, shuffle_fn, reference1_fn, reference2_fn,
+      fill_fn, align_count_fn, align_scatter_fn;
 };
 
 struct ProblemEntry {
@@ -96,8 +100,14 @@ struct LayerBuffers {
   DevicePtr inter = 0, y_acc = 0, sorted_ids = 0, block_experts = 0, padded_rows = 0, y = 0;
   DevicePtr w1_tiled = 0, w2_tiled = 0;  // appended, as in ft_layer_buffers
   DevicePtr bad_ids = 0;                 // appended: optional [1] int32
+  // appended: one workspace for every workspace buffer of the plan (the layer
+  // program's workspace_placement); when set, inter .. padded_rows above are not read.
+  DevicePtr workspace = 0;
+  std::size_t workspace_bytes = 0;
 };
-BufferTable buffer_table(const LayerBuffers& b);
+// The table of a plan's launch: the caller's pointers, the workspace buffers
+// carved from b.workspace when given (Errc::usage when it is too small).
+Result<BufferTable> buffer_table(const LayerProgram& program, const LayerBuffers& b);
 
 struct WorkspaceSizes {
   std::size_t inter = 0, y_acc = 0, sorted_ids = 0, block_experts = 0, padded_rows = 0;
@@ -125,6 +135,7 @@ class Runtime {
 
   Result<Plan> select(const std::string& problem_key, int tokens);
   WorkspaceSizes workspace(const Plan& plan) const;
+  WorkspacePlacement workspace_placement(const Plan& plan) const { return ft::workspace_placement(plan.program); }
   // Asynchronous: the plan's steps on `stream` (a memset for atomic
   // reductions and four launches).
   Status launch(const Plan& plan, const LayerBuffers& b, StreamHandle stream);

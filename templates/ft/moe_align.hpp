@@ -62,3 +62,92 @@ FT_DEVICE void moe_align(const MoeArgs& p) {
 }
 
 }  // namespace ft
+
+namespace ft {
+
+// The wide align, for layers with many (token, slot) pairs: the one-block
+// align above scans every pair twice with one block, hundreds of microseconds
+// at T * k = 131072. Two launches of align_blocks(pairs) blocks instead
+// (moe_args.hpp: align_chunk, the count table in sorted_ids' tail), with the
+// same results as moe_align (the order of pairs within an expert's run may
+// differ, as it does between two runs of moe_align).
+
+// Launch 1: block b counts the experts of its chunk of pairs in LDS and writes
+// them, with its count of ids outside [-1, experts), to row b of the table.
+FT_DEVICE void moe_align_count(const MoeArgs& p) {
+  const int E = p.experts, tid = thread_index(), b = block_index_x();
+  const int pairs = p.tokens * p.topk, chunk = align_chunk(pairs);
+  int* counts = reinterpret_cast<int*>(shared_memory());  // E + 1: the last counts bad ids
+  for (int e = tid; e <= E; e += kAlignThreads) counts[e] = 0;
+  barrier();
+  const int first = b * chunk, last = first + chunk < pairs ? first + chunk : pairs;
+  for (int i = first + tid; i < last; i += kAlignThreads) {
+    const int e = p.topk_ids[i];
+    if (e >= 0 && e < E) atomic_add(&counts[e], 1);
+    else if (e != -1) atomic_add(&counts[E], 1);
+  }
+  barrier();
+  i32* table = p.sorted_ids + p.max_padded_rows;
+  for (int e = tid; e <= E; e += kAlignThreads) table[(long long)b * (E + 1) + e] = counts[e];
+}
+
+// Launch 2: every block sums the table (each expert's total, its padded run's
+// offset, and where this block's pairs of it start), scatters its chunk's
+// pair ids, and fills its share of the padding rows and of block_experts;
+// block 0 writes padded_rows and bad_ids.
+FT_DEVICE void moe_align_scatter(const MoeArgs& p) {
+  const int E = p.experts, B = p.align_block, tid = thread_index(), b = block_index_x();
+  const int pairs = p.tokens * p.topk, chunk = align_chunk(pairs), blocks = align_blocks(pairs);
+  const i32* table = p.sorted_ids + p.max_padded_rows;
+  int* offsets = reinterpret_cast<int*>(shared_memory());  // E + 1
+  int* start = offsets + E + 1;                              // this block's first row in each expert's run
+  int* cursor = start + E;
+  int* totals = cursor + E;                                  // E + 1: the last sums bad ids
+  for (int e = tid; e <= E; e += kAlignThreads) {
+    int total = 0, before = 0;
+    for (int k = 0; k < blocks; ++k) {
+      const int c = table[(long long)k * (E + 1) + e];
+      if (k < b) before += c;
+      total += c;
+    }
+    totals[e] = total;
+    if (e < E) {
+      start[e] = before;
+      cursor[e] = 0;
+    }
+  }
+  barrier();
+  if (tid == 0) {
+    int off = 0;
+    for (int e = 0; e < E; ++e) {
+      offsets[e] = off;
+      off += (totals[e] + B - 1) / B * B;
+    }
+    offsets[E] = off;
+    if (b == 0) {
+      *p.padded_rows = off;
+      if (p.bad_ids) *p.bad_ids = totals[E];
+    }
+  }
+  barrier();
+  // Padding rows of the experts e = b, b + blocks, ...; block_experts of the
+  // row blocks j = b, b + blocks, ... (the last e with offsets[e] <= j * B).
+  for (int e = b; e < E; e += blocks)
+    for (int r = offsets[e] + totals[e] + tid; r < offsets[e + 1]; r += kAlignThreads) p.sorted_ids[r] = pairs;
+  for (int j = b * kAlignThreads + tid; j < offsets[E] / B; j += blocks * kAlignThreads) {
+    int lo = 0, hi = E - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (offsets[mid] <= j * B) lo = mid;
+      else hi = mid - 1;
+    }
+    p.block_experts[j] = lo;
+  }
+  const int first = b * chunk, last = first + chunk < pairs ? first + chunk : pairs;
+  for (int i = first + tid; i < last; i += kAlignThreads) {
+    const int e = p.topk_ids[i];
+    if (e >= 0 && e < E) p.sorted_ids[offsets[e] + start[e] + atomic_add(&cursor[e], 1)] = i;
+  }
+}
+
+}  // namespace ft

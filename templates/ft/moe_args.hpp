@@ -19,7 +19,7 @@ struct MoeArgs {
   const u16* w1;              // [E, 2I, H] gate rows then up rows (plain, pre-shuffled or tiled)
   const u16* w2;              // [E, H, I]
   u16* inter;                 // [T*k, I] stage-1 output, row = token*k + slot
-  float* y_acc;               // atomic: [T, H] fp32 sums; partials: [T*k, H]
+  float* y_acc;               // atomic: [T, H] fp32 sums; partials: [T*k, H] fp32; partials16: [T*k, H] in the element type
   u16* y;                     // [T, H] output
   i32* sorted_ids;            // [max_padded_rows] pair ids grouped by expert; pad = T*k
   i32* block_experts;         // [max_padded_rows / align_block] expert of each row block
@@ -40,6 +40,21 @@ struct MoeArgs {
 // Dynamic LDS of the align kernel: per-expert counts, offsets (E + 1) and
 // cursors, and the bad-id counter. Host-side only (the launch rule).
 constexpr int align_lds_bytes(int experts) { return (3 * experts + 2) * 4; }
+
+// The wide align (moe_align_count + moe_align_scatter, for many pairs): each
+// block takes align_chunk(pairs) consecutive pairs -- 4096, or more where that
+// would need over 256 blocks -- and the count table, [blocks, experts + 1]
+// int32 (the last column: ids outside [-1, experts)), sits in sorted_ids
+// after its max_padded_rows entries. The kernels and the layer program both
+// compute these, so the grid and the table cannot disagree.
+constexpr int align_chunk(int pairs) {
+  return pairs <= 256 * 4096 ? 4096 : (pairs + 255) / 256;
+}
+constexpr int align_blocks(int pairs) { return pairs <= 0 ? 1 : (pairs + align_chunk(pairs) - 1) / align_chunk(pairs); }
+constexpr long long align_table_words(int pairs, int experts) { return (long long)align_blocks(pairs) * (experts + 1); }
+// Their dynamic LDS: the counts (E + 1); offsets (E + 1), starts, cursors and totals (E + 1).
+constexpr int align_count_lds_bytes(int experts) { return (experts + 1) * 4; }
+constexpr int align_scatter_lds_bytes(int experts) { return (4 * experts + 2) * 4; }
 
 // The weight pre-arrangement kernel's argument.
 struct ShuffleArgs {
@@ -62,7 +77,10 @@ struct FillArgs {
 
 inline constexpr i32 kFlagWeightInStage1 = 1;
 
-enum class Reduce { atomic, partials };
+// How stage 2 hands its sums to the reduce kernel: fp32 atomics into [T, H];
+// per-slot fp32 partials [T*k, H]; or per-slot partials in the layer's 16-bit
+// element type (half the bytes, no atomics: the top-k sum is fp32 in reduce).
+enum class Reduce { atomic, partials, partials16 };
 enum class WeightLayout { plain, shuffled, tiled };
 
 }  // namespace ft

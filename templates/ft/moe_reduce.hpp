@@ -1,6 +1,7 @@
 #pragma once
-// The last kernel of the layer: Y = the fp32 sums (atomic mode) or the sum of
-// each token's k per-slot partials (partials mode), converted to the output type.
+// The last kernel of the layer: Y = the fp32 sums (atomic mode) or the fp32
+// sum of each token's k per-slot partials (partials modes: fp32 or 16-bit
+// partials), converted to the output type.
 // A slot whose expert id is not in [0, experts) (-1: another rank's expert)
 // has no partial row written by stage 2 and is skipped.
 // Each thread writes 8 consecutive outputs (one 16-byte store).
@@ -21,8 +22,14 @@ FT_DEVICE void moe_reduce(const MoeArgs& p) {
     for (int s = 0; s < p.topk; ++s) {
       const int e = p.topk_ids[t * p.topk + s];
       if (e < 0 || e >= p.experts) continue;
-      const float* row = p.y_acc + (t * p.topk + s) * H + h;
-      FT_UNROLL for (int j = 0; j < 8; ++j) v[j] += row[j];
+      if constexpr (R == Reduce::partials) {
+        const float* row = p.y_acc + (t * p.topk + s) * H + h;
+        FT_UNROLL for (int j = 0; j < 8; ++j) v[j] += row[j];
+      } else {  // partials16: one 16-byte load of the slot's 8 values
+        u16 row[8];
+        copy_bytes<u16, 8>(row, reinterpret_cast<const u16*>(p.y_acc) + (t * p.topk + s) * H + h);
+        FT_UNROLL for (int j = 0; j < 8; ++j) v[j] += to_f32<E>(row[j]);
+      }
     }
   }
   u16 out[8];

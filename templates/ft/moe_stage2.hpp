@@ -2,7 +2,8 @@
 // Stage 2: the [T*k, I] intermediate rows (already grouped by expert through
 // sorted_ids) times the expert's W2 rows, scaled by the routed weight unless
 // stage 1 applied it, then either atomically added into the fp32 [T, H] sums or
-// written as per-slot partials [T*k, H] for the reduce kernel.
+// written as per-slot partials [T*k, H] (fp32, or in the element type) for the
+// reduce kernel.
 // Grid: (max_padded_rows / tile_m, H / tile_n, split_k), or a persistent grid
 // walking those tiles (tile_order.hpp).
 namespace ft {
@@ -54,14 +55,18 @@ struct Stage2 {
             if constexpr (!Cfg::weight_in_stage1) v[s] *= p.topk_weights[id];
           }
           const int c = n0 + Gemm::acc_col(rn, i);
-          float* out = Cfg::reduce == Reduce::atomic ? &p.y_acc[(long long)(id / p.topk) * H + c]
-                                                     : &p.y_acc[(long long)id * H + c];
           if constexpr (Cfg::reduce == Reduce::atomic) {
+            float* out = &p.y_acc[(long long)(id / p.topk) * H + c];
             if constexpr (kStep == 2) atomic_add_pair(out, v[0], v[1]);
             else atomic_add(out, v[0]);
-          } else {
+          } else if constexpr (Cfg::reduce == Reduce::partials) {
+            float* out = &p.y_acc[(long long)id * H + c];
             if constexpr (kStep == 2) store_pair(out, v[0], v[1]);
             else *out = v[0];
+          } else {  // partials16: the slot's row rounded to the element type
+            u16* out = reinterpret_cast<u16*>(p.y_acc) + (long long)id * H + c;
+            if constexpr (kStep == 2) store_pair(out, from_f32<Cfg::elem>(v[0]), from_f32<Cfg::elem>(v[1]));
+            else *out = from_f32<Cfg::elem>(v[0]);
           }
         }
   }

@@ -36,7 +36,7 @@ inline Problem small_problem(DType dtype) {
 
 // One layer plan per slot, cycling through the target's atoms (bf16 then f16)
 // and the axes so every target covers: every atom, both routed-weight
-// placements, both reductions, single and ping-pong LDS (and 3- and 4-deep
+// placements, every reduction (atomic, fp32 and 16-bit partials), single and ping-pong LDS (and 3- and 4-deep
 // rings for wgmma, with and without a producer warpgroup), split-K 2, plain and shuffled weights (tiled for the
 // producer warpgroup), two warp layouts, two tile_k.
 inline std::vector<LayerPlan> plans_for(const Target& t) {
@@ -59,7 +59,7 @@ inline std::vector<LayerPlan> plans_for(const Target& t) {
     v.set("tile_k", std::max(i % 3 == 0 ? 64 : 32, atom->k));
     v.set("stages", i % 2 == 0 ? 2 : 1);
     v.set("weight_in_stage1", (i / 4) % 2 == 1);
-    v.set("reduce", int((i / 2) % 2 == 1 ? Reduce::partials : Reduce::atomic));
+    v.set("reduce", int(kReduceModes[std::size_t(i / 2) % kReduceModes.size()]));
     v.set("layout", int((i % 4 == 1 || i % 4 == 2) ? WeightLayout::shuffled : WeightLayout::plain));
     if (atom->warpgroup()) {
       // The wgmma family's own shapes: one to three warpgroups, 64-deep
@@ -118,8 +118,11 @@ class TargetBench {
     const KernelSource support = emit_support(target_, plan.stage1.dtype);
     RoleKernels k;
     k.align = FT_TRY(entry(support, align_entry(target_)));
+    k.align_count = FT_TRY(entry(support, align_count_entry(target_)));
+    k.align_scatter = FT_TRY(entry(support, align_scatter_entry(target_)));
     k.reduce_atomic = FT_TRY(entry(support, reduce_entry(target_, Reduce::atomic, plan.stage2.dtype)));
     k.reduce_partials = FT_TRY(entry(support, reduce_entry(target_, Reduce::partials, plan.stage2.dtype)));
+    k.reduce_partials16 = FT_TRY(entry(support, reduce_entry(target_, Reduce::partials16, plan.stage2.dtype)));
     k.stage1 = FT_TRY(entry(emit_variant(plan.stage1), plan.stage1.name()));
     k.stage2 = FT_TRY(entry(emit_variant(plan.stage2), plan.stage2.name()));
     return k;

@@ -114,7 +114,7 @@ TEST(EmuLayerSlice, CoversEveryAxisOnEveryTarget) {
     EXPECT_GE(stages.size(), 2u) << t.name;  // 1 and 2; plus 3 and 4 where wgmma atoms exist
     EXPECT_EQ(split.size(), 2u) << t.name;
     EXPECT_EQ(weight.size(), 2u) << t.name;
-    EXPECT_EQ(reduce.size(), 2u) << t.name;
+    EXPECT_EQ(reduce.size(), kReduceModes.size()) << t.name;  // atomic, fp32 partials, 16-bit partials
     const bool wgmma = std::any_of(plans.begin(), plans.end(), [](const LayerPlan& p) { return p.stage1.atom()->warpgroup(); });
     EXPECT_EQ(layouts.size(), wgmma ? 3u : 2u) << t.name;  // plain, shuffled (+ tiled for the producer warpgroup)
   }

@@ -16,25 +16,62 @@ namespace {
 
 class SupportKernels : public ::testing::TestWithParam<const char*> {};
 
+// The align kernels of the support unit: the one-block align and the wide
+// align's count and scatter launches.
+RoleKernels align_kernels(TargetBench& bench, const Target& t) {
+  const KernelSource support = emit_support(t, DType::bf16);
+  RoleKernels k;
+  k.align = *bench.entry(support, align_entry(t));
+  k.align_count = *bench.entry(support, align_count_entry(t));
+  k.align_scatter = *bench.entry(support, align_scatter_entry(t));
+  return k;
+}
+
+struct AlignCase {
+  int tokens, block;
+  AlignForm form;
+};
+
+// Both forms at small T (the wide align with one block), and the wide align
+// over several blocks with a ragged last chunk: 2 x 2100 = 4200 pairs (two
+// blocks of align_chunk = 4096), 2 x 5003 = 10006 (three).
+constexpr AlignCase kAlignCases[] = {
+    {1, 16, AlignForm::one_block}, {7, 32, AlignForm::one_block},  {33, 64, AlignForm::one_block},
+    {100, 16, AlignForm::one_block}, {100, 64, AlignForm::one_block}, {1, 16, AlignForm::wide},
+    {33, 64, AlignForm::wide},      {100, 32, AlignForm::wide},     {2100, 64, AlignForm::wide},
+    {5003, 16, AlignForm::wide},    {5003, 64, AlignForm::one_block}};
+
 TEST_P(SupportKernels, AlignMatchesTheCpu) {
   const Target& t = target(GetParam());
   TargetBench& bench = TargetBench::of(t);
-  auto align = bench.entry(emit_support(t, DType::bf16), align_entry(t));
-  ASSERT_TRUE(align) << align.error().describe();
-  for (int tokens : {1, 7, 33, 100})
-    for (int block : {16, 32, 64}) {
-      for (const char* routing : {"uniform", "hot:2", "zipf:1.5"}) {
+  const RoleKernels align = align_kernels(bench, t);
+  ASSERT_TRUE(align.align.p && align.align_count.p && align.align_scatter.p);
+  ASSERT_EQ(align_blocks(2 * 5003), 3);  // the multi-block cases above really take several blocks
+  for (const AlignCase& ac : kAlignCases) {
+    const int tokens = ac.tokens, block = ac.block;
+    for (const char* routing : {"uniform", "hot:2", "zipf:1.5", "masked"}) {
         Problem p = small_problem(DType::bf16);
-        p.routing = *Routing::parse(routing);
+        const bool masked = std::string_view(routing) == "masked";
+        p.routing = *Routing::parse(masked ? "uniform" : routing);
         auto w = make_workload(p, tokens, WorkloadOptions{9, tokens > 1 ? 1 : 0});
         ASSERT_TRUE(w) << w.error().describe();
+        // Masked: some slots -1 (another rank's expert: left out), some ids
+        // outside [-1, E) (left out and counted).
+        int bad = 0;
+        if (masked)
+          for (std::size_t i = 0; i < w->topk_ids.size(); ++i) {
+            if (i % 7 == 3) w->topk_ids[i] = -1;
+            else if (i % 11 == 5) w->topk_ids[i] = p.experts + int(i % 3), ++bad;
+          }
         auto dw = DeviceWorkload::upload(bench.device(), *w);
         ASSERT_TRUE(dw);
-        auto got = run_align(*dw, t, *align, block);
+        auto got = run_align(*dw, t, align, block, ac.form);
         ASSERT_TRUE(got) << got.error().describe();
         const AlignReference want = reference_align(*w, block);
-        const std::string where = fmt::format("{} T={} block={} {}", t.name, tokens, block, routing);
+        const std::string where = fmt::format("{} T={} block={} {} {}", t.name, tokens, block, routing,
+                                              ac.form == AlignForm::wide ? "wide" : "one block");
         ASSERT_EQ(got->padded_rows, want.padded_rows) << where;
+        ASSERT_EQ(got->bad_ids, bad) << where;
         ASSERT_EQ(got->block_experts, want.block_experts) << where;
         const int pad = int(w->pairs());
         for (int e = 0; e < p.experts; ++e) {
@@ -51,7 +88,7 @@ TEST_P(SupportKernels, AlignMatchesTheCpu) {
           EXPECT_EQ(pads, (end - begin) - int(want.expert_pairs[std::size_t(e)].size())) << where << " expert " << e;
         }
       }
-    }
+  }
 }
 
 TEST_P(SupportKernels, ShuffleKernelEqualsHostArrangement) {

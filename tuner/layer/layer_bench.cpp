@@ -46,6 +46,9 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   b->align_ = FT_TRY(dev.function(m, align_entry(target)));
   b->reduce_atomic_ = FT_TRY(dev.function(m, reduce_entry(target, Reduce::atomic, p.dtype)));
   b->reduce_partials_ = FT_TRY(dev.function(m, reduce_entry(target, Reduce::partials, p.dtype)));
+  b->reduce_partials16_ = FT_TRY(dev.function(m, reduce_entry(target, Reduce::partials16, p.dtype)));
+  b->align_count_ = FT_TRY(dev.function(m, align_count_entry(target)));
+  b->align_scatter_ = FT_TRY(dev.function(m, align_scatter_entry(target)));
   b->shuffle_ = FT_TRY(dev.function(m, shuffle_entry(target)));
   b->reference1_ = FT_TRY(dev.function(m, reference_entry(target, StageRole::stage1, p.dtype)));
   b->reference2_ = FT_TRY(dev.function(m, reference_entry(target, StageRole::stage2, p.dtype)));
@@ -54,7 +57,7 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   const std::size_t T = std::size_t(max_tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2;
   // The largest row block gives the most padding: size for the largest block
   // any program asks for (build_program refuses larger ones).
-  const std::size_t rows = std::size_t(max_padded_rows(p, max_tokens, kMaxAlignBlock));
+  const std::size_t rows = std::size_t(sorted_ids_capacity(p, max_tokens));
   const std::pair<Buf, std::size_t> sizes[] = {
       {Buf::x, T * H * es},          {Buf::topk_ids, T * k * 4},       {Buf::topk_weights, T * k * 4},
       {Buf::w1, E * 2 * I * H * es}, {Buf::w2, E * H * I * es},        {Buf::inter, T * k * I * es},
@@ -92,7 +95,7 @@ Result<LayerProgram> LayerBench::program(const std::optional<Variant>& s1, const
 }
 
 RoleKernels LayerBench::kernels(FunctionHandle stage1, FunctionHandle stage2) const {
-  return {align_, stage1, stage2, reduce_atomic_, reduce_partials_};
+  return {align_, stage1, stage2, reduce_atomic_, reduce_partials_, reduce_partials16_, align_count_, align_scatter_};
 }
 
 Status LayerBench::run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st) {
@@ -327,10 +330,14 @@ Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1,
   FT_CHECK(st);
   LayerTiming out;
   out.total = summarize(total);
-  // The y_acc clear counts with the align step (both prepare the stages).
-  std::vector<double> align = per_step["align"];
-  if (auto it = per_step.find("clear_y_acc"); it != per_step.end())
+  // The y_acc clear counts with the align step(s) (all prepare the stages).
+  std::vector<double> align;
+  for (const char* name : {"align", "align_count", "align_scatter", "clear_y_acc"}) {
+    const auto it = per_step.find(name);
+    if (it == per_step.end()) continue;
+    if (align.empty()) align.assign(it->second.size(), 0.0);
     for (std::size_t i = 0; i < align.size() && i < it->second.size(); ++i) align[i] += it->second[i];
+  }
   out.align = summarize(align);
   out.stage1 = summarize(per_step["stage1"]);
   out.stage2 = summarize(per_step["stage2"]);

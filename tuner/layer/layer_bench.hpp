@@ -118,7 +118,7 @@ class LayerBench {
   int max_tokens_ = 0;
   int tokens_ = 0;
   std::vector<ModuleHandle> modules_;
-  FunctionHandle align_, reduce_atomic_, reduce_partials_, shuffle_, reference1_, reference2_, fill_;
+  FunctionHandle align_, align_count_, align_scatter_, reduce_atomic_, reduce_partials_, reduce_partials16_, shuffle_, reference1_, reference2_, fill_;
   // Inputs, the plain weights, the workspace; arranged weights join on first use.
   std::array<DeviceBuffer, kBufCount> buffers_;
   BufferTable table_{};

@@ -36,7 +36,7 @@ Result<DeviceWorkload> DeviceWorkload::upload(Device& device, const Workload& w)
   dw.y = FT_TRY(DeviceBuffer::allocate(device, T * H * 2));
   dw.padded_rows = FT_TRY(DeviceBuffer::allocate(device, 4));
   const long long rows = max_padded_rows(w.problem, w.tokens, kMaxAlignBlock);
-  dw.sorted_ids = FT_TRY(DeviceBuffer::allocate(device, std::size_t(rows) * 4));
+  dw.sorted_ids = FT_TRY(DeviceBuffer::allocate(device, std::size_t(sorted_ids_capacity(w.problem, w.tokens)) * 4));
   dw.block_experts = FT_TRY(DeviceBuffer::allocate(device, std::size_t(rows) * 4));
   dw.bad_ids = FT_TRY(DeviceBuffer::allocate(device, 4));
   const std::pair<Buf, const DeviceBuffer*> entries[] = {
@@ -115,20 +115,23 @@ Result<Comparison> verify_layer(DeviceWorkload& dw, const RoleKernels& kernels, 
   return compare_output(r.y, reference.y, dw.workload().problem.dtype);
 }
 
-Result<AlignResult> run_align(DeviceWorkload& dw, const Target& target, FunctionHandle align, int align_block) {
+Result<AlignResult> run_align(DeviceWorkload& dw, const Target& target, const RoleKernels& align, int align_block,
+                              AlignForm form) {
   Device& d = dw.device();
   const Workload& w = dw.workload();
-  const LayerProgram prog = FT_TRY(build_align_program(target, w.problem, w.tokens, align_block));
-  const auto fns = FT_TRY(bind(prog, RoleKernels{.align = align}));
+  const LayerProgram prog = FT_TRY(build_align_program(target, w.problem, w.tokens, align_block, form));
+  const auto fns = FT_TRY(bind(prog, align));
   FT_CHECK(prepare(d, prog, fns));
   const long long rows = prog.max_padded_rows;
   // Poison: -1 in sorted_ids / block_experts shows any row the kernel did not write.
   FT_CHECK(d.memset_u32(dw.sorted_ids.ptr(), 0xffffffffu, std::size_t(rows)));
   FT_CHECK(d.memset_u32(dw.block_experts.ptr(), 0xffffffffu, std::size_t(rows / align_block)));
   FT_CHECK(d.memset_u32(dw.padded_rows.ptr(), 0xffffffffu, 1));
+  FT_CHECK(d.memset_u32(dw.bad_ids.ptr(), 0xffffffffu, 1));
   FT_CHECK(execute(d, prog, fns, dw.table(), {}));
   AlignResult r;
   FT_CHECK(d.copy_to_host(&r.padded_rows, dw.padded_rows.ptr(), 4));
+  FT_CHECK(d.copy_to_host(&r.bad_ids, dw.bad_ids.ptr(), 4));
   if (r.padded_rows < 0 || r.padded_rows > rows || r.padded_rows % align_block != 0)
     return fail(Errc::verify, fmt::format("align wrote padded_rows = {} (capacity {}, align block {})", r.padded_rows, rows,
                                           align_block));

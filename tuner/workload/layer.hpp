@@ -76,8 +76,11 @@ struct AlignResult {
   int padded_rows = 0;
   std::vector<std::int32_t> sorted_ids;     // [padded_rows]
   std::vector<std::int32_t> block_experts;  // [padded_rows / align_block]
+  std::int32_t bad_ids = -1;                // the count of ids outside [-1, experts) align wrote
 };
-Result<AlignResult> run_align(DeviceWorkload& dw, const Target& target, FunctionHandle align, int align_block);
+// The align step(s) of `form` (align, or align_count + align_scatter, from `align`).
+Result<AlignResult> run_align(DeviceWorkload& dw, const Target& target, const RoleKernels& align, int align_block,
+                              AlignForm form);
 
 // The weight pre-arrangement kernel on `src` [rows, cols], into `layout`
 // (shuffled or tiled).

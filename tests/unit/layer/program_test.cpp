@@ -69,6 +69,86 @@ TEST(LayerProgram, AtomicLayerClearsThenAlignsThenRunsBothStagesAndReduces) {
   EXPECT_EQ(align.shape.block, kAlignThreads);
 }
 
+// 16-bit partials: no clear, a row per (token, slot) in the element type,
+// the partials16 reduce kernel.
+TEST(LayerProgram, SixteenBitPartialsHalveTheRowsAndUseTheirReduce) {
+  Variant s2 = wgmma(StageRole::stage2, 64, 128, 4);
+  s2.set("reduce", int(Reduce::partials16));
+  EXPECT_TRUE(s2.name().ends_with("_partials16")) << s2.name();
+  auto prog = build_program(recipe(wgmma(StageRole::stage1, 64, 128, 4), s2), 17);
+  ASSERT_TRUE(prog) << prog.error().describe();
+  EXPECT_EQ(step_names(*prog), (std::vector<std::string>{"align", "stage1", "stage2", "reduce"}));
+  const Step& red = *prog->find("reduce");
+  EXPECT_EQ(red.role, Role::reduce_partials16);
+  EXPECT_EQ(red.symbol, reduce_entry(*s2.target, Reduce::partials16, DType::bf16));
+  EXPECT_EQ(prog->bytes[std::size_t(Buf::y_acc)], 17u * 2 * 4096 * 2);
+  // Split-K sums need atomics.
+  s2.set("split_k", 2);
+  EXPECT_FALSE(build_program(recipe(wgmma(StageRole::stage1, 64, 128, 4), s2), 17));
+}
+
+// Above kWideAlignPairs pairs the layer aligns in two launches of
+// align_blocks(pairs) blocks, its count table after sorted_ids' rows; a recipe
+// whose support unit lacks those kernels aligns in one block at any size.
+TEST(LayerProgram, ManyPairsAlignInTwoWideLaunches) {
+  const Problem p = mixtral();  // top-2
+  const LayerRecipe r = recipe(wgmma(StageRole::stage1, 128, 128, 8), wgmma(StageRole::stage2, 128, 256, 8));
+  const int small_t = int(kWideAlignPairs / 2), big_t = int(kWideAlignPairs / 2) + 1;
+  auto small = build_program(r, small_t);
+  ASSERT_TRUE(small) << small.error().describe();
+  EXPECT_EQ(step_names(*small), (std::vector<std::string>{"clear_y_acc", "align", "stage1", "stage2", "reduce"}));
+  EXPECT_EQ(small->bytes[std::size_t(Buf::sorted_ids)], std::uint64_t(small->max_padded_rows) * 4);
+  auto big = build_program(r, big_t);
+  ASSERT_TRUE(big) << big.error().describe();
+  EXPECT_EQ(step_names(*big),
+            (std::vector<std::string>{"clear_y_acc", "align_count", "align_scatter", "stage1", "stage2", "reduce"}));
+  const int pairs = big_t * p.topk;
+  for (const char* name : {"align_count", "align_scatter"}) {
+    const Step& s = *big->find(name);
+    EXPECT_EQ(s.shape.grid_x, align_blocks(pairs)) << name;
+    EXPECT_EQ(s.shape.block, kAlignThreads) << name;
+    EXPECT_GT(s.shape.grid_x, 1) << name;
+  }
+  EXPECT_EQ(big->find("align_count")->shape.lds_bytes, align_count_lds_bytes(p.experts));
+  EXPECT_EQ(big->find("align_scatter")->shape.lds_bytes, align_scatter_lds_bytes(p.experts));
+  EXPECT_EQ(big->find("align_count")->role, Role::align_count);
+  EXPECT_EQ(big->bytes[std::size_t(Buf::sorted_ids)],
+            std::uint64_t(big->max_padded_rows + align_table_words(pairs, p.experts)) * 4);
+  EXPECT_LE(big->bytes[std::size_t(Buf::sorted_ids)] / 4, std::uint64_t(sorted_ids_capacity(p, big_t)));
+  LayerRecipe old = r;
+  old.wide_align = false;
+  auto one = build_program(old, big_t);
+  ASSERT_TRUE(one);
+  EXPECT_EQ(step_names(*one), (std::vector<std::string>{"clear_y_acc", "align", "stage1", "stage2", "reduce"}));
+  // The chunk grows so the grid stays at most 256 blocks.
+  EXPECT_EQ(align_blocks(256 * 4096), 256);
+  EXPECT_LE(align_blocks(256 * 4096 + 1), 256);
+  EXPECT_LE(align_blocks(1 << 27), 256);
+  EXPECT_GE((long long)align_blocks(1 << 27) * align_chunk(1 << 27), 1LL << 27);
+}
+
+// The workspace buffers placed one after another in one caller's workspace,
+// each aligned, none overlapping, the inputs and outputs not among them.
+TEST(LayerProgram, WorkspacePlacementCoversEveryWorkspaceBufferOnce) {
+  const LayerRecipe r = recipe(wgmma(StageRole::stage1, 128, 128, 8), wgmma(StageRole::stage2, 128, 256, 8));
+  for (int tokens : {1, 333, int(kWideAlignPairs)}) {
+    auto prog = build_program(r, tokens);
+    ASSERT_TRUE(prog);
+    const WorkspacePlacement w = workspace_placement(*prog);
+    std::uint64_t end = 0;
+    for (std::size_t i = 0; i < kBufCount; ++i) {
+      const Buf b = Buf(i);
+      if (!is_workspace(b) || !prog->bytes[i]) continue;
+      EXPECT_EQ(w.offset[i] % kWorkspaceAlign, 0u) << to_string(b);
+      EXPECT_GE(w.offset[i], end) << to_string(b);
+      end = w.offset[i] + prog->bytes[i];
+    }
+    EXPECT_GE(w.total, end);
+    EXPECT_LT(w.total, end + kWorkspaceAlign);
+    for (Buf b : {Buf::x, Buf::y, Buf::w1, Buf::topk_ids}) EXPECT_FALSE(is_workspace(b)) << to_string(b);
+  }
+}
+
 TEST(LayerProgram, PartialsLayerHasNoClearAndSizesKRowsPerToken) {
   Variant s2 = wgmma(StageRole::stage2, 64, 128, 4);
   s2.set("reduce", int(Reduce::partials));

@@ -1,7 +1,7 @@
 #pragma once
 // The device headers' number formats and weight layouts, compiled on the host:
-// templates/ft/numeric.hpp (bf16 / f16 conversions, round to nearest even, NaN
-// kept) and templates/ft/weight_layout.hpp (shuffled and tiled offsets). The host
+// templates/ft/numeric.hpp (bf16 / f16 / fp8 conversions, round to nearest even;
+// NaN kept, fp8 saturating) and templates/ft/weight_layout.hpp (shuffled and tiled offsets). The host
 // (workloads, references, the export check) calls these very functions, so its
 // bytes are the kernels' by construction rather than by a mirror kept in step.
 // The two macros are the ones port_emu.hpp defines (the same tokens, so a unit
@@ -16,5 +16,6 @@
 #define FT_MEMCPY(dst, src, bytes) __builtin_memcpy(dst, src, bytes)
 #endif
 
+#include "templates/ft/elem.hpp"
 #include "templates/ft/numeric.hpp"
 #include "templates/ft/weight_layout.hpp"

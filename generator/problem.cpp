@@ -270,7 +270,10 @@ Result<DType> parse_dtype(std::string_view s) {
   if (s == "bf16") return DType::bf16;
   if (s == "f16" || s == "fp16") return DType::f16;
   if (s == "fp8" || s == "e4m3" || s == "fp8_e4m3")
-    return fail(Errc::invalid_input, fmt::format("dtype '{}' is not supported yet (the fp8 atoms exist; fp8 kernels and scales are planned); use bf16 or f16", s));
+    return fail(Errc::invalid_input,
+                fmt::format("dtype '{}' is not supported yet (the fp8 atoms exist; fp8 kernels and scales are "
+                            "planned); use bf16 or f16",
+                            s));
   return fail(Errc::invalid_input, fmt::format("unknown dtype '{}'; use bf16 or f16", s));
 }
 

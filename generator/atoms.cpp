@@ -8,20 +8,23 @@
 namespace ft {
 namespace {
 
-constexpr DType bf16 = DType::bf16;
-constexpr DType f16 = DType::f16;
+// A row's element token as the problem dtype it serves.
+constexpr DType dtype_bf16 = DType::bf16;
+constexpr DType dtype_f16 = DType::f16;
+constexpr DType dtype_e4m3 = DType::e4m3;
+constexpr DType dtype_e4m3fnuz = DType::e4m3;
 
 constexpr std::array kAtoms{
 #define FT_MFMA(id, M, N, K, elem, builtin, operand, targets, asm90a, asm94x) \
-  AtomInfo{#id, "mfma", M, N, K, elem, targets, asm90a, asm94x, 64},
+  AtomInfo{#id, "mfma", M, N, K, dtype_##elem, Elem::elem, targets, asm90a, asm94x, 64},
 #include "templates/ft/atoms_mfma.def"
 #undef FT_MFMA
 #define FT_MMA_SYNC(id, M, N, K, elem, ptx_types, targets, sass) \
-  AtomInfo{#id, "mma.sync", M, N, K, elem, targets, "", sass, 32},
+  AtomInfo{#id, "mma.sync", M, N, K, dtype_##elem, Elem::elem, targets, "", sass, 32},
 #include "templates/ft/atoms_mma_sync.def"
 #undef FT_MMA_SYNC
 #define FT_WGMMA(id, M, NSTEP, K, elem, ptx_types, targets, sass) \
-  AtomInfo{#id, "wgmma", M, NSTEP, K, elem, targets, "", sass, 32},
+  AtomInfo{#id, "wgmma", M, NSTEP, K, dtype_##elem, Elem::elem, targets, "", sass, 32},
 #include "templates/ft/atoms_wgmma.def"
 #undef FT_WGMMA
 };

@@ -163,7 +163,7 @@ Status Problem::validate() const {
   return {};
 }
 
-int Problem::element_bytes() const { return 2; }
+int Problem::element_bytes() const { return dtype == DType::e4m3 ? 1 : 2; }
 
 double Problem::flops(int tokens) const { return 6.0 * tokens * topk * double(hidden) * inter; }
 
@@ -257,13 +257,23 @@ Result<Problem> problem_from_file(const std::string& path) {
   return problem_from_json_text(ss.str(), path);
 }
 
-std::string_view to_string(DType d) { return d == DType::bf16 ? "bf16" : "f16"; }
+std::string_view to_string(DType d) {
+  switch (d) {
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+    case DType::e4m3: return "e4m3";
+  }
+  return "?";
+}
 
 Result<DType> parse_dtype(std::string_view s) {
   if (s == "bf16") return DType::bf16;
   if (s == "f16" || s == "fp16") return DType::f16;
   if (s == "fp8" || s == "e4m3" || s == "fp8_e4m3")
-    return fail(Errc::invalid_input, fmt::format("dtype '{}' is not supported yet (fp8 atoms are planned); use bf16 or f16", s));
+    return fail(Errc::invalid_input,
+                fmt::format("dtype '{}' is not supported yet (the fp8 atoms exist; fp8 kernels and scales are "
+                            "planned); use bf16 or f16",
+                            s));
   return fail(Errc::invalid_input, fmt::format("unknown dtype '{}'; use bf16 or f16", s));
 }
 

@@ -112,7 +112,14 @@ bool Target::cuda_new_enough(int major, int minor) const {
   return major > need_major || (major == need_major && minor >= need_minor);
 }
 
-std::vector<std::string> Target::template_defines() const { return {fmt::format("FT_WAVE_SIZE={}", wave_size)}; }
+std::vector<std::string> Target::template_defines() const {
+  std::vector<std::string> d{fmt::format("FT_WAVE_SIZE={}", wave_size)};
+  // The e4m3 flavour the target's matrix instructions read (numeric.hpp's FT_TARGET_E4M3:
+  // an fp8 atom of the other flavour fails to compile for it).
+  if (fp8 == Fp8Flavour::fnuz) d.push_back("FT_FP8_FNUZ=1");
+  if (fp8 == Fp8Flavour::ocp) d.push_back("FT_FP8_OCP=1");
+  return d;
+}
 
 std::string_view to_string(Vendor v) { return v == Vendor::amd ? "amd" : "nvidia"; }
 

@@ -51,8 +51,9 @@ struct Target {
   int blocks_for_lds(int lds_used) const;
   // Whether a CUDA toolkit (NVRTC) of this version is at least min_cuda.
   bool cuda_new_enough(int major, int minor) const;
-  // The macros every unit compiled for this target gets ("FT_WAVE_SIZE=64"): how
-  // target facts reach the templates (port.hpp's ft::kWaveSize).
+  // The macros every unit compiled for this target gets ("FT_WAVE_SIZE=64", and
+  // "FT_FP8_FNUZ=1" / "FT_FP8_OCP=1" from the fp8 column): how target facts reach
+  // the templates (port.hpp's ft::kWaveSize, numeric.hpp's FT_TARGET_E4M3).
   std::vector<std::string> template_defines() const;
 };
 

@@ -61,7 +61,7 @@ class TiledFamily final : public Family {
     const int tm = v.get("tile_m"), tn = v.get("tile_n"), tk = v.get("tile_k");
     const int rm = tm / v.get("warps_m") / a.m, rn = tn / v.get("warps_n") / a.n;
     const int acc = v.weight_matrices() * rm * rn * a.c_regs();
-    const int frags = (rm * a.a_regs() + rn * a.b_regs()) / 2;  // two 16-bit values per register
+    const int frags = rm * a.a_registers() + rn * a.b_registers();  // operand registers (packed 16- or 8-bit values)
     const int chunks = ((tm + v.weight_matrices() * tn) * tk / 8 + threads(v) - 1) / threads(v);
     const int staged = v.get("stages") == 2 ? chunks * 4 : 0;
     const int addressing = chunks * 3 + 24;  // row pointers, strides, indices

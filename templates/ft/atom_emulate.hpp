@@ -2,15 +2,20 @@
 // A matrix atom executed on the CPU exactly as its lane layout says: every lane
 // of the wave publishes its fragments, then each lane rebuilds A and B as the
 // instruction would see them and computes its own accumulator slots (exact
-// 16-bit products, fp32 sums in k order). A template that feeds an atom the
-// wrong lanes therefore gets a wrong answer here, as on hardware.
+// products of the decoded operands, fp32 sums in k order). Operands decode with
+// the atom row's own element type (Atom::elem: e4m3fnuz for the gfx942 fp8 rows,
+// OCP e4m3 for gfx950 and sm_90a), so bytes of the other flavour come out wrong
+// here as on hardware. A template that feeds an atom the wrong lanes likewise
+// gets a wrong answer.
 namespace ft::emu {
 
 template <class Atom>
-void emulate_mma(float (&c)[Atom::c_regs], const u16 (&a)[Atom::a_regs], const u16 (&b)[Atom::b_regs]) {
+void emulate_mma(float (&c)[Atom::c_regs], const typename Atom::storage (&a)[Atom::a_regs],
+                 const typename Atom::storage (&b)[Atom::b_regs]) {
+  using S = typename Atom::storage;
   struct Fragments {
-    u16 a[Atom::a_regs];
-    u16 b[Atom::b_regs];
+    S a[Atom::a_regs];
+    S b[Atom::b_regs];
   };
   Fragments mine;
   __builtin_memcpy(mine.a, a, sizeof mine.a);

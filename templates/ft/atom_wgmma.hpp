@@ -1,22 +1,23 @@
 #pragma once
 // NVIDIA Hopper warpgroup atoms (rows of atoms_wgmma.def): one
-// wgmma.mma_async.m64nNk16 whose A (64 x 16) and B (N x 16) are read from
+// wgmma.mma_async.m64nNk<K> whose A (64 x K) and B (N x K) are read from
 // shared memory through 64-bit descriptors, accumulating into N/2 fp32
 // registers per lane of the 128-lane warpgroup. Operand tiles are K-major with
 // 128-byte rows in the 128-byte swizzled layout (wgmma_gemm.hpp writes them):
 // the 16-byte chunk c of row r sits at chunk c ^ (r % 8), and groups of 8 rows
-// are 1024 bytes apart.
+// are 1024 bytes apart. One instruction reads 32 bytes of each row: k16 of a
+// 16-bit type (a row holds 64 elements) or k32 of e4m3 (a row holds 128), so
+// descriptors, swizzle and the 32-byte step per instruction are the same for
+// both; e4m3 takes no transpose immediates (K-major only, PTX ISA).
 //
 // Accumulator register i of lane l of warp w (of the warpgroup) holds
 //   row 16 w + l / 4 + 8 ((i / 2) % 2),  column 8 (i / 4) + 2 (l % 4) + i % 2
 // (PTX ISA, "Matrix fragments for wgmma.m64nNk16": the m16n8 layout of
-// mma.sync repeated along N, one 16-row slice per warp).
-namespace ft {
+// mma.sync repeated along N, one 16-row slice per warp; the same for k32 e4m3).
+#include "ft/atom_layouts.hpp"
+#include "ft/shape_rules.hpp"
 
-// The N values the atoms issue (FT_WGMMA_ISSUE spells out one operand list
-// for each); the host's legality rule (generator/families/wgmma.cpp) is this
-// function too.
-FT_HOST_DEVICE constexpr bool wgmma_n_supported(int n) { return n == 32 || n == 64 || n == 128 || n == 256; }
+namespace ft {
 
 // The descriptor of a K-major, 128-byte-swizzled operand slice starting at
 // shared-memory byte address `addr` (1024-aligned tile plus a k offset of
@@ -39,8 +40,11 @@ FT_HOST_DEVICE constexpr int wgmma_acc_col(int t, int i) { return 8 * (i / 4) + 
 FT_HOST_DEVICE constexpr u32 swizzle128(u32 logical) { return logical ^ (((logical >> 7) & 7) << 4); }
 
 // Byte offset, from a 1024-aligned tile base, of element (row, k) of a
-// K-major tile with 64-element (128-byte) rows in the 128-byte swizzle.
-FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k) { return swizzle128(u32(row) * 128 + u32(k) * 2); }
+// K-major tile with 128-byte rows in the 128-byte swizzle: 64 elements of two
+// bytes, or 128 of one (elem_bytes = 1, e4m3).
+FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k, int elem_bytes = 2) {
+  return swizzle128(u32(row) * 128 + u32(k) * u32(elem_bytes));
+}
 
 }  // namespace ft
 
@@ -56,20 +60,25 @@ FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k) { return swizzle1
 #define FT_WGMMA_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FT_WGMMA_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define FT_WGMMA_D128 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
-// d += A x B^T (scale-d predicate true; the kernels zero d first).
-#define FT_WGMMA_ASM(N, R, next, ptx_types)                                                                 \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k16." ptx_types " " \
-  FT_WGMMA_D##R ", %" #R ", %" #next ", p, 1, 1, 0, 0;\n}\n"
+// d += A x B^T (scale-d predicate true; the kernels zero d first). The
+// immediates after it: scale-a and scale-b 1, and for 16-bit types transpose-a
+// and transpose-b 0 (K-major); e4m3 has no transpose immediates.
+#define FT_WGMMA_IMM_bf16 ", 1, 1, 0, 0"
+#define FT_WGMMA_IMM_f16 ", 1, 1, 0, 0"
+#define FT_WGMMA_IMM_e4m3 ", 1, 1"
+#define FT_WGMMA_ASM(N, R, next, K, elem, ptx_types)                                                       \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k" #K "." ptx_types " " \
+  FT_WGMMA_D##R ", %" #R ", %" #next ", p" FT_WGMMA_IMM_##elem ";\n}\n"
 
-#define FT_WGMMA_ISSUE(N, d, a, b, elem, ptx_types)                                            \
-  if constexpr (N == 32)                                                                       \
-    asm volatile(FT_WGMMA_ASM(32, 16, 17, ptx_types) : FT_WGMMA_F16(d, 0) : "l"(a), "l"(b));   \
-  else if constexpr (N == 64)                                                                  \
-    asm volatile(FT_WGMMA_ASM(64, 32, 33, ptx_types) : FT_WGMMA_F32(d, 0) : "l"(a), "l"(b));   \
-  else if constexpr (N == 128)                                                                 \
-    asm volatile(FT_WGMMA_ASM(128, 64, 65, ptx_types) : FT_WGMMA_F64(d, 0) : "l"(a), "l"(b));  \
-  else                                                                                         \
-    asm volatile(FT_WGMMA_ASM(256, 128, 129, ptx_types) : FT_WGMMA_F128(d, 0) : "l"(a), "l"(b))
+#define FT_WGMMA_ISSUE(N, K, d, a, b, elem, ptx_types)                                                \
+  if constexpr (N == 32)                                                                              \
+    asm volatile(FT_WGMMA_ASM(32, 16, 17, K, elem, ptx_types) : FT_WGMMA_F16(d, 0) : "l"(a), "l"(b));   \
+  else if constexpr (N == 64)                                                                         \
+    asm volatile(FT_WGMMA_ASM(64, 32, 33, K, elem, ptx_types) : FT_WGMMA_F32(d, 0) : "l"(a), "l"(b));   \
+  else if constexpr (N == 128)                                                                        \
+    asm volatile(FT_WGMMA_ASM(128, 64, 65, K, elem, ptx_types) : FT_WGMMA_F64(d, 0) : "l"(a), "l"(b));  \
+  else                                                                                                \
+    asm volatile(FT_WGMMA_ASM(256, 128, 129, K, elem, ptx_types) : FT_WGMMA_F128(d, 0) : "l"(a), "l"(b))
 
 namespace ft {
 // Orders this warpgroup's register and shared-memory accesses before the
@@ -95,26 +104,28 @@ FT_DEVICE void wgmma_fence_operands(float (&d)[R]) {
 // the layout above says, so a template that writes tiles in another layout
 // gets wrong answers here too. Issue order is execution order, so the
 // fences and waits have nothing to do.
-#define FT_WGMMA_ISSUE(N, d, a, b, elem, ptx_types) emu::emulate_wgmma<Elem::elem, N>(d, a, b)
+#define FT_WGMMA_ISSUE(N, K, d, a, b, elem, ptx_types) emu::emulate_wgmma<Elem::elem, K, N>(d, a, b)
 
 namespace ft {
 namespace emu {
-template <Elem E, int N>
+template <Elem E, int K, int N>
 void emulate_wgmma(float (&d)[N / 2], u64 a_desc, u64 b_desc) {
+  static_assert(K * elem_bytes(E) == 32, "one wgmma reads 32 bytes of each 128-byte row");
   const unsigned char* lds = shared_memory();
   const u32 a0 = wgmma_descriptor_address(a_desc), b0 = wgmma_descriptor_address(b_desc);
   // A slice start = 1024-aligned tile + k offset; the swizzle acts on the
-  // address bits, so element (r, k) lives at swizzle(start + r*128 + 2k).
+  // address bits, so element (r, k) lives at swizzle(start + r*128 + k*bytes),
+  // decoded as the row's element type (OCP e4m3 for the fp8 row).
   auto element = [&](u32 start, int r, int k) {
-    u16 v;
-    __builtin_memcpy(&v, lds + swizzle128(start + u32(r) * 128 + u32(k) * 2), 2);
+    storage_t<E> v;
+    __builtin_memcpy(&v, lds + swizzle128(start + u32(r) * 128 + u32(k) * sizeof v), sizeof v);
     return to_f32<E>(v);
   };
   const int t = thread_index() % 128;
   for (int i = 0; i < N / 2; ++i) {
     const int row = wgmma_acc_row(t, i), col = wgmma_acc_col(t, i);
     float acc = d[i];
-    for (int k = 0; k < 16; ++k) acc += element(a0, row, k) * element(b0, col, k);
+    for (int k = 0; k < K; ++k) acc += element(a0, row, k) * element(b0, col, k);
     d[i] = acc;
   }
 }
@@ -134,11 +145,14 @@ FT_DEVICE void wgmma_fence_operands(float (&)[R]) {}
   struct id {                                                                                             \
     static constexpr int M_ = M, K_ = K;                                                                  \
     static constexpr Elem element = Elem::elem;                                                           \
+    using storage = storage_t<Elem::elem>;                                                                \
     static constexpr bool kWarpgroup = true;                                                              \
+    static_assert(K * elem_bytes(Elem::elem) == 32, "one wgmma reads 32 bytes of each 128-byte row");    \
     template <int N>                                                                                      \
     FT_DEVICE static void mma(float (&d)[N / 2], u64 a, u64 b) {                                          \
       static_assert(wgmma_n_supported(N), "wgmma atoms here: N = 32, 64, 128 or 256");                     \
-      FT_WGMMA_ISSUE(N, d, a, b, elem, ptx_types);                                                        \
+      static_assert(N > 0 && operands_fit_target<Elem::elem>(), FT_FP8_FLAVOUR_MISMATCH);                 \
+      FT_WGMMA_ISSUE(N, K, d, a, b, elem, ptx_types);                                                     \
     }                                                                                                     \
   };
 namespace ft::atom {

@@ -36,4 +36,5 @@
 #error "ft/port.hpp: compile as HIP (amdgcn), CUDA (NVRTC/nvcc) or on the host with -DFT_EMULATE"
 #endif
 
+#include "ft/elem.hpp"
 #include "ft/numeric.hpp"

@@ -97,11 +97,14 @@ TEST(Target, NvrtcArchAndMinimumCuda) {
   }
 }
 
-// How the wave size reaches the templates: every compile of a unit for a target
-// defines FT_WAVE_SIZE from its row (tuner/compile, tuner/emulate pass these).
-TEST(Target, TemplateDefinesCarryTheWaveSize) {
-  EXPECT_EQ(find_target("gfx942")->template_defines(), (std::vector<std::string>{"FT_WAVE_SIZE=64"}));
-  EXPECT_EQ(find_target("sm_90a")->template_defines(), (std::vector<std::string>{"FT_WAVE_SIZE=32"}));
+// How the wave size and the fp8 flavour reach the templates: every compile of a unit for a
+// target defines FT_WAVE_SIZE and FT_FP8_<flavour> from its row (tuner/compile, tuner/emulate
+// pass these).
+TEST(Target, TemplateDefinesCarryTheWaveSizeAndFp8Flavour) {
+  EXPECT_EQ(find_target("gfx90a")->template_defines(), (std::vector<std::string>{"FT_WAVE_SIZE=64"}));
+  EXPECT_EQ(find_target("gfx942")->template_defines(), (std::vector<std::string>{"FT_WAVE_SIZE=64", "FT_FP8_FNUZ=1"}));
+  EXPECT_EQ(find_target("gfx950")->template_defines(), (std::vector<std::string>{"FT_WAVE_SIZE=64", "FT_FP8_OCP=1"}));
+  EXPECT_EQ(find_target("sm_90a")->template_defines(), (std::vector<std::string>{"FT_WAVE_SIZE=32", "FT_FP8_OCP=1"}));
 }
 
 // The mnemonic spelling follows the ISA column: CDNA2 has its own, CDNA3 and CDNA4 share one.

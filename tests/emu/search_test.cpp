@@ -3,7 +3,9 @@
 // the CPU emulator (emu:<target>), run as the real binary. Also: a search
 // killed with SIGKILL mid-way resumes without measuring again, and the
 // database it ends with exports and passes check-export --emulate; worker
-// selectors emu:<target>[:<n>] open, malformed ones fail with one line.
+// selectors emu:<target>[:<n>] open, malformed ones fail with one line. And
+// the same whole search through the in-process measurer (run_search with
+// in_process: the measuring service called in this process, no worker).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -23,9 +25,12 @@
 #include <nlohmann/json.hpp>
 
 #include "db/store.hpp"
+#include "generator/problem.hpp"
+#include "generator/space.hpp"
 #include "tests/support/run_flytune.hpp"
 #include "tests/support/scoped_env.hpp"
 #include "tests/unit/db/db_test_support.hpp"
+#include "tuner/search/search.hpp"
 
 extern char** environ;
 
@@ -209,6 +214,58 @@ TEST(EmuSearch, WholeSearchVerifiesTimesPairsAndRecordsWinners) {
   // One run: each bucket's layer winner timed at length once.
   EXPECT_EQ(std::count_if(ms.begin(), ms.end(), [](const auto& m) { return m.phase == "layer"; }), std::ptrdiff_t(kTokens.size()));
   expect_emulated_search_recorded(db);
+}
+
+// The whole search with the measuring service in this process
+// (make_in_process_measurer on emu:sm_90a): no worker is started -- the
+// worker executable named does not exist -- and the search verifies, times,
+// pairs the layer and records winners as the subprocess search does.
+TEST(EmuSearch, InProcessMeasurerRunsTheWholeSearch) {
+  test::ScratchDir dir;
+  SearchConfig cfg;
+  cfg.problem = *problem_from_preset("tiny");
+  cfg.targets = {kTarget};
+  cfg.devices = {std::string("emu:") + kTarget};
+  cfg.tokens = kTokens;
+  cfg.space = *SpaceOptions::parse(kSpace);
+  cfg.compile.backend = Backend::emulate;
+  cfg.compile.cache_dir = shared_cache();
+  cfg.in_process = true;
+  cfg.worker_executable = dir.file("no-such-worker");
+  cfg.db_path = dir.file("in-process.db");
+  cfg.seed = 7;
+  cfg.progress = false;
+  auto s = run_search(cfg);
+  ASSERT_TRUE(s) << s.error().describe();
+  EXPECT_EQ(s->device, "flytune CPU emulator (sm_90a) (sm_90a)");
+  EXPECT_FALSE(s->interrupted);
+  ASSERT_EQ(s->targets.size(), 1u);
+  EXPECT_EQ(s->targets[0].backend, "emulate");
+  EXPECT_EQ(s->targets[0].verify_failed, 0u);
+  EXPECT_EQ(s->targets[0].crashed, 0u);
+  EXPECT_GE(s->targets[0].verified, 4u);
+  ASSERT_EQ(s->gpus.size(), 1u);
+  EXPECT_EQ(s->gpus[0].crashes, 0u);
+  EXPECT_EQ(s->gpus[0].buckets, kTokens);
+  ASSERT_EQ(s->winners.size(), kTokens.size() * 3);
+  for (const BucketResult& w : s->winners) {
+    EXPECT_GT(w.median_us, 0) << w.kernel;
+    if (w.kind != "layer") {
+      EXPECT_GT(w.speedup_vs_default.value_or(0), 0) << w.kernel;
+    } else {
+      EXPECT_NE(w.kernel.find('+'), std::string::npos) << w.kernel;  // a stage pair
+    }
+  }
+  const auto ms = measurements(cfg.db_path);
+  EXPECT_EQ(s->measurements, ms.size());
+  EXPECT_EQ(std::count_if(ms.begin(), ms.end(), [](const auto& m) { return m.phase == "layer"; }),
+            std::ptrdiff_t(kTokens.size()));
+  expect_emulated_search_recorded(cfg.db_path);
+  // The run says it measured in process.
+  auto runs = open_db(cfg.db_path).list_runs();
+  ASSERT_TRUE(runs && runs->size() == 1u);
+  EXPECT_EQ(runs->front().status, db::RunStatus::finished);
+  EXPECT_EQ(runs->front().options.value("in_process", false), true) << runs->front().options.dump();
 }
 
 // Starts `flytune args...` with its output in `log`; the process id.

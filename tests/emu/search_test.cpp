@@ -31,6 +31,7 @@
 #include "tests/support/scoped_env.hpp"
 #include "tests/unit/db/db_test_support.hpp"
 #include "tuner/search/search.hpp"
+#include "tuner/worker/protocol.hpp"
 
 extern char** environ;
 
@@ -400,6 +401,7 @@ TEST(EmuSearch, KilledSearchResumesThenExportsAndChecks) {
 // The worker opens emu:<target> and emu:<target>:<n> as that target's
 // emulator, numbered; malformed selectors are one usage line, exit 2.
 TEST(EmuWorker, EmuSelectorsOpenAndBadOnesFailWithOneLine) {
+  const std::string device_request = protocol::to_line(protocol::encode(protocol::DeviceRequest{})) + "\n";
   struct Case {
     const char* selector;
     const char* arch;
@@ -408,20 +410,22 @@ TEST(EmuWorker, EmuSelectorsOpenAndBadOnesFailWithOneLine) {
   for (const Case& c : {Case{"emu:sm_90a", "sm_90a", "emu:sm_90a:0"}, Case{"emu:gfx942:1", "gfx942", "emu:gfx942:1"},
                         Case{"emu:gfx950:12", "gfx950", "emu:gfx950:12"}}) {
     SCOPED_TRACE(c.selector);
-    auto r = test::run_flytune({"worker", "--device", c.selector}, "{\"op\": \"device\"}\n");
+    auto r = test::run_flytune({"worker", "--device", c.selector}, device_request);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const json answer = json::parse(r.output, nullptr, false);
-    ASSERT_TRUE(answer.is_object()) << r.output;
-    EXPECT_EQ(answer["ok"], true) << r.output;
-    EXPECT_EQ(answer["device"]["runtime"], "emu");
-    EXPECT_EQ(answer["device"]["arch"], c.arch);
-    EXPECT_EQ(answer["device"]["name"], std::string("flytune CPU emulator (") + c.arch + ")");
-    EXPECT_EQ(answer["device"]["pci_bus_id"], c.bus);
+    auto message = protocol::parse_line(r.output.substr(0, r.output.find('\n')));
+    ASSERT_TRUE(message) << r.output;
+    auto answer = protocol::decode_answer<protocol::DeviceAnswer>(*message);
+    ASSERT_TRUE(answer) << answer.error().describe() << "\n" << r.output;
+    EXPECT_EQ(answer->protocol, protocol::kVersion);
+    EXPECT_EQ(answer->device.runtime, "emu");
+    EXPECT_EQ(answer->device.arch, c.arch);
+    EXPECT_EQ(answer->device.name, std::string("flytune CPU emulator (") + c.arch + ")");
+    EXPECT_EQ(answer->device.pci_bus_id, c.bus);
   }
   for (const char* bad : {"emu", "emu:", "emu:gfx999", "emu:sm_90a:", "emu:sm_90a:x", "emu:sm_90a:-1", "emu:sm_90a:1:2",
                           "emu::0", "tpu:0", "cuda:x"}) {
     SCOPED_TRACE(bad);
-    auto r = test::run_flytune({"worker", "--device", bad}, "{\"op\": \"device\"}\n");
+    auto r = test::run_flytune({"worker", "--device", bad}, device_request);
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_TRUE(r.output.starts_with("flytune: error: --device: bad device '")) << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;

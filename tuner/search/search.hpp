@@ -16,6 +16,7 @@
 #include "generator/space.hpp"
 #include "tuner/compile/compile.hpp"
 #include "tuner/search/ceilings.hpp"
+#include "tuner/search/strategy.hpp"
 
 namespace ft {
 
@@ -24,7 +25,7 @@ struct SearchConfig {
   std::vector<std::string> targets;  // dry run: the targets to build; GPU: empty = the GPU's own
   std::vector<int> tokens;
   std::string shard;                 // "I/N" when `tokens` is one shard's share (shard.hpp); recorded in the run
-  std::string strategy = "halving";  // a row of strategies.def (check_strategy, strategy.hpp)
+  std::string strategy{default_strategy()};  // a row of strategies.def (check_strategy)
   int budget = 0;                    // random: variants per kind and bucket (0: all)
   double time_limit_s = 0;           // random: stop sampling after this long (0: none)
   std::string db_path = "flytune.db";

@@ -59,4 +59,16 @@ void sort_fastest_first(Ranked& ranked) {
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
 }
 
+std::optional<Ranked> time_each(const std::vector<const Candidate*>& which, std::string_view phase, int reps,
+                                StageTimer& timer) {
+  Ranked timed;
+  for (const Candidate* c : which) {
+    if (timer.stopped()) return std::nullopt;
+    if (auto t = timer.time(*c, phase, reps)) timed.emplace_back(*t, c);
+    timer.screened(*c);
+  }
+  sort_fastest_first(timed);
+  return timed;
+}
+
 }  // namespace ft

@@ -106,5 +106,9 @@ std::string strategy_help();
 
 // Sorts by time, fastest first (ties keep the pool's order).
 void sort_fastest_first(Ranked& ranked);
+// Each of `which` timed once (`phase`, `reps`) and screened, in order; those
+// timed, fastest first. nullopt when the device stopped first.
+std::optional<Ranked> time_each(const std::vector<const Candidate*>& which, std::string_view phase, int reps,
+                                StageTimer& timer);
 
 }  // namespace ft

@@ -7,14 +7,7 @@ namespace {
 class Exhaustive final : public Strategy {
  public:
   std::optional<Ranked> rank(const std::vector<const Candidate*>& pool, const StageQuery&, StageTimer& timer) override {
-    Ranked timed;
-    for (const Candidate* c : pool) {
-      if (timer.stopped()) return std::nullopt;
-      if (auto t = timer.time(*c, "long", kLongReps)) timed.emplace_back(*t, c);
-      timer.screened(*c);
-    }
-    sort_fastest_first(timed);
-    return timed;
+    return time_each(pool, "long", kLongReps, timer);
   }
 };
 

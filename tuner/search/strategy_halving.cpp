@@ -14,13 +14,9 @@ namespace {
 class Halving final : public Strategy {
  public:
   std::optional<Ranked> rank(const std::vector<const Candidate*>& pool, const StageQuery&, StageTimer& timer) override {
-    Ranked timed;
-    for (const Candidate* c : pool) {
-      if (timer.stopped()) return std::nullopt;
-      if (auto t = timer.time(*c, "short", kShortReps)) timed.emplace_back(*t, c);
-      timer.screened(*c);
-    }
-    sort_fastest_first(timed);
+    std::optional<Ranked> screened = time_each(pool, "short", kShortReps, timer);
+    if (!screened) return std::nullopt;
+    Ranked timed = std::move(*screened);
     if (timed.size() <= 1) return timed;
     timed.resize(std::max<std::size_t>(2, (timed.size() + 3) / 4));
     for (auto& [t, c] : timed)

@@ -25,6 +25,7 @@
 #include "tuner/search/progress.hpp"
 #include "tuner/search/search.hpp"
 #include "tuner/search/shard.hpp"
+#include "tuner/search/strategy.hpp"
 #include "tuner/worker/worker_device.hpp"
 
 namespace ft::cli {
@@ -35,7 +36,7 @@ struct SearchOptions {
   std::vector<std::string> targets;
   std::string tokens;
   std::string shard;  // "I/N": this search's share of the token buckets
-  std::string strategy = "halving";
+  std::string strategy{default_strategy()};
   int budget = 0;
   double time_limit = 0;
   std::string db = "flytune.db";
@@ -52,6 +53,7 @@ struct SearchOptions {
   std::string command_line;
   bool no_baseline = false;
   bool emulate = false;
+  bool in_process = false;
   bool problem_given = false;
 };
 
@@ -241,9 +243,8 @@ int run(SearchOptions opt) {
   auto problem = resolve_problem(opt.problem);
   if (!problem) return report_error(problem.error());
   cfg.problem = *problem;
-  auto strategy = parse_strategy(opt.strategy);
-  if (!strategy) return report_error(as_usage(strategy.error(), "--strategy"));
-  cfg.strategy = *strategy;
+  if (auto st = check_strategy(opt.strategy); !st) return report_error(as_usage(st.error(), "--strategy"));
+  cfg.strategy = opt.strategy;
   auto space = parse_space_option(opt.space);
   if (!space) return report_error(space.error());
   cfg.space = *space;
@@ -287,6 +288,7 @@ int run(SearchOptions opt) {
   if (!devices) return report_error(devices.error());
   cfg.devices = *devices;
   cfg.allow_mixed = opt.allow_mixed;
+  cfg.in_process = opt.in_process;
   cfg.seed = opt.seed;
   cfg.command_line = opt.command_line;
   cfg.progress = !opt.json;
@@ -300,6 +302,8 @@ int run(SearchOptions opt) {
   // Without --dry-run, a GPU is needed; without one, say so and do the dry run
   // (generate + compile + analyse) for the targets asked, or the table's dry-run defaults.
   cfg.dry_run = opt.dry_run;
+  if (opt.in_process && opt.dry_run)
+    return report_error(Error{Errc::usage, "--in-process measures and --dry-run only compiles; give one of them", {}});
   if (!cfg.dry_run && !emulate) {
     bool any_gpu = false;
     for (const auto& r : probe_runtimes()) any_gpu = any_gpu || !r.devices.empty();
@@ -331,7 +335,8 @@ Command setup_search(CLI::App& app) {
   sub->add_option("--tokens", opt->tokens, "Token buckets, e.g. 1,16,64 or 1..16384 (default 1,2,4,...,16384)");
   sub->add_option("--shard", opt->shard,
                   "Search only shard I of N (0 <= I < N): the buckets whose index in the sorted list is I mod N");
-  sub->add_option("--strategy", opt->strategy, "exhaustive, random or halving")->capture_default_str();
+  sub->add_option("--strategy", opt->strategy, fmt::format("How each bucket's variants are timed: {}", strategy_help()))
+      ->capture_default_str();
   sub->add_option("--budget", opt->budget, "random: variants per kind and bucket (0: all)")->check(whole_number_at_least(0));
   sub->add_option("--time-limit", opt->time_limit, "random: seconds of sampling per kind and bucket (0: none)")
       ->check(finite_seconds());
@@ -352,6 +357,9 @@ Command setup_search(CLI::App& app) {
   sub->add_flag("--emulate", opt->emulate,
                 "The whole search on the CPU emulator of --target: verify, time, pair, record winners (no GPU needed; "
                 "default problem tiny, tokens 1,7,33)");
+  sub->add_flag("--in-process", opt->in_process,
+                "Measure in this process, not in a worker process per device: no crash isolation and no watchdog (a "
+                "kernel that faults or hangs ends the search); for --emulate and tests");
   sub->add_flag("--force", opt->force, "Measure again what the database already has");
   sub->add_flag("--graph", opt->graph, "Time the whole layer by CUDA/HIP graph replay");
   sub->add_flag("--json", opt->json, "Print the summary as JSON");

@@ -3,7 +3,9 @@
 // the CPU emulator (emu:<target>), run as the real binary. Also: a search
 // killed with SIGKILL mid-way resumes without measuring again, and the
 // database it ends with exports and passes check-export --emulate; worker
-// selectors emu:<target>[:<n>] open, malformed ones fail with one line.
+// selectors emu:<target>[:<n>] open, malformed ones fail with one line. And
+// the same whole search through the in-process measurer (run_search with
+// in_process: the measuring service called in this process, no worker).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -23,9 +25,13 @@
 #include <nlohmann/json.hpp>
 
 #include "db/store.hpp"
+#include "generator/problem.hpp"
+#include "generator/space.hpp"
 #include "tests/support/run_flytune.hpp"
 #include "tests/support/scoped_env.hpp"
 #include "tests/unit/db/db_test_support.hpp"
+#include "tuner/search/search.hpp"
+#include "tuner/worker/protocol.hpp"
 
 extern char** environ;
 
@@ -211,6 +217,58 @@ TEST(EmuSearch, WholeSearchVerifiesTimesPairsAndRecordsWinners) {
   expect_emulated_search_recorded(db);
 }
 
+// The whole search with the measuring service in this process
+// (make_in_process_measurer on emu:sm_90a): no worker is started -- the
+// worker executable named does not exist -- and the search verifies, times,
+// pairs the layer and records winners as the subprocess search does.
+TEST(EmuSearch, InProcessMeasurerRunsTheWholeSearch) {
+  test::ScratchDir dir;
+  SearchConfig cfg;
+  cfg.problem = *problem_from_preset("tiny");
+  cfg.targets = {kTarget};
+  cfg.devices = {std::string("emu:") + kTarget};
+  cfg.tokens = kTokens;
+  cfg.space = *SpaceOptions::parse(kSpace);
+  cfg.compile.backend = Backend::emulate;
+  cfg.compile.cache_dir = shared_cache();
+  cfg.in_process = true;
+  cfg.worker_executable = dir.file("no-such-worker");
+  cfg.db_path = dir.file("in-process.db");
+  cfg.seed = 7;
+  cfg.progress = false;
+  auto s = run_search(cfg);
+  ASSERT_TRUE(s) << s.error().describe();
+  EXPECT_EQ(s->device, "flytune CPU emulator (sm_90a) (sm_90a)");
+  EXPECT_FALSE(s->interrupted);
+  ASSERT_EQ(s->targets.size(), 1u);
+  EXPECT_EQ(s->targets[0].backend, "emulate");
+  EXPECT_EQ(s->targets[0].verify_failed, 0u);
+  EXPECT_EQ(s->targets[0].crashed, 0u);
+  EXPECT_GE(s->targets[0].verified, 4u);
+  ASSERT_EQ(s->gpus.size(), 1u);
+  EXPECT_EQ(s->gpus[0].crashes, 0u);
+  EXPECT_EQ(s->gpus[0].buckets, kTokens);
+  ASSERT_EQ(s->winners.size(), kTokens.size() * 3);
+  for (const BucketResult& w : s->winners) {
+    EXPECT_GT(w.median_us, 0) << w.kernel;
+    if (w.kind != "layer") {
+      EXPECT_GT(w.speedup_vs_default.value_or(0), 0) << w.kernel;
+    } else {
+      EXPECT_NE(w.kernel.find('+'), std::string::npos) << w.kernel;  // a stage pair
+    }
+  }
+  const auto ms = measurements(cfg.db_path);
+  EXPECT_EQ(s->measurements, ms.size());
+  EXPECT_EQ(std::count_if(ms.begin(), ms.end(), [](const auto& m) { return m.phase == "layer"; }),
+            std::ptrdiff_t(kTokens.size()));
+  expect_emulated_search_recorded(cfg.db_path);
+  // The run says it measured in process.
+  auto runs = open_db(cfg.db_path).list_runs();
+  ASSERT_TRUE(runs && runs->size() == 1u);
+  EXPECT_EQ(runs->front().status, db::RunStatus::finished);
+  EXPECT_EQ(runs->front().options.value("in_process", false), true) << runs->front().options.dump();
+}
+
 // Starts `flytune args...` with its output in `log`; the process id.
 pid_t spawn_flytune(const std::vector<std::string>& args, const std::string& log) {
   std::vector<std::string> all{FLYTUNE_BIN};
@@ -343,6 +401,7 @@ TEST(EmuSearch, KilledSearchResumesThenExportsAndChecks) {
 // The worker opens emu:<target> and emu:<target>:<n> as that target's
 // emulator, numbered; malformed selectors are one usage line, exit 2.
 TEST(EmuWorker, EmuSelectorsOpenAndBadOnesFailWithOneLine) {
+  const std::string device_request = protocol::to_line(protocol::encode(protocol::DeviceRequest{})) + "\n";
   struct Case {
     const char* selector;
     const char* arch;
@@ -351,20 +410,22 @@ TEST(EmuWorker, EmuSelectorsOpenAndBadOnesFailWithOneLine) {
   for (const Case& c : {Case{"emu:sm_90a", "sm_90a", "emu:sm_90a:0"}, Case{"emu:gfx942:1", "gfx942", "emu:gfx942:1"},
                         Case{"emu:gfx950:12", "gfx950", "emu:gfx950:12"}}) {
     SCOPED_TRACE(c.selector);
-    auto r = test::run_flytune({"worker", "--device", c.selector}, "{\"op\": \"device\"}\n");
+    auto r = test::run_flytune({"worker", "--device", c.selector}, device_request);
     ASSERT_EQ(r.exit_code, 0) << r.output;
-    const json answer = json::parse(r.output, nullptr, false);
-    ASSERT_TRUE(answer.is_object()) << r.output;
-    EXPECT_EQ(answer["ok"], true) << r.output;
-    EXPECT_EQ(answer["device"]["runtime"], "emu");
-    EXPECT_EQ(answer["device"]["arch"], c.arch);
-    EXPECT_EQ(answer["device"]["name"], std::string("flytune CPU emulator (") + c.arch + ")");
-    EXPECT_EQ(answer["device"]["pci_bus_id"], c.bus);
+    auto message = protocol::parse_line(r.output.substr(0, r.output.find('\n')));
+    ASSERT_TRUE(message) << r.output;
+    auto answer = protocol::decode_answer<protocol::DeviceAnswer>(*message);
+    ASSERT_TRUE(answer) << answer.error().describe() << "\n" << r.output;
+    EXPECT_EQ(answer->protocol, protocol::kVersion);
+    EXPECT_EQ(answer->device.runtime, "emu");
+    EXPECT_EQ(answer->device.arch, c.arch);
+    EXPECT_EQ(answer->device.name, std::string("flytune CPU emulator (") + c.arch + ")");
+    EXPECT_EQ(answer->device.pci_bus_id, c.bus);
   }
   for (const char* bad : {"emu", "emu:", "emu:gfx999", "emu:sm_90a:", "emu:sm_90a:x", "emu:sm_90a:-1", "emu:sm_90a:1:2",
                           "emu::0", "tpu:0", "cuda:x"}) {
     SCOPED_TRACE(bad);
-    auto r = test::run_flytune({"worker", "--device", bad}, "{\"op\": \"device\"}\n");
+    auto r = test::run_flytune({"worker", "--device", bad}, device_request);
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_TRUE(r.output.starts_with("flytune: error: --device: bad device '")) << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;

@@ -11,6 +11,7 @@
 #include "generator/space.hpp"
 #include "tuner/compile/compile.hpp"
 #include "tuner/device/runtimes.hpp"
+#include "tuner/worker/protocol.hpp"
 #include "tuner/worker/worker_process.hpp"
 
 namespace ft {
@@ -22,6 +23,13 @@ std::string write_object(const CodeObject& co, const std::filesystem::path& dir)
   auto path = dir / (co.kernel_name + ".cubin");
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(co.binary.data()), std::streamsize(co.binary.size()));
   return path.string();
+}
+
+// One request through the worker's pipe, its answer decoded.
+Result<protocol::Answer> send(WorkerProcess& w, const protocol::Request& request, std::chrono::milliseconds timeout) {
+  const std::string line = FT_TRY(w.exchange(protocol::to_line(protocol::encode(request)), timeout));
+  const nlohmann::json message = FT_TRY(protocol::parse_line(line));
+  return protocol::decode_answer_to(request, message);
 }
 
 TEST(WorkerFault, IllegalAddressEndsOnlyTheWorker) {
@@ -42,30 +50,31 @@ TEST(WorkerFault, IllegalAddressEndsOnlyTheWorker) {
   ASSERT_TRUE(stage) << stage.error().describe();
   auto dir = std::filesystem::temp_directory_path() / "flytune-fault-test";
   std::filesystem::create_directories(dir);
-  const nlohmann::json open{{"op", "open"}, {"problem", {{"experts", p.experts}, {"hidden", p.hidden}, {"inter", p.inter}, {"topk", p.topk}}},
-                            {"target", "sm_90a"}, {"support", write_object(*support, dir)}, {"max_tokens", 64}};
-  const nlohmann::json inputs{{"op", "inputs"}, {"tokens", 33}, {"seed", 5}, {"empty_experts", 1}};
-  const nlohmann::json verify{{"op", "verify"}, {"variant", v.to_json()}, {"code_object", write_object(*stage, dir)}, {"entry", v.name()}};
+  const protocol::Request open = protocol::OpenRequest{p, "sm_90a", write_object(*support, dir), 64};
+  const protocol::Request inputs = protocol::InputsRequest{33, 5, 1};
+  const protocol::Request verify = protocol::VerifyRequest{{v, write_object(*stage, dir), v.name()}};
 
   WorkerProcess w;
   auto prime_and_verify = [&] {
     ASSERT_TRUE(w.start(exe, "cuda:0"));
     for (const auto& req : {open, inputs}) {
-      auto r = w.request(req, 120s);
+      auto r = send(w, req, 120s);
       ASSERT_TRUE(r) << r.error().describe();
     }
-    auto r = w.request(verify, 120s);
+    auto r = send(w, verify, 120s);
     ASSERT_TRUE(r) << r.error().describe();
-    EXPECT_TRUE((*r)["passed"].get<bool>()) << r->dump();
+    const auto* answer = std::get_if<protocol::VerifyAnswer>(&*r);
+    ASSERT_NE(answer, nullptr);
+    EXPECT_TRUE(answer->passed) << answer->summary;
   };
   prime_and_verify();
 
-  auto fault = w.request({{"op", "fault"}}, 60s);
+  auto fault = send(w, protocol::FaultRequest{}, 60s);
   ASSERT_FALSE(fault);
   EXPECT_EQ(fault.error().code, Errc::device) << fault.error().describe();
   EXPECT_NE(fault.error().message.find("ILLEGAL_ADDRESS"), std::string::npos) << fault.error().message;
   // The worker ends after a device error; the next request says how.
-  auto after = w.request(inputs, 30s);
+  auto after = send(w, inputs, 30s);
   EXPECT_FALSE(after);
 
   prime_and_verify();  // a fresh worker on the same GPU works

@@ -13,6 +13,7 @@
 #include "db/store.hpp"
 #include "generator/problem.hpp"
 #include "tuner/search/search.hpp"
+#include "tuner/worker/protocol.hpp"
 
 namespace ft {
 namespace {
@@ -199,6 +200,29 @@ TEST_F(MultiGpuSearch, OneGpuNamedTwiceIsRefused) {
   ASSERT_FALSE(s);
   EXPECT_EQ(s.error().code, Errc::usage);
   EXPECT_NE(s.error().message.find("are the same GPU"), std::string::npos) << s.error().message;
+}
+
+// A worker binary of another build (another protocol version) is refused at
+// its first answer with one line naming both versions; nothing is measured.
+TEST_F(MultiGpuSearch, AWorkerOfAnotherProtocolVersionIsRefused) {
+  ScopedEnv env({{"FT_FAKE_PROTOCOL", std::to_string(protocol::kVersion + 1)}});
+  auto s = run_search(config("protocol.db", {"cuda:0"}));
+  ASSERT_FALSE(s);
+  const std::string line = s.error().describe();
+  EXPECT_NE(line.find("the worker speaks protocol " + std::to_string(protocol::kVersion + 1) +
+                      ", this flytune speaks protocol " + std::to_string(protocol::kVersion)),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find(FT_FAKE_WORKER), std::string::npos) << "the message names the worker binary: " << line;
+  EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+  auto store = db::Store::open((dir_ / "protocol.db").string(), db::OpenMode::read_only);
+  ASSERT_TRUE(store) << store.error().describe();
+  auto runs = store->list_runs();
+  ASSERT_TRUE(runs && runs->size() == 1u);
+  EXPECT_EQ(runs->front().status, db::RunStatus::failed);
+  auto rows = store->measurements();
+  ASSERT_TRUE(rows);
+  EXPECT_TRUE(rows->empty());
 }
 
 }  // namespace

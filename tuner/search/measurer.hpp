@@ -1,63 +1,74 @@
 #pragma once
-// The search's handle on one GPU: a `flytune worker` subprocess (crash
-// isolation, tuner/worker/) that is restarted after a fault or a hang with the
-// problem re-opened and the inputs re-sent. A worker that cannot be started
-// again is dead: its requests fail at once and the search deals its work to
-// the GPUs that are left.
+// The search's handle on one device: what the search's steps ask of it
+// (verify and time stage kernels and layers, fresh inputs, telemetry), in the
+// typed requests of tuner/worker/protocol.hpp.
+//
+// Two implementations run the one measuring service (WorkerService):
+//   make_worker_measurer      in a `flytune worker` subprocess: crash
+//                             isolation, a watchdog per request (hangs kill
+//                             the worker), restarts;
+//   make_in_process_measurer  in this process on any Device (a GPU or the
+//                             CPU emulator): no fork, no watchdog, a kernel
+//                             that faults takes the search down -- for tests
+//                             and `flytune search --in-process`.
+// Both restart their service after a fault (problem re-opened, inputs
+// re-sent) and count it; one that cannot be restarted twice in a row is
+// dead: its requests fail at once and the search deals its work to the
+// devices that are left. Tests implement Measurer with made-up devices.
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "generator/error.hpp"
-#include "tuner/worker/worker_process.hpp"
+#include "tuner/worker/protocol.hpp"
+#include "tuner/worker/worker_service.hpp"
 
 namespace ft {
 
 class Measurer {
  public:
-  // `stop`: set by the search when an error on another GPU ends it; a
-  // stopped measurer (that, or Ctrl-C) restarts nothing.
-  Measurer(std::string executable, std::string selector, const std::atomic<bool>& stop);
+  virtual ~Measurer() = default;
 
-  // Starts the worker and asks for its device ({"device": {...}}).
-  Result<nlohmann::json> start_and_query_device();
+  // Starts measuring and asks for the device. A worker of another protocol
+  // version is refused here.
+  virtual Result<DeviceInfo> start() = 0;
+  // Opens the problem; restarts re-send it.
+  virtual Status open(const protocol::OpenRequest& request) = 0;
+  // Fresh inputs; restarts re-send them.
+  virtual Status set_inputs(const protocol::InputsRequest& request) = 0;
 
-  // Opens the problem in the worker; restarts re-send it.
-  Status open(nlohmann::json request);
+  // A failure is the request's to record (its Errc says how: verify, timeout,
+  // device); after a crash the service is restarted before the next request.
+  virtual Result<protocol::VerifyAnswer> verify(const protocol::VerifyRequest& request) = 0;
+  virtual Result<Timing> time(const protocol::TimeRequest& request) = 0;
+  virtual Result<protocol::VerifyAnswer> verify_layer(const protocol::VerifyLayerRequest& request) = 0;
+  virtual Result<LayerTiming> time_layer(const protocol::TimeLayerRequest& request) = 0;
+  // Clocks and temperature where readable; empty when not (never an error).
+  virtual TelemetryReading telemetry() = 0;
 
-  // Sends a request. A worker that died or hung is restarted (problem
-  // re-opened, inputs re-sent) and the failure returned for the caller to
-  // record; one that cannot be restarted leaves the measurer dead().
-  Result<nlohmann::json> call(const nlohmann::json& req, std::chrono::milliseconds timeout);
-
-  // Fresh inputs at `tokens` (X, weights, routing from `seed`); restarts re-send them.
-  Status set_inputs(int tokens, std::uint64_t seed, int empty_experts);
-
-  nlohmann::json telemetry();
-
-  // The worker's selector ("cuda:1"; "" for the first GPU found).
-  const std::string& selector() const { return selector_; }
-  std::string label() const { return selector_.empty() ? "gpu" : selector_; }
-  std::size_t crashes() const { return crashes_; }
-  bool dead() const { return dead_; }
-  // Work on this measurer should stop: the search is stopping, or the worker is dead.
-  bool stopped() const;
-  // Kills the worker process (tests; a search never needs to).
-  pid_t worker_pid() const { return worker_.pid(); }
-
- private:
-  Status restart();
-
-  std::string exe_, selector_;
-  const std::atomic<bool>& stop_;
-  WorkerProcess worker_;
-  nlohmann::json open_, inputs_;
-  std::size_t crashes_ = 0;
-  bool dead_ = false;
+  // The device's selector ("cuda:1"; "" for the first GPU found).
+  virtual const std::string& selector() const = 0;
+  std::string label() const { return selector().empty() ? "gpu" : selector(); }
+  // How often the service died, hung or hit a device error.
+  virtual std::size_t crashes() const = 0;
+  // The service could not be restarted.
+  virtual bool dead() const = 0;
+  // Work on this measurer should stop: the search is stopping (the stop flag
+  // or Ctrl-C), or the measurer is dead.
+  virtual bool stopped() const = 0;
 };
+
+// `stop`: set by the search when an error on another device ends it; a
+// stopped measurer restarts nothing. `executable` empty: this program.
+std::unique_ptr<Measurer> make_worker_measurer(std::string executable, std::string selector,
+                                               const std::atomic<bool>& stop);
+// The service in this process on the device `open` gives (opened again after
+// a device error); `selector` names it in messages and summaries.
+std::unique_ptr<Measurer> make_in_process_measurer(WorkerService::DeviceFactory open, std::string selector,
+                                                   const std::atomic<bool>& stop);
+// The same on the device a selector names (worker_device.hpp: cuda:N, hip:N, emu:<target>[:<n>]).
+std::unique_ptr<Measurer> make_in_process_measurer(std::string selector, const std::atomic<bool>& stop);
 
 }  // namespace ft

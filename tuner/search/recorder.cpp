@@ -2,6 +2,41 @@
 
 namespace ft {
 
+std::vector<db::StaleRun> Recorder::stale_runs() {
+  std::lock_guard lock(mu_);
+  return store_.stale_runs();
+}
+
+Result<std::int64_t> Recorder::begin_run(const db::RunRecord& run) {
+  std::lock_guard lock(mu_);
+  return store_.begin_run(run);
+}
+
+Status Recorder::end_run(std::int64_t run_id, db::RunStatus status) {
+  std::lock_guard lock(mu_);
+  return store_.end_run(run_id, status);
+}
+
+Result<std::int64_t> Recorder::problem(const db::ProblemRecord& p) {
+  std::lock_guard lock(mu_);
+  return store_.upsert_problem(p);
+}
+
+Result<std::int64_t> Recorder::device(const db::DeviceRecord& d) {
+  std::lock_guard lock(mu_);
+  return store_.upsert_device(d);
+}
+
+Result<std::int64_t> Recorder::toolchain(const db::ToolchainRecord& t) {
+  std::lock_guard lock(mu_);
+  return store_.upsert_toolchain(t);
+}
+
+Status Recorder::code_object(std::string_view hash, std::string_view format, std::span<const std::byte> bytes) {
+  std::lock_guard lock(mu_);
+  return store_.put_code_object(hash, format, bytes);
+}
+
 Result<std::int64_t> Recorder::variant(const db::VariantRecord& v) {
   std::lock_guard lock(mu_);
   return store_.upsert_variant(v);
@@ -17,6 +52,11 @@ Status Recorder::measurement(const db::MeasurementRecord& m) {
 Result<std::optional<db::MeasurementRecord>> Recorder::latest(const db::MeasurementKey& key) {
   std::lock_guard lock(mu_);
   return store_.latest_measurement(key);
+}
+
+Result<std::vector<db::MeasurementRecord>> Recorder::measurements(const db::MeasurementFilter& filter) {
+  std::lock_guard lock(mu_);
+  return store_.measurements(filter);
 }
 
 void Recorder::resumed() {

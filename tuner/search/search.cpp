@@ -28,6 +28,7 @@
 #include "tuner/search/progress.hpp"
 #include "tuner/search/recorder.hpp"
 #include "tuner/search/steps.hpp"
+#include "tuner/search/strategy.hpp"
 #include "tuner/subprocess.hpp"
 
 namespace ft {
@@ -92,7 +93,7 @@ struct RecordedSpace {
   std::string support_path;
 };
 
-Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target, const SearchConfig& cfg,
+Result<RecordedSpace> compile_and_record(Recorder& rec, const Target& target, const SearchConfig& cfg,
                                          TargetSummary& summary, const std::filesystem::path& object_dir) {
   CompileSpaceOptions opt;
   opt.space = cfg.space;
@@ -115,7 +116,7 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
   summary.cache_hits = rs.space.cache_hits;
 
   const CodeObject& support = *rs.space.support;
-  rs.toolchain_id = FT_TRY(store.upsert_toolchain({0, std::string(to_string(support.backend)), support.toolchain_version, ""}));
+  rs.toolchain_id = FT_TRY(rec.toolchain({0, std::string(to_string(support.backend)), support.toolchain_version, ""}));
   const std::string ext(code_object_extension(support.backend));
   auto write_object = [&](const CodeObject& co) -> Result<std::string> {
     auto path = object_dir / (co.hash + ext);
@@ -129,7 +130,7 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
   rs.support_path = FT_TRY(write_object(support));
   // The support unit goes into the database too, so `flytune export` ships the
   // exact align/reduce/shuffle build the winners were measured with.
-  FT_CHECK(store.put_code_object(support.hash, ext.substr(1), support.binary));
+  FT_CHECK(rec.code_object(support.hash, ext.substr(1), support.binary));
   db::VariantRecord support_row{.kernel_name = support.kernel_name, .target = std::string(target.name), .kind = "support",
                                  .source_hash = support.cache_key, .code_object_hash = support.hash,
                                  .toolchain_id = rs.toolchain_id, .compile_log = support.log,
@@ -138,7 +139,7 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
   const LaunchShape align = align_launch(cfg.problem);
   if (auto r = analyze(support, target, align_entry(target), align.block, align.lds_bytes)) support_row.resources = to_db(*r);
   else support_row.compile_log = with_analysis_note(support_row.compile_log, r.error().describe());
-  FT_TRY(store.upsert_variant(support_row));
+  FT_TRY(rec.variant(support_row));
 
   for (const CompiledVariant& cv : rs.space.variants) {
     db::VariantRecord vr;
@@ -157,7 +158,7 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
         vr.resources = to_db(*cv.resources);
         for (const auto& [m, n] : cv.resources->matrix_ops) vr.matrix_ops[m] = n;
       }
-      FT_CHECK(store.put_code_object(cv.object->hash, ext.substr(1), cv.object->binary));
+      FT_CHECK(rec.code_object(cv.object->hash, ext.substr(1), cv.object->binary));
       rs.object_paths[vr.kernel_name] = FT_TRY(write_object(*cv.object));
       ++summary.compiled;
       if (!cv.pruned_because.empty()) ++summary.pruned;
@@ -166,14 +167,14 @@ Result<RecordedSpace> compile_and_record(db::Store& store, const Target& target,
       vr.compile_log = cv.object.error().describe();
       ++summary.compile_failed;
     }
-    rs.variant_ids[vr.kernel_name] = FT_TRY(store.upsert_variant(vr));
+    rs.variant_ids[vr.kernel_name] = FT_TRY(rec.variant(vr));
   }
   return rs;
 }
 
 // The dry run: each target's space generated, compiled, analysed and recorded
 // (no GPU). The run's status, or the error (the run then marked failed).
-Result<db::RunStatus> dry_run(db::Store& store, const SearchConfig& cfg, SearchSummary& summary,
+Result<db::RunStatus> dry_run(Recorder& rec, const SearchConfig& cfg, SearchSummary& summary,
                               const std::filesystem::path& object_dir) {
   summary.device = "compile-only";
   for (const std::string& name : cfg.targets) {
@@ -181,38 +182,19 @@ Result<db::RunStatus> dry_run(db::Store& store, const SearchConfig& cfg, SearchS
     if (g_interrupted.load()) return db::RunStatus::interrupted;
     const Target* target = FT_TRY(lookup_target(name));
     TargetSummary ts;
-    auto rs = compile_and_record(store, *target, cfg, ts, object_dir);
+    auto rs = compile_and_record(rec, *target, cfg, ts, object_dir);
     if (!rs && rs.error().code == Errc::interrupted) return db::RunStatus::interrupted;
     if (!rs) {
-      (void)store.end_run(summary.run_id, db::RunStatus::failed);
       // Name the target once: toolchain errors already start with it.
       const std::string target_name(target->name);
       const bool named = rs.error().context == target_name || rs.error().context.starts_with(target_name + ": ");
       return std::unexpected(named ? rs.error() : with_context(rs.error(), target_name));
     }
-    (void)FT_TRY(store.upsert_device(db::DeviceRecord::compile_only(target->name)));
+    (void)FT_TRY(rec.device(db::DeviceRecord::compile_only(target->name)));
     summary.targets.push_back(ts);
     if (rs->space.interrupted) return db::RunStatus::interrupted;
   }
   return db::RunStatus::finished;
-}
-
-// The device a worker reports ({"device": {...}} of its "device" answer).
-DeviceInfo device_info_of(const nlohmann::json& dj) {
-  DeviceInfo info;
-  info.runtime = dj.value("runtime", "");
-  info.ordinal = dj.value("ordinal", 0);
-  info.name = dj.value("name", "");
-  info.arch = dj.value("arch", "");
-  info.compute_units = dj.value("compute_units", 0);
-  info.memory_bytes = dj.value("memory_bytes", std::size_t(0));
-  info.l2_bytes = dj.value("l2_bytes", std::size_t(0));
-  info.max_shared_per_block = dj.value("max_shared_per_block", 0);
-  info.clock_mhz = dj.value("clock_mhz", 0);
-  info.driver_version = dj.value("driver_version", "");
-  info.runtime_version = dj.value("runtime_version", "");
-  info.pci_bus_id = dj.value("pci_bus_id", "");
-  return info;
 }
 
 // This process's folder of code objects for the worker, removed with it.
@@ -372,17 +354,17 @@ Status verify_model(const SearchConfig& cfg, std::vector<Gpu>& gpus, Model& mode
   for (const CompiledVariant& cv : model.space->space.variants)
     if (cv.usable())
       all.push_back({&cv, model.space->variant_ids.at(cv.variant.name()),
-                     {{"variant", cv.variant.to_json()}, {"code_object", model.space->object_paths.at(cv.variant.name())},
-                      {"entry", cv.variant.name()}}});
+                     {cv.variant, model.space->object_paths.at(cv.variant.name()), cv.variant.name()}});
   std::vector<std::optional<VerifyOutcome>> outcome(all.size());
   std::vector<int> items(all.size());
   std::iota(items.begin(), items.end(), 0);
   WorkQueue queue(items);
   Progress bar(many_bars ? fmt::format("verify {}", model.label) : "verify", all.size(), cfg.progress,
                many_bars ? Progress::Mode::lines : Progress::Mode::automatic);
-  const int empty = cfg.problem.experts > cfg.problem.topk ? 1 : 0;
+  // One expert without tokens where the routing allows it (a replayed trace is what it is).
+  const int empty = cfg.problem.experts > cfg.problem.topk && cfg.problem.routing.kind != Routing::Kind::replay ? 1 : 0;
   FT_CHECK(deal(
-      gpus, model.gpus, queue, abort, [&](Gpu& gpu) { return gpu.m->set_inputs(cfg.verify_tokens, seed, empty); },
+      gpus, model.gpus, queue, abort, [&](Gpu& gpu) { return gpu.m->set_inputs({cfg.verify_tokens, seed, empty}); },
       [&](Gpu& gpu, int i) -> Result<bool> {
         const std::optional<VerifyOutcome> r = FT_TRY(verify_one(cfg, *gpu.ctx, all[std::size_t(i)]));
         if (!r) return false;
@@ -417,15 +399,16 @@ Status search_buckets(const SearchConfig& cfg, std::vector<Gpu>& gpus, Model& mo
       gpus, model.gpus, queue, abort, [](Gpu&) -> Status { return {}; },
       [&](Gpu& gpu, int tokens) -> Result<bool> {
         const auto start = Clock::now();
-        if (auto st = gpu.m->set_inputs(tokens, seed + std::uint64_t(tokens), 0); !st) {
+        if (auto st = gpu.m->set_inputs({tokens, seed + std::uint64_t(tokens), 0}); !st) {
           if (gpu.m->stopped()) return false;
           return std::unexpected(st.error());
         }
-        const nlohmann::json tele = gpu.m->telemetry();
+        const TelemetryReading tele = gpu.m->telemetry();
         StageStep stage{cfg, *model.target, *gpu.ctx, model.candidates, std::mt19937_64(seed + std::uint64_t(tokens)), many_gpus};
         std::map<StageRole, Ranked> best;
         for (StageRole kind : {StageRole::stage1, StageRole::stage2}) {
-          std::optional<Ranked> ranked = FT_TRY(stage.rank(kind, tokens, tele));
+          auto strategy = FT_TRY(make_strategy(cfg.strategy, {cfg.budget, cfg.time_limit_s}));
+          std::optional<Ranked> ranked = FT_TRY(stage.rank(*strategy, kind, tokens, tele));
           if (!ranked) return false;
           best[kind] = std::move(*ranked);
           if (!best[kind].empty()) FT_CHECK(stage.record_winner(kind, tokens, best[kind], tele));
@@ -442,17 +425,17 @@ Status search_buckets(const SearchConfig& cfg, std::vector<Gpu>& gpus, Model& mo
       });
 }
 
-// Starts one worker per selector and asks each for its GPU; GPUs named twice
-// (one bus id) are refused.
+// Starts one measurer per selector (a worker process each, or in this
+// process) and asks each for its device; GPUs named twice (one bus id) are refused.
 Result<std::vector<Gpu>> start_gpus(const SearchConfig& cfg, std::atomic<bool>& abort) {
   const std::vector<std::string> selectors = cfg.devices.empty() ? std::vector<std::string>{""} : cfg.devices;
   std::vector<Gpu> gpus;
   for (const std::string& sel : selectors) {
     Gpu gpu;
-    gpu.m = std::make_unique<Measurer>(cfg.worker_executable, sel, abort);
-    auto dev = gpu.m->start_and_query_device();
+    gpu.m = cfg.in_process ? make_in_process_measurer(sel, abort) : make_worker_measurer(cfg.worker_executable, sel, abort);
+    auto dev = gpu.m->start();
     if (!dev) return std::unexpected(sel.empty() ? dev.error() : with_context(dev.error(), sel));
-    gpu.info = device_info_of((*dev)["device"]);
+    gpu.info = std::move(*dev);
     for (const Gpu& other : gpus)
       if (!gpu.info.pci_bus_id.empty() && other.info.pci_bus_id == gpu.info.pci_bus_id)
         return fail(Errc::usage, fmt::format("{} and {} are the same GPU (PCI {}); name each GPU once", other.m->label(),
@@ -464,10 +447,10 @@ Result<std::vector<Gpu>> start_gpus(const SearchConfig& cfg, std::atomic<bool>& 
 
 // The GPUs grouped by model (one device row each). Several models only with
 // --allow-mixed: each then gets winners of its own.
-Result<std::vector<Model>> group_by_model(const SearchConfig& cfg, db::Store& store, std::vector<Gpu>& gpus) {
+Result<std::vector<Model>> group_by_model(const SearchConfig& cfg, Recorder& rec, std::vector<Gpu>& gpus) {
   std::vector<Model> models;
   for (std::size_t i = 0; i < gpus.size(); ++i) {
-    const std::int64_t id = FT_TRY(store.upsert_device(db::DeviceRecord::from(gpus[i].info)));
+    const std::int64_t id = FT_TRY(rec.device(db::DeviceRecord::from(gpus[i].info)));
     auto it = std::find_if(models.begin(), models.end(), [&](const Model& m) { return m.device_id == id; });
     if (it == models.end()) {
       Model m;
@@ -497,20 +480,13 @@ Result<std::vector<Model>> group_by_model(const SearchConfig& cfg, db::Store& st
 Status open_problem(const SearchConfig& cfg, std::vector<Gpu>& gpus, const std::vector<Model>& models,
                     std::atomic<bool>& abort) {
   const int max_tokens = std::max(*std::max_element(cfg.tokens.begin(), cfg.tokens.end()), cfg.verify_tokens);
-  const nlohmann::json problem{{"name", cfg.problem.name}, {"experts", cfg.problem.experts}, {"hidden", cfg.problem.hidden},
-                               {"inter", cfg.problem.inter}, {"topk", cfg.problem.topk}, {"dtype", to_string(cfg.problem.dtype)},
-                               {"routing", cfg.problem.routing.kind == Routing::Kind::replay
-                                               ? "replay:" + cfg.problem.routing.replay_file
-                                               : cfg.problem.routing.key()}};
   FirstError first(abort);
   std::vector<std::size_t> all(gpus.size());
   std::iota(all.begin(), all.end(), 0);
   on_each(all, [&](std::size_t i) {
     Gpu& gpu = gpus[i];
     const Model& model = models[gpu.model];
-    if (auto st = gpu.m->open({{"op", "open"}, {"problem", problem}, {"target", model.target->name},
-                               {"support", model.space->support_path}, {"max_tokens", max_tokens}});
-        !st)
+    if (auto st = gpu.m->open({cfg.problem, std::string(model.target->name), model.space->support_path, max_tokens}); !st)
       first.set(gpus.size() > 1 ? with_context(st.error(), gpu.m->label()) : st.error());
   });
   return first.status();
@@ -521,6 +497,81 @@ std::string devices_label(const std::vector<Model>& models) {
   std::vector<std::string> parts;
   for (const Model& m : models) parts.push_back(m.gpus.size() > 1 ? fmt::format("{}x {}", m.gpus.size(), m.label) : m.label);
   return fmt::format("{}", fmt::join(parts, " + "));
+}
+
+// Each target's space compiled and recorded once, whatever the number of
+// devices; false when Ctrl-C stopped the compile.
+Result<bool> compile_models(const SearchConfig& cfg, Recorder& rec, std::vector<Model>& models, SearchSummary& summary,
+                            std::map<std::string, std::pair<RecordedSpace, TargetSummary>>& spaces,
+                            const std::filesystem::path& object_dir) {
+  for (Model& model : models) {
+    const std::string name(model.target->name);
+    if (!spaces.contains(name)) {
+      TargetSummary ts;
+      auto recorded = compile_and_record(rec, *model.target, cfg, ts, object_dir);
+      if (!recorded && recorded.error().code == Errc::interrupted) return false;
+      if (!recorded) return std::unexpected(recorded.error());
+      if (recorded->space.interrupted) {
+        summary.targets.push_back(ts);
+        return false;
+      }
+      spaces.emplace(name, std::pair{std::move(*recorded), ts});
+    }
+    model.space = &spaces.at(name).first;
+    model.ts = spaces.at(name).second;
+  }
+  return true;
+}
+
+// Each model on its own: verify every usable variant once (dealt to its
+// devices), then its token buckets (dealt to its devices); then what each
+// model and device did, in the summary.
+Status search_models(const SearchConfig& cfg, std::vector<Gpu>& gpus, std::vector<Model>& models,
+                     std::atomic<bool>& abort, std::uint64_t seed, SearchSummary& summary) {
+  FirstError first(abort);
+  std::vector<std::size_t> model_ids(models.size());
+  std::iota(model_ids.begin(), model_ids.end(), 0);
+  on_each(model_ids, [&](std::size_t k) {
+    Model& model = models[k];
+    if (auto st = verify_model(cfg, gpus, model, abort, seed, models.size() > 1); !st) return first.set(st.error());
+    if (g_interrupted.load()) return;
+    if (auto st = search_buckets(cfg, gpus, model, abort, seed, gpus.size() > 1); !st) first.set(st.error());
+  });
+  for (Model& model : models) {
+    for (std::size_t i : model.gpus) model.ts.crashed += gpus[i].m->crashes();
+    summary.targets.push_back(model.ts);
+  }
+  for (const Gpu& gpu : gpus) {
+    std::vector<int> buckets = gpu.buckets;
+    std::sort(buckets.begin(), buckets.end());
+    summary.gpus.push_back({gpu.m->label(), gpu.info.name, gpu.info.pci_bus_id, buckets, gpu.verified, gpu.m->crashes(),
+                            gpu.m->dead()});
+  }
+  return first.status();
+}
+
+// The search on devices (GPUs or emulated ones): one measurer each, grouped
+// by model; the run's status, or the error.
+Result<db::RunStatus> device_search(const SearchConfig& cfg, Recorder& rec, SearchSummary& summary,
+                                    std::int64_t problem_id, const std::filesystem::path& object_dir) {
+  std::atomic<bool> abort{false};  // an error on one device stops the others
+  std::vector<Gpu> gpus = FT_TRY(start_gpus(cfg, abort));
+  std::vector<Model> models = FT_TRY(group_by_model(cfg, rec, gpus));
+  summary.device = devices_label(models);
+  std::map<std::string, std::pair<RecordedSpace, TargetSummary>> spaces;
+  if (!FT_TRY(compile_models(cfg, rec, models, summary, spaces, object_dir))) return db::RunStatus::interrupted;
+  for (Gpu& gpu : gpus) {
+    const Model& model = models[gpu.model];
+    gpu.ctx.emplace(GpuContext{*gpu.m, gpu.info, summary.run_id, problem_id, model.device_id, model.space->toolchain_id, rec});
+  }
+  FT_CHECK(open_problem(cfg, gpus, models, abort));
+  const Status searched = search_models(cfg, gpus, models, abort, cfg.seed ? cfg.seed : fresh_seed(), summary);
+  // Buckets finish in any order on several devices: list them by token count
+  // (each bucket's stage winners, then its layer, as one device recorded them).
+  std::stable_sort(summary.winners.begin(), summary.winners.end(),
+                   [](const BucketResult& a, const BucketResult& b) { return a.tokens < b.tokens; });
+  FT_CHECK(searched);
+  return g_interrupted.load() ? db::RunStatus::interrupted : db::RunStatus::finished;
 }
 
 }  // namespace
@@ -537,22 +588,6 @@ void install_interrupt_handler() {
   sigaction(SIGPIPE, &sa, nullptr);
 }
 bool interrupted() { return g_interrupted.load(); }
-
-Result<Strategy> parse_strategy(std::string_view s) {
-  if (s == "exhaustive") return Strategy::exhaustive;
-  if (s == "random") return Strategy::random;
-  if (s == "halving") return Strategy::halving;
-  return fail(Errc::usage, fmt::format("unknown strategy '{}'; use exhaustive, random or halving", s));
-}
-
-std::string_view to_string(Strategy s) {
-  switch (s) {
-    case Strategy::exhaustive: return "exhaustive";
-    case Strategy::random: return "random";
-    case Strategy::halving: return "halving";
-  }
-  return "?";
-}
 
 nlohmann::json SearchSummary::to_json() const {
   nlohmann::json j{{"run_id", run_id}, {"db", db_path}, {"device", device}, {"interrupted", interrupted},
@@ -584,108 +619,36 @@ nlohmann::json SearchSummary::to_json() const {
 Result<SearchSummary> run_search(const SearchConfig& cfg) {
   const auto t0 = Clock::now();
   FT_CHECK(cfg.problem.validate());
-  db::Store store = FT_TRY(db::Store::open(cfg.db_path, db::OpenMode::create));
+  FT_CHECK(check_strategy(cfg.strategy));
   SearchSummary summary;
   summary.db_path = cfg.db_path;
   summary.dry_run = cfg.dry_run;
-  for (const db::StaleRun& r : store.stale_runs())
-    summary.notes.push_back(fmt::format("run {} was left 'running' by process {}, which no longer exists (killed?); "
-                                        "marked interrupted (its results are kept)", r.id, r.pid));
+  Recorder rec(FT_TRY(db::Store::open(cfg.db_path, db::OpenMode::create)), summary);
+  for (const db::StaleRun& r : rec.stale_runs())
+    rec.note(fmt::format("run {} was left 'running' by process {}, which no longer exists (killed?); "
+                         "marked interrupted (its results are kept)", r.id, r.pid));
   nlohmann::json options{{"tokens", cfg.tokens}, {"dry_run", cfg.dry_run}, {"force", cfg.force},
                          {"problem", cfg.problem.key()}, {"graph", cfg.graph}, {"baseline", cfg.baseline}};
   if (!cfg.shard.empty()) options["shard"] = cfg.shard;
   if (!cfg.devices.empty()) options["devices"] = cfg.devices;
-  summary.run_id = FT_TRY(store.begin_run(db::RunRecord::for_this_build(cfg.command_line, std::string(to_string(cfg.strategy)), options)));
-  const std::int64_t problem_id = FT_TRY(store.upsert_problem(db::ProblemRecord::from(cfg.problem)));
+  if (cfg.in_process) options["in_process"] = true;
+  summary.run_id = FT_TRY(rec.begin_run(db::RunRecord::for_this_build(cfg.command_line, cfg.strategy, options)));
 
   remove_stale_object_dirs();
   const ObjectDir objects;  // removed on every way out of the search
-  const std::filesystem::path& object_dir = objects.path;
-
-  auto finish = [&](db::RunStatus st) -> Result<SearchSummary> {
-    summary.interrupted = st == db::RunStatus::interrupted;
-    summary.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-    FT_CHECK(store.end_run(summary.run_id, st));
-    return summary;
-  };
-  auto failed = [&](const Error& e) -> Result<SearchSummary> {
-    (void)store.end_run(summary.run_id, db::RunStatus::failed);
-    return std::unexpected(e);
-  };
-
-  if (cfg.dry_run) {
-    const db::RunStatus st = FT_TRY(dry_run(store, cfg, summary, object_dir));
-    return finish(st);
+  auto status = [&]() -> Result<db::RunStatus> {
+    const std::int64_t problem_id = FT_TRY(rec.problem(db::ProblemRecord::from(cfg.problem)));
+    return cfg.dry_run ? dry_run(rec, cfg, summary, objects.path)
+                       : device_search(cfg, rec, summary, problem_id, objects.path);
+  }();
+  if (!status) {
+    (void)rec.end_run(summary.run_id, db::RunStatus::failed);
+    return std::unexpected(status.error());
   }
-
-  // --- GPU search: one worker per GPU, grouped by model -----------------------
-  std::atomic<bool> abort{false};  // an error on one GPU stops the others
-  auto started = start_gpus(cfg, abort);
-  if (!started) return failed(started.error());
-  std::vector<Gpu> gpus = std::move(*started);
-  auto grouped = group_by_model(cfg, store, gpus);
-  if (!grouped) return failed(grouped.error());
-  std::vector<Model> models = std::move(*grouped);
-  summary.device = devices_label(models);
-  const bool many_gpus = gpus.size() > 1;
-
-  // Each target's space compiled and recorded once, whatever the number of GPUs.
-  std::map<std::string, std::pair<RecordedSpace, TargetSummary>> spaces;
-  for (Model& model : models) {
-    const std::string name(model.target->name);
-    if (!spaces.contains(name)) {
-      TargetSummary ts;
-      auto recorded = compile_and_record(store, *model.target, cfg, ts, object_dir);
-      if (!recorded && recorded.error().code == Errc::interrupted) return finish(db::RunStatus::interrupted);
-      if (!recorded) return failed(recorded.error());
-      if (recorded->space.interrupted) {
-        summary.targets.push_back(ts);
-        return finish(db::RunStatus::interrupted);
-      }
-      spaces.emplace(name, std::pair{std::move(*recorded), ts});
-    }
-    model.space = &spaces.at(name).first;
-    model.ts = spaces.at(name).second;
-  }
-
-  Recorder rec(store, summary);
-  for (Gpu& gpu : gpus) {
-    const Model& model = models[gpu.model];
-    gpu.ctx.emplace(GpuContext{*gpu.m, gpu.info, summary.run_id, problem_id, model.device_id, model.space->toolchain_id, rec});
-  }
-  if (auto st = open_problem(cfg, gpus, models, abort); !st) return failed(st.error());
-  const std::uint64_t seed = cfg.seed ? cfg.seed : fresh_seed();
-
-  // Each model on its own: verify every usable variant once (dealt to its
-  // GPUs), then its token buckets (dealt to its GPUs).
-  {
-    FirstError first(abort);
-    std::vector<std::size_t> model_ids(models.size());
-    std::iota(model_ids.begin(), model_ids.end(), 0);
-    on_each(model_ids, [&](std::size_t k) {
-      Model& model = models[k];
-      if (auto st = verify_model(cfg, gpus, model, abort, seed, models.size() > 1); !st) return first.set(st.error());
-      if (g_interrupted.load()) return;
-      if (auto st = search_buckets(cfg, gpus, model, abort, seed, many_gpus); !st) first.set(st.error());
-    });
-    for (Model& model : models) {
-      for (std::size_t i : model.gpus) model.ts.crashed += gpus[i].m->crashes();
-      summary.targets.push_back(model.ts);
-    }
-    for (const Gpu& gpu : gpus) {
-      std::vector<int> buckets = gpu.buckets;
-      std::sort(buckets.begin(), buckets.end());
-      summary.gpus.push_back({gpu.m->label(), gpu.info.name, gpu.info.pci_bus_id, buckets, gpu.verified,
-                              gpu.m->crashes(), gpu.m->dead()});
-    }
-    // Buckets finish in any order on several GPUs: list them by token count
-    // (each bucket's stage winners, then its layer, as one GPU recorded them).
-    std::stable_sort(summary.winners.begin(), summary.winners.end(),
-                     [](const BucketResult& a, const BucketResult& b) { return a.tokens < b.tokens; });
-    if (auto st = first.status(); !st) return failed(st.error());
-  }
-  if (g_interrupted.load()) return finish(db::RunStatus::interrupted);
-  return finish(db::RunStatus::finished);
+  summary.interrupted = *status == db::RunStatus::interrupted;
+  summary.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  FT_CHECK(rec.end_run(summary.run_id, *status));
+  return summary;
 }
 
 }  // namespace ft

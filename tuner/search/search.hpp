@@ -1,7 +1,8 @@
 #pragma once
 // flytune search: generate, compile and analyse a target's variant space, then
-// (with a GPU) verify every usable variant on fresh inputs in a worker
-// process, time the survivors per token bucket with a strategy, and record
+// (with a GPU, or the CPU emulator) verify every usable variant on fresh inputs
+// through a measurer (a worker process, or this one), time the survivors per
+// token bucket with a strategy (strategy.hpp), and record
 // everything -- variants, measurements, winners -- in the SQLite store as it
 // happens. A re-run resumes: what is measured is not measured again unless forced.
 #include <cstdint>
@@ -15,19 +16,16 @@
 #include "generator/space.hpp"
 #include "tuner/compile/compile.hpp"
 #include "tuner/search/ceilings.hpp"
+#include "tuner/search/strategy.hpp"
 
 namespace ft {
-
-enum class Strategy { exhaustive, random, halving };
-Result<Strategy> parse_strategy(std::string_view s);
-std::string_view to_string(Strategy s);
 
 struct SearchConfig {
   Problem problem;
   std::vector<std::string> targets;  // dry run: the targets to build; GPU: empty = the GPU's own
   std::vector<int> tokens;
   std::string shard;                 // "I/N" when `tokens` is one shard's share (shard.hpp); recorded in the run
-  Strategy strategy = Strategy::halving;
+  std::string strategy{default_strategy()};  // a row of strategies.def (check_strategy)
   int budget = 0;                    // random: variants per kind and bucket (0: all)
   double time_limit_s = 0;           // random: stop sampling after this long (0: none)
   std::string db_path = "flytune.db";
@@ -47,6 +45,10 @@ struct SearchConfig {
   bool progress = true;
   std::optional<Ceilings> ceilings;  // override the measured table
   std::string worker_executable;     // default: this program
+  // Measure in this process (make_in_process_measurer) instead of one worker
+  // subprocess per device: no crash isolation and no watchdog (a kernel that
+  // faults or hangs takes the search down); for the emulator and tests.
+  bool in_process = false;
 };
 
 struct TargetSummary {

@@ -1,10 +1,10 @@
 #include "tuner/search/steps.hpp"
 
 #include <algorithm>
-#include <chrono>
 #include <tuple>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "layer/program.hpp"
 #include "tuner/search/progress.hpp"
@@ -12,42 +12,95 @@
 namespace ft {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using namespace std::chrono_literals;
+// The step's side of a strategy: timings of candidates at one token count on
+// one device, resumed from the store where allowed, each one recorded.
+class BucketTimer final : public StageTimer {
+ public:
+  BucketTimer(const SearchConfig& cfg, GpuContext& gpu, int tokens, const TelemetryReading& tele, Progress* bar = nullptr,
+              std::size_t pool = 0)
+      : cfg_(cfg), gpu_(gpu), tokens_(tokens), tele_(tele), bar_(bar), pool_(pool) {}
 
-constexpr int kShortReps = 5, kLongReps = 30, kAbReps = 10, kAbRounds = 3;
-
-// Interleaved A/B rounds of the best few candidates (A, B, C, B, C, A, ...),
-// so drift hits all of them alike. Each candidate's time becomes the median of
-// its rounds' medians, recorded once (phase "ab") with the rounds' spread.
-void ab_rounds(GpuContext& gpu, Ranked& timed, int tokens, const nlohmann::json& tele) {
-  std::vector<std::vector<double>> rounds(timed.size());
-  for (int round = 0; round < kAbRounds; ++round)
-    for (std::size_t j = 0; j < timed.size(); ++j) {
-      if (gpu.m.stopped()) return;
-      const std::size_t k = (j + std::size_t(round)) % timed.size();
-      nlohmann::json req = timed[k].second->spec;
-      req["op"] = "time";
-      req["reps"] = kAbReps;
-      if (auto r = gpu.m.call(req, 120s)) {
-        rounds[k].push_back((*r)["median_us"].get<double>());
-        if (round == kAbRounds - 1) {
-          nlohmann::json res = *r;
-          std::vector<double> v = rounds[k];
-          std::sort(v.begin(), v.end());
-          // One measurement: the median of the rounds' medians with their
-          // spread, so the winner's median lies inside its p10-p90.
-          res["median_us"] = v[v.size() / 2];
-          res["p10_us"] = v.front();
-          res["p90_us"] = v.back();
-          (void)gpu.record(timed[k].second->id, tokens, "ab", db::MeasurementStatus::ok, res, "", tele);
-        }
-      }
+  std::optional<double> time(const Candidate& c, std::string_view phase, int reps) override {
+    if (auto resumed = from_store(c, phase)) return resumed;
+    if (gpu_.m.stopped()) return std::nullopt;
+    protocol::TimeRequest req{c.kernel};
+    req.reps = reps;
+    auto r = gpu_.m.time(req);
+    if (!r) {
+      (void)gpu_.record(c.id, tokens_, phase, status_of(r.error()), {}, r.error().describe(), tele_);
+      return std::nullopt;
     }
-  for (std::size_t k = 0; k < timed.size(); ++k)
-    if (!rounds[k].empty()) {
-      std::sort(rounds[k].begin(), rounds[k].end());
-      timed[k].first = rounds[k][rounds[k].size() / 2];
+    (void)gpu_.record(c.id, tokens_, phase, db::MeasurementStatus::ok, {*r, {}}, "", tele_);
+    return r->median_us;
+  }
+
+  void interleaved(Ranked& best, int rounds, int reps) override;
+
+  std::vector<db::MeasurementRecord> earlier(const Candidate& c) override {
+    db::MeasurementFilter f;
+    f.variant_id = c.id;
+    f.problem_id = gpu_.problem_id;
+    f.device_id = gpu_.device_id;
+    auto rows = gpu_.rec.measurements(f);
+    return rows ? std::move(*rows) : std::vector<db::MeasurementRecord>{};
+  }
+
+  void screened(const Candidate& c) override {
+    if (!bar_) return;
+    bar_->advance(c.cv->variant.name());
+    if (++screened_ == pool_) bar_->finish();
+  }
+
+  bool stopped() const override { return gpu_.m.stopped(); }
+
+ private:
+  // A timing the store holds as good as the one asked for (a long or an A/B
+  // one serves for a short one), unless --force.
+  std::optional<double> from_store(const Candidate& c, std::string_view phase) {
+    if (cfg_.force) return std::nullopt;
+    auto prev = gpu_.rec.latest({c.id, gpu_.problem_id, gpu_.device_id, tokens_});
+    if (!prev || !*prev) return std::nullopt;
+    const db::MeasurementRecord& m = **prev;
+    if (m.status != db::MeasurementStatus::ok || !m.median_us) return std::nullopt;
+    if (m.phase != phase && m.phase != "ab" && !(m.phase == "long" && phase == "short")) return std::nullopt;
+    gpu_.rec.resumed();
+    return *m.median_us;
+  }
+
+  const SearchConfig& cfg_;
+  GpuContext& gpu_;
+  int tokens_;
+  const TelemetryReading& tele_;
+  Progress* bar_;
+  std::size_t pool_, screened_ = 0;
+};
+
+void BucketTimer::interleaved(Ranked& best, int rounds, int reps) {
+  std::vector<std::vector<double>> medians(best.size());
+  for (int round = 0; round < rounds; ++round)
+    for (std::size_t j = 0; j < best.size(); ++j) {
+      if (gpu_.m.stopped()) return;
+      const std::size_t k = (j + std::size_t(round)) % best.size();
+      protocol::TimeRequest req{best[k].second->kernel};
+      req.reps = reps;
+      auto r = gpu_.m.time(req);
+      if (!r) continue;
+      medians[k].push_back(r->median_us);
+      if (round != rounds - 1) continue;
+      // One measurement: the median of the rounds' medians with their
+      // spread, so the winner's median lies inside its p10-p90.
+      std::vector<double> v = medians[k];
+      std::sort(v.begin(), v.end());
+      Timing t = *r;
+      t.median_us = v[v.size() / 2];
+      t.p10_us = v.front();
+      t.p90_us = v.back();
+      (void)gpu_.record(best[k].second->id, tokens_, "ab", db::MeasurementStatus::ok, {t, {}}, "", tele_);
+    }
+  for (std::size_t k = 0; k < best.size(); ++k)
+    if (!medians[k].empty()) {
+      std::sort(medians[k].begin(), medians[k].end());
+      best[k].first = medians[k][medians[k].size() / 2];
     }
 }
 
@@ -61,32 +114,32 @@ db::MeasurementStatus status_of(const Error& e) {
   }
 }
 
-Status GpuContext::record(std::int64_t variant_id, int tokens, const std::string& phase, db::MeasurementStatus st,
-                          const nlohmann::json& result, const std::string& error, const nlohmann::json& tele) {
+Status GpuContext::record(std::int64_t variant_id, int tokens, std::string_view phase, db::MeasurementStatus st,
+                          const Measured& result, const std::string& error, const TelemetryReading& tele) {
   db::MeasurementRecord mr;
   mr.run_id = run_id;
   mr.variant_id = variant_id;
   mr.problem_id = problem_id;
   mr.device_id = device_id;
   mr.tokens = tokens;
-  mr.phase = phase;
+  mr.phase = std::string(phase);
   mr.status = st;
   mr.error_message = error;
   mr.pci_bus_id = info.pci_bus_id;
-  if (result.contains("median_us")) {
-    mr.median_us = result["median_us"].get<double>();
-    mr.p10_us = result["p10_us"].get<double>();
-    mr.p90_us = result["p90_us"].get<double>();
-    mr.min_us = result["min_us"].get<double>();
-    mr.samples = result["samples"].get<int>();
+  if (const auto& t = result.timing) {
+    mr.median_us = t->median_us;
+    mr.p10_us = t->p10_us;
+    mr.p90_us = t->p90_us;
+    mr.min_us = t->min_us;
+    mr.samples = t->samples;
   }
-  if (result.contains("rel_l2")) {
-    mr.rel_l2_err = result["rel_l2"].get<double>();
-    mr.max_abs_err = result["max_abs"].get<double>();
+  if (const auto& c = result.comparison) {
+    mr.rel_l2_err = c->rel_l2;
+    mr.max_abs_err = c->max_abs;
   }
-  if (tele.contains("sm_clock_mhz")) mr.sm_clock_mhz = tele["sm_clock_mhz"].get<int>();
-  if (tele.contains("mem_clock_mhz")) mr.mem_clock_mhz = tele["mem_clock_mhz"].get<int>();
-  if (tele.contains("temperature_c")) mr.temperature_c = tele["temperature_c"].get<double>();
+  mr.sm_clock_mhz = tele.sm_clock_mhz;
+  mr.mem_clock_mhz = tele.memory_clock_mhz;
+  mr.temperature_c = tele.temperature_c;
   return rec.measurement(mr);
 }
 
@@ -99,63 +152,33 @@ Result<std::optional<VerifyOutcome>> verify_one(const SearchConfig& cfg, GpuCont
     }
   }
   if (gpu.m.stopped()) return std::nullopt;
-  nlohmann::json req = c.spec;
-  req["op"] = "verify";
-  auto r = gpu.m.call(req, 120s);
+  auto r = gpu.m.verify({c.kernel});
   if (!r) {
     FT_CHECK(gpu.record(c.id, cfg.verify_tokens, "verify", status_of(r.error()), {}, r.error().describe(), {}));
     return VerifyOutcome::crashed;
   }
-  if (!(*r)["passed"].get<bool>()) {
-    FT_CHECK(gpu.record(c.id, cfg.verify_tokens, "verify", db::MeasurementStatus::verify_failed, *r,
-                        (*r)["summary"].get<std::string>(), {}));
+  if (!r->passed) {
+    FT_CHECK(gpu.record(c.id, cfg.verify_tokens, "verify", db::MeasurementStatus::verify_failed, {{}, *r}, r->summary, {}));
     return VerifyOutcome::failed;
   }
-  FT_CHECK(gpu.record(c.id, cfg.verify_tokens, "verify", db::MeasurementStatus::ok, *r, "", {}));
+  FT_CHECK(gpu.record(c.id, cfg.verify_tokens, "verify", db::MeasurementStatus::ok, {{}, *r}, "", {}));
   return VerifyOutcome::passed;
 }
 
-Result<std::optional<Ranked>> StageStep::rank(StageRole kind, int tokens, const nlohmann::json& tele) {
+Result<std::optional<Ranked>> StageStep::rank(Strategy& strategy, StageRole kind, int tokens,
+                                              const TelemetryReading& tele) {
   std::vector<const Candidate*> pool;
   for (const Candidate& c : candidates)
     if (c.cv->variant.role == kind) pool.push_back(&c);
-  Ranked timed;
-  if (pool.empty()) return timed;
-  // Beside other GPUs' bars: named by the GPU, one line per tenth rather than a redrawn line.
+  if (pool.empty()) return Ranked{};
+  // Beside other devices' bars: named by the device, one line per tenth rather than a redrawn line.
   Progress bar(fmt::format("{}T={} {}", many_gpus ? gpu.m.label() + " " : "", tokens, to_string(kind)), pool.size(),
                cfg.progress, many_gpus ? Progress::Mode::lines : Progress::Mode::automatic);
-  const auto bucket_start = Clock::now();
-  if (cfg.strategy == Strategy::random) std::shuffle(pool.begin(), pool.end(), rng);
-  const std::size_t budget = cfg.strategy == Strategy::random && cfg.budget > 0 ? std::size_t(cfg.budget) : pool.size();
-  const int reps = cfg.strategy == Strategy::halving ? kShortReps : kLongReps;
-  const std::string phase = cfg.strategy == Strategy::halving ? "short" : "long";
-  for (std::size_t i = 0; i < pool.size() && i < budget; ++i) {
-    if (gpu.m.stopped()) return std::nullopt;
-    if (cfg.strategy == Strategy::random && cfg.time_limit_s > 0 &&
-        std::chrono::duration<double>(Clock::now() - bucket_start).count() > cfg.time_limit_s)
-      break;
-    if (auto t = time_one(*pool[i], phase, reps, tokens, tele)) timed.emplace_back(*t, pool[i]);
-    bar.advance(pool[i]->cv->variant.name());
-  }
-  bar.finish();
-  auto by_time = [](auto& a, auto& b) { return a.first < b.first; };
-  std::sort(timed.begin(), timed.end(), by_time);
-  if (cfg.strategy == Strategy::halving && timed.size() > 1) {
-    // Longer measurement of the best quarter, then interleaved A/B rounds of the top three.
-    timed.resize(std::max<std::size_t>(2, (timed.size() + 3) / 4));
-    for (auto& [t, c] : timed)
-      if (auto lt = time_one(*c, "long", kLongReps, tokens, tele)) t = *lt;
-    if (gpu.m.stopped()) return std::nullopt;
-    std::sort(timed.begin(), timed.end(), by_time);
-    timed.resize(std::min<std::size_t>(3, timed.size()));
-    ab_rounds(gpu, timed, tokens, tele);
-    if (gpu.m.stopped()) return std::nullopt;
-    std::sort(timed.begin(), timed.end(), by_time);
-  }
-  return timed;
+  BucketTimer timer(cfg, gpu, tokens, tele, &bar, pool.size());
+  return strategy.rank(pool, StageQuery{kind, tokens, &rng}, timer);
 }
 
-Status StageStep::record_winner(StageRole kind, int tokens, const Ranked& timed, const nlohmann::json& tele) {
+Status StageStep::record_winner(StageRole kind, int tokens, const Ranked& timed, const TelemetryReading& tele) {
   const Candidate& win = *timed.front().second;
   std::optional<double> speedup;
   std::optional<std::int64_t> default_id;
@@ -163,7 +186,8 @@ Status StageStep::record_winner(StageRole kind, int tokens, const Ranked& timed,
     auto it = std::find_if(candidates.begin(), candidates.end(), [&](const Candidate& c) { return c.cv->variant.name() == d->name(); });
     if (it != candidates.end()) {
       default_id = it->id;
-      if (auto dt = time_one(*it, "long", kLongReps, tokens, tele)) speedup = *dt / timed.front().first;
+      BucketTimer timer(cfg, gpu, tokens, tele);
+      if (auto dt = timer.time(*it, "long", kLongReps)) speedup = *dt / timed.front().first;
     }
   }
   auto prev = gpu.rec.latest({win.id, gpu.problem_id, gpu.device_id, tokens});
@@ -183,30 +207,6 @@ Status StageStep::record_winner(StageRole kind, int tokens, const Ranked& timed,
   w.speedup_vs_default = speedup;
   return gpu.rec.winner(w, {tokens, w.kind, win.cv->variant.name(), w.median_us, w.p10_us.value_or(0), w.p90_us.value_or(0),
                             std::nullopt, speedup, {}});
-}
-
-// One timing of one candidate, resumed from the store when allowed.
-std::optional<double> StageStep::time_one(const Candidate& c, const std::string& phase, int reps, int tokens,
-                                          const nlohmann::json& tele) {
-  if (!cfg.force) {
-    auto prev = gpu.rec.latest({c.id, gpu.problem_id, gpu.device_id, tokens});
-    if (prev && *prev && (*prev)->status == db::MeasurementStatus::ok && (*prev)->median_us &&
-        ((*prev)->phase == phase || (*prev)->phase == "ab" || ((*prev)->phase == "long" && phase == "short"))) {
-      gpu.rec.resumed();
-      return *(*prev)->median_us;
-    }
-  }
-  if (gpu.m.stopped()) return std::nullopt;
-  nlohmann::json req = c.spec;
-  req["op"] = "time";
-  req["reps"] = reps;
-  auto r = gpu.m.call(req, 120s);
-  if (!r) {
-    (void)gpu.record(c.id, tokens, phase, status_of(r.error()), {}, r.error().describe(), tele);
-    return std::nullopt;
-  }
-  (void)gpu.record(c.id, tokens, phase, db::MeasurementStatus::ok, *r, "", tele);
-  return (*r)["median_us"].get<double>();
 }
 
 std::vector<std::pair<const Candidate*, const Candidate*>> layer_pairs(const Target& target, const Problem& problem,
@@ -231,7 +231,7 @@ std::vector<std::pair<const Candidate*, const Candidate*>> layer_pairs(const Tar
   return out;
 }
 
-Result<bool> LayerStep::run(int tokens, const Ranked& s1, const Ranked& s2, const nlohmann::json& tele) {
+Result<bool> LayerStep::run(int tokens, const Ranked& s1, const Ranked& s2, const TelemetryReading& tele) {
   std::string why;
   if (s1.empty() || s2.empty()) {
     no_layer(tokens, s1.empty() ? "no stage-1 variant was timed" : "no stage-2 variant was timed");
@@ -240,16 +240,18 @@ Result<bool> LayerStep::run(int tokens, const Ranked& s1, const Ranked& s2, cons
   std::vector<std::tuple<double, const Candidate*, const Candidate*>> paired;
   for (const auto& [a, b] : layer_pairs(target, cfg.problem, s1, s2, why)) {
     if (gpu.m.stopped()) return false;
-    nlohmann::json probe{{"op", "time_layer"}, {"stage1", a->spec}, {"stage2", b->spec}, {"reps", kAbReps}, {"graph", cfg.graph}};
-    auto t = gpu.m.call(probe, 300s);
+    protocol::TimeLayerRequest probe{a->kernel, b->kernel};
+    probe.reps = kAbReps;
+    probe.graph = cfg.graph;
+    auto t = gpu.m.time_layer(probe);
     if (!t) {
       why = fmt::format("timing {} + {} failed: {}", a->cv->variant.name(), b->cv->variant.name(), t.error().describe());
       continue;
     }
-    paired.emplace_back((*t)["total"]["median_us"].get<double>(), a, b);
+    paired.emplace_back(t->total.median_us, a, b);
   }
   if (gpu.m.stopped()) return false;
-  std::sort(paired.begin(), paired.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
+  std::stable_sort(paired.begin(), paired.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
   if (paired.empty()) {
     no_layer(tokens, why.empty() ? "no stage pair could be timed" : why);
     return true;
@@ -271,7 +273,7 @@ void LayerStep::no_layer(int tokens, const std::string& reason) {
 
 // Verifies the pair at this T, then times it at length and records it as
 // the bucket's layer winner; false (and why) when it fails either.
-Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidate* c2, const nlohmann::json& tele,
+Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidate* c2, const TelemetryReading& tele,
                                  std::string& why) {
   db::VariantRecord layer;
   layer.kernel_name = c1->cv->variant.name() + "+" + c2->cv->variant.name();
@@ -281,30 +283,25 @@ Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidat
                   {"stage1_kernel", c1->cv->variant.name()}, {"stage2_kernel", c2->cv->variant.name()}};
   layer.toolchain_id = gpu.toolchain_id;
   const std::int64_t layer_id = FT_TRY(gpu.rec.variant(layer));
-  nlohmann::json req{{"stage1", c1->spec}, {"stage2", c2->spec}};
-  req["op"] = "verify_layer";
-  auto v = gpu.m.call(req, 600s);
-  if (!v || !(*v)["passed"].get<bool>()) {
-    const std::string message = v ? (*v)["summary"].get<std::string>() : v.error().describe();
+  auto v = gpu.m.verify_layer({c1->kernel, c2->kernel});
+  if (!v || !v->passed) {
+    const std::string message = v ? v->summary : v.error().describe();
     (void)gpu.record(layer_id, tokens, "verify", v ? db::MeasurementStatus::verify_failed : status_of(v.error()),
-                     v ? *v : nlohmann::json{}, message, tele);
+                     {{}, v ? std::optional(*v) : std::nullopt}, message, tele);
     why = fmt::format("{} failed verification at T={}: {}", layer.kernel_name, tokens, message);
     if (cfg.progress) fmt::print(stderr, "{}T={}: {}\n", gpu_prefix(), tokens, why);
     return false;
   }
-  req["op"] = "time_layer";
-  req["reps"] = kLongReps;
-  req["graph"] = cfg.graph;
-  auto t = gpu.m.call(req, 300s);
+  protocol::TimeLayerRequest req{c1->kernel, c2->kernel};
+  req.reps = kLongReps;
+  req.graph = cfg.graph;
+  auto t = gpu.m.time_layer(req);
   if (!t) {
     (void)gpu.record(layer_id, tokens, "layer", status_of(t.error()), {}, t.error().describe(), tele);
     why = fmt::format("timing {} failed: {}", layer.kernel_name, t.error().describe());
     return false;
   }
-  nlohmann::json total = (*t)["total"];
-  total["rel_l2"] = (*v)["rel_l2"];
-  total["max_abs"] = (*v)["max_abs"];
-  FT_CHECK(gpu.record(layer_id, tokens, "layer", db::MeasurementStatus::ok, total, "", tele));
+  FT_CHECK(gpu.record(layer_id, tokens, "layer", db::MeasurementStatus::ok, {t->total, *v}, "", tele));
   db::WinnerRecord w;
   w.problem_id = gpu.problem_id;
   w.device_id = gpu.device_id;
@@ -312,12 +309,12 @@ Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidat
   w.kind = "layer";
   w.variant_id = layer_id;
   w.run_id = gpu.run_id;
-  w.median_us = total["median_us"].get<double>();
-  w.p10_us = total["p10_us"].get<double>();
-  w.p90_us = total["p90_us"].get<double>();
+  w.median_us = t->total.median_us;
+  w.p10_us = t->total.p10_us;
+  w.p90_us = t->total.p90_us;
   BucketResult br{tokens, "layer", layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
-                  nlohmann::json{{"align_us", (*t)["align"]["median_us"]}, {"stage1_us", (*t)["stage1"]["median_us"]},
-                                 {"stage2_us", (*t)["stage2"]["median_us"]}, {"reduce_us", (*t)["reduce"]["median_us"]}}};
+                  nlohmann::json{{"align_us", t->align.median_us}, {"stage1_us", t->stage1.median_us},
+                                 {"stage2_us", t->stage2.median_us}, {"reduce_us", t->reduce.median_us}}};
   if (ceilings) br.floor_us = roofline_floor_us(cfg.problem, tokens, *ceilings);
   FT_CHECK(gpu.rec.winner(w, std::move(br)));
   return true;

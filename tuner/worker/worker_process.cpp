@@ -114,24 +114,16 @@ bool write_all(int fd, const std::string& text) {
 
 }  // namespace
 
-Result<nlohmann::json> WorkerProcess::request(const nlohmann::json& req, std::chrono::milliseconds timeout) {
+Result<std::string> WorkerProcess::exchange(const std::string& request, std::chrono::milliseconds timeout) {
   if (pid_ <= 0) return fail(Errc::device, "the worker is not running");
-  const std::string line = req.dump() + "\n";
-  if (!write_all(to_child_, line)) return fail(Errc::device, died_how());
+  if (request.find('\n') != std::string::npos) return fail(Errc::internal, "a request line holds a newline");
+  if (!write_all(to_child_, request + "\n")) return fail(Errc::device, died_how());
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     if (auto nl = buffer_.find('\n'); nl != std::string::npos) {
       std::string answer = buffer_.substr(0, nl);
       buffer_.erase(0, nl + 1);
-      auto j = nlohmann::json::parse(answer, nullptr, false);
-      if (j.is_discarded() || !j.is_object()) return fail(Errc::device, "the worker answered something that is not JSON");
-      if (!j.value("ok", false)) {
-        const std::string code = j.value("code", "error");
-        Errc c = code == "verify" ? Errc::verify : code == "invalid_input" ? Errc::invalid_input
-               : code == "no_device" ? Errc::no_device : Errc::device;
-        return fail(c, j.value("error", std::string("the worker reported a failure")));
-      }
-      return j;
+      return answer;
     }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {

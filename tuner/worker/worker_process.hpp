@@ -1,13 +1,12 @@
 #pragma once
 // The search's side of crash isolation: a `flytune worker` subprocess with a
-// request/answer pipe and a watchdog. A request that outlives its deadline
+// line pipe each way and a watchdog. A request that outlives its deadline
 // kills the worker (Errc::timeout); a worker that dies answers Errc::device
-// with how it died. start() again after either.
+// with how it died. start() again after either. What the lines say is the
+// protocol's (protocol.hpp); this only carries them.
 #include <chrono>
 #include <string>
 #include <sys/types.h>
-
-#include <nlohmann/json.hpp>
 
 #include "generator/error.hpp"
 
@@ -26,9 +25,8 @@ class WorkerProcess {
   bool running() const { return pid_ > 0; }
   pid_t pid() const { return pid_; }
 
-  // Sends one request and waits for its answer. An answer with "ok": false
-  // becomes an Error with the worker's message (the worker stays up).
-  Result<nlohmann::json> request(const nlohmann::json& req, std::chrono::milliseconds timeout);
+  // Sends one line (no newline inside) and waits for the answer line.
+  Result<std::string> exchange(const std::string& line, std::chrono::milliseconds timeout);
 
  private:
   std::string died_how();

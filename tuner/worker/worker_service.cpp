@@ -4,6 +4,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -16,22 +17,6 @@
 namespace ft {
 namespace {
 
-std::string errc_name(Errc c) {
-  switch (c) {
-    case Errc::device: return "device";
-    case Errc::no_device: return "no_device";
-    case Errc::verify: return "verify";
-    case Errc::timeout: return "timeout";
-    case Errc::invalid_input: return "invalid_input";
-    case Errc::io: return "io";
-    default: return "error";
-  }
-}
-
-nlohmann::json error_json(const Error& e) {
-  return {{"ok", false}, {"error", e.describe()}, {"code", errc_name(e.code)}};
-}
-
 Result<std::vector<std::byte>> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) return fail(Errc::io, "cannot read the code object", path);
@@ -41,23 +26,21 @@ Result<std::vector<std::byte>> read_file(const std::string& path) {
   return out;
 }
 
-nlohmann::json timing_json(const Timing& t) {
-  return {{"median_us", t.median_us}, {"p10_us", t.p10_us}, {"p90_us", t.p90_us}, {"min_us", t.min_us}, {"samples", t.samples}};
+protocol::VerifyAnswer verify_answer(const Comparison& c, int row_length) {
+  return {c.passed, c.rel_l2, c.max_abs, c.summary(std::size_t(row_length))};
 }
 
-nlohmann::json device_json(const DeviceInfo& d) {
-  return {{"runtime", d.runtime},         {"ordinal", d.ordinal},
-          {"name", d.name},               {"arch", d.arch},
-          {"compute_units", d.compute_units}, {"memory_bytes", d.memory_bytes},
-          {"l2_bytes", d.l2_bytes},       {"max_shared_per_block", d.max_shared_per_block},
-          {"clock_mhz", d.clock_mhz},     {"driver_version", d.driver_version},
-          {"runtime_version", d.runtime_version}, {"pci_bus_id", d.pci_bus_id}};
+TimingOptions timing_options(int warmup, int reps) {
+  TimingOptions to;
+  to.warmup = warmup;
+  to.reps = reps;
+  return to;
 }
 
 }  // namespace
 
 struct WorkerService::State {
-  std::string selector;
+  DeviceFactory open_device;
   std::unique_ptr<Device> device;
   std::unique_ptr<LayerBench> bench;
   Problem problem;
@@ -66,125 +49,118 @@ struct WorkerService::State {
   std::optional<Telemetry> telemetry;
 
   Result<Device*> dev() {
-    if (!device) device = FT_TRY(open_worker_device(selector));
+    if (!device) device = FT_TRY(open_device());
     return device.get();
   }
 
-  Result<std::pair<Variant, FunctionHandle>> kernel(const nlohmann::json& spec) {
+  Result<LayerBench*> opened() {
     if (!bench) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
-    Variant v = FT_TRY(Variant::from_json(spec.at("variant")));
-    const std::string path = spec.at("code_object").get<std::string>(), entry = spec.at("entry").get<std::string>();
-    const std::string key = path + "#" + entry;
-    auto it = functions.find(key);
-    if (it == functions.end()) {
-      auto bytes = FT_TRY(read_file(path));
-      FunctionHandle f = FT_TRY(bench->load(bytes, entry, v.lds_bytes()));
-      it = functions.emplace(key, f).first;
-    }
-    return std::pair{v, it->second};
+    return bench.get();
   }
 
-  Result<nlohmann::json> dispatch(const nlohmann::json& req) {
-    const std::string op = req.at("op").get<std::string>();
-    if (op == "device") {
-      Device* d = FT_TRY(dev());
-      return nlohmann::json{{"device", device_json(d->info())}};
+  Result<FunctionHandle> kernel(const protocol::KernelRef& k) {
+    LayerBench* b = FT_TRY(opened());
+    const std::string key = k.code_object + "#" + k.entry;
+    auto it = functions.find(key);
+    if (it == functions.end()) {
+      auto bytes = FT_TRY(read_file(k.code_object));
+      FunctionHandle f = FT_TRY(b->load(bytes, k.entry, k.variant.lds_bytes()));
+      it = functions.emplace(key, f).first;
     }
-    if (op == "open") {
-      Device* d = FT_TRY(dev());
-      problem = FT_TRY(problem_from_json_text(req.at("problem").dump(), "worker request"));
-      target = FT_TRY(lookup_target(req.at("target").get<std::string>()));
-      if (d->info().arch != target->name)
-        return fail(Errc::invalid_input, fmt::format("the GPU is {} ({}), the kernels are for {}", d->info().name,
-                                                     d->info().arch, target->name));
-      auto support = FT_TRY(read_file(req.at("support").get<std::string>()));
-      functions.clear();
-      bench.reset();
-      bench = FT_TRY(LayerBench::create(*d, problem, *target, support, req.at("max_tokens").get<int>()));
-      return nlohmann::json::object();
-    }
-    if (op == "inputs") {
-      if (!bench) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
-      const int tokens = req.at("tokens").get<int>();
-      WorkloadOptions wo;
-      wo.seed = req.at("seed").get<std::uint64_t>();
-      wo.empty_experts = req.value("empty_experts", 0);
-      Routed r = FT_TRY(make_routing(problem, tokens, wo));
-      FT_CHECK(bench->set_inputs(tokens, wo.seed, r.ids, r.weights));
-      return nlohmann::json::object();
-    }
-    if (op == "verify") {
-      auto [v, f] = FT_TRY(kernel(req));
-      Comparison c = FT_TRY(bench->verify_stage(v, f));
-      return nlohmann::json{{"passed", c.passed}, {"rel_l2", c.rel_l2}, {"max_abs", c.max_abs},
-                            {"summary", c.summary(v.role == StageRole::stage1 ? problem.inter : problem.hidden)}};
-    }
-    if (op == "time") {
-      auto [v, f] = FT_TRY(kernel(req));
-      TimingOptions to;
-      to.warmup = req.value("warmup", 3);
-      to.reps = req.value("reps", 20);
-      to.flush_l2 = req.value("flush_l2", true);
-      Timing t = FT_TRY(bench->time_stage(v, f, to));
-      return timing_json(t);
-    }
-    if (op == "verify_layer" || op == "time_layer") {
-      auto [v1, f1] = FT_TRY(kernel(req.at("stage1")));
-      auto [v2, f2] = FT_TRY(kernel(req.at("stage2")));
-      if (op == "verify_layer") {
-        Comparison c = FT_TRY(bench->verify_layer(v1, f1, v2, f2));
-        return nlohmann::json{{"passed", c.passed}, {"rel_l2", c.rel_l2}, {"max_abs", c.max_abs}, {"summary", c.summary(problem.hidden)}};
-      }
-      TimingOptions to;
-      to.warmup = req.value("warmup", 3);
-      to.reps = req.value("reps", 20);
-      to.graph = req.value("graph", false);
-      LayerTiming t = FT_TRY(bench->time_layer(v1, f1, v2, f2, to));
-      return nlohmann::json{{"total", timing_json(t.total)},   {"align", timing_json(t.align)},
-                            {"stage1", timing_json(t.stage1)}, {"stage2", timing_json(t.stage2)},
-                            {"reduce", timing_json(t.reduce)}};
-    }
-    if (op == "fault") {
-      // Fault injection for the crash-isolation tests: a launch that writes
-      // through an invalid device address, as a broken kernel would.
-      if (!bench) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
-      FT_CHECK(bench->inject_fault());
-      return fail(Errc::internal, "the injected fault did not fault");
-    }
-    if (op == "telemetry") {
-      Device* d = FT_TRY(dev());
-      if (!telemetry) telemetry = Telemetry::open(d->info());
-      TelemetryReading t = telemetry->read();
-      nlohmann::json j = nlohmann::json::object();
-      if (t.sm_clock_mhz) j["sm_clock_mhz"] = *t.sm_clock_mhz;
-      if (t.memory_clock_mhz) j["mem_clock_mhz"] = *t.memory_clock_mhz;
-      if (t.temperature_c) j["temperature_c"] = *t.temperature_c;
-      if (!telemetry->available()) j["unavailable"] = telemetry->problem();
-      return j;
-    }
-    return fail(Errc::invalid_input, fmt::format("unknown worker request '{}'", op));
+    return it->second;
+  }
+
+  Result<protocol::Answer> operator()(const protocol::DeviceRequest& r) {
+    if (r.protocol != protocol::kVersion)
+      return fail(Errc::invalid_input, fmt::format("the search speaks protocol {}, this worker speaks protocol {}: run a "
+                                                   "worker of the same build",
+                                                   r.protocol, protocol::kVersion));
+    Device* d = FT_TRY(dev());
+    return protocol::DeviceAnswer{protocol::kVersion, d->info()};
+  }
+
+  Result<protocol::Answer> operator()(const protocol::OpenRequest& r) {
+    Device* d = FT_TRY(dev());
+    const Target* t = FT_TRY(lookup_target(r.target));
+    if (d->info().arch != t->name)
+      return fail(Errc::invalid_input,
+                  fmt::format("the GPU is {} ({}), the kernels are for {}", d->info().name, d->info().arch, t->name));
+    auto support = FT_TRY(read_file(r.support));
+    functions.clear();
+    bench.reset();
+    problem = r.problem;
+    target = t;
+    bench = FT_TRY(LayerBench::create(*d, problem, *target, support, r.max_tokens));
+    return protocol::Done{};
+  }
+
+  Result<protocol::Answer> operator()(const protocol::InputsRequest& r) {
+    LayerBench* b = FT_TRY(opened());
+    WorkloadOptions wo;
+    wo.seed = r.seed;
+    wo.empty_experts = r.empty_experts;
+    Routed routed = FT_TRY(make_routing(problem, r.tokens, wo));
+    FT_CHECK(b->set_inputs(r.tokens, wo.seed, routed.ids, routed.weights));
+    return protocol::Done{};
+  }
+
+  Result<protocol::Answer> operator()(const protocol::VerifyRequest& r) {
+    FunctionHandle f = FT_TRY(kernel(r.kernel));
+    Comparison c = FT_TRY(bench->verify_stage(r.kernel.variant, f));
+    return verify_answer(c, r.kernel.variant.role == StageRole::stage1 ? problem.inter : problem.hidden);
+  }
+
+  Result<protocol::Answer> operator()(const protocol::TimeRequest& r) {
+    FunctionHandle f = FT_TRY(kernel(r.kernel));
+    TimingOptions to = timing_options(r.warmup, r.reps);
+    to.flush_l2 = r.flush_l2;
+    return FT_TRY(bench->time_stage(r.kernel.variant, f, to));
+  }
+
+  Result<protocol::Answer> operator()(const protocol::VerifyLayerRequest& r) {
+    FunctionHandle f1 = FT_TRY(kernel(r.stage1));
+    FunctionHandle f2 = FT_TRY(kernel(r.stage2));
+    Comparison c = FT_TRY(bench->verify_layer(r.stage1.variant, f1, r.stage2.variant, f2));
+    return verify_answer(c, problem.hidden);
+  }
+
+  Result<protocol::Answer> operator()(const protocol::TimeLayerRequest& r) {
+    FunctionHandle f1 = FT_TRY(kernel(r.stage1));
+    FunctionHandle f2 = FT_TRY(kernel(r.stage2));
+    TimingOptions to = timing_options(r.warmup, r.reps);
+    to.graph = r.graph;
+    return FT_TRY(bench->time_layer(r.stage1.variant, f1, r.stage2.variant, f2, to));
+  }
+
+  Result<protocol::Answer> operator()(const protocol::TelemetryRequest&) {
+    Device* d = FT_TRY(dev());
+    if (!telemetry) telemetry = Telemetry::open(d->info());
+    protocol::TelemetryAnswer a;
+    a.reading = telemetry->read();
+    if (!telemetry->available()) a.unavailable = telemetry->problem();
+    return a;
+  }
+
+  // Fault injection for the crash-isolation tests: a launch that writes
+  // through an invalid device address, as a broken kernel would.
+  Result<protocol::Answer> operator()(const protocol::FaultRequest&) {
+    LayerBench* b = FT_TRY(opened());
+    FT_CHECK(b->inject_fault());
+    return fail(Errc::internal, "the injected fault did not fault");
   }
 };
 
-WorkerService::WorkerService(std::string selector) : state_(std::make_unique<State>()) { state_->selector = std::move(selector); }
+WorkerService::WorkerService(std::string selector)
+    : WorkerService(DeviceFactory([selector = std::move(selector)] { return open_worker_device(selector); })) {}
+
+WorkerService::WorkerService(DeviceFactory open) : state_(std::make_unique<State>()) {
+  state_->open_device = std::move(open);
+}
+
 WorkerService::~WorkerService() = default;
 
-nlohmann::json WorkerService::handle(const nlohmann::json& req) {
-  if (!req.is_object() || !req.contains("op") || !req["op"].is_string())
-    return error_json(Error{Errc::invalid_input, "a request is a JSON object with a string \"op\"", {}});
-  auto r = [&]() -> Result<nlohmann::json> {
-    // nlohmann's at()/get() throw on missing or mistyped fields; the protocol
-    // edge turns that into an error answer instead of a dead worker.
-    try {
-      return state_->dispatch(req);
-    } catch (const nlohmann::json::exception& e) {
-      return fail(Errc::invalid_input, fmt::format("malformed request: {}", e.what()));
-    }
-  }();
-  if (!r) return error_json(r.error());
-  nlohmann::json out = *r;
-  out["ok"] = true;
-  return out;
+Result<protocol::Answer> WorkerService::handle(const protocol::Request& request) {
+  return std::visit(*state_, request);
 }
 
 int serve_worker(const std::string& selector, std::istream& in, std::ostream& out) {
@@ -192,12 +168,16 @@ int serve_worker(const std::string& selector, std::istream& in, std::ostream& ou
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
-    auto req = nlohmann::json::parse(line, nullptr, false);
-    nlohmann::json answer = req.is_discarded() ? error_json(Error{Errc::invalid_input, "request is not JSON", {}}) : service.handle(req);
-    out << answer.dump() << '\n' << std::flush;
+    auto answer = [&]() -> Result<protocol::Answer> {
+      const nlohmann::json message = FT_TRY(protocol::parse_line(line));
+      const protocol::Request request = FT_TRY(protocol::decode_request(message));
+      return service.handle(request);
+    }();
+    out << protocol::to_line(answer ? protocol::encode(*answer) : protocol::encode_failure(answer.error())) << '\n'
+        << std::flush;
     // A device error may leave the GPU context unusable (illegal address, lost
     // context): end here so the search starts a fresh worker.
-    if (answer.value("code", "") == "device") return 3;
+    if (!answer && answer.error().code == Errc::device) return 3;
   }
   return 0;
 }

@@ -1,45 +1,50 @@
 #pragma once
-// The measuring side of crash isolation: a `flytune worker` process owns the
-// GPU and answers one JSON request per line with one JSON line. If a kernel
-// faults or hangs, only this process dies; the search restarts it. Its device
-// is a GPU or the CPU emulator of a target, by selector (worker_device.hpp:
-// cuda:N, hip:N, emu:<target>[:<n>]); the code objects it loads must be built
-// for that device (host libraries from Backend::emulate for the emulator).
+// The measuring service: it owns one device (a GPU or the CPU emulator of a
+// target, worker_device.hpp) and answers the typed requests of
+// tuner/worker/protocol.hpp -- open a problem, set inputs, verify and time
+// stage kernels and layers, read telemetry. The code objects it loads must be
+// built for that device (host libraries from Backend::emulate for the
+// emulator).
 //
-// Requests ({"op": ...}):
-//   device                                   -> {"device": {...}}
-//   open   {problem, target, support, max_tokens}
-//   inputs {tokens, seed, empty_experts}     fresh X, W1, W2 and routing
-//   verify {variant, code_object, entry}     -> {passed, rel_l2, max_abs, summary}
-//   time   {variant, code_object, entry, warmup, reps, flush_l2} -> {median_us, p10_us, p90_us, min_us, samples}
-//   verify_layer / time_layer {stage1: {variant, code_object, entry}, stage2: {...}, reps, graph}
-//   telemetry                                -> {sm_clock_mhz, mem_clock_mhz, temperature_c}
-//   fault                                    a launch through an invalid address (tests)
-// After answering a device error the worker exits: the GPU context may be unusable.
-// Every answer has "ok"; failures carry "error" and "code".
+// The one implementation of the service: `flytune worker` runs it in a
+// process of its own behind JSON lines (serve_worker: if a kernel faults or
+// hangs, only that process dies and the search restarts it), and the search's
+// in-process measurer calls handle() directly (tuner/search/measurer.hpp).
+// After a device error the service should be dropped: the GPU context may be
+// unusable (the worker process exits; the in-process measurer opens a fresh one).
+#include <functional>
 #include <istream>
 #include <memory>
 #include <ostream>
 #include <string>
 
-#include <nlohmann/json.hpp>
-
 #include "generator/error.hpp"
+#include "tuner/device/device.hpp"
+#include "tuner/worker/protocol.hpp"
 
 namespace ft {
 
 class WorkerService {
  public:
+  using DeviceFactory = std::function<Result<std::unique_ptr<Device>>()>;
+  // The device a selector names (cuda:N, hip:N, emu:<target>[:<n>]), opened on the first request that needs it.
   explicit WorkerService(std::string device_selector);
+  // Any device, opened by `open` on the first request that needs it.
+  explicit WorkerService(DeviceFactory open);
   ~WorkerService();
-  nlohmann::json handle(const nlohmann::json& request);
+  WorkerService(const WorkerService&) = delete;
+  WorkerService& operator=(const WorkerService&) = delete;
+
+  // The answer to one request (its Answer alternative), or the error.
+  Result<protocol::Answer> handle(const protocol::Request& request);
 
  private:
   struct State;
   std::unique_ptr<State> state_;
 };
 
-// Reads requests from `in` until EOF, answering on `out`.
+// Reads request lines from `in` until EOF, answering each with one line on
+// `out`. Returns 0 at EOF, 3 after answering a device error.
 int serve_worker(const std::string& device_selector, std::istream& in, std::ostream& out);
 
 }  // namespace ft

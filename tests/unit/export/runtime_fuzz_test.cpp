@@ -17,6 +17,7 @@
 
 #include "flytune_runtime.h"
 #include "runtime/src/runtime_impl.hpp"
+#include "tests/support/json_mutator.hpp"
 #include "tests/unit/export/export_test_support.hpp"
 #include "tests/unit/export/fake_device.hpp"
 
@@ -25,68 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-class Mutator {
- public:
-  explicit Mutator(std::uint64_t seed) : rng_(seed) {}
-
-  json value() {
-    switch (pick(9)) {
-      case 0: return nullptr;
-      case 1: return bool(pick(2));
-      case 2: return std::int64_t(rng_());
-      case 3: return -std::int64_t(pick(1000));
-      case 4: return 4294967304.0;
-      case 5: return std::string(pick(40), char('A' + pick(26)));
-      case 6: return json::array({1, "x", nullptr});
-      case 7: return json::object({{"k", pick(3)}});
-      default: return std::uint64_t(1) << pick(63);
-    }
-  }
-
-  // Replaces, drops or duplicates one member somewhere in the tree.
-  void mutate(json& j) {
-    json* at = &j;
-    for (int depth = 0; depth < 8 && (at->is_object() || at->is_array()) && !at->empty() && pick(4) != 0; ++depth) {
-      json* next = nullptr;
-      if (at->is_object()) {
-        auto it = at->begin();
-        std::advance(it, long(pick(at->size())));
-        next = &it.value();
-        if (pick(6) == 0) {
-          at->erase(it.key());
-          return;
-        }
-      } else {
-        next = &(*at)[pick(at->size())];
-        if (pick(8) == 0) {
-          at->push_back(*next);
-          return;
-        }
-      }
-      at = next;
-    }
-    *at = value();
-  }
-
-  std::string bytes(std::string text) {
-    const int edits = 1 + int(pick(4));
-    for (int i = 0; i < edits && !text.empty(); ++i) {
-      const std::size_t pos = pick(text.size());
-      switch (pick(3)) {
-        case 0: text[pos] = char(rng_()); break;
-        case 1: text.resize(pos); break;
-        default: text.insert(pos, std::string(pick(3) + 1, "{[\"0,:}]"[pick(8)]));
-      }
-    }
-    return text;
-  }
-
-  std::size_t pick(std::size_t n) { return n ? std::size_t(rng_() % n) : 0; }
-
- private:
-  std::mt19937_64 rng_;
-};
+using test::Mutator;
 
 // Copies the export as hard links (cheap), then writes `manifest` and, for
 // some iterations, replaces one code object with something else.

@@ -38,6 +38,8 @@ struct SearchOptions {
   std::string strategy = "halving";
   int budget = 0;
   double time_limit = 0;
+  double model_budget = 4;
+  int model_explore = 4;
   std::string db = "flytune.db";
   bool dry_run = false;
   bool json = false;
@@ -279,6 +281,8 @@ int run(SearchOptions opt) {
                        "or to 'none')\n", escape_control(cache.error().describe(), false));
   cfg.budget = opt.budget;
   cfg.time_limit_s = opt.time_limit;
+  cfg.model_budget_s = opt.model_budget;
+  cfg.model_explore = opt.model_explore;
   cfg.db_path = opt.db;
   cfg.force = opt.force;
   cfg.graph = opt.graph;
@@ -331,10 +335,19 @@ Command setup_search(CLI::App& app) {
   sub->add_option("--tokens", opt->tokens, "Token buckets, e.g. 1,16,64 or 1..16384 (default 1,2,4,...,16384)");
   sub->add_option("--shard", opt->shard,
                   "Search only shard I of N (0 <= I < N): the buckets whose index in the sorted list is I mod N");
-  sub->add_option("--strategy", opt->strategy, "exhaustive, random or halving")->capture_default_str();
+  sub->add_option("--strategy", opt->strategy,
+                  "exhaustive, random, halving, or model (halving over the cost model's pick)")
+      ->capture_default_str();
   sub->add_option("--budget", opt->budget, "random: variants per kind and bucket (0: all)")->check(whole_number_at_least(0));
   sub->add_option("--time-limit", opt->time_limit, "random: seconds of sampling per kind and bucket (0: none)")
       ->check(finite_seconds());
+  sub->add_option("--model-budget", opt->model_budget,
+                  "model: seconds of short timing per kind and bucket; the model's fastest that fit are timed")
+      ->check(finite_seconds())
+      ->capture_default_str();
+  sub->add_option("--model-explore", opt->model_explore, "model: candidates drawn at random beside the model's fastest")
+      ->check(whole_number_at_least(0))
+      ->capture_default_str();
   sub->add_option("--db", opt->db, "SQLite database")->capture_default_str();
   sub->add_option("--space", opt->space, "Variant space: default, wide, small, and/or axis=values;...")->capture_default_str();
   sub->add_option("--device", opt->device,

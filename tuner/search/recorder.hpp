@@ -4,6 +4,7 @@
 // summary goes through a Recorder, which serialises them, so the search's
 // threads (one per GPU) share one database connection in one process.
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -27,6 +28,8 @@ class Recorder {
   // A winner row and its line in the summary.
   Status winner(const db::WinnerRecord& w, BucketResult line);
   void note(std::string text);
+  // Runs `body` with the store, between the writes (the cost model reads the timings so far).
+  Status read(const std::function<Status(db::Store&)>& body);
 
  private:
   std::mutex mu_;

@@ -542,7 +542,8 @@ Result<Strategy> parse_strategy(std::string_view s) {
   if (s == "exhaustive") return Strategy::exhaustive;
   if (s == "random") return Strategy::random;
   if (s == "halving") return Strategy::halving;
-  return fail(Errc::usage, fmt::format("unknown strategy '{}'; use exhaustive, random or halving", s));
+  if (s == "model") return Strategy::model;
+  return fail(Errc::usage, fmt::format("unknown strategy '{}'; use exhaustive, random, halving or model", s));
 }
 
 std::string_view to_string(Strategy s) {
@@ -550,6 +551,7 @@ std::string_view to_string(Strategy s) {
     case Strategy::exhaustive: return "exhaustive";
     case Strategy::random: return "random";
     case Strategy::halving: return "halving";
+    case Strategy::model: return "model";
   }
   return "?";
 }

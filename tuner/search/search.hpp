@@ -18,7 +18,9 @@
 
 namespace ft {
 
-enum class Strategy { exhaustive, random, halving };
+// model: halving over the cost model's pick of each kind's candidates at a
+// bucket (tuner/search/model_pick.hpp); every candidate where the model cannot be trusted yet.
+enum class Strategy { exhaustive, random, halving, model };
 Result<Strategy> parse_strategy(std::string_view s);
 std::string_view to_string(Strategy s);
 
@@ -30,6 +32,8 @@ struct SearchConfig {
   Strategy strategy = Strategy::halving;
   int budget = 0;                    // random: variants per kind and bucket (0: all)
   double time_limit_s = 0;           // random: stop sampling after this long (0: none)
+  double model_budget_s = 4;         // model: seconds of short timing per kind and bucket the pick may spend
+  int model_explore = 4;             // model: candidates beside the model's fastest drawn at random
   std::string db_path = "flytune.db";
   bool dry_run = false;
   bool force = false;                // measure again what the database already has

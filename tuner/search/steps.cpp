@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include "layer/program.hpp"
+#include "tuner/layer/layer_bench.hpp"
+#include "tuner/search/model_pick.hpp"
 #include "tuner/search/progress.hpp"
 
 namespace ft {
@@ -121,14 +123,16 @@ Result<std::optional<Ranked>> StageStep::rank(KernelKind kind, int tokens, const
     if (c.cv->variant.kind == kind) pool.push_back(&c);
   Ranked timed;
   if (pool.empty()) return timed;
+  if (cfg.strategy == Strategy::model) pool = FT_TRY(model_pool(kind, tokens, std::move(pool)));
   // Beside other GPUs' bars: named by the GPU, one line per tenth rather than a redrawn line.
   Progress bar(fmt::format("{}T={} {}", many_gpus ? gpu.m.label() + " " : "", tokens, to_string(kind)), pool.size(),
                cfg.progress, many_gpus ? Progress::Mode::lines : Progress::Mode::automatic);
   const auto bucket_start = Clock::now();
   if (cfg.strategy == Strategy::random) std::shuffle(pool.begin(), pool.end(), rng);
   const std::size_t budget = cfg.strategy == Strategy::random && cfg.budget > 0 ? std::size_t(cfg.budget) : pool.size();
-  const int reps = cfg.strategy == Strategy::halving ? kShortReps : kLongReps;
-  const std::string phase = cfg.strategy == Strategy::halving ? "short" : "long";
+  const bool halving = cfg.strategy == Strategy::halving || cfg.strategy == Strategy::model;
+  const int reps = halving ? kShortReps : kLongReps;
+  const std::string phase = halving ? "short" : "long";
   for (std::size_t i = 0; i < pool.size() && i < budget; ++i) {
     if (gpu.m.stopped()) return std::nullopt;
     if (cfg.strategy == Strategy::random && cfg.time_limit_s > 0 &&
@@ -140,7 +144,7 @@ Result<std::optional<Ranked>> StageStep::rank(KernelKind kind, int tokens, const
   bar.finish();
   auto by_time = [](auto& a, auto& b) { return a.first < b.first; };
   std::sort(timed.begin(), timed.end(), by_time);
-  if (cfg.strategy == Strategy::halving && timed.size() > 1) {
+  if (halving && timed.size() > 1) {
     // Longer measurement of the best quarter, then interleaved A/B rounds of the top three.
     timed.resize(std::max<std::size_t>(2, (timed.size() + 3) / 4));
     for (auto& [t, c] : timed)
@@ -153,6 +157,34 @@ Result<std::optional<Ranked>> StageStep::rank(KernelKind kind, int tokens, const
     std::sort(timed.begin(), timed.end(), by_time);
   }
   return timed;
+}
+
+// The candidates the cost model picks (model_pick.hpp), or all of them where
+// it cannot be trusted yet; what it did goes to the search's notes.
+Result<std::vector<const Candidate*>> StageStep::model_pool(KernelKind kind, int tokens, std::vector<const Candidate*> pool) {
+  std::vector<std::int64_t> ids;
+  std::optional<std::size_t> baseline;
+  const Result<Variant> def = default_variant(target, cfg.problem, kind);
+  for (std::size_t i = 0; i < pool.size(); ++i) {
+    ids.push_back(pool[i]->id);
+    if (def && pool[i]->cv->variant.name() == def->name()) baseline = i;
+  }
+  model::PickOptions opt;
+  opt.budget_s = cfg.model_budget_s;
+  opt.explore = std::size_t(std::max(0, cfg.model_explore));
+  opt.warmup = TimingOptions{}.warmup;
+  opt.reps = kShortReps;
+  model::Pick pick;
+  FT_CHECK(gpu.rec.read([&](db::Store& store) -> Status {
+    pick = FT_TRY(model::pick_for_bucket(store, to_string(kind), gpu.problem_id, gpu.device_id, tokens, ids, baseline, opt, rng));
+    return {};
+  }));
+  const std::string line = fmt::format("T={} {}: {}", tokens, to_string(kind), pick.why);
+  gpu.rec.note(line);
+  if (cfg.progress) fmt::print(stderr, "{}{}\n", many_gpus ? gpu.m.label() + ": " : "", line);
+  std::vector<const Candidate*> out;
+  for (std::size_t i : pick.chosen) out.push_back(pool[i]);
+  return out;
 }
 
 Status StageStep::record_winner(KernelKind kind, int tokens, const Ranked& timed, const nlohmann::json& tele) {

@@ -54,8 +54,9 @@ enum class VerifyOutcome { passed, failed, crashed };
 Result<std::optional<VerifyOutcome>> verify_one(const SearchConfig& cfg, GpuContext& gpu, const Candidate& c);
 
 // A bucket's stage kinds ranked by the strategy (halving: 5 repetitions each,
-// 30 for the best quarter, then A/B rounds of the best three), each kind's
-// winner recorded with its speedup over the default variant.
+// 30 for the best quarter, then A/B rounds of the best three; model: halving
+// over the cost model's pick), each kind's winner recorded with its speedup
+// over the default variant.
 struct StageStep {
   const SearchConfig& cfg;
   const Target& target;
@@ -72,6 +73,7 @@ struct StageStep {
  private:
   std::optional<double> time_one(const Candidate& c, const std::string& phase, int reps, int tokens,
                                  const nlohmann::json& tele);
+  Result<std::vector<const Candidate*>> model_pool(KernelKind kind, int tokens, std::vector<const Candidate*> pool);
 };
 
 // The whole layer of a bucket: stages are tuned alone, but a layer pads every

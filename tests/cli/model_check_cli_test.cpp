@@ -22,22 +22,26 @@ namespace {
 
 using test::run_flytune;
 
-// (problem key, tokens, kind) of every bucket with at least 4 stage timings of one device model.
-std::set<std::tuple<std::string, int, std::string>> timed_buckets(const std::string& path) {
+// (problem key, tokens, kind) of every bucket with at least 4 stage timings of
+// one device model (of one kind, when given).
+std::set<std::tuple<std::string, int, std::string>> timed_buckets(const std::string& path, const std::string& kind) {
   auto store = db::Store::open(path, db::OpenMode::read_only);
   EXPECT_TRUE(store) << store.error().describe();
   std::map<std::int64_t, std::string> problems, kinds;
-  for (const auto& p : store->problems().value()) problems[p.id] = p.key;
-  for (const auto& v : store->variants().value()) kinds[v.id] = v.kind;
+  const auto problem_rows = store->problems().value();
+  const auto variant_rows = store->variants().value();
+  for (const auto& p : problem_rows) problems[p.id] = p.key;
+  for (const auto& v : variant_rows) kinds[v.id] = v.kind;
   std::map<std::tuple<std::string, int, std::string>, std::set<std::int64_t>> variants;
   db::MeasurementFilter f;
   f.status = db::MeasurementStatus::ok;
-  for (const auto& m : store->measurements(f).value())
+  const auto measurement_rows = store->measurements(f).value();
+  for (const auto& m : measurement_rows)
     if (m.median_us && (m.phase == "short" || m.phase == "long" || m.phase == "ab"))
       variants[{problems[m.problem_id], m.tokens, kinds[m.variant_id]}].insert(m.variant_id);
   std::set<std::tuple<std::string, int, std::string>> out;
   for (const auto& [key, ids] : variants)
-    if (ids.size() >= 4) out.insert(key);
+    if (ids.size() >= 4 && (kind.empty() || std::get<2>(key) == kind)) out.insert(key);
   return out;
 }
 
@@ -51,12 +55,12 @@ nlohmann::json check_json(const std::string& db, std::vector<std::string> extra 
   return j;
 }
 
-void expect_sane(const nlohmann::json& j, const std::string& db) {
-  const auto expected = timed_buckets(db);
+void expect_sane(const nlohmann::json& j, const std::string& db, const std::string& kind = {}) {
+  const auto expected = timed_buckets(db, kind);
   std::set<std::tuple<std::string, int, std::string>> seen;
   ASSERT_TRUE(j["buckets"].is_array());
   for (const auto& b : j["buckets"]) {
-    seen.insert({b["problem"], b["tokens"], b["kind"]});
+    seen.insert({b["problem"].get<std::string>(), b["tokens"].get<int>(), b["kind"].get<std::string>()});
     const std::size_t n = b["candidates"], timed = b["timed"];
     EXPECT_GE(n, 4u);
     EXPECT_GE(timed, 1u);
@@ -113,7 +117,7 @@ TEST(ModelCheckCli, H200MixtralLeaveOneBucketOut) {
 TEST(ModelCheckCli, H200MixtralSearchReplay) {
   const std::string db = std::string(FT_TEST_DATA_DIR) + "/h200.db";
   const nlohmann::json j = check_json(db, {"--mode", "search", "--budget", "0.5", "--kind", "moe2"});
-  expect_sane(j, db);
+  expect_sane(j, db, "moe2");
   EXPECT_EQ(j["mode"], "search");
   ASSERT_EQ(j["buckets"].size(), 6u);
   // The first bucket has nothing to learn from, the second one bucket: both time everything.

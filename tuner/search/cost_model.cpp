@@ -175,7 +175,6 @@ std::map<std::string, double> features_of(const Dataset& d, const Point& p) {
   if (pr == d.problems.end() || p.tokens <= 0) return f;
   const Problem prob = problem_of(pr->second);
   f["bucket.log2_tokens"] = std::log2(double(p.tokens));
-  f["bucket.log2_tokens_sq"] = std::pow(std::log2(double(p.tokens)), 2);
   f["bucket.log2_experts"] = std::log2(std::max(1, prob.experts));
   f["bucket.log2_hidden"] = std::log2(std::max(1, prob.hidden));
   f["bucket.log2_inter"] = std::log2(std::max(1, prob.inter));
@@ -247,7 +246,8 @@ namespace {
 // The columns of the regression: base features, then each variant feature
 // times (log2 T - its training mean); standardised; constant ones dropped.
 struct Design {
-  std::vector<std::string> names;       // every column before dropping
+  std::vector<std::string> names;       // every column before dropping: `base` sorted features, then interactions
+  std::size_t base = 0;
   std::vector<int> interacts;           // per column: the base column it multiplies by log T, or -1
   std::vector<double> mean, sd;
   std::vector<std::size_t> kept;        // columns that vary in training
@@ -257,13 +257,15 @@ struct Design {
     std::vector<double> x(names.size(), 0.0);
     const auto lt = f.find("bucket.log2_tokens");
     const double t = (lt == f.end() ? 0.0 : lt->second) - t_center;
-    for (std::size_t c = 0; c < names.size(); ++c) {
-      if (interacts[c] >= 0) {
-        x[c] = x[std::size_t(interacts[c])] * t;
-        continue;
-      }
-      if (auto it = f.find(names[c]); it != f.end()) x[c] = it->second;
+    // The base columns are sorted as the map is: one walk over both.
+    auto it = f.begin();
+    for (std::size_t c = 0; c < base && it != f.end();) {
+      const int cmp = names[c].compare(it->first);
+      if (cmp == 0) x[c++] = (it++)->second;
+      else if (cmp < 0) ++c;
+      else ++it;
     }
+    for (std::size_t c = base; c < names.size(); ++c) x[c] = x[std::size_t(interacts[c])] * t;
     return x;
   }
   // The standardised row with a leading 1 (the intercept).
@@ -276,17 +278,18 @@ struct Design {
   std::size_t width() const { return kept.size() + 1; }
 };
 
-Design make_design(const std::vector<std::map<std::string, double>>& rows, const ModelOptions& opt) {
+Design make_design(const std::vector<const std::map<std::string, double>*>& rows, const ModelOptions& opt) {
   Design d;
   std::set<std::string> names;
   double t_sum = 0;
-  for (const auto& f : rows) {
-    for (const auto& [name, v] : f)
+  for (const auto* f : rows) {
+    for (const auto& [name, v] : *f)
       if (opt.features || !is_variant_feature(name)) names.insert(name);
-    if (auto it = f.find("bucket.log2_tokens"); it != f.end()) t_sum += it->second;
+    if (auto it = f->find("bucket.log2_tokens"); it != f->end()) t_sum += it->second;
   }
   d.t_center = rows.empty() ? 0 : t_sum / double(rows.size());
   d.names.assign(names.begin(), names.end());
+  d.base = d.names.size();
   d.interacts.assign(d.names.size(), -1);
   for (std::size_t c = 0, base = d.names.size(); c < base; ++c)
     if (is_variant_feature(d.names[c]) && !d.names[c].starts_with("has.")) {
@@ -296,7 +299,7 @@ Design make_design(const std::vector<std::map<std::string, double>>& rows, const
   d.mean.assign(d.names.size(), 0.0);
   d.sd.assign(d.names.size(), 0.0);
   std::vector<std::vector<double>> x;
-  for (const auto& f : rows) x.push_back(d.raw(f));
+  for (const auto* f : rows) x.push_back(d.raw(*f));
   const double n = std::max<double>(1, double(rows.size()));
   for (const auto& r : x)
     for (std::size_t c = 0; c < r.size(); ++c) d.mean[c] += r[c] / n;
@@ -361,12 +364,16 @@ struct Residual {
 };
 using ResidualTable = std::map<std::string, std::vector<Residual>>;  // by kernel name
 
+double transfer_weight(double log2_tokens_apart, bool same_problem) {
+  return std::exp(-std::abs(log2_tokens_apart) / kOctaves) * (same_problem ? 1.0 : kOtherProblem);
+}
+
 double carried(const ResidualTable& table, const std::string& kernel, std::int64_t problem_id, double log2_tokens) {
   const auto it = table.find(kernel);
   if (it == table.end()) return 0;
   double sw = 0, swr = 0;
   for (const Residual& r : it->second) {
-    const double w = std::exp(-std::abs(r.log2_tokens - log2_tokens) / kOctaves) * (r.problem_id == problem_id ? 1.0 : kOtherProblem);
+    const double w = transfer_weight(r.log2_tokens - log2_tokens, r.problem_id == problem_id);
     sw += w;
     swr += w * r.value;
   }
@@ -397,19 +404,41 @@ struct Training {
   std::vector<Bucket> bucket;
   std::vector<std::string> kernel;
   std::vector<double> log2_tokens;
+  std::vector<std::size_t> kernel_id;                 // per row: its kernel's index in rows_of_kernel
+  std::vector<std::vector<std::size_t>> rows_of_kernel;
+
+  void index_kernels() {
+    std::map<std::string, std::size_t> ids;
+    for (const std::string& k : kernel) {
+      const auto [it, fresh] = ids.emplace(k, rows_of_kernel.size());
+      if (fresh) rows_of_kernel.emplace_back();
+      rows_of_kernel[it->second].push_back(kernel_id.size());
+      kernel_id.push_back(it->second);
+    }
+  }
 };
 
-ResidualTable residual_table(const Training& t, const std::vector<double>& w, std::span<const std::size_t> rows) {
+ResidualTable residual_table(const Training& t, const std::vector<double>& w) {
   ResidualTable table;
-  for (std::size_t i : rows)
+  for (std::size_t i = 0; i < t.y.size(); ++i)
     table[t.kernel[i]].push_back({t.bucket[i].problem_id, t.log2_tokens[i], t.y[i] - dot(t.a[i], w)});
   return table;
 }
 
-double predict_row(const Training& t, std::size_t i, const std::vector<double>& w, const ResidualTable* table) {
-  double y = dot(t.a[i], w);
-  if (table) y += carried(*table, t.kernel[i], t.bucket[i].problem_id, t.log2_tokens[i]);
-  return y;
+// A held-out row's prediction: the regression, plus (transfer) the residuals
+// (`resid`, of every row) of its variant's rows that are not held out.
+double predict_held(const Training& t, std::size_t i, const std::vector<double>& w, const std::vector<double>& resid,
+                    const std::vector<char>& held, bool transfer) {
+  const double y = dot(t.a[i], w);
+  if (!transfer) return y;
+  double sw = 0, swr = 0;
+  for (std::size_t j : t.rows_of_kernel[t.kernel_id[i]]) {
+    if (held[j]) continue;
+    const double wt = transfer_weight(t.log2_tokens[j] - t.log2_tokens[i], t.bucket[j].problem_id == t.bucket[i].problem_id);
+    sw += wt;
+    swr += wt * resid[j];
+  }
+  return y + swr / (sw + kShrink);
 }
 
 struct CvResult {
@@ -439,15 +468,13 @@ CvResult cross_validate(const Training& t, const std::vector<double>& g, const s
     accumulate(t.a, t.y, *fold, gf, bf, -1.0);
     std::vector<char> held(t.idx.size(), 0);
     for (std::size_t i : *fold) held[i] = 1;
-    std::vector<std::size_t> rest;
-    for (std::size_t i = 0; i < t.idx.size(); ++i)
-      if (!held[i]) rest.push_back(i);
     for (std::size_t l = 0; l < kLambdas.size(); ++l) {
       const std::vector<double> w = solve_ridge(gf, bf, p, kLambdas[l]);
-      const ResidualTable table = transfer ? residual_table(t, w, rest) : ResidualTable{};
+      std::vector<double> resid(transfer ? t.y.size() : 0);
+      for (std::size_t j = 0; j < resid.size(); ++j) resid[j] = held[j] ? 0 : t.y[j] - dot(t.a[j], w);
       std::vector<double> pred, meas;
       for (std::size_t i : *fold) {
-        pred.push_back(predict_row(t, i, w, transfer ? &table : nullptr));
+        pred.push_back(predict_held(t, i, w, resid, held, transfer));
         meas.push_back(t.y[i]);
       }
       double mean_err = 0;
@@ -472,10 +499,14 @@ Result<CostModel> CostModel::fit(const Dataset& d, std::span<const std::size_t> 
   }
   if (train.empty()) return fail(Errc::invalid_input, fmt::format("no {} timings on {} to fit a cost model on", d.kind, d.device_name));
   Training t{d, {train.begin(), train.end()}, {}, {}, {}, {}, {}};
-  std::vector<std::map<std::string, double>> rows;
-  for (std::size_t i : t.idx) {
+  const bool cached = d.features.size() == d.samples.size();
+  std::vector<std::map<std::string, double>> computed(cached ? 0 : t.idx.size());
+  std::vector<const std::map<std::string, double>*> rows;
+  for (std::size_t k = 0; k < t.idx.size(); ++k) {
+    const std::size_t i = t.idx[k];
     const Sample& s = d.samples.at(i);
-    rows.push_back(d.features.size() == d.samples.size() ? d.features[i] : features_of(d, s.at));
+    if (!cached) computed[k] = features_of(d, s.at);
+    rows.push_back(cached ? &d.features[i] : &computed[k]);
     t.y.push_back(std::log(s.time_us));
     t.bucket.push_back(bucket_of(s.at));
     const auto v = d.variants.find(s.at.variant_id);
@@ -485,7 +516,8 @@ Result<CostModel> CostModel::fit(const Dataset& d, std::span<const std::size_t> 
   auto impl = std::make_unique<Impl>();
   impl->opt = opt;
   impl->design = make_design(rows, opt);
-  for (const auto& f : rows) t.a.push_back(impl->design.row(f));
+  for (const auto* f : rows) t.a.push_back(impl->design.row(*f));
+  t.index_kernels();
   const std::size_t p = impl->design.width();
   std::vector<double> g(p * p, 0.0), b(p, 0.0);
   std::vector<std::size_t> every(t.idx.size());
@@ -493,7 +525,7 @@ Result<CostModel> CostModel::fit(const Dataset& d, std::span<const std::size_t> 
   accumulate(t.a, t.y, every, g, b, 1.0);
   const CvResult cv = cross_validate(t, g, b, opt.transfer);
   impl->w = solve_ridge(g, b, p, cv.lambda);
-  if (opt.transfer) impl->residuals = residual_table(t, impl->w, every);
+  if (opt.transfer) impl->residuals = residual_table(t, impl->w);
   std::set<Bucket> buckets(t.bucket.begin(), t.bucket.end());
   CostModel m(std::move(impl));
   m.report_ = {t.idx.size(), buckets.size(), p - 1, cv.lambda, cv.spearman, cv.folds};

@@ -88,7 +88,7 @@ std::span<const std::string_view> timing_phases();
 // device's SMs at the analysed occupancy and the last wave's fill, padded rows
 // per routed row, the share of the grid that has rows (a fraction), the
 // weight bytes read counting each row block's own read), "bucket.*" (log2 of
-// tokens and its square, experts, hidden, inter, top-k, the experts a
+// tokens, experts, hidden, inter, top-k, the experts a
 // uniform routing reaches, the stage's FLOPs and the weight bytes it needs;
 // the problem's dtype, activation and routing one-hot).
 std::map<std::string, double> features_of(const Dataset& d, const Point& p);

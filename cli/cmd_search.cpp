@@ -374,6 +374,7 @@ Command setup_search(CLI::App& app) {
       "  flytune search --dry-run --target gfx942 --space small\n"
       "  flytune search --problem deepseek-v3 --tokens 1..4096 --strategy exhaustive\n"
       "  flytune search --strategy random --budget 20 --seed 7 --db runs/h200.db\n"
+      "  flytune search --problem deepseek-v3 --strategy model --db runs/h200.db   # time what the cost model picks\n"
       "  flytune search --devices all                     # every GPU of this machine, one worker each\n"
       "  flytune search --shard 0/4 --db shard-0.db       # one of 4 machines; then flytune db merge\n"
       "  flytune search --emulate --target sm_90a --space small --tokens 1,7   # no GPU: on the CPU emulator");

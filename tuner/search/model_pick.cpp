@@ -27,10 +27,10 @@ std::string model_line(const FitReport& r) {
 }  // namespace
 
 std::string unusable_because(const FitReport& r, const PickOptions& opt) {
-  if (r.samples < opt.min_samples)
-    return fmt::format("the model has {} timings to learn from (it needs {})", r.samples, opt.min_samples);
   if (r.buckets < opt.min_buckets || r.cv_buckets == 0)
     return fmt::format("the model's timings come from {} bucket(s) (it needs {})", r.buckets, std::max<std::size_t>(2, opt.min_buckets));
+  if (r.samples < opt.min_samples)
+    return fmt::format("the model has {} timings to learn from (it needs {})", r.samples, opt.min_samples);
   if (r.cv_spearman < opt.min_spearman)
     return fmt::format("the model ranks badly: rank correlation {:.2f} in cross-validation over {} buckets (it needs {:.2f})",
                        r.cv_spearman, r.cv_buckets, opt.min_spearman);

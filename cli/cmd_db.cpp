@@ -394,7 +394,8 @@ nlohmann::json to_json(const model::CheckReport& rep) {
                        {"candidates", b.candidates}, {"timed", b.timed}, {"model_used", b.model_used},
                        {"winner_rank", b.winner_rank == 0 ? nlohmann::json(nullptr) : nlohmann::json(b.winner_rank)},
                        {"winner_timed", b.winner_timed}, {"best_ratio", b.best_ratio}, {"saved", b.saved},
-                       {"spearman", b.spearman}, {"cost_ratio", b.cost_ratio}, {"winner", b.winner}, {"best_timed", b.best_timed}, {"pick", b.why}});
+                       {"spearman", b.spearman}, {"cost_ratio", b.cost_ratio}, {"winner", b.winner},
+                       {"best_timed", b.best_timed}, {"pick", b.why}});
   for (const model::MethodCheck& m : rep.methods) {
     nlohmann::json top = nlohmann::json::array();
     for (std::size_t k = 0; k < rep.top_n.size() && k < m.in_top.size(); ++k)
@@ -605,7 +606,9 @@ Command setup_db(CLI::App& app) {
       ->capture_default_str();
   check->add_option("--kind", opt->kind, "Only this kind (moe1, moe2, ...)");
   check->add_option("--problem", opt->problem, "Only this problem key");
-  check->add_option("--seed", opt->seed, "Seed of the random exploration")->check(whole_number_at_least(0))->capture_default_str();
+  check->add_option("--seed", opt->seed, "Seed of the random exploration")
+      ->check(whole_number_at_least(0))
+      ->capture_default_str();
   sub->footer(
       "Examples:\n"
       "  flytune db runs\n"

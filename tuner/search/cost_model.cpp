@@ -497,7 +497,8 @@ Result<CostModel> CostModel::fit(const Dataset& d, std::span<const std::size_t> 
     std::iota(all.begin(), all.end(), 0);
     train = all;
   }
-  if (train.empty()) return fail(Errc::invalid_input, fmt::format("no {} timings on {} to fit a cost model on", d.kind, d.device_name));
+  if (train.empty())
+    return fail(Errc::invalid_input, fmt::format("no {} timings on {} to fit a cost model on", d.kind, d.device_name));
   Training t{d, {train.begin(), train.end()}, {}, {}, {}, {}, {}};
   const bool cached = d.features.size() == d.samples.size();
   std::vector<std::map<std::string, double>> computed(cached ? 0 : t.idx.size());

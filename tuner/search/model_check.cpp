@@ -17,7 +17,8 @@ struct Method {
   ModelOptions opt;
 };
 // The first is the search's.
-const std::array<Method, 3> kMethods{{{"features+transfer", {true, true}}, {"features", {true, false}}, {"transfer", {false, true}}}};
+const std::array<Method, 3> kMethods{
+    {{"features+transfer", {true, true}}, {"features", {true, false}}, {"transfer", {false, true}}}};
 
 // A bucket's candidates: one sample per variant, and the default variant's place among them.
 struct Pool {
@@ -26,15 +27,21 @@ struct Pool {
   std::optional<std::size_t> baseline;
 };
 
-using DefaultKey = std::tuple<std::int64_t, std::string, std::string, int, std::string>;  // problem, device name, arch, tokens, kind
+// problem, device name, arch, tokens, kind
+using DefaultKey = std::tuple<std::int64_t, std::string, std::string, int, std::string>;
 
-std::vector<Pool> pools_of(const Dataset& d, const std::map<DefaultKey, std::int64_t>& defaults, const CheckOptions& opt) {
+// The buckets to check: 4 or more candidates, none of them timed by a run
+// that times a subset by design (strategy model or random).
+std::vector<Pool> pools_of(const Dataset& d, const std::map<DefaultKey, std::int64_t>& defaults,
+                           const std::set<std::int64_t>& sampling_runs, const CheckOptions& opt) {
   std::map<Bucket, Pool> by_bucket;
   std::map<Bucket, std::set<std::int64_t>> seen;
+  std::set<Bucket> sampled;
   for (std::size_t i = 0; i < d.samples.size(); ++i) {
     const Point& at = d.samples[i].at;
     const Bucket b = bucket_of(at);
     if (!opt.problem_key.empty() && d.problems.at(b.problem_id).key != opt.problem_key) continue;
+    if (sampling_runs.contains(d.samples[i].run_id)) sampled.insert(b);
     if (!seen[b].insert(at.variant_id).second) continue;  // another device row of the model: the first one counts
     Pool& p = by_bucket[b];
     p.bucket = b;
@@ -42,7 +49,7 @@ std::vector<Pool> pools_of(const Dataset& d, const std::map<DefaultKey, std::int
   }
   std::vector<Pool> out;
   for (auto& [b, p] : by_bucket) {
-    if (p.samples.size() < opt.min_candidates) continue;
+    if (p.samples.size() < opt.min_candidates || sampled.contains(b)) continue;
     const auto def = defaults.find({b.problem_id, d.device_name, d.arch, b.tokens, d.kind});
     for (std::size_t k = 0; def != defaults.end() && k < p.samples.size(); ++k)
       if (d.samples[p.samples[k]].at.variant_id == def->second) p.baseline = k;
@@ -59,7 +66,9 @@ struct Eval {
   std::vector<std::size_t> timed;  // samples of d the pick times
 };
 
-const std::string& kernel_of(const Dataset& d, std::size_t sample) { return d.variants.at(d.samples[sample].at.variant_id).kernel_name; }
+const std::string& kernel_of(const Dataset& d, std::size_t sample) {
+  return d.variants.at(d.samples[sample].at.variant_id).kernel_name;
+}
 
 Eval evaluate(const Dataset& d, const Pool& pool, const CostModel* m, const std::string& why, const CheckOptions& opt,
               std::mt19937_64& rng) {
@@ -182,6 +191,9 @@ Result<CheckReport> check_model(db::Store& store, const CheckOptions& opt) {
   rep.top_n = opt.top_n;
   for (const Method& m : kMethods) rep.methods.push_back({m.name, 0, {}, {}, 0});
   const auto defaults = FT_TRY(default_variants(store));
+  std::set<std::int64_t> sampling_runs;
+  for (const db::RunRecord& r : FT_TRY(store.list_runs()))
+    if (r.strategy == "model" || r.strategy == "random") sampling_runs.insert(r.id);
   std::set<std::string> kinds;
   for (const db::VariantCount& c : FT_TRY(store.variant_counts()))
     if (opt.kind.empty() || c.kind == opt.kind) kinds.insert(c.kind);
@@ -193,7 +205,7 @@ Result<CheckReport> check_model(db::Store& store, const CheckOptions& opt) {
     bool any = false;
     for (const std::string& kind : kinds) {
       const Dataset d = FT_TRY(load_dataset(store, kind, dev));
-      std::vector<Pool> pools = pools_of(d, defaults, opt);
+      std::vector<Pool> pools = pools_of(d, defaults, sampling_runs, opt);
       if (pools.empty()) continue;
       any = true;
       for (std::size_t k = 0; k < kMethods.size(); ++k) {

@@ -2,7 +2,8 @@
 // flytune db model-check: how well the cost model would have guided the
 // search, replayed on a database's own stage timings. Every bucket (problem,
 // device model, token count, kind) whose candidates were all timed -- a
-// halving search times every verified variant once, exhaustive ones too -- is
+// halving search times every verified variant once, exhaustive ones too; a
+// bucket with timings of a model-guided or random run is left out -- is
 // predicted by a model fitted without it (leave one bucket out), or, in the
 // search replay, by a model fitted on what a `--strategy model` search would
 // have measured by then (other problems, and this problem's smaller buckets,

@@ -28,7 +28,8 @@ std::string model_line(const FitReport& r) {
 
 std::string unusable_because(const FitReport& r, const PickOptions& opt) {
   if (r.buckets < opt.min_buckets || r.cv_buckets == 0)
-    return fmt::format("the model's timings come from {} bucket(s) (it needs {})", r.buckets, std::max<std::size_t>(2, opt.min_buckets));
+    return fmt::format("the model's timings come from {} bucket(s) (it needs {})", r.buckets,
+                       std::max<std::size_t>(2, opt.min_buckets));
   if (r.samples < opt.min_samples)
     return fmt::format("the model has {} timings to learn from (it needs {})", r.samples, opt.min_samples);
   if (r.cv_spearman < opt.min_spearman)

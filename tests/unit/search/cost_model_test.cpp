@@ -57,7 +57,8 @@ bool ranks_every_bucket_right(const Dataset& d, std::string& detail) {
   bool ok = true;
   for (int t : std::vector<int>{1, 16, 64, 512, 4096, 16384}) {
     const HeldOut h = predict_bucket(d, t, {.features = true, .transfer = false});
-    detail += "T=" + std::to_string(t) + ": rho " + std::to_string(h.spearman) + ", winner #" + std::to_string(h.winner_rank) + "\n";
+    detail += "T=" + std::to_string(t) + ": rho " + std::to_string(h.spearman) + ", winner #" +
+              std::to_string(h.winner_rank) + "\n";
     ok = ok && h.spearman >= 0.95 && h.winner_rank <= 3;
   }
   return ok;

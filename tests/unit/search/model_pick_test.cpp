@@ -164,56 +164,32 @@ TEST(ModelPick, FindsTheWinnerOfEveryHeldOutBucket) {
   }
 }
 
-// The search's entry point: a store with timings at two earlier buckets of a
+// The search's entry point: a store with timings at the earlier buckets of a
 // problem, the bucket itself excluded from the fit.
 TEST(ModelPick, ForABucketOfAStore) {
   test::ScratchDir dir;
   auto store = db::Store::open(dir.file("m.db"));
   ASSERT_TRUE(store) << store.error().describe();
-  const std::int64_t run = store->begin_run(db::RunRecord::for_this_build("search", "model")).value();
-  db::DeviceRecord dev;
-  dev.runtime = "cuda";
-  dev.name = "Test GPU";
-  dev.arch = "synthetic";
-  dev.compute_units = 132;
-  const std::int64_t dev_id = store->upsert_device(dev).value();
-  const std::int64_t tc = store->upsert_toolchain({0, "nvrtc", "nvrtc 13.0", ""}).value();
-  const std::int64_t prob = store->upsert_problem({0, "p", 8, 4096, 14336, 2, "bf16", "swiglu", "uniform"}).value();
-  model::Dataset d = test::synthetic_dataset();
-  std::map<std::int64_t, std::int64_t> ids;
-  for (auto& [id, v] : d.variants) {
-    db::VariantRecord r = v;
-    r.id = 0;
-    r.toolchain_id = tc;
-    r.source_hash = "s" + r.kernel_name;
-    r.code_object_hash = "c" + r.kernel_name;
-    ids[id] = store->upsert_variant(r).value();
-  }
+  const model::Dataset d = test::synthetic_dataset();
+  const test::StoredDataset ids = test::store_dataset(*store, d, "halving");
   std::mt19937_64 rng(1);
   std::vector<std::int64_t> cands;
-  for (const auto& [id, sid] : ids) cands.push_back(sid);
+  for (const auto& [id, stored] : ids.variants) cands.push_back(stored);
   // Nothing timed yet: every candidate.
-  auto first = model::pick_for_bucket(*store, "moe1", prob, dev_id, 4096, cands, std::nullopt, tight(), rng);
+  auto first = model::pick_for_bucket(*store, "moe1", ids.problem, ids.device, 4096, cands, std::nullopt, tight(), rng);
   ASSERT_TRUE(first) << first.error().describe();
   EXPECT_TRUE(first->everything);
   EXPECT_NE(first->why.find("no moe1 timings on Test GPU"), std::string::npos) << first->why;
-  for (const model::Sample& s : d.samples) {
-    if (s.at.tokens == 16384) continue;
-    db::MeasurementRecord m;
-    m.run_id = run, m.variant_id = ids[s.at.variant_id], m.problem_id = prob, m.device_id = dev_id, m.tokens = s.at.tokens;
-    m.phase = s.at.tokens == 4096 ? "long" : "short";
-    m.median_us = s.time_us, m.p10_us = s.time_us, m.p90_us = s.time_us, m.min_us = s.time_us, m.samples = 5;
-    ASSERT_TRUE(store->add_measurement(m));
-  }
-  auto p = model::pick_for_bucket(*store, "moe1", prob, dev_id, 16384, cands, 0, tight(), rng);
+  test::store_samples(*store, d, ids, ids.run, [](const model::Sample& s) { return s.at.tokens != 16384; });
+  auto p = model::pick_for_bucket(*store, "moe1", ids.problem, ids.device, 16384, cands, 0, tight(), rng);
   ASSERT_TRUE(p) << p.error().describe();
   EXPECT_FALSE(p->everything) << p->why;
   EXPECT_NE(p->why.find("model of 240 timings in 5 buckets"), std::string::npos) << p->why;
   // The bucket itself is left out of the fit: its timings would be 48 more.
-  auto again = model::pick_for_bucket(*store, "moe1", prob, dev_id, 4096, cands, 0, tight(), rng);
+  auto again = model::pick_for_bucket(*store, "moe1", ids.problem, ids.device, 4096, cands, 0, tight(), rng);
   ASSERT_TRUE(again);
   EXPECT_NE(again->why.find("model of 192 timings in 4 buckets"), std::string::npos) << again->why;
-  auto unknown = model::pick_for_bucket(*store, "moe1", prob, dev_id + 7, 4096, cands, 0, tight(), rng);
+  auto unknown = model::pick_for_bucket(*store, "moe1", ids.problem, ids.device + 7, 4096, cands, 0, tight(), rng);
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().code, Errc::not_found);
 }

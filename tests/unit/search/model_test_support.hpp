@@ -5,12 +5,15 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "db/store.hpp"
 #include "tuner/search/cost_model.hpp"
 
 namespace ft::test {
@@ -93,6 +96,46 @@ inline model::Dataset synthetic_dataset(const SyntheticOptions& opt = {}) {
 // The samples of one bucket, and of all the others.
 inline void split_bucket(const model::Dataset& d, int tokens, std::vector<std::size_t>& held, std::vector<std::size_t>& rest) {
   for (std::size_t i = 0; i < d.samples.size(); ++i) (d.samples[i].at.tokens == tokens ? held : rest).push_back(i);
+}
+
+// A synthetic dataset's rows in a store: a run, the device, a toolchain, the
+// problem and the variants (ids by the dataset's variant id).
+struct StoredDataset {
+  std::int64_t run = 0, device = 0, toolchain = 0, problem = 0;
+  std::map<std::int64_t, std::int64_t> variants;
+};
+
+inline StoredDataset store_dataset(db::Store& store, const model::Dataset& d, const std::string& strategy) {
+  StoredDataset ids;
+  ids.run = store.begin_run(db::RunRecord::for_this_build("search", strategy)).value();
+  ids.device = store.upsert_device(d.devices.begin()->second).value();
+  ids.toolchain = store.upsert_toolchain({0, "nvrtc", "nvrtc 13.0", ""}).value();
+  db::ProblemRecord p = d.problems.begin()->second;
+  p.id = 0;
+  ids.problem = store.upsert_problem(p).value();
+  for (const auto& [id, v] : d.variants) {
+    db::VariantRecord r = v;
+    r.id = 0;
+    r.toolchain_id = ids.toolchain;
+    r.source_hash = "s" + r.kernel_name;
+    r.code_object_hash = "c" + r.kernel_name;
+    ids.variants[id] = store.upsert_variant(r).value();
+  }
+  return ids;
+}
+
+// The samples `keep` selects as short timings of `run` (the 4096 bucket's as long ones).
+inline void store_samples(db::Store& store, const model::Dataset& d, const StoredDataset& ids, std::int64_t run,
+                          const std::function<bool(const model::Sample&)>& keep) {
+  for (const model::Sample& s : d.samples) {
+    if (!keep(s)) continue;
+    db::MeasurementRecord m;
+    m.run_id = run, m.variant_id = ids.variants.at(s.at.variant_id), m.problem_id = ids.problem, m.device_id = ids.device;
+    m.tokens = s.at.tokens;
+    m.phase = s.at.tokens == 4096 ? "long" : "short";
+    m.median_us = s.time_us, m.p10_us = s.time_us, m.p90_us = s.time_us, m.min_us = s.time_us, m.samples = 5;
+    ASSERT_TRUE(store.add_measurement(m));
+  }
 }
 
 }  // namespace ft::test

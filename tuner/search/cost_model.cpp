@@ -230,7 +230,6 @@ Result<Dataset> load_dataset(db::Store& store, std::string_view kind, const db::
     }
   }
   for (auto& [at, s] : best) d.samples.push_back(s.second);
-  compute_features(d);
   return d;
 }
 

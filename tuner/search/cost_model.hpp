@@ -64,8 +64,8 @@ struct Dataset {
   std::map<std::int64_t, db::ProblemRecord> problems;
   std::map<std::int64_t, db::DeviceRecord> devices;
   std::vector<Sample> samples;          // one per point, ordered by point
-  // features_of each sample, filled by load_dataset (compute_features); a fit
-  // computes them itself when this does not match `samples`.
+  // features_of each sample (compute_features), for fitting many models on
+  // one dataset; a fit computes them itself when this does not match `samples`.
   std::vector<std::map<std::string, double>> features;
 };
 

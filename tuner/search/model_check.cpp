@@ -204,7 +204,8 @@ Result<CheckReport> check_model(db::Store& store, const CheckOptions& opt) {
   for (const db::DeviceRecord& dev : devices) {
     bool any = false;
     for (const std::string& kind : kinds) {
-      const Dataset d = FT_TRY(load_dataset(store, kind, dev));
+      Dataset d = FT_TRY(load_dataset(store, kind, dev));
+      compute_features(d);  // once for the many fits below
       std::vector<Pool> pools = pools_of(d, defaults, sampling_runs, opt);
       if (pools.empty()) continue;
       any = true;

@@ -84,19 +84,22 @@ Pick pick(const Dataset& d, const CostModel* model, const std::string& no_model_
   return p;
 }
 
-Result<Pick> pick_for_bucket(db::Store& store, std::string_view kind, std::int64_t problem_id, std::int64_t device_id,
-                             int tokens, std::span<const std::int64_t> variant_ids, std::optional<std::size_t> baseline,
-                             const PickOptions& opt, std::mt19937_64& rng) {
+Result<Dataset> load_for_bucket(db::Store& store, std::string_view kind, std::int64_t problem_id, std::int64_t device_id,
+                                int tokens) {
   std::optional<db::DeviceRecord> device;
   for (const db::DeviceRecord& dev : FT_TRY(store.devices()))
     if (dev.id == device_id) device = dev;
   if (!device) return fail(Errc::not_found, fmt::format("no device row {} in the database", device_id));
-  const Dataset d = FT_TRY(load_dataset(store, kind, *device, Bucket{problem_id, tokens}));
+  return load_dataset(store, kind, *device, Bucket{problem_id, tokens});
+}
+
+Pick pick_for_bucket(const Dataset& d, std::int64_t problem_id, std::int64_t device_id, int tokens,
+                     std::span<const std::int64_t> variant_ids, std::optional<std::size_t> baseline, const PickOptions& opt,
+                     std::mt19937_64& rng) {
   std::vector<Point> points;
   for (std::int64_t id : variant_ids) points.push_back({id, problem_id, device_id, tokens});
   auto fitted = CostModel::fit(d);
-  const std::string why =
-      fitted ? "" : fmt::format("no {} timings on {} to learn from yet", kind, device->name);
+  const std::string why = fitted ? "" : fmt::format("no {} timings on {} to learn from yet", d.kind, d.device_name);
   return pick(d, fitted ? &*fitted : nullptr, why, points, baseline, opt, rng);
 }
 

@@ -52,12 +52,15 @@ std::string unusable_because(const FitReport& r, const PickOptions& opt);
 Pick pick(const Dataset& d, const CostModel* model, const std::string& no_model_why, std::span<const Point> candidates,
           std::optional<std::size_t> baseline, const PickOptions& opt, std::mt19937_64& rng);
 
-// For the search: the pick among the variants `variant_ids` of `kind` for one
-// bucket (problem, device row, tokens), from a model fitted on the store's
-// timings of that kind on the device's model (any problem and run) without
-// that bucket. `baseline`: the index of the default variant among them.
-Result<Pick> pick_for_bucket(db::Store& store, std::string_view kind, std::int64_t problem_id, std::int64_t device_id,
-                             int tokens, std::span<const std::int64_t> variant_ids, std::optional<std::size_t> baseline,
-                             const PickOptions& opt, std::mt19937_64& rng);
+// For the search, in two steps so that only the first holds the store: the
+// store's timings of `kind` on the model of device row `device_id` (any
+// problem and run) without the bucket (problem, tokens) itself...
+Result<Dataset> load_for_bucket(db::Store& store, std::string_view kind, std::int64_t problem_id, std::int64_t device_id,
+                                int tokens);
+// ... and the pick among the variants `variant_ids` at that bucket from a
+// model fitted on them. `baseline`: the index of the default variant among them.
+Pick pick_for_bucket(const Dataset& d, std::int64_t problem_id, std::int64_t device_id, int tokens,
+                     std::span<const std::int64_t> variant_ids, std::optional<std::size_t> baseline, const PickOptions& opt,
+                     std::mt19937_64& rng);
 
 }  // namespace ft::model

@@ -174,11 +174,12 @@ Result<std::vector<const Candidate*>> StageStep::model_pool(KernelKind kind, int
   opt.explore = std::size_t(std::max(0, cfg.model_explore));
   opt.warmup = TimingOptions{}.warmup;
   opt.reps = kShortReps;
-  model::Pick pick;
+  model::Dataset data;  // read between the search's writes; fitted outside them
   FT_CHECK(gpu.rec.read([&](db::Store& store) -> Status {
-    pick = FT_TRY(model::pick_for_bucket(store, to_string(kind), gpu.problem_id, gpu.device_id, tokens, ids, baseline, opt, rng));
+    data = FT_TRY(model::load_for_bucket(store, to_string(kind), gpu.problem_id, gpu.device_id, tokens));
     return {};
   }));
+  const model::Pick pick = model::pick_for_bucket(data, gpu.problem_id, gpu.device_id, tokens, ids, baseline, opt, rng);
   const std::string line = fmt::format("T={} {}: {}", tokens, to_string(kind), pick.why);
   gpu.rec.note(line);
   if (cfg.progress) fmt::print(stderr, "{}{}\n", many_gpus ? gpu.m.label() + ": " : "", line);

@@ -176,20 +176,24 @@ TEST(ModelPick, ForABucketOfAStore) {
   std::vector<std::int64_t> cands;
   for (const auto& [id, stored] : ids.variants) cands.push_back(stored);
   // Nothing timed yet: every candidate.
-  auto first = model::pick_for_bucket(*store, "moe1", ids.problem, ids.device, 4096, cands, std::nullopt, tight(), rng);
+  auto pick_at = [&](int tokens, std::optional<std::size_t> baseline) -> Result<model::Pick> {
+    const model::Dataset at = FT_TRY(model::load_for_bucket(*store, "moe1", ids.problem, ids.device, tokens));
+    return model::pick_for_bucket(at, ids.problem, ids.device, tokens, cands, baseline, tight(), rng);
+  };
+  auto first = pick_at(4096, std::nullopt);
   ASSERT_TRUE(first) << first.error().describe();
   EXPECT_TRUE(first->everything);
   EXPECT_NE(first->why.find("no moe1 timings on Test GPU"), std::string::npos) << first->why;
   test::store_samples(*store, d, ids, ids.run, [](const model::Sample& s) { return s.at.tokens != 16384; });
-  auto p = model::pick_for_bucket(*store, "moe1", ids.problem, ids.device, 16384, cands, 0, tight(), rng);
+  auto p = pick_at(16384, 0);
   ASSERT_TRUE(p) << p.error().describe();
   EXPECT_FALSE(p->everything) << p->why;
   EXPECT_NE(p->why.find("model of 240 timings in 5 buckets"), std::string::npos) << p->why;
   // The bucket itself is left out of the fit: its timings would be 48 more.
-  auto again = model::pick_for_bucket(*store, "moe1", ids.problem, ids.device, 4096, cands, 0, tight(), rng);
+  auto again = pick_at(4096, 0);
   ASSERT_TRUE(again);
   EXPECT_NE(again->why.find("model of 192 timings in 4 buckets"), std::string::npos) << again->why;
-  auto unknown = model::pick_for_bucket(*store, "moe1", ids.problem, ids.device + 7, 4096, cands, 0, tight(), rng);
+  auto unknown = model::load_for_bucket(*store, "moe1", ids.problem, ids.device + 7, 4096);
   ASSERT_FALSE(unknown);
   EXPECT_EQ(unknown.error().code, Errc::not_found);
 }

@@ -1,6 +1,7 @@
 // flytune db: what a database holds -- runs, winners, statistics, variants and
-// the schema version -- and a safe copy of it. Opens the file read-only: it
-// never writes to it. `db merge` is the one writer: it merges databases into a
+// the schema version --, a safe copy of it, and how well the cost model would
+// have guided the search on its timings (model-check). Opens the file
+// read-only: it never writes to it. `db merge` is the one writer: it merges databases into a
 // new or existing file (db/merge.hpp).
 #include <algorithm>
 #include <map>
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
@@ -20,11 +22,12 @@
 #include "db/store.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"
+#include "tuner/search/model_check.hpp"
 
 namespace ft::cli {
 namespace {
 
-enum class DbView { runs, winners, stats, variants, schema, snapshot, merge };
+enum class DbView { runs, winners, stats, variants, schema, snapshot, merge, model_check };
 
 struct DbOptions {
   std::string db = "./flytune.db";
@@ -40,6 +43,10 @@ struct DbOptions {
   bool sql = false;  // schema: print the CREATE statements
   std::string out;   // snapshot: the new file; merge: the merged database
   std::vector<std::string> inputs;  // merge: the databases to merge into `out`
+  // model-check: the replay and the pick's options (the search's defaults).
+  std::string mode = "loo";
+  model::PickOptions pick;
+  std::uint64_t seed = 1;
 };
 
 // A text table: columns padded to their widest cell; numbers right-aligned.
@@ -380,6 +387,95 @@ Status show_schema(db::Store& store, const DbOptions& opt) {
   return {};
 }
 
+nlohmann::json to_json(const model::CheckReport& rep) {
+  nlohmann::json buckets = nlohmann::json::array(), methods = nlohmann::json::array();
+  for (const model::BucketCheck& b : rep.buckets)
+    buckets.push_back({{"problem", b.problem_key}, {"device", b.device}, {"kind", b.kind}, {"tokens", b.tokens},
+                       {"candidates", b.candidates}, {"timed", b.timed}, {"model_used", b.model_used},
+                       {"winner_rank", b.winner_rank == 0 ? nlohmann::json(nullptr) : nlohmann::json(b.winner_rank)},
+                       {"winner_timed", b.winner_timed}, {"best_ratio", b.best_ratio}, {"saved", b.saved},
+                       {"spearman", b.spearman}, {"cost_ratio", b.cost_ratio}, {"winner", b.winner},
+                       {"best_timed", b.best_timed}, {"pick", b.why}});
+  for (const model::MethodCheck& m : rep.methods) {
+    nlohmann::json top = nlohmann::json::array();
+    for (std::size_t k = 0; k < rep.top_n.size() && k < m.in_top.size(); ++k)
+      top.push_back({{"n", rep.top_n[k]}, {"winner_in_top", m.in_top[k]}, {"worst_ratio", m.worst_ratio[k]}});
+    methods.push_back({{"method", m.method}, {"buckets", m.buckets}, {"top", top}, {"mean_spearman", m.mean_spearman}});
+  }
+  return {{"mode", rep.mode == model::CheckMode::search ? "search" : "loo"}, {"devices", rep.devices},
+          {"buckets", buckets}, {"methods", methods}};
+}
+
+// The summary lines under the bucket table: the search's pick over all
+// buckets, then each method's top-N counts.
+void print_check_summary(const model::CheckReport& rep) {
+  std::size_t timed_winner = 0, used = 0, candidates = 0, timed = 0;
+  double worst = 1, ratio_sum = 0, saved_sum = 0;
+  for (const model::BucketCheck& b : rep.buckets) {
+    timed_winner += b.winner_timed ? 1 : 0;
+    used += b.model_used ? 1 : 0;
+    candidates += b.candidates;
+    timed += b.timed;
+    worst = std::max(worst, b.best_ratio);
+    ratio_sum += b.best_ratio;
+    saved_sum += b.saved;
+  }
+  const double n = double(rep.buckets.size());
+  fmt::print("\n{} bucket(s), the model's pick used in {}: the winner timed in {} ({:.0f}%); fastest timed / winner: mean "
+             "{:.3f}, worst {:.3f}; timing saved: {:.0f}% of the short timing ({} of {} candidates timed)\n",
+             rep.buckets.size(), used, timed_winner, 100.0 * double(timed_winner) / n, ratio_sum / n, worst,
+             100.0 * saved_sum / n, timed, candidates);
+  fmt::print("\nthe winner among the model's N fastest (buckets with a model), worst fastest-of-N / winner:\n");
+  std::vector<std::string> header{"method", "buckets"};
+  for (std::size_t top : rep.top_n) header.push_back(fmt::format("N={}", top));
+  header.push_back("rank corr");
+  Table t(header, ".rrrrrrrrrr");
+  for (const model::MethodCheck& m : rep.methods) {
+    std::vector<std::string> row{m.method, std::to_string(m.buckets)};
+    for (std::size_t k = 0; k < m.in_top.size(); ++k)
+      row.push_back(fmt::format("{}/{} {:.3f}", m.in_top[k], m.buckets, m.worst_ratio[k]));
+    row.push_back(fmt::format("{:.2f}", m.mean_spearman));
+    t.add(std::move(row));
+  }
+  t.print("  ");
+}
+
+Status show_model_check(db::Store& store, const DbOptions& opt) {
+  model::CheckOptions co;
+  co.pick = opt.pick;
+  co.mode = opt.mode == "search" ? model::CheckMode::search : model::CheckMode::leave_one_out;
+  co.seed = opt.seed;
+  co.kind = opt.kind;
+  co.problem_key = opt.problem;
+  const model::CheckReport rep = FT_TRY(model::check_model(store, co));
+  if (opt.json) {
+    fmt::print("{}\n", to_json(rep).dump(2));
+    return {};
+  }
+  if (rep.buckets.empty()) {
+    fmt::print("no bucket of {} has {} or more stage timings to check the model on\n", store.path(), co.min_candidates);
+    return {};
+  }
+  fmt::print("model check of {} on {}: {}\n", store.path(), fmt::join(rep.devices, ", "),
+             co.mode == model::CheckMode::search
+                 ? "the search replayed (each bucket predicted from other problems and this one's smaller buckets, "
+                   "only what their picks timed)"
+                 : "each bucket predicted by a model fitted without it");
+  fmt::print("pick: the model's fastest within {:g} s of short timing (at least {}), {} at random, the default variant\n\n",
+             co.pick.budget_s, co.pick.min_top, co.pick.explore);
+  Table t({"problem", "kind", "tokens", "candidates", "timed", "saved", "winner's rank", "winner timed", "fastest timed / winner",
+           "cost predicted / measured", "pick"},
+          "..rrrrrrrr");
+  for (const model::BucketCheck& b : rep.buckets)
+    t.add({b.problem_key, b.kind, std::to_string(b.tokens), std::to_string(b.candidates), std::to_string(b.timed),
+           fmt::format("{:.0f}%", 100 * b.saved), b.winner_rank ? std::to_string(b.winner_rank) : "-",
+           b.winner_timed ? "yes" : "no", fmt::format("{:.3f}", b.best_ratio),
+           b.cost_ratio > 0 ? fmt::format("{:.2f}", b.cost_ratio) : "-", b.why});
+  t.print("  ");
+  print_check_summary(rep);
+  return {};
+}
+
 Status write_snapshot(db::Store& store, const DbOptions& opt) {
   FT_CHECK(store.snapshot(opt.out));
   if (opt.json) fmt::print("{}\n", nlohmann::json{{"snapshot", opt.out}, {"from", store.path()}}.dump(2));
@@ -422,6 +518,7 @@ int run_db(const DbOptions& opt) {
     case DbView::variants: shown = show_variants(*store, opt); break;
     case DbView::schema: shown = show_schema(*store, opt); break;
     case DbView::snapshot: shown = write_snapshot(*store, opt); break;
+    case DbView::model_check: shown = show_model_check(*store, opt); break;
     case DbView::merge: break;  // handled above: it opens no single database
   }
   if (!shown) return report_error(shown.error());
@@ -491,13 +588,35 @@ Command setup_db(CLI::App& app) {
                          DbView::merge);
   merge->add_option("OUT", opt->out, "The merged database (created if missing; may be one of the inputs)")->required();
   merge->add_option("IN", opt->inputs, "Databases to merge (opened read-only)")->required();
+  CLI::App* check = view("model-check",
+                         "How well the cost model would have guided the search: each fully timed bucket predicted "
+                         "without its own timings",
+                         DbView::model_check);
+  check->add_option("--mode", opt->mode, "loo (leave one bucket out) or search (the model-guided search replayed)")
+      ->check(CLI::IsMember({"loo", "search"}))
+      ->capture_default_str();
+  check->add_option("--budget", opt->pick.budget_s, "Seconds of short timing per kind and bucket the pick may spend")
+      ->check(finite_seconds())
+      ->capture_default_str();
+  check->add_option("--min-top", opt->pick.min_top, "The pick holds at least this many of the model's fastest")
+      ->check(whole_number_at_least(1))
+      ->capture_default_str();
+  check->add_option("--explore", opt->pick.explore, "Others the pick draws at random")
+      ->check(whole_number_at_least(0))
+      ->capture_default_str();
+  check->add_option("--kind", opt->kind, "Only this kind (moe1, moe2, ...)");
+  check->add_option("--problem", opt->problem, "Only this problem key");
+  check->add_option("--seed", opt->seed, "Seed of the random exploration")
+      ->check(whole_number_at_least(0))
+      ->capture_default_str();
   sub->footer(
       "Examples:\n"
       "  flytune db runs\n"
       "  flytune db --db runs/h200.db winners --target sm_90a --tokens 64\n"
       "  flytune db variants --status compile_error --limit 20\n"
       "  flytune db snapshot flytune-copy.db\n"
-      "  flytune db merge all.db shard-0.db shard-1.db");
+      "  flytune db merge all.db shard-0.db shard-1.db\n"
+      "  flytune db --db runs/h200.db model-check --mode search");
   return {sub, [opt, sub] { return run_view(*opt, *sub); }};
 }
 

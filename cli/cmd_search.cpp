@@ -39,6 +39,8 @@ struct SearchOptions {
   std::string strategy{default_strategy()};
   int budget = 0;
   double time_limit = 0;
+  double model_budget = 4;
+  int model_explore = 4;
   std::string db = "flytune.db";
   bool dry_run = false;
   bool json = false;
@@ -280,6 +282,8 @@ int run(SearchOptions opt) {
                        "or to 'none')\n", escape_control(cache.error().describe(), false));
   cfg.budget = opt.budget;
   cfg.time_limit_s = opt.time_limit;
+  cfg.model_budget_s = opt.model_budget;
+  cfg.model_explore = opt.model_explore;
   cfg.db_path = opt.db;
   cfg.force = opt.force;
   cfg.graph = opt.graph;
@@ -340,6 +344,13 @@ Command setup_search(CLI::App& app) {
   sub->add_option("--budget", opt->budget, "random: variants per kind and bucket (0: all)")->check(whole_number_at_least(0));
   sub->add_option("--time-limit", opt->time_limit, "random: seconds of sampling per kind and bucket (0: none)")
       ->check(finite_seconds());
+  sub->add_option("--model-budget", opt->model_budget,
+                  "model: seconds of short timing per kind and bucket; the model's fastest that fit are timed")
+      ->check(finite_seconds())
+      ->capture_default_str();
+  sub->add_option("--model-explore", opt->model_explore, "model: candidates drawn at random beside the model's fastest")
+      ->check(whole_number_at_least(0))
+      ->capture_default_str();
   sub->add_option("--db", opt->db, "SQLite database")->capture_default_str();
   sub->add_option("--space", opt->space, "Variant space: default, wide, small, and/or axis=values;...")->capture_default_str();
   sub->add_option("--device", opt->device,
@@ -369,6 +380,7 @@ Command setup_search(CLI::App& app) {
       "  flytune search --dry-run --target gfx942 --space small\n"
       "  flytune search --problem deepseek-v3 --tokens 1..4096 --strategy exhaustive\n"
       "  flytune search --strategy random --budget 20 --seed 7 --db runs/h200.db\n"
+      "  flytune search --problem deepseek-v3 --strategy model --db runs/h200.db   # time what the cost model picks\n"
       "  flytune search --devices all                     # every GPU of this machine, one worker each\n"
       "  flytune search --shard 0/4 --db shard-0.db       # one of 4 machines; then flytune db merge\n"
       "  flytune search --emulate --target sm_90a --space small --tokens 1,7   # no GPU: on the CPU emulator");

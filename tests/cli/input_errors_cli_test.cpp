@@ -68,7 +68,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         // The same kind of bad value exits 2, whichever option it is.
         Refusal{{"generate", "--target", "gfx942", "--out", "OUT", "--space", "bogus"}, 2, "'bogus' is neither a preset"},
-        Refusal{{"search", "--dry-run", "--strategy", "bogus"}, 2, "unknown strategy 'bogus'; use halving, exhaustive or random"},
+        Refusal{{"search", "--dry-run", "--strategy", "bogus"}, 2, "unknown strategy 'bogus'; use halving, exhaustive, random or model"},
         Refusal{{"search", "--dry-run", "--in-process"}, 2, "--in-process measures and --dry-run only compiles"},
         Refusal{{"generate", "--target", "gfx9000", "--out", "OUT"}, 2, "unknown target 'gfx9000'"},
         Refusal{{"generate", "--target", "gfx942", "--out", "OUT", "--problem", "llama"}, 2, "unknown problem 'llama'"},

@@ -76,4 +76,9 @@ void Recorder::note(std::string text) {
   summary_.notes.push_back(std::move(text));
 }
 
+Status Recorder::read(const std::function<Status(db::Store&)>& body) {
+  std::lock_guard lock(mu_);
+  return body(store_);
+}
+
 }  // namespace ft

@@ -6,6 +6,7 @@
 // threads (one per device) share one connection in one process. Nothing
 // else in tuner/search touches the store.
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <span>
@@ -46,6 +47,8 @@ class Recorder {
   // A winner row and its line in the summary.
   Status winner(const db::WinnerRecord& w, BucketResult line);
   void note(std::string text);
+  // Runs `body` with the store, between the writes (the cost model reads the timings so far).
+  Status read(const std::function<Status(db::Store&)>& body);
 
  private:
   std::mutex mu_;

@@ -407,7 +407,7 @@ Status search_buckets(const SearchConfig& cfg, std::vector<Gpu>& gpus, Model& mo
         StageStep stage{cfg, *model.target, *gpu.ctx, model.candidates, std::mt19937_64(seed + std::uint64_t(tokens)), many_gpus};
         std::map<StageRole, Ranked> best;
         for (StageRole kind : {StageRole::stage1, StageRole::stage2}) {
-          auto strategy = FT_TRY(make_strategy(cfg.strategy, {cfg.budget, cfg.time_limit_s}));
+          auto strategy = FT_TRY(make_strategy(cfg.strategy, {cfg.budget, cfg.time_limit_s, cfg.model_budget_s, cfg.model_explore}));
           std::optional<Ranked> ranked = FT_TRY(stage.rank(*strategy, kind, tokens, tele));
           if (!ranked) return false;
           best[kind] = std::move(*ranked);

@@ -28,6 +28,8 @@ struct SearchConfig {
   std::string strategy{default_strategy()};  // a row of strategies.def (check_strategy)
   int budget = 0;                    // random: variants per kind and bucket (0: all)
   double time_limit_s = 0;           // random: stop sampling after this long (0: none)
+  double model_budget_s = 4;         // model: seconds of short timing per kind and bucket the pick may spend
+  int model_explore = 4;             // model: candidates beside the model's fastest drawn at random
   std::string db_path = "flytune.db";
   bool dry_run = false;
   bool force = false;                // measure again what the database already has

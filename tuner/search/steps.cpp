@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "layer/program.hpp"
+#include "tuner/layer/layer_bench.hpp"
+#include "tuner/search/model_pick.hpp"
 #include "tuner/search/progress.hpp"
 
 namespace ft {
@@ -35,6 +37,15 @@ class BucketTimer final : public StageTimer {
   }
 
   void interleaved(Ranked& best, int rounds, int reps) override;
+
+  Status read_store(const std::function<Status(db::Store&)>& read) override { return gpu_.rec.read(read); }
+
+  void note(const std::string& line) override {
+    gpu_.rec.note(line);
+    if (cfg_.progress) fmt::print(stderr, "{}{}\n", label_.empty() ? "" : label_ + ": ", line);
+  }
+  // The device's name in progress lines when several search side by side.
+  void name_device(std::string label) { label_ = std::move(label); }
 
   std::vector<db::MeasurementRecord> earlier(const Candidate& c) override {
     db::MeasurementFilter f;
@@ -73,6 +84,7 @@ class BucketTimer final : public StageTimer {
   const TelemetryReading& tele_;
   Progress* bar_;
   std::size_t pool_, screened_ = 0;
+  std::string label_;
 };
 
 void BucketTimer::interleaved(Ranked& best, int rounds, int reps) {
@@ -175,7 +187,12 @@ Result<std::optional<Ranked>> StageStep::rank(Strategy& strategy, StageRole kind
   Progress bar(fmt::format("{}T={} {}", many_gpus ? gpu.m.label() + " " : "", tokens, to_string(kind)), pool.size(),
                cfg.progress, many_gpus ? Progress::Mode::lines : Progress::Mode::automatic);
   BucketTimer timer(cfg, gpu, tokens, tele, &bar, pool.size());
-  return strategy.rank(pool, StageQuery{kind, tokens, &rng}, timer);
+  if (many_gpus) timer.name_device(gpu.m.label());
+  StageQuery q{kind, tokens, &rng, gpu.problem_id, gpu.device_id, nullptr};
+  if (auto d = default_variant(target, cfg.problem, kind))
+    for (const Candidate* c : pool)
+      if (c->cv->variant.name() == d->name()) q.baseline = c;
+  return strategy.rank(pool, q, timer);
 }
 
 Status StageStep::record_winner(StageRole kind, int tokens, const Ranked& timed, const TelemetryReading& tele) {

@@ -55,6 +55,12 @@ Result<std::unique_ptr<Strategy>> make_strategy(std::string_view name, const Str
   return it->make(options);
 }
 
+Status StageTimer::read_store(const std::function<Status(db::Store&)>&) {
+  return fail(Errc::internal, "this stage timer has no store to read");
+}
+
+void StageTimer::note(const std::string&) {}
+
 void sort_fastest_first(Ranked& ranked) {
   std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
 }

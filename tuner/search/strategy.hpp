@@ -11,6 +11,7 @@
 // A strategy is one file (strategy_<name>.cpp, defining its factory) and one
 // row of strategies.def; `--strategy` parsing and help text come from those rows.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -60,6 +61,11 @@ class StageTimer {
   virtual std::vector<db::MeasurementRecord> earlier(const Candidate& c) = 0;
   // One candidate of the pool dealt with (the progress bar counts the pool).
   virtual void screened(const Candidate& c) = 0;
+  // Read access to the store between the search's writes (a model learning
+  // from every earlier measurement); the default has no store.
+  virtual Status read_store(const std::function<Status(db::Store&)>& read);
+  // One line for the search's notes (and its progress output).
+  virtual void note(const std::string& line);
   // The device stopped (Ctrl-C, an error elsewhere, a dead worker): return.
   virtual bool stopped() const = 0;
 };
@@ -69,11 +75,15 @@ struct StageQuery {
   StageRole kind = StageRole::stage1;
   int tokens = 0;
   std::mt19937_64* rng = nullptr;  // seeded per bucket (the same on any number of devices)
+  std::int64_t problem_id = 0, device_id = 0;  // the store's rows of this problem and device model
+  const Candidate* baseline = nullptr;         // the default variant among the pool, if it is there
 };
 
 struct StrategyOptions {
   int budget = 0;           // random: variants per kind and bucket (0: all)
   double time_limit_s = 0;  // random: stop sampling after this long (0: none)
+  double model_budget_s = 4;  // model: seconds of short timing per kind and bucket the pick may spend
+  int model_explore = 4;      // model: candidates beside the model's fastest drawn at random
 };
 
 class Strategy {

@@ -318,7 +318,7 @@ TEST_F(StrategyTest, AStrategySeesCompileFactsAndEarlierMeasurementsAndPicksWhat
 
 TEST(StrategyRegistry, NamesHelpAndRefusalsComeFromTheTable) {
   EXPECT_EQ(default_strategy(), "halving");
-  EXPECT_EQ(strategy_names(), "halving, exhaustive or random");
+  EXPECT_EQ(strategy_names(), "halving, exhaustive, random or model");
   const std::string help = strategy_help();
   for (const StrategyInfo& s : strategies()) {
     EXPECT_NE(help.find(std::string(s.name) + (s.name == default_strategy() ? " (default): " : ": ")), std::string::npos)
@@ -328,7 +328,7 @@ TEST(StrategyRegistry, NamesHelpAndRefusalsComeFromTheTable) {
   auto bad = make_strategy("psychic", {});
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, Errc::usage);
-  EXPECT_EQ(bad.error().message, "unknown strategy 'psychic'; use halving, exhaustive or random");
+  EXPECT_EQ(bad.error().message, "unknown strategy 'psychic'; use halving, exhaustive, random or model");
 }
 
 }  // namespace

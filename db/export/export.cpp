@@ -186,10 +186,11 @@ std::string device_label(const DeviceRecord& d) { return fmt::format("{} ({}, {}
 
 // Winners of kind 'layer' that pass the filters; refuses a mix of devices.
 Result<std::vector<WinnerRow>> layer_winners(Store& store, const std::optional<std::string>& target,
-                                             const std::optional<std::string>& device) {
+                                             const std::optional<std::string>& device, const std::optional<std::string>& problem) {
   WinnerFilter f;
   f.kind = "layer";
   f.arch = target;
+  f.problem_key = problem;
   auto rows = FT_TRY(store.winners(f));
   std::erase_if(rows, [&](const WinnerRow& r) { return device && r.device.name != *device; });
   std::set<std::int64_t> devices;
@@ -354,11 +355,12 @@ int select_bucket(const std::vector<int>& buckets, int tokens) {
 
 Result<ExportContents> build_export(const ExportOptions& opt) {
   Store store = FT_TRY(Store::open(opt.db_path, OpenMode::read_only));
-  auto rows = FT_TRY(layer_winners(store, opt.target, opt.device));
+  auto rows = FT_TRY(layer_winners(store, opt.target, opt.device, opt.problem));
   if (rows.empty())
     return fail(Errc::not_found,
                 fmt::format("no layer winners{}{}; run 'flytune search' (it records kind 'layer' winners) or check --target/--device",
-                            opt.target ? " for target " + *opt.target : "", opt.device ? " on device " + *opt.device : ""),
+                            opt.target ? " for target " + *opt.target : "", opt.device ? " on device " + *opt.device : "")
+                    + (opt.problem ? " of problem " + *opt.problem : ""),
                 opt.db_path);
   const DeviceRecord& device = rows.front().device;
   const Target* target = FT_TRY(lookup_target(device.arch));

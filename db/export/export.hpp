@@ -25,6 +25,7 @@ struct ExportOptions {
   // Run on the complete export in a staging folder before it takes out_dir's
   // place; an error leaves out_dir as it was (check-export through the runtime).
   std::function<Status(const std::string& staged_dir)> check;
+  std::optional<std::string> problem;  // only winners of this problem key (a database may hold several)
 };
 
 struct ExportSummary {

@@ -16,7 +16,7 @@
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
 #include "cli/problem_options.hpp"
-#include "db/export/export.hpp"
+#include "export/export.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"
 #include "runtime/check/check_export.hpp"

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/run_flytune.hpp"
-#include "tests/unit/db/db_test_support.hpp"
-#include "tuner/compile/hash.hpp"
+#include "tests/unit/store/db_test_support.hpp"
+#include "system/hash.hpp"
 
 namespace ft {
 namespace {

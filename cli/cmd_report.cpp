@@ -40,19 +40,9 @@ std::optional<double> layer_floor_us(const db::ProblemRecord& pr, const db::Devi
   if (kind != "layer") return std::nullopt;
   auto ceilings = measured_ceilings(device.name);
   if (!ceilings) return std::nullopt;
-  auto dtype = parse_dtype(pr.dtype);
-  auto routing = Routing::parse(pr.routing);
-  if (!dtype || !routing) return std::nullopt;
-  Problem p;
-  p.name = pr.key;
-  p.experts = pr.experts;
-  p.hidden = pr.hidden;
-  p.inter = pr.inter;
-  p.topk = pr.topk;
-  p.dtype = *dtype;
-  p.routing = *routing;
-  if (!p.validate()) return std::nullopt;
-  return roofline_floor_us(p, tokens, *ceilings);
+  auto p = pr.to_problem();
+  if (!p) return std::nullopt;
+  return roofline_floor_us(*p, tokens, *ceilings);
 }
 
 Result<db::Store> open_input(const std::string& path, std::string_view role) {

@@ -163,17 +163,6 @@ json recorded_steps(const LayerProgram& prog, const std::string& support, const 
   return steps;
 }
 
-Problem problem_of(const ProblemRecord& r) {
-  Problem p;
-  p.name = r.key;
-  p.experts = r.experts;
-  p.hidden = r.hidden;
-  p.inter = r.inter;
-  p.topk = r.topk;
-  if (auto d = parse_dtype(r.dtype)) p.dtype = *d;
-  return p;
-}
-
 // The code objects' format (and file extension): the toolchain's. A search
 // on the CPU emulator (backend emulate) built host libraries, which only the
 // emulator runs.
@@ -382,8 +371,10 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     if (row.variant.toolchain_id != toolchain_id)
       return fail(Errc::database, "layer winners were built by different toolchains; export one device and toolchain at a time",
                   opt.db_path);
-    const Problem p = problem_of(row.problem);
     const std::string what = fmt::format("{} T={}", row.problem.key, row.winner.tokens);
+    auto read = row.problem.to_problem();
+    if (!read) return std::unexpected(with_context(std::move(read).error(), what));
+    const Problem p = std::move(*read);
     const json& params = row.variant.params;
     if (!params.contains("stage1") || !params.contains("stage2") || !params.contains("stage1_kernel") ||
         !params.contains("stage2_kernel"))

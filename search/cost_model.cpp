@@ -67,16 +67,6 @@ void add_resource(std::map<std::string, double>& f, const char* name, const std:
   f[std::string("has.res.") + name] = 1;
 }
 
-Problem problem_of(const db::ProblemRecord& r) {
-  Problem p;
-  p.name = r.key;
-  p.experts = r.experts;
-  p.hidden = r.hidden;
-  p.inter = r.inter;
-  p.topk = r.topk;
-  if (auto dt = parse_dtype(r.dtype)) p.dtype = *dt;
-  return p;
-}
 
 // What the layer program launches for a variant alone at T: its stage step's
 // grid and block, the row block, the capacity of sorted rows, and the bytes
@@ -173,7 +163,10 @@ std::map<std::string, double> features_of(const Dataset& d, const Point& p) {
   std::map<std::string, double> f;
   const auto pr = d.problems.find(p.problem_id);
   if (pr == d.problems.end() || p.tokens <= 0) return f;
-  const Problem prob = problem_of(pr->second);
+  // A row this build cannot read (a dtype it refuses) gives no features: not a training point.
+  const auto read = pr->second.to_problem();
+  if (!read) return f;
+  const Problem& prob = *read;
   f["bucket.log2_tokens"] = std::log2(double(p.tokens));
   f["bucket.log2_experts"] = std::log2(std::max(1, prob.experts));
   f["bucket.log2_hidden"] = std::log2(std::max(1, prob.hidden));

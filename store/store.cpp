@@ -708,6 +708,21 @@ ProblemRecord ProblemRecord::from(const Problem& p) {
   return r;
 }
 
+Result<Problem> ProblemRecord::to_problem() const {
+  Problem p;
+  p.name = key;
+  p.experts = experts;
+  p.hidden = hidden;
+  p.inter = inter;
+  p.topk = topk;
+  p.dtype = FT_TRY(parse_dtype(dtype));
+  if (activation != to_string(p.activation))
+    return fail(Errc::invalid_input, fmt::format("problem {}: activation \"{}\" is not one this build implements", key, activation));
+  p.routing = FT_TRY(Routing::parse(routing));
+  FT_CHECK(p.validate());
+  return p;
+}
+
 // ---- Store -------------------------------------------------------------------
 
 struct Store::Impl {

@@ -108,6 +108,9 @@ struct ProblemRecord {
   std::string routing;  // Routing::key()
 
   static ProblemRecord from(const Problem& p);
+  // The problem a row names: dtype, activation and routing parsed, the shape
+  // validated; a row this build cannot read (a dtype it refuses) is an error.
+  Result<Problem> to_problem() const;
 };
 
 // Compile-time resources; empty where the target has no such thing (AGPRs on

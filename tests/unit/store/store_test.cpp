@@ -327,6 +327,40 @@ TEST_F(StoreRecords, UpsertsFindExistingRows) {
   EXPECT_EQ(store_->problems()->size(), 1u);
 }
 
+// A problem row reads back as the problem it was written from, routing
+// included (export and the cost model read rows this way), and a row this
+// build cannot read is an error naming the row, not a default.
+TEST(ProblemRecordTest, RoundTripsAndRefusesWhatItCannotRead) {
+  auto qwen = problem_from_preset("qwen3-30b");
+  ASSERT_TRUE(qwen) << qwen.error().describe();
+  qwen->routing = Routing::parse("zipf:1.2").value();
+  const ProblemRecord row = ProblemRecord::from(*qwen);
+  auto back = row.to_problem();
+  ASSERT_TRUE(back) << back.error().describe();
+  EXPECT_EQ(back->key(), qwen->key());
+  EXPECT_EQ(back->routing.key(), "zipf:1.2");
+  EXPECT_EQ(back->experts, 128);
+
+  struct Case {
+    const char* what;
+    void (*spoil)(ProblemRecord&);
+    const char* says;
+  };
+  const Case cases[] = {
+      {"dtype", [](ProblemRecord& r) { r.dtype = "f64"; }, "f64"},
+      {"activation", [](ProblemRecord& r) { r.activation = "gelu"; }, "activation \"gelu\""},
+      {"routing", [](ProblemRecord& r) { r.routing = "zipf:"; }, "zipf"},
+      {"shape", [](ProblemRecord& r) { r.topk = 0; }, "top"},
+  };
+  for (const Case& c : cases) {
+    ProblemRecord bad = row;
+    c.spoil(bad);
+    auto read = bad.to_problem();
+    ASSERT_FALSE(read) << c.what;
+    EXPECT_NE(read.error().describe().find(c.says), std::string::npos) << c.what << ": " << read.error().describe();
+  }
+}
+
 TEST_F(StoreRecords, VariantUpsertUpdatesCompileResults) {
   auto before = store_->variant(ids_.variant_fast).value();
   ASSERT_TRUE(before);

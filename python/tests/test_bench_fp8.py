@@ -1,0 +1,148 @@
+"""bench/triton_moe_fp8.py on the CPU: its Triton kernels under TRITON_INTERPRET=1 on
+a tiny problem against the fp32 reference from the dequantised inputs, for both
+scale modes, and mutations the check must catch (a wrong block-scale index, a
+wrong expert scale). Skips where torch or triton is not importable (CI's
+environments need not have triton; nothing here needs a GPU)."""
+import os
+import pathlib
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+pytest.importorskip("triton", reason="triton is not installed (the fp8 bench's kernels need it)")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+
+
+def _import_interpreted():
+    """triton_moe_fp8 with its kernels made for Triton's interpreter (@triton.jit reads
+    TRITON_INTERPRET when it wraps a function); the variable is put back after, so
+    other tests in this session (torch.compile on a GPU) keep compiled Triton."""
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        for name in ("triton_moe_fp8", "triton_moe"):
+            sys.modules.pop(name, None)
+        import triton_moe_fp8
+        return triton_moe_fp8
+    finally:
+        if old is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+fp8 = _import_interpreted()
+
+E, H, I, TOPK, T = 4, 256, 256, 2, 5
+BOUND = 1e-3
+CFG = (16, 64, 128, 4, 1)  # stage 2 of block128 with BLOCK_N 64 < 128: two N-tiles share a weight scale
+
+
+def problem(mode, seed=0):
+    """Inputs with weight magnitudes that differ a lot between experts and between
+    128x128 blocks, so a scale read from the wrong expert or block is far off."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(T, H, generator=g).to(torch.bfloat16)
+    logits = torch.randn(T, E, generator=g)
+    w, ids = torch.topk(torch.softmax(logits, -1), TOPK, dim=-1)
+    w = (w / w.sum(-1, keepdim=True)).float().contiguous()
+    ids = ids.to(torch.int32)
+
+    def weights(n, k):
+        base = torch.randn(E, n, k, generator=g) / k ** 0.5
+        spread = torch.exp2(torch.randint(-3, 4, (E, n // 128, 1, k // 128, 1), generator=g).float())
+        return (base.view(E, n // 128, 128, k // 128, 128) * spread).view(E, n, k)
+
+    w1f, w2f = weights(2 * I, H), weights(H, I)
+    if mode == "per-tensor":
+        (w1, s1), (w2, s2) = fp8.quantise_per_expert(w1f), fp8.quantise_per_expert(w2f)
+        scales = {"x": fp8.quantise_per_tensor(x)[1], "w1": s1, "w2": s2}
+        scales["h"] = fp8.calibrate_h_scale(x, ids, w1, scales)
+    else:
+        (w1, s1), (w2, s2) = fp8.quantise_blocks(w1f), fp8.quantise_blocks(w2f)
+        scales = {"w1": s1, "w2": s2}
+    return x, ids, w, w1, w2, scales
+
+
+@pytest.mark.parametrize("mode", fp8.MODES)
+def test_layer_matches_the_dequantised_reference(mode):
+    x, ids, w, w1, w2, scales = problem(mode)
+    ref = fp8.reference(mode, x, ids, w, w1, w2, scales)
+    out = fp8.moe_layer(mode, x, ids, w, w1, w2, scales, CFG)
+    assert out.shape == (T, H) and out.dtype == torch.bfloat16
+    dis, rel = fp8.agreement(out, ref)
+    assert dis < BOUND, f"{mode}: 1 - 2<x,y>/(|x|^2+|y|^2) = {dis:.2e}, rel L2 {rel:.2e}"
+    assert rel < 5e-2, f"{mode}: rel L2 {rel:.2e}"
+
+
+@pytest.mark.parametrize("axis", [1, 2])  # the N-block index, the K-block index
+@pytest.mark.parametrize("which", ["w1", "w2"])
+def test_a_wrong_block_scale_index_breaks_the_bound(which, axis):
+    """The kernel's output with each weight's block scales shifted by one block (what
+    an off-by-one block index in the kernel reads) must fail the check."""
+    x, ids, w, w1, w2, scales = problem("block128")
+    ref = fp8.reference("block128", x, ids, w, w1, w2, scales)
+    bad = dict(scales, **{which: torch.roll(scales[which], 1, dims=axis).contiguous()})
+    dis, rel = fp8.agreement(fp8.moe_layer("block128", x, ids, w, w1, w2, bad, CFG), ref)
+    assert dis > BOUND, f"shifted {which} scales along dim {axis} passed: {dis:.2e}"
+
+
+def test_a_wrong_expert_scale_breaks_the_bound():
+    x, ids, w, w1, w2, scales = problem("per-tensor")
+    ref = fp8.reference("per-tensor", x, ids, w, w1, w2, scales)
+    bad = dict(scales, w2=torch.roll(scales["w2"], 1))
+    dis, _ = fp8.agreement(fp8.moe_layer("per-tensor", x, ids, w, w1, w2, bad, CFG), ref)
+    assert dis > BOUND, f"experts' W2 scales shifted by one passed: {dis:.2e}"
+
+
+def test_quantisers_round_trip_within_e4m3_precision():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 512, generator=g) * torch.exp2(torch.arange(4).repeat_interleave(128).float())
+    q, s = fp8.quantise_groups(x)
+    assert q.dtype == fp8.FP8 and s.shape == (3, 4)
+    assert torch.allclose(s, x.view(3, 4, 128).abs().amax(-1) / 448)
+    back = fp8.dequantise_groups(q, s)
+    assert ((back - x).abs() <= x.abs() * 2 ** -4 + s.repeat_interleave(128, 1) * 2 ** -9).all()
+    w = torch.randn(2, 256, 384, generator=g) * torch.exp2(torch.arange(3).repeat_interleave(128).float())
+    wq, ws = fp8.quantise_blocks(w)
+    assert wq.dtype == fp8.FP8 and ws.shape == (2, 2, 3)
+    assert torch.allclose(ws, w.view(2, 2, 128, 3, 128).abs().amax(dim=(2, 4)) / 448)
+    err = (fp8.dequantise_blocks(wq, ws) - w).abs()
+    assert (err <= w.abs() * 2 ** -4 + ws.repeat_interleave(128, 1).repeat_interleave(128, 2) * 2 ** -9).all()
+    z, zs = fp8.quantise_groups(torch.zeros(1, 128))
+    assert (z.float() == 0).all() and zs.item() == pytest.approx(fp8.SCALE_MIN)
+
+
+def test_agreement_measures():
+    y = torch.randn(64, dtype=torch.float64)
+    assert fp8.agreement(y, y)[0] == pytest.approx(0, abs=1e-15)
+    dis, rel = fp8.agreement(y * 1.01, y)
+    assert rel == pytest.approx(0.01, rel=1e-6) and dis == pytest.approx(0.01 ** 2 / (1 + 1.01 ** 2), rel=1e-6)
+
+
+def test_the_kernels_fp8_store_rounds_as_torch_does(monkeypatch):
+    """_fp8_store on values across the e4m3 range (normals, subnormals, ties, carries
+    into the exponent, saturation) gives torch's float8_e4m3fn values."""
+    import triton
+    import triton.language as tl
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+    @triton.jit
+    def store(src, dst, N: tl.constexpr):
+        o = tl.arange(0, N)
+        fp8._fp8_store(dst + o, tl.load(src + o), o < N)
+
+    g = torch.Generator().manual_seed(5)
+    mags = torch.exp2(torch.empty(4000).uniform_(-12, 9.5, generator=g))
+    v = mags * torch.where(torch.rand(4000, generator=g) < 0.5, -1.0, 1.0)
+    grid = torch.arange(-448, 449, dtype=torch.float32)
+    ties = (fp8.quantise(v, 1.0).float() + torch.arange(4000) % 7 * 2 ** -12)  # near representable values
+    v = torch.cat([v, grid, grid / 512, ties, torch.tensor([0.0, 500.0, -1e9, 7.97, 2 ** -10, 3 * 2 ** -10])])
+    v = torch.cat([v, torch.zeros(16384 - v.numel())])
+    out = torch.empty(16384, dtype=fp8.FP8)
+    store[(1,)](v, out, N=16384)
+    want = v.clamp(-448, 448).to(fp8.FP8)
+    bad = (out.float() != want.float()).nonzero().flatten()  # by value: the interpreter writes -0 as +0
+    assert bad.numel() == 0, f"{bad.numel()} differ, e.g. {v[bad[:4]].tolist()} -> {out[bad[:4]].float().tolist()}"

@@ -1,10 +1,12 @@
 """bench/triton_moe_fp8.py on the CPU: its Triton kernels under TRITON_INTERPRET=1 on
 a tiny problem against the fp32 reference from the dequantised inputs, for both
 scale modes, and mutations the check must catch (a wrong block-scale index, a
-wrong expert scale). Skips where torch or triton is not importable (CI's
-environments need not have triton; nothing here needs a GPU)."""
+wrong expert scale). Skips where torch or triton is not importable (triton comes
+with torch 2.11's Linux wheel in scripts/python-test.sh's step 3; it is not added
+anywhere). Nothing here needs a GPU: about 5 s on one core."""
 import os
 import pathlib
+import subprocess
 import sys
 
 import pytest
@@ -12,27 +14,23 @@ import pytest
 torch = pytest.importorskip("torch", reason="torch is not installed")
 pytest.importorskip("triton", reason="triton is not installed (the fp8 bench's kernels need it)")
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "bench"))
+import triton_moe_fp8 as fp8  # noqa: E402
+
+# @triton.jit (triton.language's own builtins included) reads TRITON_INTERPRET when
+# triton is imported, so the kernel tests run in a fresh process of their own with it
+# set; this session's triton stays compiled (torch.compile on a GPU in test_gpu.py).
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+interpreted = pytest.mark.skipif(not INTERPRETED, reason="runs in test_kernels_under_the_interpreter's process")
 
 
-def _import_interpreted():
-    """triton_moe_fp8 with its kernels made for Triton's interpreter (@triton.jit reads
-    TRITON_INTERPRET when it wraps a function); the variable is put back after, so
-    other tests in this session (torch.compile on a GPU) keep compiled Triton."""
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        for name in ("triton_moe_fp8", "triton_moe"):
-            sys.modules.pop(name, None)
-        import triton_moe_fp8
-        return triton_moe_fp8
-    finally:
-        if old is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = old
+@pytest.mark.skipif(INTERPRETED, reason="this is that process")
+def test_kernels_under_the_interpreter():
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__],
+                       cwd=pathlib.Path(__file__).parent, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout and "runs in test_kernels" not in r.stdout, r.stdout[-2000:]
 
-
-fp8 = _import_interpreted()
 
 E, H, I, TOPK, T = 4, 256, 256, 2, 5
 BOUND = 1e-3
@@ -65,6 +63,7 @@ def problem(mode, seed=0):
     return x, ids, w, w1, w2, scales
 
 
+@interpreted
 @pytest.mark.parametrize("mode", fp8.MODES)
 def test_layer_matches_the_dequantised_reference(mode):
     x, ids, w, w1, w2, scales = problem(mode)
@@ -76,6 +75,7 @@ def test_layer_matches_the_dequantised_reference(mode):
     assert rel < 5e-2, f"{mode}: rel L2 {rel:.2e}"
 
 
+@interpreted
 @pytest.mark.parametrize("axis", [1, 2])  # the N-block index, the K-block index
 @pytest.mark.parametrize("which", ["w1", "w2"])
 def test_a_wrong_block_scale_index_breaks_the_bound(which, axis):
@@ -88,6 +88,7 @@ def test_a_wrong_block_scale_index_breaks_the_bound(which, axis):
     assert dis > BOUND, f"shifted {which} scales along dim {axis} passed: {dis:.2e}"
 
 
+@interpreted
 def test_a_wrong_expert_scale_breaks_the_bound():
     x, ids, w, w1, w2, scales = problem("per-tensor")
     ref = fp8.reference("per-tensor", x, ids, w, w1, w2, scales)
@@ -121,13 +122,12 @@ def test_agreement_measures():
     assert rel == pytest.approx(0.01, rel=1e-6) and dis == pytest.approx(0.01 ** 2 / (1 + 1.01 ** 2), rel=1e-6)
 
 
-def test_the_kernels_fp8_store_rounds_as_torch_does(monkeypatch):
+@interpreted
+def test_the_kernels_fp8_store_rounds_as_torch_does():
     """_fp8_store on values across the e4m3 range (normals, subnormals, ties, carries
     into the exponent, saturation) gives torch's float8_e4m3fn values."""
     import triton
     import triton.language as tl
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
 
     @triton.jit
     def store(src, dst, N: tl.constexpr):

@@ -105,6 +105,24 @@ def quantise_blocks(w):
     return quantise(b, s[:, :, None, :, None]).view(E, N, K), s
 
 
+def quantise_rows(x):
+    """x [M, K] -> (q, scales [M]): one scale per row (per token); the rowwise mode
+    of torch._scaled_grouped_mm, which these kernels do not run."""
+    s = amax_scale(x.abs().amax(-1))
+    return quantise(x, s[:, None]), s
+
+
+def quantise_channels(w):
+    """w [E, N, K] -> (q, scales [E, N]): one scale per output channel."""
+    s = amax_scale(w.abs().amax(-1))
+    return quantise(w, s[..., None]), s
+
+
+def quantise_weights(w, mode):
+    """w [E, N, K] -> (q, scales) as the scale mode wants them."""
+    return {"per-tensor": quantise_per_expert, "block128": quantise_blocks, "rowwise": quantise_channels}[mode](w)
+
+
 def dequantise_groups(q, s):
     T, H = q.shape
     return (q.float().view(T, H // GROUP, GROUP) * s[..., None]).view(T, H)
@@ -119,7 +137,19 @@ def dequantise_expert(q, s, e, mode):
     """Expert e's weights in fp32 from q [E, N, K] and its mode's scales."""
     if mode == "per-tensor":
         return q[e].float() * s[e]
+    if mode == "rowwise":
+        return q[e].float() * s[e][:, None]
     return dequantise_blocks(q[e:e + 1], s[e:e + 1])[0]
+
+
+def dequantised_x(x, scales, mode):
+    """X as the layer of this scale mode quantises it, back in fp32."""
+    if mode == "per-tensor":
+        return quantise(x, scales["x"]).float() * scales["x"]
+    if mode == "rowwise":
+        q, s = quantise_rows(x)
+        return q.float() * s[:, None]
+    return dequantise_groups(*quantise_groups(x))
 
 
 # --- kernels -----------------------------------------------------------------------
@@ -346,11 +376,11 @@ def moe_layer(mode, x, ids, weights, w1, w2, scales, cfg):
 
 def reference(mode, x, ids, weights, w1, w2, scales):
     """fp32 layer from the dequantised inputs: X as the layer quantises it (static
-    scale or 1x128 groups), W1/W2 dequantised with their scales; h kept in fp32
+    scale, 1x128 groups or per row: mode also "rowwise"), W1/W2 dequantised with their scales; h kept in fp32
     (so the check also covers the kernels' quantise-on-store of h)."""
     T, H = x.shape
     E, I = w1.shape[0], w2.shape[2]
-    xd = quantise(x, scales["x"]).float() * scales["x"] if mode == "per-tensor" else dequantise_groups(*quantise_groups(x))
+    xd = dequantised_x(x, scales, mode)
     y = torch.zeros(T, H, device=x.device, dtype=torch.float32)
     for e in range(E):
         tok, slot = torch.nonzero(ids == e, as_tuple=True)
@@ -365,7 +395,7 @@ def reference(mode, x, ids, weights, w1, w2, scales):
 def calibrate_h_scale(x, ids, w1, scales):
     """Per-tensor mode's static scale of h: its absolute max over this batch from
     the dequantised inputs (a calibration pass, done once, outside the timed layer)."""
-    xd = quantise(x, scales["x"]).float() * scales["x"]
+    xd = dequantised_x(x, scales, "per-tensor")
     I = w1.shape[1] // 2
     amax = torch.zeros((), device=x.device)
     for e in torch.unique(ids).tolist():

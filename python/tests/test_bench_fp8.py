@@ -115,6 +115,33 @@ def test_quantisers_round_trip_within_e4m3_precision():
     assert (z.float() == 0).all() and zs.item() == pytest.approx(fp8.SCALE_MIN)
 
 
+def test_rowwise_helpers_and_reference():
+    """The rowwise mode (torch._scaled_grouped_mm's, in bench/fp8_peers.py): per-row
+    and per-channel scales, and the reference's X and weights dequantised with them."""
+    g = torch.Generator().manual_seed(4)
+    w = torch.randn(2, 8, 256, generator=g) * torch.arange(1, 9).float()[None, :, None]
+    q, s = fp8.quantise_weights(w, "rowwise")
+    assert s.shape == (2, 8) and torch.allclose(s, w.abs().amax(-1) / 448)
+    assert torch.allclose(fp8.dequantise_expert(q, s, 1, "rowwise"), w[1], rtol=2 ** -4, atol=1e-6)
+    x = torch.randn(3, 256, generator=g) * torch.tensor([[1.0], [100.0], [1e-3]])
+    xd = fp8.dequantised_x(x, {}, "rowwise")
+    assert torch.allclose(xd, x, rtol=2 ** -4, atol=1e-3 * 2 ** -9 * 448)
+    ids = torch.tensor([[0, 1], [1, 0], [0, 1]], dtype=torch.int32)
+    wts = torch.full((3, 2), 0.5)
+    w1 = torch.randn(2, 16, 256, generator=g)
+    w2 = torch.randn(2, 256, 8, generator=g)
+    (q1, s1), (q2, s2) = fp8.quantise_weights(w1, "rowwise"), fp8.quantise_weights(w2, "rowwise")
+    y = fp8.reference("rowwise", x, ids, wts, q1, q2, {"w1": s1, "w2": s2})
+    want = torch.zeros(3, 256)
+    for t in range(3):
+        for j in range(2):
+            e = ids[t, j].item()
+            gu = xd[t] @ fp8.dequantise_expert(q1, s1, e, "rowwise").t()
+            h = torch.nn.functional.silu(gu[:8]) * gu[8:]
+            want[t] += 0.5 * (h @ fp8.dequantise_expert(q2, s2, e, "rowwise").t())
+    assert torch.allclose(y, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
+
+
 def test_agreement_measures():
     y = torch.randn(64, dtype=torch.float64)
     assert fp8.agreement(y, y)[0] == pytest.approx(0, abs=1e-15)
@@ -146,3 +173,32 @@ def test_the_kernels_fp8_store_rounds_as_torch_does():
     want = v.clamp(-448, 448).to(fp8.FP8)
     bad = (out.float() != want.float()).nonzero().flatten()  # by value: the interpreter writes -0 as +0
     assert bad.numel() == 0, f"{bad.numel()} differ, e.g. {v[bad[:4]].tolist()} -> {out[bad[:4]].float().tolist()}"
+
+
+def test_fp8_peers_shapes_floor_and_tables():
+    """bench/fp8_peers.py without a GPU: preset shapes from generator/problem.cpp, the
+    fp8 floor's bytes, and a table in which a wrong peer is never the best one."""
+    import fp8_peers as fp
+    s = fp.preset_shape("mixtral-8x7b")
+    assert (s.E, s.H, s.I, s.K) == (8, 4096, 14336, 2)
+    assert fp.preset_shape("x:4:256:512:2").I == 512
+    with pytest.raises(SystemExit, match="no preset 'nope'"):
+        fp.preset_shape("nope")
+    flops, bytes_ = fp.fp8_work(s, 16384, "block128")
+    assert flops == 6.0 * 16384 * 2 * 4096 * 14336
+    assert bytes_ == pytest.approx(8 * 3 * 4096 * 14336 * (1 + 4 / 128 ** 2) + 2 * 16384 * 4096 * 2, rel=1e-6)
+    ceil = {"fp8_gemm": 1.2e15, "copy": 4.2e12, "fp8_fast": 1.2e15, "fp8_exact": 1.0e15, "gemm": 8e14}
+    floor = fp.fp8_floor_us(s, 1, "per-tensor", ceil)
+    assert floor == pytest.approx(fp.fp8_work(s, 1, "per-tensor")[1] / 4.2e12 * 1e6)
+    ok = {"us": 2 * floor, "dis": 1e-4, "rel": 1e-2, "config": "m16n64k128 w4 s4"}
+    report = {"date": "d", "gpu": "g", "torch": "t", "triton": "tr", "command": "c", "ceilings": ceil, "problems": [
+        {"name": s.name, "shape": vars(s), "modes": {
+            "per-tensor": [{"T": 1, "floor": floor, "flytune": 1.25 * floor, "triton": ok}],
+            "rowwise": [{"T": 1, "floor": floor, "torch": {"wrong": "wrong: 1-cos 5.0e-03 > 0.001"}}],
+            "block128": [{"T": 1, "floor": floor, "skipped": "no time left in --budget-s"}]}}]}
+    md = fp.markdown(report)
+    assert "### mixtral-8x7b (E 8, H 4096, I 14336, top-2), per-tensor" in md
+    assert f"| 1 | {floor:.0f} | {1.25 * floor:.1f} (80%) | {2 * floor:.1f} (50%, 1.0e-04, 1.0e-02) " \
+           f"| {2 * floor:.1f} (50%, Triton fp8 fused-MoE per-tensor) | 1.60x |" in md
+    assert "| wrong: 1-cos 5.0e-03 > 0.001 |" in md
+    assert "no time left in --budget-s" in md

@@ -16,10 +16,10 @@ block128    DeepSeek-V3 style: X quantised on the device (inside the layer) with
 
 A value v is stored as q = v / s (clamped to +-448) and means q * s. Loop counts are
 constexpr (K_STEPS: one compile per problem, as H and I are fixed per problem; and
-Triton's interpreter cannot take a runtime int as a range bound). The layer's
-steps (align from bench/triton_moe.py, activation quantise, stage 1, stage 2, the
-sum over k) are all graph-capturable. Shapes as in triton_moe.py: x [T, H] bf16,
-ids [T, k] int32, weights [T, k] fp32, W1 [E, 2I, H] fp8, W2 [E, H, I] fp8.
+Triton's interpreter cannot take a runtime int as a range bound). The layer's steps
+(align from bench/triton_moe.py, X's quantise in one small Triton kernel, stage 1,
+stage 2, the sum over k) are all graph-capturable. Shapes as in triton_moe.py:
+x [T, H] bf16, ids [T, k] int32, weights [T, k] fp32, W1 [E, 2I, H] fp8, W2 [E, H, I] fp8.
 """
 import torch
 import triton
@@ -176,6 +176,34 @@ def _fp8_store(ptrs, v, mask):
     tl.store(ptrs, _round_e4m3(v).to(ptrs.dtype.element_ty), mask=mask)
 
 
+@triton.jit
+def _quantise_x(x_ptr, q_ptr, s_ptr, H, stride_x, stride_q, stride_s, GROUPS: tl.constexpr):
+    """One program per (token, 128-column group) of X [T, H] bf16. GROUPS: one scale
+    per group, computed here (amax / 448) into s[t, g]; else the static scale s[0]."""
+    t, g = tl.program_id(0), tl.program_id(1)
+    offs = g * 128 + tl.arange(0, 128)
+    v = tl.load(x_ptr + t.to(tl.int64) * stride_x + offs).to(tl.float32)
+    if GROUPS:
+        scale = tl.maximum(tl.max(tl.abs(v), axis=0) / 448.0, 1e-12)
+        tl.store(s_ptr + t.to(tl.int64) * stride_s + g, scale)
+    else:
+        scale = tl.load(s_ptr)
+    _fp8_store(q_ptr + t.to(tl.int64) * stride_q + offs, v / scale, offs < H)
+
+
+def quantise_x(x, scale=None):
+    """X [T, H] bf16 as fp8 in one launch: with the static per-tensor scale [1] given,
+    or with 1x128 group scales computed on the device; returns (q, scales). The same
+    values as quantise(x, scale) / quantise_groups(x)."""
+    T, H = x.shape
+    assert H % GROUP == 0 and x.stride(1) == 1
+    q = torch.empty(T, H, device=x.device, dtype=FP8)
+    s = scale if scale is not None else torch.empty(T, H // GROUP, device=x.device, dtype=torch.float32)
+    _quantise_x[(T, H // GROUP)](x, q, s, H, x.stride(0), q.stride(0), s.stride(0) if scale is None else 0,
+                                 GROUPS=scale is None, num_warps=1)
+    return q, s
+
+
 @triton.jit(do_not_specialize=["slots", "num_m"])
 def _stage1_pt(x_ptr, w1_ptr, h_ptr, sorted_ids_ptr, block_expert_ptr, sx_ptr, sw_ptr, sh_ptr,
                slots, num_m, H, I,
@@ -318,7 +346,7 @@ def _layer_pt(x, ids, weights, w1, w2, scales, cfg):
     E, two_i, _ = w1.shape
     I, topk = two_i // 2, ids.shape[1]
     slots = T * topk
-    xq = quantise(x, scales["x"])
+    xq, _ = quantise_x(x, scales["x"])
     sorted_ids, block_expert = align(ids, E, block_m)
     num_m = block_expert.numel()
     h = torch.empty(slots, I, device=x.device, dtype=FP8)
@@ -346,7 +374,7 @@ def _layer_blk(x, ids, weights, w1, w2, scales, cfg):
     slots = T * topk
     assert block_n <= GROUP and GROUP % block_n == 0
     s1, s2 = scales["w1"], scales["w2"]
-    xq, xs = quantise_groups(x)
+    xq, xs = quantise_x(x)
     sorted_ids, block_expert = align(ids, E, block_m)
     num_m = block_expert.numel()
     h = torch.empty(slots, I, device=x.device, dtype=FP8)

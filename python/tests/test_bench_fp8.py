@@ -76,6 +76,19 @@ def test_layer_matches_the_dequantised_reference(mode):
 
 
 @interpreted
+def test_the_x_quantise_kernel_gives_the_torch_helpers_values():
+    g = torch.Generator().manual_seed(6)
+    x = (torch.randn(T, H, generator=g) * torch.exp2(torch.arange(H) % 9 - 4.0)).to(torch.bfloat16)
+    x[1, :128] = 0  # an all-zero group
+    q, s = fp8.quantise_x(x)
+    want_q, want_s = fp8.quantise_groups(x)
+    assert torch.equal(s, want_s) and torch.equal(q.float(), want_q.float())
+    static = fp8.quantise_per_tensor(x)[1]
+    q, s = fp8.quantise_x(x, static)
+    assert s is static and torch.equal(q.float(), fp8.quantise(x, static).float())
+
+
+@interpreted
 @pytest.mark.parametrize("axis", [1, 2])  # the N-block index, the K-block index
 @pytest.mark.parametrize("which", ["w1", "w2"])
 def test_a_wrong_block_scale_index_breaks_the_bound(which, axis):

@@ -40,7 +40,7 @@ std::optional<double> layer_floor_us(const db::ProblemRecord& pr, const db::Devi
   if (kind != "layer") return std::nullopt;
   auto ceilings = measured_ceilings(device.name);
   if (!ceilings) return std::nullopt;
-  auto dtype = parse_dtype(pr.dtype);
+  auto dtype = parse_dtype_spec(pr.dtype);
   auto routing = Routing::parse(pr.routing);
   if (!dtype || !routing) return std::nullopt;
   Problem p;
@@ -49,7 +49,8 @@ std::optional<double> layer_floor_us(const db::ProblemRecord& pr, const db::Devi
   p.hidden = pr.hidden;
   p.inter = pr.inter;
   p.topk = pr.topk;
-  p.dtype = *dtype;
+  p.dtype = dtype->dtype;
+  p.scales = dtype->scales;
   p.routing = *routing;
   if (!p.validate()) return std::nullopt;
   return roofline_floor_us(p, tokens, *ceilings);

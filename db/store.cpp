@@ -702,7 +702,7 @@ ProblemRecord ProblemRecord::from(const Problem& p) {
   r.hidden = p.hidden;
   r.inter = p.inter;
   r.topk = p.topk;
-  r.dtype = std::string(to_string(p.dtype));
+  r.dtype = p.dtype_spec();  // "e4m3:per-token" for fp8: the scales are part of the element type
   r.activation = std::string(to_string(p.activation));
   r.routing = p.routing.key();
   return r;

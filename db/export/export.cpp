@@ -170,7 +170,10 @@ Problem problem_of(const ProblemRecord& r) {
   p.hidden = r.hidden;
   p.inter = r.inter;
   p.topk = r.topk;
-  if (auto d = parse_dtype(r.dtype)) p.dtype = *d;
+  if (auto d = parse_dtype_spec(r.dtype)) {
+    p.dtype = d->dtype;
+    p.scales = d->scales;
+  }
   return p;
 }
 

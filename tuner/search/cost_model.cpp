@@ -74,7 +74,10 @@ Problem problem_of(const db::ProblemRecord& r) {
   p.hidden = r.hidden;
   p.inter = r.inter;
   p.topk = r.topk;
-  if (auto dt = parse_dtype(r.dtype)) p.dtype = *dt;
+  if (auto dt = parse_dtype_spec(r.dtype)) {
+    p.dtype = dt->dtype;
+    p.scales = dt->scales;
+  }
   return p;
 }
 

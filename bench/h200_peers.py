@@ -295,9 +295,12 @@ def flytune_search(args, name, ceil, limit_s):
     if ":" in name:  # name:E:H:I:K
         n, e, h, i, k = name.split(":")
         problem = ["--experts", e, "--hidden", h, "--inter", i, "--topk", k]
-    db = os.path.join(args.work, f"{name.split(':')[0]}.db")
+    # One database for every problem (--db): the cost model of --strategy model
+    # learns from the problems searched before; else one per problem.
+    db = args.db or os.path.join(args.work, f"{name.split(':')[0]}.db")
     cmd = [args.flytune, "search", *problem, "--tokens", args.tokens, "--db", db, "--seed", "42",
-           "--graph", "--json", "--ceilings", f"{ceil['gemm']/1e12:.1f},{ceil['copy']/1e12:.3f}"]
+           "--graph", "--json", "--ceilings", f"{ceil['gemm']/1e12:.1f},{ceil['copy']/1e12:.3f}",
+           "--strategy", strategy_for(args, name)]
     if args.space:
         cmd += ["--space", args.space]
     out, secs = run_tool(cmd, limit_s)
@@ -307,10 +310,33 @@ def flytune_search(args, name, ceil, limit_s):
     return json.loads(out), db, secs
 
 
+def strategy_for(args, name):
+    """--strategy-for name=strategy,... else --strategy."""
+    for item in filter(None, (args.strategy_for or "").split(",")):
+        n, _, s = item.partition("=")
+        if n == name.split(":")[0]:
+            return s
+    return args.strategy
+
+
+def model_check(args):
+    """`flytune db model-check --json` on the shared database: how often the cost
+    model's pick holds the winner of the buckets that were timed in full."""
+    if not args.db or not os.path.exists(args.db):
+        return None
+    try:
+        out = subprocess.run([args.flytune, "db", "--db", args.db, "model-check", "--json"], capture_output=True, text=True,
+                             timeout=300)
+        return json.loads(out.stdout) if out.returncode == 0 else {"error": (out.stderr or out.stdout).strip()[-300:]}
+    except (OSError, subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+        return {"error": str(e)[:300]}
+
+
 def flytune_export(args, name, db, limit_s):
     """`flytune export --check gpu` (every bucket re-checked through the runtime); returns the folder."""
     folder = os.path.join(args.work, f"{name.split(':')[0]}-export")
-    out, secs = run_tool([args.flytune, "export", "--db", db, "--out", folder, "--force", "--check", "gpu"], limit_s)
+    problem = ["--problem", name] if ":" not in name else []
+    out, secs = run_tool([args.flytune, "export", "--db", db, *problem, "--out", folder, "--force", "--check", "gpu"], limit_s)
     print(f"flytune export {name} in {secs:.0f} s: {out.strip().splitlines()[-1] if out.strip() else ''}", flush=True)
     return folder
 
@@ -404,7 +430,7 @@ def bench_problem(s, tokens, wins, export, args, ceil, gen, clock):
         peer(row, "torch", lambda: bench_torch(x, ids, w, w1, w2, ref), clock)
         if not args.skip_triton:
             peer(row, "triton", lambda: bench_triton(x, ids, w, w1, w2, ref), clock, need_s=20)
-        if not args.skip_jax and T <= JAX_MAX_TOKENS:
+        if not args.skip_jax and T <= args.jax_max_tokens:
             peer(row, "jax", lambda: bench_jax(x, ids, w, w1, w2, ref), clock, need_s=15)
         print(json.dumps({k: v for k, v in row.items() if not k.endswith("_tried")}), flush=True)
         rows.append(row)
@@ -577,6 +603,10 @@ def main():
     ap.add_argument("--budget-s", type=float, default=0, help="stop starting work after this many seconds (0: none)")
     ap.add_argument("--skip-triton", action="store_true")
     ap.add_argument("--skip-jax", action="store_true")
+    ap.add_argument("--jax-max-tokens", type=int, default=JAX_MAX_TOKENS, help="jax.lax.ragged_dot only up to this T")
+    ap.add_argument("--db", help="one database for every problem's search (the cost model learns across them)")
+    ap.add_argument("--strategy", default="halving", help="flytune search --strategy")
+    ap.add_argument("--strategy-for", help="per problem: name=strategy,... (e.g. deepseek-v3=model)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     clock = Clock(args.budget_s)
@@ -596,6 +626,8 @@ def main():
         else:
             report["problems"].append(one_problem(name, args, tokens, ceil, gen, clock))
         write_report(report, args.out)  # after every problem: a run cut short keeps what it measured
+    report["model_check"] = model_check(args)
+    write_report(report, args.out)
     print(markdown(report))
 
 

@@ -15,8 +15,8 @@
 #include "cli/option_checks.hpp"
 #include "cli/problem_options.hpp"
 #include "generator/target.hpp"
-#include "tuner/search/compile_space.hpp"
-#include "tuner/search/progress.hpp"
+#include "search/compile_space.hpp"
+#include "search/progress.hpp"
 
 namespace ft::cli {
 namespace {

@@ -2,7 +2,7 @@
 // the schema version --, a safe copy of it, and how well the cost model would
 // have guided the search on its timings (model-check). Opens the file
 // read-only: it never writes to it. `db merge` is the one writer: it merges databases into a
-// new or existing file (db/merge.hpp).
+// new or existing file (store/merge.hpp).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -18,11 +18,11 @@
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
 #include "cli/option_checks.hpp"
-#include "db/merge.hpp"
-#include "db/store.hpp"
+#include "store/merge.hpp"
+#include "store/store.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"
-#include "tuner/search/model_check.hpp"
+#include "search/model_check.hpp"
 
 namespace ft::cli {
 namespace {

@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
-#include "tuner/device/runtimes.hpp"
-#include "tuner/device/telemetry.hpp"
+#include "device/runtimes.hpp"
+#include "device/telemetry.hpp"
 
 namespace ft::cli {
 namespace {

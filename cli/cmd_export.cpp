@@ -16,7 +16,7 @@
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
 #include "cli/problem_options.hpp"
-#include "db/export/export.hpp"
+#include "export/export.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"
 #include "runtime/check/check_export.hpp"
@@ -29,6 +29,7 @@ struct ExportOptions {
   std::string out;
   std::string target;
   std::string device;
+  std::string problem;  // a preset name or a problem key
   bool check_coverage = false;
   std::string tokens = "1..16384";
   bool force = false;
@@ -119,6 +120,8 @@ int run_export(const ExportOptions& opt) {
   std::string outcome;
   db::ExportOptions eo{opt.db, opt.out, optional_text(opt.target), optional_text(opt.device), opt.force,
                        export_check(opt, outcome)};
+  // A preset's name stands for its key (with the default dtype and routing).
+  if (!opt.problem.empty()) eo.problem = problem_from_preset(opt.problem) ? problem_from_preset(opt.problem)->key() : opt.problem;
   auto s = db::export_winners(eo);
   if (!s) return report_error(s.error());
   for (const std::string& n : s->notes) fmt::print("note: {}\n", n);
@@ -149,6 +152,8 @@ Command setup_export(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--target", opt->target, fmt::format("Only winners of this target ({})", known_target_names(" or ")));
   sub->add_option("--device", opt->device, "Only winners measured on a device of this name (\"NVIDIA H200\")");
+  sub->add_option("--problem", opt->problem,
+                  "Only winners of this problem: a preset name (mixtral-8x7b) or a problem key (flytune db winners lists them)");
   sub->add_flag("--check-coverage", opt->check_coverage, "Report token counts without a tuned winner instead of exporting");
   sub->add_option("--tokens", opt->tokens, "Token counts for --check-coverage (\"1..16384\" = powers of two)")
       ->capture_default_str();

@@ -14,10 +14,10 @@
 
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
-#include "db/report/report.hpp"
-#include "db/store.hpp"
+#include "report/report.hpp"
+#include "store/store.hpp"
 #include "generator/problem.hpp"
-#include "tuner/search/ceilings.hpp"
+#include "search/ceilings.hpp"
 
 namespace ft::cli {
 namespace {

@@ -21,12 +21,12 @@
 #include "cli/option_checks.hpp"
 #include "cli/problem_options.hpp"
 #include "generator/target.hpp"
-#include "tuner/device/runtimes.hpp"
-#include "tuner/search/progress.hpp"
-#include "tuner/search/search.hpp"
-#include "tuner/search/shard.hpp"
-#include "tuner/search/strategy.hpp"
-#include "tuner/worker/worker_device.hpp"
+#include "device/runtimes.hpp"
+#include "search/progress.hpp"
+#include "search/search.hpp"
+#include "search/shard.hpp"
+#include "search/strategy.hpp"
+#include "measure/worker/worker_device.hpp"
 
 namespace ft::cli {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "cli/commands.hpp"
 #include "generator/target.hpp"
-#include "tuner/toolchain/toolchains.hpp"
+#include "compile/toolchain/toolchains.hpp"
 
 namespace ft::cli {
 namespace {

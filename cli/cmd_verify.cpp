@@ -9,8 +9,8 @@
 #include "cli/option_checks.hpp"
 #include "cli/problem_options.hpp"
 #include "generator/target.hpp"
-#include "tuner/search/progress.hpp"
-#include "tuner/search/verify_space.hpp"
+#include "search/progress.hpp"
+#include "search/verify_space.hpp"
 
 namespace ft::cli {
 namespace {

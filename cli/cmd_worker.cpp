@@ -1,13 +1,13 @@
 // flytune worker: the measuring subprocess `flytune search` starts (one per
 // device) so a kernel that faults or hangs cannot take the search down. Speaks
-// JSON lines on stdin/stdout (tuner/worker/worker_service.hpp). Not for people.
+// JSON lines on stdin/stdout (measure/worker/worker_service.hpp). Not for people.
 #include <iostream>
 #include <memory>
 
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
-#include "tuner/worker/worker_device.hpp"
-#include "tuner/worker/worker_service.hpp"
+#include "measure/worker/worker_device.hpp"
+#include "measure/worker/worker_service.hpp"
 
 namespace ft::cli {
 

@@ -1,7 +1,7 @@
 # Every dependency comes from Debian's packages (scripts/setup.sh installs them).
 # Libraries the GPU machine lacks (fmt, SQLite, xxHash) are linked statically or
 # header-only, so one binary built here runs there; GPU runtimes, NVRTC, comgr
-# and libLLVM are opened with dlopen at run time (tuner/dynlib.hpp).
+# and libLLVM are opened with dlopen at run time (system/dynlib.hpp).
 #
 # FLYTUNE_PYTHON (the Python package, pyproject.toml) builds only the runtime:
 # fmt, nlohmann_json, xxHash and the CUDA and HIP headers.

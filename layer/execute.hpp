@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "layer/program.hpp"
-#include "tuner/device/device.hpp"
+#include "device/device.hpp"
 
 namespace ft {
 

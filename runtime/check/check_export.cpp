@@ -11,11 +11,11 @@
 #include "flytune_runtime.h"
 #include "generator/emitter.hpp"
 #include "runtime/src/runtime_impl.hpp"
-#include "tuner/emulate/emu_compile.hpp"
-#include "tuner/emulate/emu_device.hpp"
-#include "tuner/workload/compare.hpp"
-#include "tuner/workload/half.hpp"
-#include "tuner/workload/workload.hpp"
+#include "compile/emu_compile.hpp"
+#include "emulate/emu_device.hpp"
+#include "measure/workload/compare.hpp"
+#include "measure/workload/half.hpp"
+#include "measure/workload/workload.hpp"
 
 namespace ft::check {
 namespace {

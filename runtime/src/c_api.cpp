@@ -9,8 +9,8 @@
 #include "runtime/include/flytune_runtime.h"
 #include "runtime/src/handles.hpp"
 #include "runtime/src/runtime_impl.hpp"
-#include "tuner/device/runtimes.hpp"
-#include "tuner/layer/device_buffer.hpp"
+#include "device/runtimes.hpp"
+#include "device/device_buffer.hpp"
 
 struct ft_runtime {
   std::unique_ptr<ft::rt::Runtime> rt;

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "tuner/compile/hash.hpp"
+#include "system/hash.hpp"
 #include "layer/program.hpp"
 
 namespace ft::rt {

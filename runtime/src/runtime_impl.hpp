@@ -21,7 +21,7 @@
 #include "generator/problem.hpp"
 #include "generator/variant.hpp"
 #include "layer/execute.hpp"
-#include "tuner/device/device.hpp"
+#include "device/device.hpp"
 
 struct ft_runtime;  // the C API handles (flytune_runtime.h)
 struct ft_plan;

@@ -4,7 +4,7 @@
 
 #include "tests/support/run_flytune.hpp"
 #include "tests/support/scoped_env.hpp"
-#include "tuner/toolchain/toolchains.hpp"
+#include "compile/toolchain/toolchains.hpp"
 
 using ft::test::run_flytune;
 

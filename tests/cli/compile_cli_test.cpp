@@ -15,7 +15,7 @@
 #include "generator/target.hpp"
 #include "tests/support/default_clang_only.hpp"
 #include "tests/support/run_flytune.hpp"
-#include "tuner/toolchain/toolchains.hpp"
+#include "compile/toolchain/toolchains.hpp"
 
 namespace fs = std::filesystem;
 using ft::test::run_flytune;

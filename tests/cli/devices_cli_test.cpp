@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/run_flytune.hpp"
-#include "tuner/device/runtimes.hpp"
+#include "device/runtimes.hpp"
 
 using ft::test::run_flytune;
 

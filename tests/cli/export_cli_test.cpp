@@ -8,8 +8,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/run_flytune.hpp"
-#include "tests/unit/db/db_test_support.hpp"
-#include "tuner/compile/hash.hpp"
+#include "tests/unit/store/db_test_support.hpp"
+#include "system/hash.hpp"
 
 namespace ft {
 namespace {
@@ -115,6 +115,49 @@ TEST(ExportCli, CoverageListsUntunedBucketsAndTheRule) {
   auto above = test::run_flytune({"export", "--check-coverage", "--tokens", "20000", "--db", h200_db()});
   EXPECT_NE(above.output.find("T=20000  NOT TUNED: runtime uses bucket T=16384 (largest bucket"), std::string::npos)
       << above.output;
+}
+
+}  // namespace
+}  // namespace ft
+
+namespace ft {
+namespace {
+
+// A database of two problems (the tiny forms search, its winners recorded
+// a second time for the same shape under another routing): --problem exports
+// one of them, by preset name or key; a problem the database lacks is one
+// clear line and nothing written.
+TEST(ExportCli, ProblemPicksOneOfSeveral) {
+  test::ScratchDir dir;
+  const std::string both = dir.file("both.db");
+  fs::copy_file(std::string(FT_TEST_DATA_DIR) + "/tiny_forms.db", both);
+  test::raw_sql(both,
+                "INSERT INTO problems (key, experts, hidden, inter, topk, dtype, activation, routing) "
+                "SELECT 'moe_e4_h256_i512_k2_bf16_swiglu_hot:2', experts, hidden, inter, topk, dtype, activation, 'hot:2' "
+                "FROM problems WHERE routing = 'uniform';"
+                "INSERT INTO winners SELECT (SELECT id FROM problems WHERE routing = 'hot:2'), device_id, tokens, kind, "
+                "variant_id, run_id, median_us, p10_us, p90_us, default_variant_id, speedup_vs_default, chosen_at "
+                "FROM winners WHERE problem_id = (SELECT id FROM problems WHERE routing = 'uniform');");
+  auto all = test::run_flytune({"export", "--db", both, "--out", dir.file("all"), "--no-check"});
+  if (all.exit_code != 0 && all.output.find("toolchain") != std::string::npos) GTEST_SKIP() << all.output;
+  ASSERT_EQ(all.exit_code, 0) << all.output;
+  EXPECT_NE(all.output.find("exported 2 problem(s)"), std::string::npos) << all.output;
+  auto one = test::run_flytune({"export", "--db", both, "--problem", "tiny", "--out", dir.file("one"), "--no-check"});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  EXPECT_NE(one.output.find("exported 1 problem(s), 6 bucket(s)"), std::string::npos) << one.output;
+  std::ifstream f(dir.file("one") + "/manifest.json");
+  const auto m = nlohmann::json::parse(f, nullptr, false);
+  ASSERT_FALSE(m.is_discarded());
+  ASSERT_EQ(m["problems"].size(), 1u);
+  EXPECT_EQ(m["problems"][0]["key"], "moe_e4_h256_i512_k2_bf16_swiglu_uniform");
+  auto by_key = test::run_flytune({"export", "--db", both, "--problem", "moe_e4_h256_i512_k2_bf16_swiglu_hot:2", "--out",
+                                   dir.file("key"), "--no-check"});
+  ASSERT_EQ(by_key.exit_code, 0) << by_key.output;
+  EXPECT_NE(by_key.output.find("exported 1 problem(s), 6 bucket(s)"), std::string::npos) << by_key.output;
+  auto none = test::run_flytune({"export", "--db", both, "--problem", "qwen3-30b", "--out", dir.file("none"), "--no-check"});
+  EXPECT_EQ(none.exit_code, 1) << none.output;
+  EXPECT_NE(none.output.find("of problem moe_e128_h2048_i768_k8_bf16_swiglu_uniform"), std::string::npos) << none.output;
+  EXPECT_FALSE(fs::exists(dir.file("none")));
 }
 
 }  // namespace

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/run_flytune.hpp"
-#include "tests/unit/db/db_test_support.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 
 namespace ft {
 namespace {

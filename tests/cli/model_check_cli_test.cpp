@@ -13,9 +13,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "db/store.hpp"
+#include "store/store.hpp"
 #include "tests/support/run_flytune.hpp"
-#include "tests/unit/db/db_test_support.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 
 namespace ft {
 namespace {

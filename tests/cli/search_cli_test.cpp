@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "db/store.hpp"
+#include "store/store.hpp"
 #include "tests/support/default_clang_only.hpp"
 #include "tests/support/run_flytune.hpp"
-#include "tests/unit/db/db_test_support.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 
 namespace ft {
 namespace {

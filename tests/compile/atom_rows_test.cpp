@@ -12,8 +12,8 @@
 #include "generator/emitter.hpp"
 #include "generator/space.hpp"
 #include "tests/compile/compile_test_support.hpp"
-#include "tuner/analyze/analyze.hpp"
-#include "tuner/workload/atom_probe.hpp"
+#include "compile/analyze/analyze.hpp"
+#include "measure/workload/atom_probe.hpp"
 
 namespace ft {
 namespace {

@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/compile/compile_test_support.hpp"
-#include "tuner/search/compile_space.hpp"
+#include "search/compile_space.hpp"
 
 namespace ft {
 namespace {

@@ -14,8 +14,8 @@
 #include "generator/atoms.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"
-#include "tuner/compile/compile.hpp"
-#include "tuner/toolchain/toolchains.hpp"
+#include "compile/compile.hpp"
+#include "compile/toolchain/toolchains.hpp"
 
 namespace ft::test {
 

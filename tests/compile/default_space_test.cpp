@@ -13,8 +13,8 @@
 #include "generator/emitter.hpp"
 #include "generator/space.hpp"
 #include "tests/compile/compile_test_support.hpp"
-#include "tuner/analyze/elf_image.hpp"
-#include "tuner/search/compile_space.hpp"
+#include "compile/analyze/elf_image.hpp"
+#include "search/compile_space.hpp"
 
 namespace ft {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "generator/atoms.hpp"
 #include "tests/emu/emu_test_support.hpp"
-#include "tuner/workload/atom_probe.hpp"
+#include "measure/workload/atom_probe.hpp"
 
 namespace ft::emu::test {
 namespace {

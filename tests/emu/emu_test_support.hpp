@@ -12,8 +12,8 @@
 
 #include "generator/kernel_source.hpp"
 #include "generator/target.hpp"
-#include "tuner/emulate/emu_compile.hpp"
-#include "tuner/emulate/emu_device.hpp"
+#include "compile/emu_compile.hpp"
+#include "emulate/emu_device.hpp"
 
 namespace ft::emu::test {
 

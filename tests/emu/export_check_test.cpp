@@ -12,9 +12,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "db/export/export.hpp"
+#include "export/export.hpp"
 #include "runtime/check/check_export.hpp"
-#include "tests/unit/db/db_test_support.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 
 namespace ft {
 namespace {

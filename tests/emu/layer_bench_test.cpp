@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 
 #include "tests/emu/layer_support.hpp"
-#include "tuner/layer/layer_bench.hpp"
-#include "tuner/workload/workload.hpp"
+#include "measure/layer_bench.hpp"
+#include "measure/workload/workload.hpp"
 
 namespace ft::emu::test {
 namespace {

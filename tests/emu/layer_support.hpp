@@ -14,8 +14,8 @@
 #include "generator/emitter.hpp"
 #include "generator/space.hpp"
 #include "tests/emu/emu_test_support.hpp"
-#include "tuner/workload/layer.hpp"
-#include "tuner/workload/reference.hpp"
+#include "measure/workload/layer.hpp"
+#include "measure/workload/reference.hpp"
 
 namespace ft::emu::test {
 

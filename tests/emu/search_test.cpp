@@ -24,14 +24,14 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "db/store.hpp"
+#include "store/store.hpp"
 #include "generator/problem.hpp"
 #include "generator/space.hpp"
 #include "tests/support/run_flytune.hpp"
 #include "tests/support/scoped_env.hpp"
-#include "tests/unit/db/db_test_support.hpp"
-#include "tuner/search/search.hpp"
-#include "tuner/worker/protocol.hpp"
+#include "tests/unit/store/db_test_support.hpp"
+#include "search/search.hpp"
+#include "measure/worker/protocol.hpp"
 
 extern char** environ;
 

@@ -9,7 +9,7 @@
 #include "layer/program.hpp"
 #include "tests/emu/layer_support.hpp"
 #include "layer/device_structs.hpp"
-#include "tuner/workload/shuffle.hpp"
+#include "measure/workload/shuffle.hpp"
 
 namespace ft::emu::test {
 namespace {

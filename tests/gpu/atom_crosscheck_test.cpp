@@ -15,11 +15,11 @@
 #include "generator/atoms.hpp"
 #include "generator/embedded_file.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
-#include "tuner/compile/compile.hpp"
+#include "compile/compile.hpp"
 #include "generator/device_facts.hpp"
-#include "tuner/device/runtimes.hpp"
-#include "tuner/layer/device_buffer.hpp"
-#include "tuner/workload/atom_probe.hpp"
+#include "device/runtimes.hpp"
+#include "device/device_buffer.hpp"
+#include "measure/workload/atom_probe.hpp"
 
 namespace ft::test {
 std::span<const EmbeddedFile> probe_sources();  // tests/emu/units/atom_probe.cpp, embedded at build time

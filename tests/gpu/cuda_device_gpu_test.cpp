@@ -11,9 +11,9 @@
 
 #include "generator/target.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
-#include "tuner/device/cuda_device.hpp"
-#include "tuner/device/runtimes.hpp"
-#include "tuner/device/telemetry.hpp"
+#include "device/cuda_device.hpp"
+#include "device/runtimes.hpp"
+#include "device/telemetry.hpp"
 
 namespace ft {
 namespace {

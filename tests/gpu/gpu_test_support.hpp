@@ -11,8 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "tuner/device/device.hpp"
-#include "tuner/dynlib.hpp"
+#include "device/device.hpp"
+#include "system/dynlib.hpp"
 
 namespace ft::test {
 

@@ -11,8 +11,8 @@
 
 #include "generator/target.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
-#include "tuner/device/hip_device.hpp"
-#include "tuner/device/runtimes.hpp"
+#include "device/hip_device.hpp"
+#include "device/runtimes.hpp"
 
 namespace ft {
 namespace {

@@ -10,10 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include "db/export/export.hpp"
+#include "export/export.hpp"
 #include "runtime/check/check_export.hpp"
 #include "runtime/src/runtime_impl.hpp"
-#include "tests/unit/db/db_test_support.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 
 namespace ft {
 namespace {

@@ -9,10 +9,10 @@
 
 #include "generator/emitter.hpp"
 #include "generator/space.hpp"
-#include "tuner/compile/compile.hpp"
-#include "tuner/device/runtimes.hpp"
-#include "tuner/worker/protocol.hpp"
-#include "tuner/worker/worker_process.hpp"
+#include "compile/compile.hpp"
+#include "device/runtimes.hpp"
+#include "measure/worker/protocol.hpp"
+#include "measure/worker/worker_process.hpp"
 
 namespace ft {
 namespace {

@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/support/run_flytune.hpp"
-#include "tests/unit/db/db_test_support.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 #include "tests/unit/report/report_test_support.hpp"
 
 namespace ft {

@@ -1,5 +1,5 @@
 // A stand-in for `flytune worker` on machines without GPUs: it speaks the
-// worker protocol (tuner/worker/protocol.hpp, its own encoding) with made-up devices and
+// worker protocol (measure/worker/protocol.hpp, its own encoding) with made-up devices and
 // timings, so the search's handling of several GPUs -- dealing work, a worker
 // killed mid-search, a GPU that stays dead, GPUs of different models -- runs
 // in CI. Kernels are not run: verification passes and a variant's time is a
@@ -25,7 +25,7 @@
 #include <string>
 #include <thread>
 
-#include "tuner/worker/protocol.hpp"
+#include "measure/worker/protocol.hpp"
 
 namespace {
 

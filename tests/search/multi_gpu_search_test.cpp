@@ -10,10 +10,10 @@
 #include <string>
 #include <tuple>
 
-#include "db/store.hpp"
+#include "store/store.hpp"
 #include "generator/problem.hpp"
-#include "tuner/search/search.hpp"
-#include "tuner/worker/protocol.hpp"
+#include "search/search.hpp"
+#include "measure/worker/protocol.hpp"
 
 namespace ft {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "generator/target.hpp"
 #include "tests/support/scoped_env.hpp"
-#include "tuner/toolchain/toolchains.hpp"
+#include "compile/toolchain/toolchains.hpp"
 
 namespace ft::test {
 

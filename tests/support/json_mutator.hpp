@@ -1,7 +1,7 @@
 #pragma once
 // Seeded mutations of JSON documents and their text, for the seeded fuzz
 // tests (tests/unit/export/runtime_fuzz_test.cpp: export manifests;
-// tests/unit/worker/protocol_fuzz_test.cpp: worker messages): values replaced
+// tests/unit/measure/worker/protocol_fuzz_test.cpp: worker messages): values replaced
 // by other types, huge or negative numbers, members dropped or duplicated,
 // bytes flipped, cut or inserted. The same seed gives the same mutations.
 #include <cstddef>

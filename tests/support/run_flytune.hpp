@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "tuner/subprocess.hpp"
+#include "system/subprocess.hpp"
 
 namespace ft::test {
 

@@ -1,4 +1,4 @@
-#include "tuner/compile/cache.hpp"
+#include "compile/cache.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "tests/unit/compile/test_kernels.hpp"
-#include "tuner/compile/compile.hpp"
-#include "tuner/compile/hash.hpp"
+#include "compile/compile.hpp"
+#include "system/hash.hpp"
 
 namespace ft {
 namespace {

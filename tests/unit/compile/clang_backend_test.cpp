@@ -2,7 +2,7 @@
 // Debian folder job by job through the folder's loader).
 #include <gtest/gtest.h>
 
-#include "tuner/compile/backends.hpp"
+#include "compile/backends.hpp"
 
 namespace ft::detail {
 namespace {

@@ -6,8 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "tests/unit/compile/test_kernels.hpp"
-#include "tuner/analyze/elf_image.hpp"
-#include "tuner/compile/compile.hpp"
+#include "compile/analyze/elf_image.hpp"
+#include "compile/compile.hpp"
 
 namespace ft {
 namespace {

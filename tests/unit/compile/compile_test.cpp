@@ -1,4 +1,4 @@
-#include "tuner/compile/compile.hpp"
+#include "compile/compile.hpp"
 
 #include <elf.h>
 
@@ -15,10 +15,10 @@
 #include "tests/support/scoped_env.hpp"
 
 #include "tests/unit/compile/test_kernels.hpp"
-#include "tuner/analyze/elf_image.hpp"
-#include "tuner/compile/backends.hpp"
-#include "tuner/compile/hash.hpp"
-#include "tuner/emulate/emu_compile.hpp"
+#include "compile/analyze/elf_image.hpp"
+#include "compile/backends.hpp"
+#include "system/hash.hpp"
+#include "compile/emu_compile.hpp"
 
 namespace ft {
 namespace {

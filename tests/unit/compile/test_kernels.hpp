@@ -13,8 +13,8 @@
 
 #include "generator/embedded_file.hpp"
 #include "generator/target.hpp"
-#include "tuner/compile/compile.hpp"
-#include "tuner/toolchain/toolchains.hpp"
+#include "compile/compile.hpp"
+#include "compile/toolchain/toolchains.hpp"
 
 namespace ft::test {
 

@@ -6,9 +6,9 @@
 #include <gtest/gtest.h>
 
 #include "generator/target.hpp"
-#include "tuner/device/call_error.hpp"
-#include "tuner/device/cuda_device.hpp"
-#include "tuner/device/hip_device.hpp"
+#include "device/call_error.hpp"
+#include "device/cuda_device.hpp"
+#include "device/hip_device.hpp"
 
 namespace ft {
 namespace {

@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include "tuner/device/cuda_device.hpp"
-#include "tuner/device/hip_device.hpp"
-#include "tuner/device/runtimes.hpp"
+#include "device/cuda_device.hpp"
+#include "device/hip_device.hpp"
+#include "device/runtimes.hpp"
 
 namespace ft {
 namespace {

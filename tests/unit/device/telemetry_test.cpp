@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tuner/device/telemetry.hpp"
+#include "device/telemetry.hpp"
 
 namespace ft {
 namespace {

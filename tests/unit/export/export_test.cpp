@@ -9,13 +9,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "db/export/export.hpp"
+#include "export/export.hpp"
 #include "layer/program.hpp"
 #include "generator/variant.hpp"
-#include "tests/unit/db/db_test_support.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 #include "tests/unit/export/export_test_support.hpp"
-#include "tuner/compile/hash.hpp"
-#include "tuner/subprocess.hpp"
+#include "system/hash.hpp"
+#include "system/subprocess.hpp"
 #include "layer/device_structs.hpp"
 
 namespace ft {
@@ -143,7 +143,7 @@ TEST(Export, ShuffleArgsLayoutHasTheLayoutField) {
   EXPECT_EQ(ex.manifest["shuffle"]["block"][0], kReduceThreads);
 }
 
-// weight_layouts documents tiled with the formula of tuner/workload/shuffle.hpp
+// weight_layouts documents tiled with the formula of measure/workload/shuffle.hpp
 // and templates/ft/weight_layout.hpp; the header repeats it.
 TEST(Export, WeightLayoutsDocumentTiled) {
   const test::SharedExport& ex = test::shared_h200_export();

@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "db/export/export.hpp"
-#include "tests/unit/db/db_test_support.hpp"
-#include "tuner/compile/hash.hpp"
+#include "export/export.hpp"
+#include "tests/unit/store/db_test_support.hpp"
+#include "system/hash.hpp"
 
 namespace ft::test {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "layer/device_structs.hpp"
-#include "tuner/device/device.hpp"
+#include "device/device.hpp"
 
 namespace ft::test {
 

@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "db/store.hpp"
+#include "store/store.hpp"
 #include "generator/families/families.hpp"
 #include "generator/space.hpp"
 

@@ -3,8 +3,8 @@
 // inputs are not modified.
 #include <gtest/gtest.h>
 
-#include "db/report/report.hpp"
-#include "tests/unit/db/db_test_support.hpp"
+#include "report/report.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 #include "tests/unit/report/report_test_support.hpp"
 
 namespace ft::db::report {

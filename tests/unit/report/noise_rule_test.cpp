@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "db/report/report.hpp"
+#include "report/report.hpp"
 
 namespace ft::db::report {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "db/report/report.hpp"
-#include "db/report/text.hpp"
-#include "tests/unit/db/db_test_support.hpp"
+#include "report/report.hpp"
+#include "report/text.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 #include "tests/unit/report/report_test_support.hpp"
 
 namespace ft::db::report {

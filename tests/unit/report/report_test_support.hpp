@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "db/report/report.hpp"
-#include "db/store.hpp"
+#include "report/report.hpp"
+#include "store/store.hpp"
 
 namespace ft::test {
 

@@ -15,7 +15,7 @@
 #include "generator/space.hpp"
 #include "layer/program.hpp"
 #include "tests/unit/search/model_test_support.hpp"
-#include "tuner/search/cost_model.hpp"
+#include "search/cost_model.hpp"
 
 namespace ft {
 namespace {

@@ -6,9 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/unit/db/db_test_support.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 #include "tests/unit/search/model_test_support.hpp"
-#include "tuner/search/model_check.hpp"
+#include "search/model_check.hpp"
 
 namespace ft {
 namespace {

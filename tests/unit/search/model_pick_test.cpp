@@ -11,9 +11,9 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/unit/db/db_test_support.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 #include "tests/unit/search/model_test_support.hpp"
-#include "tuner/search/model_pick.hpp"
+#include "search/model_pick.hpp"
 
 namespace ft {
 namespace {

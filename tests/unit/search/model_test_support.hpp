@@ -13,8 +13,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "db/store.hpp"
-#include "tuner/search/cost_model.hpp"
+#include "store/store.hpp"
+#include "search/cost_model.hpp"
 
 namespace ft::test {
 

@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "tuner/search/shard.hpp"
+#include "search/shard.hpp"
 
 namespace ft {
 namespace {

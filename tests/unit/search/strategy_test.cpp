@@ -1,4 +1,4 @@
-// The search strategies (tuner/search/strategy_*.cpp) run by the real step
+// The search strategies (search/strategy_*.cpp) run by the real step
 // (StageStep::rank, which records and resumes timings through the Recorder)
 // on a fake measurer whose times are made up: what each strategy times, with
 // how many repetitions, in which order, and which candidate wins. The fake's
@@ -12,14 +12,14 @@
 
 #include <gtest/gtest.h>
 
-#include "db/store.hpp"
+#include "store/store.hpp"
 #include "generator/problem.hpp"
 #include "generator/space.hpp"
-#include "tests/unit/db/db_test_support.hpp"
-#include "tuner/search/measurer.hpp"
-#include "tuner/search/recorder.hpp"
-#include "tuner/search/steps.hpp"
-#include "tuner/search/strategy.hpp"
+#include "tests/unit/store/db_test_support.hpp"
+#include "search/measurer.hpp"
+#include "search/recorder.hpp"
+#include "search/steps.hpp"
+#include "search/strategy.hpp"
 
 namespace ft {
 namespace {

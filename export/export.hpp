@@ -1,0 +1,88 @@
+#pragma once
+// Export: the tuned layer winners of a database as a folder a serving process
+// can load without flytune -- manifest.json (schema: docs/EXPORT.md), the code
+// objects named by content hash, and flytune_dispatch.h (the same dispatch
+// table as a C header). runtime/ loads such a folder.
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "generator/error.hpp"
+
+namespace ft::db {
+
+inline constexpr int kManifestSchemaVersion = 2;
+
+struct ExportOptions {
+  std::string db_path;
+  std::string out_dir;                // created; a folder that holds anything is refused unless `force`
+  std::optional<std::string> target;  // only winners measured on this arch ("sm_90a")
+  std::optional<std::string> device;  // only winners measured on a device of this name ("NVIDIA H200")
+  bool force = false;                 // replace what out_dir holds (atomically, see export_winners)
+  // Run on the complete export in a staging folder before it takes out_dir's
+  // place; an error leaves out_dir as it was (check-export through the runtime).
+  std::function<Status(const std::string& staged_dir)> check;
+  std::optional<std::string> problem;  // only winners of this problem key (a database may hold several)
+};
+
+struct ExportSummary {
+  std::string manifest_path;
+  std::string header_path;
+  std::string target;
+  std::string device;
+  int problems = 0;
+  int buckets = 0;        // (problem, token bucket) entries
+  int code_objects = 0;   // files written, the support unit included
+  bool support_compiled = false;  // the database lacked the support unit; export compiled it
+  std::vector<std::string> notes; // what the user should know (toolchain differences, ...)
+};
+
+// Reads the database read-only; writes nothing unless every winner's code
+// object exists and hashes to its recorded name. The export is written to a
+// staging folder beside out_dir, checked (options.check), then renamed into
+// place; with `force` it is exchanged with out_dir's old contents in one
+// rename (renameat2 RENAME_EXCHANGE where the file system has it), so a
+// reader never sees new code objects beside an old manifest.
+Result<ExportSummary> export_winners(const ExportOptions& opt);
+
+// The manifest as JSON and the dispatch header text, without touching the file
+// system beyond reading the database (and compiling the support unit where the
+// database lacks it). `objects` receives (file name, bytes) of every code object.
+struct ExportContents {
+  nlohmann::json manifest;
+  std::string dispatch_header;
+  std::vector<std::pair<std::string, std::vector<std::byte>>> objects;
+  ExportSummary summary;
+};
+Result<ExportContents> build_export(const ExportOptions& opt);
+
+// The C header with the manifest's dispatch table.
+std::string dispatch_header(const nlohmann::json& manifest);
+
+// Coverage of requested token counts by tuned layer winners.
+struct CoverageLine {
+  std::string problem_key;
+  std::string device;        // device name and arch
+  int tokens = 0;            // requested token count
+  std::optional<int> bucket; // the bucket the runtime uses; nullopt: no layer winner at all
+  std::string rule;          // "tuned", "next bucket up", "largest bucket", "no layer winner: refused"
+};
+struct CoverageReport {
+  std::vector<int> requested;
+  std::vector<CoverageLine> lines;  // every (problem, device, requested T)
+  // Buckets with stage winners (moe1/moe2) but no layer winner: export skips them.
+  std::vector<std::string> incomplete_buckets;
+  int untuned() const;              // lines whose rule is not "tuned"
+};
+Result<CoverageReport> check_coverage(const std::string& db_path, const std::vector<int>& tokens,
+                                      const std::optional<std::string>& target = {},
+                                      const std::optional<std::string>& device = {});
+
+// The bucket the runtime serves `tokens` with: the smallest tuned bucket that
+// is >= tokens, else the largest. `buckets` sorted ascending, non-empty.
+int select_bucket(const std::vector<int>& buckets, int tokens);
+
+}  // namespace ft::db

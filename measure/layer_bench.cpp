@@ -1,0 +1,385 @@
+#include "measure/layer_bench.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "generator/emitter.hpp"
+#include "measure/workload/half.hpp"
+
+namespace ft {
+namespace {
+
+constexpr std::uint32_t kNaN16x2 = 0xffffffffu;  // two 16-bit NaNs (bf16 and f16 alike)
+constexpr std::uint32_t kNaN32 = 0xffffffffu;    // an fp32 NaN
+
+Dim3 grid_of(const LaunchShape& s) { return Dim3{unsigned(s.grid_x), unsigned(s.grid_y), unsigned(s.grid_z)}; }
+
+double percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  const double pos = q * double(sorted.size() - 1);
+  const std::size_t lo = std::size_t(std::floor(pos)), hi = std::min(sorted.size() - 1, lo + 1);
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - double(lo));
+}
+
+}  // namespace
+
+Timing summarize(std::vector<double> us) {
+  Timing t;
+  if (us.empty()) return t;
+  std::sort(us.begin(), us.end());
+  t.samples = int(us.size());
+  t.min_us = us.front();
+  t.median_us = percentile(us, 0.5);
+  t.p10_us = percentile(us, 0.1);
+  t.p90_us = percentile(us, 0.9);
+  return t;
+}
+
+Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Problem& p, const Target& target,
+                                                       std::span<const std::byte> support, int max_tokens) {
+  std::unique_ptr<LayerBench> b(new LayerBench(dev, p, target));
+  b->max_tokens_ = max_tokens;
+  ModuleHandle m = FT_TRY(dev.load_module(support));
+  b->modules_.push_back(m);
+  b->align_ = FT_TRY(dev.function(m, align_entry(target)));
+  b->reduce_atomic_ = FT_TRY(dev.function(m, reduce_entry(target, Reduce::atomic, p.dtype)));
+  b->reduce_partials_ = FT_TRY(dev.function(m, reduce_entry(target, Reduce::partials, p.dtype)));
+  b->reduce_partials16_ = FT_TRY(dev.function(m, reduce_entry(target, Reduce::partials16, p.dtype)));
+  b->align_count_ = FT_TRY(dev.function(m, align_count_entry(target)));
+  b->align_scatter_ = FT_TRY(dev.function(m, align_scatter_entry(target)));
+  b->shuffle_ = FT_TRY(dev.function(m, shuffle_entry(target)));
+  b->reference1_ = FT_TRY(dev.function(m, reference_entry(target, StageRole::stage1, p.dtype)));
+  b->reference2_ = FT_TRY(dev.function(m, reference_entry(target, StageRole::stage2, p.dtype)));
+  b->fill_ = FT_TRY(dev.function(m, fill_entry(target)));
+
+  const std::size_t T = std::size_t(max_tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2;
+  // The largest row block gives the most padding: size for the largest block
+  // any program asks for (build_program refuses larger ones).
+  const std::size_t rows = std::size_t(sorted_ids_capacity(p, max_tokens));
+  const std::pair<Buf, std::size_t> sizes[] = {
+      {Buf::x, T * H * es},          {Buf::topk_ids, T * k * 4},       {Buf::topk_weights, T * k * 4},
+      {Buf::w1, E * 2 * I * H * es}, {Buf::w2, E * H * I * es},        {Buf::inter, T * k * I * es},
+      {Buf::y_acc, T * k * H * 4},   // partials need k rows per token
+      {Buf::y, T * H * es},          {Buf::sorted_ids, rows * 4},      {Buf::block_experts, rows * 4},
+      {Buf::padded_rows, 16},        {Buf::bad_ids, 16}};
+  for (const auto& [buf, bytes] : sizes) {
+    b->buffers_[std::size_t(buf)] = FT_TRY(DeviceBuffer::allocate(dev, bytes));
+    at(b->table_, buf) = b->buffers_[std::size_t(buf)].ptr();
+  }
+  for (int f = 0; f < 2; ++f) {
+    b->inter_ref_[f] = FT_TRY(DeviceBuffer::allocate(dev, T * k * I * es));
+    b->y_ref_[f] = FT_TRY(DeviceBuffer::allocate(dev, T * H * es));
+  }
+  // Twice the L2 (at least 64 MiB) so a rewrite evicts every line the last rep touched.
+  const std::size_t l2 = std::max<std::size_t>(dev.info().l2_bytes, 32u << 20);
+  b->flush_ = FT_TRY(DeviceBuffer::allocate(dev, 2 * l2));
+  return b;
+}
+
+LayerBench::~LayerBench() {
+  for (ModuleHandle m : modules_) (void)dev_.unload_module(m);
+}
+
+Result<FunctionHandle> LayerBench::load(std::span<const std::byte> code_object, const std::string& entry, int lds_bytes) {
+  ModuleHandle m = FT_TRY(dev_.load_module(code_object));
+  modules_.push_back(m);
+  FunctionHandle f = FT_TRY(dev_.function(m, entry));
+  if (lds_bytes > 0) FT_CHECK(dev_.set_dynamic_shared(f, lds_bytes));
+  return f;
+}
+
+Result<LayerProgram> LayerBench::program(const std::optional<Variant>& s1, const std::optional<Variant>& s2) const {
+  return build_program(LayerRecipe{&target_, problem_, s1, s2}, tokens_);
+}
+
+RoleKernels LayerBench::kernels(FunctionHandle stage1, FunctionHandle stage2) const {
+  return {align_, stage1, stage2, reduce_atomic_, reduce_partials_, reduce_partials16_, align_count_, align_scatter_};
+}
+
+Status LayerBench::run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st) {
+  if (s.grid_x <= 0 || s.grid_y <= 0 || s.grid_z <= 0) return {};  // nothing to do
+  return dev_.launch(f, grid_of(s), Dim3{unsigned(s.block), 1, 1}, s.lds_bytes, st, a, n);
+}
+
+Status LayerBench::set_inputs(int tokens, std::uint64_t seed, std::span<const std::int32_t> ids,
+                              std::span<const float> weights) {
+  if (tokens < 1 || tokens > max_tokens_)
+    return fail(Errc::invalid_input, fmt::format("token count {} outside 1..{}", tokens, max_tokens_));
+  const std::size_t pairs = std::size_t(tokens) * problem_.topk;
+  if (ids.size() != pairs || weights.size() != pairs)
+    return fail(Errc::invalid_input, fmt::format("routing has {} ids and {} weights, expected {}", ids.size(), weights.size(), pairs));
+  tokens_ = tokens;
+  const std::size_t H = problem_.hidden, I = problem_.inter, E = problem_.experts;
+  const int elem = problem_.dtype == DType::bf16 ? 0 : 1;
+  auto fill = [&](Buf b, std::size_t count, std::uint64_t s, float scale) -> Status {
+    FillArgs a{device_pointer<u16>(at(table_, b)), count, s, scale, elem};
+    return run_support(fill_, fill_launch(count), &a, sizeof a);
+  };
+  // Scales keep every stage's outputs O(1): weights ~ N(0, 1/K).
+  FT_CHECK(fill(Buf::x, std::size_t(tokens) * H, seed * 3 + 1, 1.0f));
+  // A finite intermediate for timing stage 2 on its own.
+  FT_CHECK(fill(Buf::inter, std::size_t(tokens) * problem_.topk * I, seed * 3 + 4, 1.0f));
+  if (seed != seed_ || !reference_ready_[0]) {
+    FT_CHECK(fill(Buf::w1, E * 2 * I * H, seed * 3 + 2, float(1.0 / std::sqrt(double(H)))));
+    FT_CHECK(fill(Buf::w2, E * H * I, seed * 3 + 3, float(1.0 / std::sqrt(double(I)))));
+    arranged_ready_ = {};
+  }
+  seed_ = seed;
+  FT_CHECK(dev_.copy_to_device(at(table_, Buf::topk_ids), ids.data(), pairs * 4));
+  FT_CHECK(dev_.copy_to_device(at(table_, Buf::topk_weights), weights.data(), pairs * 4));
+  reference_ready_ = {false, false};
+  return dev_.synchronize();
+}
+
+Status LayerBench::run_align(int align_block, StreamHandle s) {
+  const LayerProgram p = FT_TRY(build_align_program(target_, problem_, tokens_, align_block));
+  const auto fns = FT_TRY(bind(p, kernels({}, {})));
+  return execute(dev_, p, fns, table_, s);
+}
+
+Status LayerBench::ensure_arranged(WeightLayout layout) {
+  const int l = int(layout);
+  if (layout == WeightLayout::plain || arranged_ready_[l]) return {};
+  const std::size_t H = problem_.hidden, I = problem_.inter, E = problem_.experts;
+  const Buf b1 = weight_buffer(1, layout), b2 = weight_buffer(2, layout);
+  for (Buf b : {b1, b2}) {
+    if (!buffers_[std::size_t(b)]) {
+      buffers_[std::size_t(b)] = FT_TRY(DeviceBuffer::allocate(dev_, buffers_[std::size_t(b == b1 ? Buf::w1 : Buf::w2)].bytes()));
+      at(table_, b) = buffers_[std::size_t(b)].ptr();
+    }
+  }
+  ShuffleArgs a1{device_pointer<const u16>(at(table_, Buf::w1)), device_pointer<u16>(at(table_, b1)), int(E * 2 * I), int(H), l, 0};
+  FT_CHECK(run_support(shuffle_, shuffle_launch(E * 2 * I, H), &a1, sizeof a1));
+  ShuffleArgs a2{device_pointer<const u16>(at(table_, Buf::w2)), device_pointer<u16>(at(table_, b2)), int(E * H), int(I), l, 0};
+  FT_CHECK(run_support(shuffle_, shuffle_launch(E * H, I), &a2, sizeof a2));
+  FT_CHECK(dev_.synchronize());
+  arranged_ready_[l] = true;
+  return {};
+}
+
+Status LayerBench::ensure_reference(bool w1) {
+  const int f = w1 ? 1 : 0;
+  if (reference_ready_[f]) return {};
+  MoeArgs a{};
+  a.x = device_pointer<const u16>(at(table_, Buf::x));
+  a.topk_ids = device_pointer<const i32>(at(table_, Buf::topk_ids));
+  a.topk_weights = device_pointer<const float>(at(table_, Buf::topk_weights));
+  a.w1 = device_pointer<const u16>(at(table_, Buf::w1));
+  a.w2 = device_pointer<const u16>(at(table_, Buf::w2));
+  a.inter = device_pointer<u16>(inter_ref_[f].ptr());
+  a.y = device_pointer<u16>(y_ref_[f].ptr());
+  a.tokens = tokens_;
+  a.hidden = problem_.hidden;
+  a.inter_size = problem_.inter;
+  a.experts = problem_.experts;
+  a.topk = problem_.topk;
+  a.flags = w1 ? kFlagWeightInStage1 : 0;
+  FT_CHECK(dev_.memset_u32(inter_ref_[f].ptr(), kNaN16x2, inter_ref_[f].bytes() / 4));
+  FT_CHECK(dev_.memset_u32(y_ref_[f].ptr(), kNaN16x2, y_ref_[f].bytes() / 4));
+  FT_CHECK(run_support(reference1_, reference_launch(StageRole::stage1, problem_, tokens_), &a, sizeof a));
+  FT_CHECK(run_support(reference2_, reference_launch(StageRole::stage2, problem_, tokens_), &a, sizeof a));
+  FT_CHECK(dev_.synchronize());
+  reference_ready_[f] = true;
+  return {};
+}
+
+Status LayerBench::run_checked(const LayerProgram& p, std::span<const FunctionHandle> fns, const BufferTable& table) {
+  FT_CHECK(dev_.memset_u32(at(table, Buf::bad_ids), 0xffffffffu, 1));
+  FT_CHECK(execute(dev_, p, fns, table, {}));
+  FT_CHECK(dev_.synchronize());
+  std::int32_t bad = -1;
+  FT_CHECK(dev_.copy_to_host(&bad, at(table, Buf::bad_ids), 4));
+  if (bad != 0)
+    return fail(Errc::verify, fmt::format("the align kernel counted {} routing ids outside [-1, {})", bad, problem_.experts));
+  return {};
+}
+
+Status LayerBench::flush_l2(StreamHandle s) { return dev_.memset_u32(flush_.ptr(), 0x5a5a5a5au, flush_.bytes() / 4, s); }
+
+Result<std::vector<std::uint16_t>> LayerBench::download(DevicePtr p, std::size_t count) {
+  std::vector<std::uint16_t> out(count);
+  FT_CHECK(dev_.copy_to_host(out.data(), p, count * 2));
+  return out;
+}
+
+Result<Comparison> LayerBench::compare_with(DevicePtr out, DevicePtr reference, std::size_t count) {
+  auto got = FT_TRY(download(out, count));
+  auto ref_bits = FT_TRY(download(reference, count));
+  std::vector<float> ref(count);
+  for (std::size_t i = 0; i < count; ++i) ref[i] = half_to_f32(problem_.dtype, ref_bits[i]);
+  return compare_output(got, ref, problem_.dtype);
+}
+
+Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) {
+  FT_CHECK(ensure_reference(v.contract().weight_in_stage1));
+  FT_CHECK(ensure_arranged(v.contract().weights));
+  const bool first = v.role == StageRole::stage1;
+  const LayerProgram prog = FT_TRY(first ? program(v, std::nullopt) : program(std::nullopt, v));
+  const auto fns = FT_TRY(bind(prog, kernels(first ? f : FunctionHandle{}, first ? FunctionHandle{} : f)));
+  const std::size_t pairs = std::size_t(tokens_) * problem_.topk;
+  const int ref = v.contract().weight_in_stage1 ? 1 : 0;
+  if (first) {
+    const std::size_t n = pairs * problem_.inter;
+    FT_CHECK(dev_.memset_u32(at(table_, Buf::inter), kNaN16x2, n / 2));
+    FT_CHECK(run_checked(prog, fns, table_));
+    return compare_with(at(table_, Buf::inter), inter_ref_[ref].ptr(), n);
+  }
+  // Stage 2 reads the reference intermediate: it is checked alone.
+  BufferTable table = table_;
+  at(table, Buf::inter) = inter_ref_[ref].ptr();
+  const std::size_t n = std::size_t(tokens_) * problem_.hidden;
+  FT_CHECK(dev_.memset_u32(at(table, Buf::y_acc), kNaN32, pairs * problem_.hidden));  // the program clears what it sums into
+  FT_CHECK(dev_.memset_u32(at(table, Buf::y), kNaN16x2, n / 2));
+  FT_CHECK(run_checked(prog, fns, table));
+  return compare_with(at(table, Buf::y), y_ref_[ref].ptr(), n);
+}
+
+Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2) {
+  const LayerProgram prog = FT_TRY(program(v1, v2));
+  const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
+  FT_CHECK(ensure_reference(v1.contract().weight_in_stage1));
+  FT_CHECK(ensure_arranged(v1.contract().weights));
+  FT_CHECK(ensure_arranged(v2.contract().weights));
+  const std::size_t n = std::size_t(tokens_) * problem_.hidden, pairs = std::size_t(tokens_) * problem_.topk;
+  FT_CHECK(dev_.memset_u32(at(table_, Buf::inter), kNaN16x2, pairs * problem_.inter / 2));
+  FT_CHECK(dev_.memset_u32(at(table_, Buf::y), kNaN16x2, n / 2));
+  FT_CHECK(dev_.memset_u32(at(table_, Buf::y_acc), kNaN32, pairs * problem_.hidden));
+  FT_CHECK(run_checked(prog, fns, table_));
+  return compare_with(at(table_, Buf::y), y_ref_[v1.contract().weight_in_stage1 ? 1 : 0].ptr(), n);
+}
+
+Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt) {
+  FT_CHECK(ensure_arranged(v.contract().weights));
+  const bool first = v.role == StageRole::stage1;
+  const LayerProgram prog = FT_TRY(first ? program(v, std::nullopt) : program(std::nullopt, v));
+  const auto fns = FT_TRY(bind(prog, kernels(first ? f : FunctionHandle{}, first ? FunctionHandle{} : f)));
+  // The steps before the stage (align, clearing) once; then the stage alone.
+  // Stage 2 reads inter_ (random values from set_inputs, or an earlier stage-1
+  // run: the work timed is the same either way).
+  const std::size_t stage = prog.index_of(first ? "stage1" : "stage2");
+  FT_CHECK(execute(dev_, prog, fns, table_, {}, {.first = 0, .last = stage}));
+  EventHandle ev[2] = {FT_TRY(dev_.create_event()), FT_TRY(dev_.create_event())};
+  std::vector<double> us;
+  Status st;
+  for (int i = 0; i < opt.warmup + opt.reps && st; ++i) {
+    if (opt.flush_l2) st = flush_l2();
+    if (st) st = execute(dev_, prog, fns, table_, {}, {.first = stage, .last = stage + 1, .marks = ev});
+    if (st) st = dev_.synchronize();
+    if (!st) break;
+    auto ms = dev_.elapsed_ms(ev[0], ev[1]);
+    if (!ms) {
+      st = std::unexpected(ms.error());
+      break;
+    }
+    if (i >= opt.warmup) us.push_back(*ms * 1000.0);
+  }
+  for (EventHandle e : ev) (void)dev_.destroy_event(e);
+  FT_CHECK(st);
+  return summarize(std::move(us));
+}
+
+Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
+                                           const TimingOptions& opt) {
+  const LayerProgram prog = FT_TRY(program(v1, v2));
+  const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
+  FT_CHECK(ensure_arranged(v1.contract().weights));
+  FT_CHECK(ensure_arranged(v2.contract().weights));
+  StreamHandle stream = FT_TRY(dev_.create_stream());
+  std::vector<EventHandle> ev(prog.steps.size() + 1);
+  for (auto& e : ev) e = FT_TRY(dev_.create_event());
+  // Per-step samples by step name; the total spans every step.
+  std::map<std::string, std::vector<double>> per_step;
+  std::vector<double> total;
+  Status st;
+  GraphHandle graph{};
+  if (opt.graph) {
+    st = dev_.begin_capture(stream);
+    if (st) st = execute(dev_, prog, fns, table_, stream);
+    if (st) {
+      auto g = dev_.end_capture(stream);
+      if (g) graph = *g;
+      else st = std::unexpected(g.error());
+    }
+  }
+  for (int i = 0; i < opt.warmup + opt.reps && st; ++i) {
+    if (opt.flush_l2) st = flush_l2(stream);
+    if (!st) break;
+    if (opt.graph) {
+      st = dev_.record(ev.front(), stream);
+      if (st) st = dev_.launch_graph(graph, stream);
+      if (st) st = dev_.record(ev.back(), stream);
+    } else {
+      st = execute(dev_, prog, fns, table_, stream, {.marks = ev});
+    }
+    if (st) st = dev_.synchronize(stream);
+    if (!st) break;
+    if (i < opt.warmup) continue;
+    auto ms = [&](std::size_t a, std::size_t b) -> double {
+      auto r = dev_.elapsed_ms(ev[a], ev[b]);
+      return r ? *r * 1000.0 : -1.0;
+    };
+    total.push_back(ms(0, ev.size() - 1));
+    if (!opt.graph)
+      for (std::size_t s = 0; s < prog.steps.size(); ++s) per_step[prog.steps[s].name].push_back(ms(s, s + 1));
+  }
+  if (graph.p) (void)dev_.destroy_graph(graph);
+  for (auto& e : ev) (void)dev_.destroy_event(e);
+  (void)dev_.destroy_stream(stream);
+  FT_CHECK(st);
+  LayerTiming out;
+  out.total = summarize(total);
+  // The y_acc clear counts with the align step(s) (all prepare the stages).
+  std::vector<double> align;
+  for (const char* name : {"align", "align_count", "align_scatter", "clear_y_acc"}) {
+    const auto it = per_step.find(name);
+    if (it == per_step.end()) continue;
+    if (align.empty()) align.assign(it->second.size(), 0.0);
+    for (std::size_t i = 0; i < align.size() && i < it->second.size(); ++i) align[i] += it->second[i];
+  }
+  out.align = summarize(align);
+  out.stage1 = summarize(per_step["stage1"]);
+  out.stage2 = summarize(per_step["stage2"]);
+  out.reduce = summarize(per_step["reduce"]);
+  return out;
+}
+
+Status LayerBench::inject_fault() {
+  FillArgs a{device_pointer<u16>(0x10), std::uint64_t(1) << 24, 1, 1.0f, 0};  // page zero: never mapped
+  FT_CHECK(run_support(fill_, fill_launch(a.count), &a, sizeof a));
+  return dev_.synchronize();
+}
+
+Result<LayerBench::AlignOutput> LayerBench::run_align_only(int align_block) {
+  AlignOutput out;
+  FT_CHECK(dev_.memset_u32(at(table_, Buf::padded_rows), 0xffffffffu, 1));
+  FT_CHECK(run_align(align_block));
+  FT_CHECK(dev_.synchronize());
+  FT_CHECK(dev_.copy_to_host(&out.padded_rows, at(table_, Buf::padded_rows), 4));
+  const long long cap = max_padded_rows(problem_, tokens_, align_block);
+  if (out.padded_rows < 0 || out.padded_rows > cap || out.padded_rows % align_block != 0)
+    return fail(Errc::verify, fmt::format("align wrote padded_rows {} (capacity {}, block {})", out.padded_rows, cap, align_block));
+  out.sorted_ids.resize(std::size_t(out.padded_rows));
+  out.block_experts.resize(std::size_t(out.padded_rows / align_block));
+  if (out.padded_rows > 0) {
+    FT_CHECK(dev_.copy_to_host(out.sorted_ids.data(), at(table_, Buf::sorted_ids), out.sorted_ids.size() * 4));
+    FT_CHECK(dev_.copy_to_host(out.block_experts.data(), at(table_, Buf::block_experts), out.block_experts.size() * 4));
+  }
+  return out;
+}
+
+Result<std::vector<std::uint16_t>> LayerBench::reference_output(bool w1) {
+  FT_CHECK(ensure_reference(w1));
+  return download(y_ref_[w1 ? 1 : 0].ptr(), std::size_t(tokens_) * problem_.hidden);
+}
+
+Result<std::vector<std::uint16_t>> LayerBench::download_x() { return download(at(table_, Buf::x), std::size_t(tokens_) * problem_.hidden); }
+Result<std::vector<std::uint16_t>> LayerBench::download_w1() {
+  return download(at(table_, Buf::w1), std::size_t(problem_.experts) * 2 * problem_.inter * problem_.hidden);
+}
+Result<std::vector<std::uint16_t>> LayerBench::download_w2() {
+  return download(at(table_, Buf::w2), std::size_t(problem_.experts) * problem_.hidden * problem_.inter);
+}
+
+}  // namespace ft

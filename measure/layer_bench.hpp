@@ -1,0 +1,132 @@
+#pragma once
+// Runs, verifies and times MoE-layer kernels on a Device: the buffers of one
+// problem (sized for the largest token count), fresh seeded inputs, the
+// reference kernels, poisoned outputs, L2 flushing and event timing.
+//
+// Every launch goes through the one layer program (layer/program.hpp) and its
+// executor: a stage alone (align, the stage, and for stage 2 the reduction)
+// or the whole layer, exactly as the export records it and the runtime runs it.
+//
+// Verification of a stage variant: stage 1 runs after align and its [T*k, I]
+// output is compared with the reference intermediate; stage 2 runs on the
+// reference intermediate, then the reduce kernel, and Y is compared with the
+// reference Y. Outputs are poisoned with NaN first, so an unwritten element
+// fails; the align kernel's count of bad routing ids must be zero.
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "generator/problem.hpp"
+#include "generator/target.hpp"
+#include "generator/variant.hpp"
+#include "device/device.hpp"
+#include "measure/workload/compare.hpp"
+#include "device/device_buffer.hpp"
+#include "layer/execute.hpp"
+
+namespace ft {
+
+struct Timing {
+  double median_us = 0, p10_us = 0, p90_us = 0, min_us = 0;
+  int samples = 0;
+};
+Timing summarize(std::vector<double> samples_us);
+
+struct TimingOptions {
+  int warmup = 3;
+  int reps = 20;
+  bool flush_l2 = true;  // overwrite a buffer twice the L2 size before each rep
+  bool graph = false;    // replay a captured graph instead of direct launches (layer only)
+};
+
+struct LayerTiming {
+  Timing total;                  // align + stage 1 + stage 2 + reduce (+ the y_acc clear)
+  Timing align, stage1, stage2, reduce;
+};
+
+
+class LayerBench {
+ public:
+  // Loads the support unit (emit_support) and allocates buffers for up to
+  // max_tokens tokens.
+  static Result<std::unique_ptr<LayerBench>> create(Device& dev, const Problem& problem, const Target& target,
+                                                    std::span<const std::byte> support_code_object, int max_tokens);
+  ~LayerBench();
+
+  // Loads a variant's code object; the handle stays valid for the bench's life.
+  Result<FunctionHandle> load(std::span<const std::byte> code_object, const std::string& entry, int lds_bytes);
+
+  // Fresh inputs for `tokens`: X, W1 and W2 from `seed` on the device, routing
+  // (topk_ids, topk_weights: [tokens * k]; ids of -1 are empty slots) from the
+  // host. Drops cached references.
+  Status set_inputs(int tokens, std::uint64_t seed, std::span<const std::int32_t> topk_ids,
+                    std::span<const float> topk_weights);
+
+  Result<Comparison> verify_stage(const Variant& v, FunctionHandle f);
+  Result<Comparison> verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2);
+  Result<Timing> time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt);
+  Result<LayerTiming> time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
+                                 const TimingOptions& opt);
+
+  // Runs align/sort alone and returns what it wrote, for checks against the CPU.
+  struct AlignOutput {
+    int padded_rows = 0;
+    std::vector<std::int32_t> sorted_ids;     // [padded_rows]
+    std::vector<std::int32_t> block_experts;  // [padded_rows / align_block]
+  };
+  Result<AlignOutput> run_align_only(int align_block);
+
+  // The reference outputs, for host-side checks of the reference itself.
+  Result<std::vector<std::uint16_t>> reference_output(bool weight_in_stage1);
+  // Current inputs copied back to the host (small problems only).
+  Result<std::vector<std::uint16_t>> download_x();
+  Result<std::vector<std::uint16_t>> download_w1();
+  Result<std::vector<std::uint16_t>> download_w2();
+
+  // Launches the fill kernel through an invalid device address and waits:
+  // the device error a broken kernel would raise (crash-isolation tests).
+  Status inject_fault();
+
+  int tokens() const { return tokens_; }
+  Device& device() { return dev_; }
+
+ private:
+  LayerBench(Device& dev, const Problem& p, const Target& t) : dev_(dev), problem_(p), target_(t) {}
+  Result<LayerProgram> program(const std::optional<Variant>& stage1, const std::optional<Variant>& stage2) const;
+  RoleKernels kernels(FunctionHandle stage1, FunctionHandle stage2) const;
+  Status run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st = {});
+  Status run_align(int align_block, StreamHandle s = {});
+  // W1 and W2 in `layout`, arranged on the device on first use; the table's
+  // weight entries point at every copy made so far.
+  Status ensure_arranged(WeightLayout layout);
+  Status ensure_reference(bool weight_in_stage1);
+  // Runs a program's steps once and waits; then the align kernel's count of
+  // routing ids outside [-1, experts) must be zero.
+  Status run_checked(const LayerProgram& p, std::span<const FunctionHandle> fns, const BufferTable& table);
+  Status flush_l2(StreamHandle s = {});
+  Result<std::vector<std::uint16_t>> download(DevicePtr p, std::size_t count);
+  Result<Comparison> compare_with(DevicePtr out, DevicePtr reference, std::size_t count);
+
+  Device& dev_;
+  Problem problem_;
+  const Target& target_;
+  int max_tokens_ = 0;
+  int tokens_ = 0;
+  std::vector<ModuleHandle> modules_;
+  FunctionHandle align_, align_count_, align_scatter_, reduce_atomic_, reduce_partials_, reduce_partials16_, shuffle_, reference1_, reference2_, fill_;
+  // Inputs, the plain weights, the workspace; arranged weights join on first use.
+  std::array<DeviceBuffer, kBufCount> buffers_;
+  BufferTable table_{};
+  DeviceBuffer flush_;
+  std::array<DeviceBuffer, 2> inter_ref_, y_ref_;  // by weight_in_stage1
+  std::array<bool, 2> reference_ready_{false, false};
+  std::array<bool, 3> arranged_ready_{};  // by WeightLayout
+  std::uint64_t seed_ = 0;
+};
+
+}  // namespace ft

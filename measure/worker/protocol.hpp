@@ -1,0 +1,151 @@
+#pragma once
+// The measuring protocol: what the search asks of a measuring service
+// (WorkerService, in a `flytune worker` process or in the search's own) and
+// what it answers, as typed structs; their JSON encoding and decoding live in
+// protocol.cpp and nowhere else (no field name of the protocol is spelled
+// outside that file).
+//
+// On the wire (the worker's stdin/stdout) a message is one JSON object per
+// line: a request {"op": <name>, ...}, an answer {"ok": true, ...} or a
+// failure {"ok": false, "error": <message>, "code": <errc>}. Decoding never
+// throws: a malformed or foreign message is an Errc::invalid_input error that
+// says which message and field was wrong. Unknown fields are refused (a new
+// field is a new protocol version).
+//
+// Versioned: the device request carries the searcher's kVersion and the
+// device answer the worker's; either side refuses a mismatch with one line,
+// so a worker binary of another build is never half understood.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include <nlohmann/json.hpp>
+
+#include "generator/error.hpp"
+#include "generator/problem.hpp"
+#include "generator/variant.hpp"
+#include "device/device.hpp"
+#include "device/telemetry.hpp"
+#include "measure/layer_bench.hpp"
+
+namespace ft::protocol {
+
+// Bump on any change of a message's fields or meaning.
+inline constexpr int kVersion = 1;
+
+// A compiled kernel for the service to load: the variant (opaque here: its
+// to_json/from_json), the file of its code object and its entry symbol.
+struct KernelRef {
+  Variant variant;
+  std::string code_object;
+  std::string entry;
+};
+
+// Answers without a payload (open, inputs).
+struct Done {};
+
+struct VerifyAnswer {
+  bool passed = false;
+  double rel_l2 = 0, max_abs = 0;
+  std::string summary;  // the comparison in words ("rel L2 1.2e-03 (bound 8.0e-03), ...")
+};
+
+struct DeviceAnswer {
+  int protocol = kVersion;
+  DeviceInfo device;
+};
+
+struct TelemetryAnswer {
+  TelemetryReading reading;
+  std::string unavailable;  // why nothing can be read, when nothing can
+};
+
+// Each request names its answer type.
+struct DeviceRequest {
+  using Answer = DeviceAnswer;
+  int protocol = kVersion;
+};
+// The problem to measure, the target its kernels are built for, the support
+// unit (align, reduce, reference, fill) and buffers for up to max_tokens.
+struct OpenRequest {
+  using Answer = Done;
+  Problem problem;
+  std::string target;
+  std::string support;
+  int max_tokens = 0;
+};
+// Fresh X, W1, W2 (on the device, from seed) and routing (from seed, with
+// empty_experts experts left without tokens) for `tokens` tokens.
+struct InputsRequest {
+  using Answer = Done;
+  int tokens = 0;
+  std::uint64_t seed = 0;
+  int empty_experts = 0;
+};
+struct VerifyRequest {
+  using Answer = VerifyAnswer;
+  KernelRef kernel;
+};
+struct TimeRequest {
+  using Answer = Timing;
+  KernelRef kernel;
+  int warmup = 3;
+  int reps = 20;
+  bool flush_l2 = true;
+};
+struct VerifyLayerRequest {
+  using Answer = VerifyAnswer;
+  KernelRef stage1, stage2;
+};
+struct TimeLayerRequest {
+  using Answer = LayerTiming;
+  KernelRef stage1, stage2;
+  int warmup = 3;
+  int reps = 20;
+  bool graph = false;
+};
+struct TelemetryRequest {
+  using Answer = TelemetryAnswer;
+};
+// A launch through an invalid device address (the crash-isolation tests):
+// never answered with success.
+struct FaultRequest {
+  using Answer = Done;
+};
+
+using Request = std::variant<DeviceRequest, OpenRequest, InputsRequest, VerifyRequest, TimeRequest, VerifyLayerRequest,
+                             TimeLayerRequest, TelemetryRequest, FaultRequest>;
+using Answer = std::variant<Done, DeviceAnswer, VerifyAnswer, Timing, LayerTiming, TelemetryAnswer>;
+
+// The request's name on the wire ("verify", "time_layer").
+std::string_view op_name(const Request& request);
+
+nlohmann::json encode(const Request& request);
+Result<Request> decode_request(const nlohmann::json& message);
+
+// A successful answer, and a failure (the error's description and code).
+nlohmann::json encode(const Answer& answer);
+nlohmann::json encode_failure(const Error& error);
+
+// The answer to a request of type R: its payload, or the failure it carries
+// as that Error (the code it names, the worker's message). A device answer
+// of another protocol version (or of none) is refused here.
+template <class A>
+Result<A> decode_answer(const nlohmann::json& message);
+// The same for whichever request was sent.
+Result<Answer> decode_answer_to(const Request& sent, const nlohmann::json& message);
+// Whether a message is a well-formed failure answer: a decoding error of an
+// answer that is not one is the worker's fault, not the request's.
+bool is_failure(const nlohmann::json& message);
+
+// One message as one line (no newline inside; the newline not included), and back.
+std::string to_line(const nlohmann::json& message);
+Result<nlohmann::json> parse_line(std::string_view line);
+
+// The Errc a failure's "code" names, and back.
+std::string_view errc_name(Errc code);
+std::optional<Errc> errc_from_name(std::string_view name);
+
+}  // namespace ft::protocol

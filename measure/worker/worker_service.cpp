@@ -1,0 +1,185 @@
+#include "measure/worker/worker_service.hpp"
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "generator/variant.hpp"
+#include "device/telemetry.hpp"
+#include "measure/layer_bench.hpp"
+#include "measure/worker/worker_device.hpp"
+#include "measure/workload/workload.hpp"
+
+namespace ft {
+namespace {
+
+Result<std::vector<std::byte>> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return fail(Errc::io, "cannot read the code object", path);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::byte> out(bytes.size());
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+protocol::VerifyAnswer verify_answer(const Comparison& c, int row_length) {
+  return {c.passed, c.rel_l2, c.max_abs, c.summary(std::size_t(row_length))};
+}
+
+TimingOptions timing_options(int warmup, int reps) {
+  TimingOptions to;
+  to.warmup = warmup;
+  to.reps = reps;
+  return to;
+}
+
+}  // namespace
+
+struct WorkerService::State {
+  DeviceFactory open_device;
+  std::unique_ptr<Device> device;
+  std::unique_ptr<LayerBench> bench;
+  Problem problem;
+  const Target* target = nullptr;
+  std::map<std::string, FunctionHandle> functions;  // by code object path + entry
+  std::optional<Telemetry> telemetry;
+
+  Result<Device*> dev() {
+    if (!device) device = FT_TRY(open_device());
+    return device.get();
+  }
+
+  Result<LayerBench*> opened() {
+    if (!bench) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
+    return bench.get();
+  }
+
+  Result<FunctionHandle> kernel(const protocol::KernelRef& k) {
+    LayerBench* b = FT_TRY(opened());
+    const std::string key = k.code_object + "#" + k.entry;
+    auto it = functions.find(key);
+    if (it == functions.end()) {
+      auto bytes = FT_TRY(read_file(k.code_object));
+      FunctionHandle f = FT_TRY(b->load(bytes, k.entry, k.variant.lds_bytes()));
+      it = functions.emplace(key, f).first;
+    }
+    return it->second;
+  }
+
+  Result<protocol::Answer> operator()(const protocol::DeviceRequest& r) {
+    if (r.protocol != protocol::kVersion)
+      return fail(Errc::invalid_input, fmt::format("the search speaks protocol {}, this worker speaks protocol {}: run a "
+                                                   "worker of the same build",
+                                                   r.protocol, protocol::kVersion));
+    Device* d = FT_TRY(dev());
+    return protocol::DeviceAnswer{protocol::kVersion, d->info()};
+  }
+
+  Result<protocol::Answer> operator()(const protocol::OpenRequest& r) {
+    Device* d = FT_TRY(dev());
+    const Target* t = FT_TRY(lookup_target(r.target));
+    if (d->info().arch != t->name)
+      return fail(Errc::invalid_input,
+                  fmt::format("the GPU is {} ({}), the kernels are for {}", d->info().name, d->info().arch, t->name));
+    auto support = FT_TRY(read_file(r.support));
+    functions.clear();
+    bench.reset();
+    problem = r.problem;
+    target = t;
+    bench = FT_TRY(LayerBench::create(*d, problem, *target, support, r.max_tokens));
+    return protocol::Done{};
+  }
+
+  Result<protocol::Answer> operator()(const protocol::InputsRequest& r) {
+    LayerBench* b = FT_TRY(opened());
+    WorkloadOptions wo;
+    wo.seed = r.seed;
+    wo.empty_experts = r.empty_experts;
+    Routed routed = FT_TRY(make_routing(problem, r.tokens, wo));
+    FT_CHECK(b->set_inputs(r.tokens, wo.seed, routed.ids, routed.weights));
+    return protocol::Done{};
+  }
+
+  Result<protocol::Answer> operator()(const protocol::VerifyRequest& r) {
+    FunctionHandle f = FT_TRY(kernel(r.kernel));
+    Comparison c = FT_TRY(bench->verify_stage(r.kernel.variant, f));
+    return verify_answer(c, r.kernel.variant.role == StageRole::stage1 ? problem.inter : problem.hidden);
+  }
+
+  Result<protocol::Answer> operator()(const protocol::TimeRequest& r) {
+    FunctionHandle f = FT_TRY(kernel(r.kernel));
+    TimingOptions to = timing_options(r.warmup, r.reps);
+    to.flush_l2 = r.flush_l2;
+    return FT_TRY(bench->time_stage(r.kernel.variant, f, to));
+  }
+
+  Result<protocol::Answer> operator()(const protocol::VerifyLayerRequest& r) {
+    FunctionHandle f1 = FT_TRY(kernel(r.stage1));
+    FunctionHandle f2 = FT_TRY(kernel(r.stage2));
+    Comparison c = FT_TRY(bench->verify_layer(r.stage1.variant, f1, r.stage2.variant, f2));
+    return verify_answer(c, problem.hidden);
+  }
+
+  Result<protocol::Answer> operator()(const protocol::TimeLayerRequest& r) {
+    FunctionHandle f1 = FT_TRY(kernel(r.stage1));
+    FunctionHandle f2 = FT_TRY(kernel(r.stage2));
+    TimingOptions to = timing_options(r.warmup, r.reps);
+    to.graph = r.graph;
+    return FT_TRY(bench->time_layer(r.stage1.variant, f1, r.stage2.variant, f2, to));
+  }
+
+  Result<protocol::Answer> operator()(const protocol::TelemetryRequest&) {
+    Device* d = FT_TRY(dev());
+    if (!telemetry) telemetry = Telemetry::open(d->info());
+    protocol::TelemetryAnswer a;
+    a.reading = telemetry->read();
+    if (!telemetry->available()) a.unavailable = telemetry->problem();
+    return a;
+  }
+
+  // Fault injection for the crash-isolation tests: a launch that writes
+  // through an invalid device address, as a broken kernel would.
+  Result<protocol::Answer> operator()(const protocol::FaultRequest&) {
+    LayerBench* b = FT_TRY(opened());
+    FT_CHECK(b->inject_fault());
+    return fail(Errc::internal, "the injected fault did not fault");
+  }
+};
+
+WorkerService::WorkerService(std::string selector)
+    : WorkerService(DeviceFactory([selector = std::move(selector)] { return open_worker_device(selector); })) {}
+
+WorkerService::WorkerService(DeviceFactory open) : state_(std::make_unique<State>()) {
+  state_->open_device = std::move(open);
+}
+
+WorkerService::~WorkerService() = default;
+
+Result<protocol::Answer> WorkerService::handle(const protocol::Request& request) {
+  return std::visit(*state_, request);
+}
+
+int serve_worker(const std::string& selector, std::istream& in, std::ostream& out) {
+  WorkerService service(selector);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    auto answer = [&]() -> Result<protocol::Answer> {
+      const nlohmann::json message = FT_TRY(protocol::parse_line(line));
+      const protocol::Request request = FT_TRY(protocol::decode_request(message));
+      return service.handle(request);
+    }();
+    out << protocol::to_line(answer ? protocol::encode(*answer) : protocol::encode_failure(answer.error())) << '\n'
+        << std::flush;
+    // A device error may leave the GPU context unusable (illegal address, lost
+    // context): end here so the search starts a fresh worker.
+    if (!answer && answer.error().code == Errc::device) return 3;
+  }
+  return 0;
+}
+
+}  // namespace ft

@@ -1,0 +1,340 @@
+#include "search/steps.hpp"
+
+#include <algorithm>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "layer/program.hpp"
+#include "measure/layer_bench.hpp"
+#include "search/model_pick.hpp"
+#include "search/progress.hpp"
+
+namespace ft {
+namespace {
+
+// The step's side of a strategy: timings of candidates at one token count on
+// one device, resumed from the store where allowed, each one recorded.
+class BucketTimer final : public StageTimer {
+ public:
+  BucketTimer(const SearchConfig& cfg, GpuContext& gpu, int tokens, const TelemetryReading& tele, Progress* bar = nullptr,
+              std::size_t pool = 0)
+      : cfg_(cfg), gpu_(gpu), tokens_(tokens), tele_(tele), bar_(bar), pool_(pool) {}
+
+  std::optional<double> time(const Candidate& c, std::string_view phase, int reps) override {
+    if (auto resumed = from_store(c, phase)) return resumed;
+    if (gpu_.m.stopped()) return std::nullopt;
+    protocol::TimeRequest req{c.kernel};
+    req.reps = reps;
+    auto r = gpu_.m.time(req);
+    if (!r) {
+      (void)gpu_.record(c.id, tokens_, phase, status_of(r.error()), {}, r.error().describe(), tele_);
+      return std::nullopt;
+    }
+    (void)gpu_.record(c.id, tokens_, phase, db::MeasurementStatus::ok, {*r, {}}, "", tele_);
+    return r->median_us;
+  }
+
+  void interleaved(Ranked& best, int rounds, int reps) override;
+
+  Status read_store(const std::function<Status(db::Store&)>& read) override { return gpu_.rec.read(read); }
+
+  void note(const std::string& line) override {
+    gpu_.rec.note(line);
+    if (cfg_.progress) fmt::print(stderr, "{}{}\n", label_.empty() ? "" : label_ + ": ", line);
+  }
+  // The device's name in progress lines when several search side by side.
+  void name_device(std::string label) { label_ = std::move(label); }
+
+  std::vector<db::MeasurementRecord> earlier(const Candidate& c) override {
+    db::MeasurementFilter f;
+    f.variant_id = c.id;
+    f.problem_id = gpu_.problem_id;
+    f.device_id = gpu_.device_id;
+    auto rows = gpu_.rec.measurements(f);
+    return rows ? std::move(*rows) : std::vector<db::MeasurementRecord>{};
+  }
+
+  void screened(const Candidate& c) override {
+    if (!bar_) return;
+    bar_->advance(c.cv->variant.name());
+    if (++screened_ == pool_) bar_->finish();
+  }
+
+  bool stopped() const override { return gpu_.m.stopped(); }
+
+ private:
+  // A timing the store holds as good as the one asked for (a long or an A/B
+  // one serves for a short one), unless --force.
+  std::optional<double> from_store(const Candidate& c, std::string_view phase) {
+    if (cfg_.force) return std::nullopt;
+    auto prev = gpu_.rec.latest({c.id, gpu_.problem_id, gpu_.device_id, tokens_});
+    if (!prev || !*prev) return std::nullopt;
+    const db::MeasurementRecord& m = **prev;
+    if (m.status != db::MeasurementStatus::ok || !m.median_us) return std::nullopt;
+    if (m.phase != phase && m.phase != "ab" && !(m.phase == "long" && phase == "short")) return std::nullopt;
+    gpu_.rec.resumed();
+    return *m.median_us;
+  }
+
+  const SearchConfig& cfg_;
+  GpuContext& gpu_;
+  int tokens_;
+  const TelemetryReading& tele_;
+  Progress* bar_;
+  std::size_t pool_, screened_ = 0;
+  std::string label_;
+};
+
+void BucketTimer::interleaved(Ranked& best, int rounds, int reps) {
+  std::vector<std::vector<double>> medians(best.size());
+  for (int round = 0; round < rounds; ++round)
+    for (std::size_t j = 0; j < best.size(); ++j) {
+      if (gpu_.m.stopped()) return;
+      const std::size_t k = (j + std::size_t(round)) % best.size();
+      protocol::TimeRequest req{best[k].second->kernel};
+      req.reps = reps;
+      auto r = gpu_.m.time(req);
+      if (!r) continue;
+      medians[k].push_back(r->median_us);
+      if (round != rounds - 1) continue;
+      // One measurement: the median of the rounds' medians with their
+      // spread, so the winner's median lies inside its p10-p90.
+      std::vector<double> v = medians[k];
+      std::sort(v.begin(), v.end());
+      Timing t = *r;
+      t.median_us = v[v.size() / 2];
+      t.p10_us = v.front();
+      t.p90_us = v.back();
+      (void)gpu_.record(best[k].second->id, tokens_, "ab", db::MeasurementStatus::ok, {t, {}}, "", tele_);
+    }
+  for (std::size_t k = 0; k < best.size(); ++k)
+    if (!medians[k].empty()) {
+      std::sort(medians[k].begin(), medians[k].end());
+      best[k].first = medians[k][medians[k].size() / 2];
+    }
+}
+
+}  // namespace
+
+db::MeasurementStatus status_of(const Error& e) {
+  switch (e.code) {
+    case Errc::timeout: return db::MeasurementStatus::timeout;
+    case Errc::verify: return db::MeasurementStatus::verify_failed;
+    default: return db::MeasurementStatus::launch_error;
+  }
+}
+
+Status GpuContext::record(std::int64_t variant_id, int tokens, std::string_view phase, db::MeasurementStatus st,
+                          const Measured& result, const std::string& error, const TelemetryReading& tele) {
+  db::MeasurementRecord mr;
+  mr.run_id = run_id;
+  mr.variant_id = variant_id;
+  mr.problem_id = problem_id;
+  mr.device_id = device_id;
+  mr.tokens = tokens;
+  mr.phase = std::string(phase);
+  mr.status = st;
+  mr.error_message = error;
+  mr.pci_bus_id = info.pci_bus_id;
+  if (const auto& t = result.timing) {
+    mr.median_us = t->median_us;
+    mr.p10_us = t->p10_us;
+    mr.p90_us = t->p90_us;
+    mr.min_us = t->min_us;
+    mr.samples = t->samples;
+  }
+  if (const auto& c = result.comparison) {
+    mr.rel_l2_err = c->rel_l2;
+    mr.max_abs_err = c->max_abs;
+  }
+  mr.sm_clock_mhz = tele.sm_clock_mhz;
+  mr.mem_clock_mhz = tele.memory_clock_mhz;
+  mr.temperature_c = tele.temperature_c;
+  return rec.measurement(mr);
+}
+
+Result<std::optional<VerifyOutcome>> verify_one(const SearchConfig& cfg, GpuContext& gpu, const Candidate& c) {
+  if (!cfg.force) {
+    auto prev = FT_TRY(gpu.rec.latest({c.id, gpu.problem_id, gpu.device_id, cfg.verify_tokens}));
+    if (prev && prev->phase == "verify") {
+      gpu.rec.resumed();
+      return prev->status == db::MeasurementStatus::ok ? VerifyOutcome::passed : VerifyOutcome::failed;
+    }
+  }
+  if (gpu.m.stopped()) return std::nullopt;
+  auto r = gpu.m.verify({c.kernel});
+  if (!r) {
+    FT_CHECK(gpu.record(c.id, cfg.verify_tokens, "verify", status_of(r.error()), {}, r.error().describe(), {}));
+    return VerifyOutcome::crashed;
+  }
+  if (!r->passed) {
+    FT_CHECK(gpu.record(c.id, cfg.verify_tokens, "verify", db::MeasurementStatus::verify_failed, {{}, *r}, r->summary, {}));
+    return VerifyOutcome::failed;
+  }
+  FT_CHECK(gpu.record(c.id, cfg.verify_tokens, "verify", db::MeasurementStatus::ok, {{}, *r}, "", {}));
+  return VerifyOutcome::passed;
+}
+
+Result<std::optional<Ranked>> StageStep::rank(Strategy& strategy, StageRole kind, int tokens,
+                                              const TelemetryReading& tele) {
+  std::vector<const Candidate*> pool;
+  for (const Candidate& c : candidates)
+    if (c.cv->variant.role == kind) pool.push_back(&c);
+  if (pool.empty()) return Ranked{};
+  // Beside other devices' bars: named by the device, one line per tenth rather than a redrawn line.
+  Progress bar(fmt::format("{}T={} {}", many_gpus ? gpu.m.label() + " " : "", tokens, to_string(kind)), pool.size(),
+               cfg.progress, many_gpus ? Progress::Mode::lines : Progress::Mode::automatic);
+  BucketTimer timer(cfg, gpu, tokens, tele, &bar, pool.size());
+  if (many_gpus) timer.name_device(gpu.m.label());
+  StageQuery q{kind, tokens, &rng, gpu.problem_id, gpu.device_id, nullptr};
+  if (auto d = default_variant(target, cfg.problem, kind))
+    for (const Candidate* c : pool)
+      if (c->cv->variant.name() == d->name()) q.baseline = c;
+  return strategy.rank(pool, q, timer);
+}
+
+Status StageStep::record_winner(StageRole kind, int tokens, const Ranked& timed, const TelemetryReading& tele) {
+  const Candidate& win = *timed.front().second;
+  std::optional<double> speedup;
+  std::optional<std::int64_t> default_id;
+  if (auto d = default_variant(target, cfg.problem, kind)) {
+    auto it = std::find_if(candidates.begin(), candidates.end(), [&](const Candidate& c) { return c.cv->variant.name() == d->name(); });
+    if (it != candidates.end()) {
+      default_id = it->id;
+      BucketTimer timer(cfg, gpu, tokens, tele);
+      if (auto dt = timer.time(*it, "long", kLongReps)) speedup = *dt / timed.front().first;
+    }
+  }
+  auto prev = gpu.rec.latest({win.id, gpu.problem_id, gpu.device_id, tokens});
+  db::WinnerRecord w;
+  w.problem_id = gpu.problem_id;
+  w.device_id = gpu.device_id;
+  w.tokens = tokens;
+  w.kind = std::string(to_string(kind));
+  w.variant_id = win.id;
+  w.run_id = gpu.run_id;
+  w.median_us = timed.front().first;
+  if (prev && *prev) {
+    w.p10_us = (*prev)->p10_us;
+    w.p90_us = (*prev)->p90_us;
+  }
+  w.default_variant_id = default_id;
+  w.speedup_vs_default = speedup;
+  return gpu.rec.winner(w, {tokens, w.kind, win.cv->variant.name(), w.median_us, w.p10_us.value_or(0), w.p90_us.value_or(0),
+                            std::nullopt, speedup, {}});
+}
+
+std::vector<std::pair<const Candidate*, const Candidate*>> layer_pairs(const Target& target, const Problem& problem,
+                                                                       const Ranked& s1, const Ranked& s2,
+                                                                       std::string& skipped) {
+  constexpr std::size_t kTopPerStage = 5, kPairs = 9;
+  std::vector<std::tuple<double, const Candidate*, const Candidate*>> all;
+  for (std::size_t i = 0; i < std::min(kTopPerStage, s1.size()); ++i)
+    for (std::size_t j = 0; j < std::min(kTopPerStage, s2.size()); ++j) {
+      const Variant &a = s1[i].second->cv->variant, &b = s2[j].second->cv->variant;
+      if (a.contract().weight_in_stage1 != b.contract().weight_in_stage1) continue;
+      if (auto block = align_block_of(LayerRecipe{&target, problem, a, b}); !block) {
+        skipped = block.error().message;
+        continue;
+      }
+      all.emplace_back(s1[i].first + s2[j].first, s1[i].second, s2[j].second);
+    }
+  std::sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
+  std::vector<std::pair<const Candidate*, const Candidate*>> out;
+  for (const auto& [t, a, b] : all)
+    if (out.size() < kPairs) out.emplace_back(a, b);
+  return out;
+}
+
+Result<bool> LayerStep::run(int tokens, const Ranked& s1, const Ranked& s2, const TelemetryReading& tele) {
+  std::string why;
+  if (s1.empty() || s2.empty()) {
+    no_layer(tokens, s1.empty() ? "no stage-1 variant was timed" : "no stage-2 variant was timed");
+    return true;
+  }
+  std::vector<std::tuple<double, const Candidate*, const Candidate*>> paired;
+  for (const auto& [a, b] : layer_pairs(target, cfg.problem, s1, s2, why)) {
+    if (gpu.m.stopped()) return false;
+    protocol::TimeLayerRequest probe{a->kernel, b->kernel};
+    probe.reps = kAbReps;
+    probe.graph = cfg.graph;
+    auto t = gpu.m.time_layer(probe);
+    if (!t) {
+      why = fmt::format("timing {} + {} failed: {}", a->cv->variant.name(), b->cv->variant.name(), t.error().describe());
+      continue;
+    }
+    paired.emplace_back(t->total.median_us, a, b);
+  }
+  if (gpu.m.stopped()) return false;
+  std::stable_sort(paired.begin(), paired.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
+  if (paired.empty()) {
+    no_layer(tokens, why.empty() ? "no stage pair could be timed" : why);
+    return true;
+  }
+  constexpr std::size_t kVerifyTries = 3;
+  for (std::size_t pi = 0; pi < std::min(kVerifyTries, paired.size()); ++pi) {
+    if (gpu.m.stopped()) return false;
+    if (FT_TRY(try_pair(tokens, std::get<1>(paired[pi]), std::get<2>(paired[pi]), tele, why))) return true;
+  }
+  if (gpu.m.stopped()) return false;
+  no_layer(tokens, why);
+  return true;
+}
+
+void LayerStep::no_layer(int tokens, const std::string& reason) {
+  gpu.rec.note(fmt::format("T={}: no layer winner: {}", tokens, reason));
+  if (cfg.progress) fmt::print(stderr, "{}T={}: no layer winner: {}\n", gpu_prefix(), tokens, reason);
+}
+
+// Verifies the pair at this T, then times it at length and records it as
+// the bucket's layer winner; false (and why) when it fails either.
+Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidate* c2, const TelemetryReading& tele,
+                                 std::string& why) {
+  db::VariantRecord layer;
+  layer.kernel_name = c1->cv->variant.name() + "+" + c2->cv->variant.name();
+  layer.target = std::string(target.name);
+  layer.kind = "layer";
+  layer.params = {{"stage1", c1->cv->variant.to_json()}, {"stage2", c2->cv->variant.to_json()},
+                  {"stage1_kernel", c1->cv->variant.name()}, {"stage2_kernel", c2->cv->variant.name()}};
+  layer.toolchain_id = gpu.toolchain_id;
+  const std::int64_t layer_id = FT_TRY(gpu.rec.variant(layer));
+  auto v = gpu.m.verify_layer({c1->kernel, c2->kernel});
+  if (!v || !v->passed) {
+    const std::string message = v ? v->summary : v.error().describe();
+    (void)gpu.record(layer_id, tokens, "verify", v ? db::MeasurementStatus::verify_failed : status_of(v.error()),
+                     {{}, v ? std::optional(*v) : std::nullopt}, message, tele);
+    why = fmt::format("{} failed verification at T={}: {}", layer.kernel_name, tokens, message);
+    if (cfg.progress) fmt::print(stderr, "{}T={}: {}\n", gpu_prefix(), tokens, why);
+    return false;
+  }
+  protocol::TimeLayerRequest req{c1->kernel, c2->kernel};
+  req.reps = kLongReps;
+  req.graph = cfg.graph;
+  auto t = gpu.m.time_layer(req);
+  if (!t) {
+    (void)gpu.record(layer_id, tokens, "layer", status_of(t.error()), {}, t.error().describe(), tele);
+    why = fmt::format("timing {} failed: {}", layer.kernel_name, t.error().describe());
+    return false;
+  }
+  FT_CHECK(gpu.record(layer_id, tokens, "layer", db::MeasurementStatus::ok, {t->total, *v}, "", tele));
+  db::WinnerRecord w;
+  w.problem_id = gpu.problem_id;
+  w.device_id = gpu.device_id;
+  w.tokens = tokens;
+  w.kind = "layer";
+  w.variant_id = layer_id;
+  w.run_id = gpu.run_id;
+  w.median_us = t->total.median_us;
+  w.p10_us = t->total.p10_us;
+  w.p90_us = t->total.p90_us;
+  BucketResult br{tokens, "layer", layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
+                  nlohmann::json{{"align_us", t->align.median_us}, {"stage1_us", t->stage1.median_us},
+                                 {"stage2_us", t->stage2.median_us}, {"reduce_us", t->reduce.median_us}}};
+  if (ceilings) br.floor_us = roofline_floor_us(cfg.problem, tokens, *ceilings);
+  FT_CHECK(gpu.rec.winner(w, std::move(br)));
+  return true;
+}
+
+}  // namespace ft

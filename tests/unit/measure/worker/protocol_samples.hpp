@@ -1,0 +1,61 @@
+#pragma once
+// One message of every kind of the worker protocol, with no field at its
+// default value (so a field lost in a round trip shows), for protocol_test.cpp
+// and protocol_fuzz_test.cpp.
+#include <cstdint>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "generator/problem.hpp"
+#include "generator/space.hpp"
+#include "generator/target.hpp"
+#include "measure/worker/protocol.hpp"
+
+namespace ft::test {
+
+inline protocol::KernelRef sample_kernel(StageRole kind) {
+  const Problem p = *problem_from_preset("tiny");
+  const Variant v = *default_variant(*find_target("sm_90a"), p, kind);
+  return {v, "/tmp/objects/" + v.name() + ".cubin", v.name()};
+}
+
+// In the order of the Request alternatives.
+inline std::vector<protocol::Request> sample_requests() {
+  Problem p = *problem_from_preset("tiny");
+  p.routing = *Routing::parse("zipf:1.5");
+  protocol::TimeRequest time{sample_kernel(StageRole::stage1), 4, 17, false};
+  protocol::TimeLayerRequest layer{sample_kernel(StageRole::stage1), sample_kernel(StageRole::stage2), 2, 30, true};
+  return {protocol::DeviceRequest{},
+          protocol::OpenRequest{p, "sm_90a", "/tmp/objects/support.cubin", 4096},
+          protocol::InputsRequest{333, std::numeric_limits<std::uint64_t>::max(), 1},
+          protocol::VerifyRequest{sample_kernel(StageRole::stage2)},
+          time,
+          protocol::VerifyLayerRequest{sample_kernel(StageRole::stage1), sample_kernel(StageRole::stage2)},
+          layer,
+          protocol::TelemetryRequest{},
+          protocol::FaultRequest{}};
+}
+
+inline Timing sample_timing(double t) { return {t, t * 0.9, t * 1.2, t * 0.8, 30}; }
+
+// (the request answered, its answer): every Answer alternative at least once.
+inline std::vector<std::pair<protocol::Request, protocol::Answer>> sample_answers() {
+  const auto requests = sample_requests();
+  DeviceInfo d{"cuda", 1, "NVIDIA H200", "sm_90a", 132, std::size_t(150) << 30, std::size_t(60) << 20, 232448,
+               1980, "580.95.05", "13.0", "0000:3b:00.0"};
+  protocol::TelemetryAnswer all{{1755, 2619, 41.5, 312.25}, ""};
+  protocol::TelemetryAnswer none{{}, "NVML is not installed"};
+  return {{requests[0], protocol::DeviceAnswer{protocol::kVersion, d}},
+          {requests[1], protocol::Done{}},
+          {requests[2], protocol::Done{}},
+          {requests[3], protocol::VerifyAnswer{true, 1.25e-3, 3.5e-2, "rel L2 1.25e-03 (bound 8.0e-03)"}},
+          {requests[4], sample_timing(12.5)},
+          {requests[5], protocol::VerifyAnswer{false, 0.5, 7.25, "12 NaN/Inf elements of 4096, first at [0, 3]"}},
+          {requests[6], LayerTiming{sample_timing(50), sample_timing(2), sample_timing(20), sample_timing(25),
+                                    sample_timing(3)}},
+          {requests[7], all},
+          {requests[7], none}};
+}
+
+}  // namespace ft::test

@@ -21,7 +21,7 @@
 
 #include "generator/error.hpp"
 #include "generator/problem.hpp"
-#include "templates/ft/elem.hpp"
+#include "generator/device_facts.hpp"  // ft::Elem (templates/ft/elem.hpp)
 
 namespace ft {
 

@@ -4,7 +4,7 @@
 // in its GEMM, reduce -- for sm_90a (wgmma and mma.sync), gfx942 (fnuz MFMA) and
 // gfx950 (OCP MFMA), at T = 1, 7, 33 with an expert that gets no tokens, against
 // the CPU reference from the dequantised inputs (the check of fp8 GEMMs:
-// diff = 1 - 2<y, ref> / (|y|^2 + |ref|^2) <= 1e-3, tuner/workload/compare.hpp).
+// diff = 1 - 2<y, ref> / (|y|^2 + |ref|^2) <= 1e-3, measure/workload/compare.hpp).
 // Mutants must fail: scales read one group off, an OCP checkpoint's bytes read
 // by fnuz hardware unconverted; and the fp8 layer stays near the bf16 layer.
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@
 #include "generator/families/families.hpp"
 #include "generator/fp8_checkpoint.hpp"
 #include "tests/emu/layer_support.hpp"
-#include "tuner/workload/half.hpp"
+#include "measure/workload/half.hpp"
 
 namespace ft::emu::test {
 namespace {

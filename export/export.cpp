@@ -397,6 +397,11 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
                   opt.db_path);
     const Problem p = problem_of(row.problem);
     const std::string what = fmt::format("{} T={}", row.problem.key, row.winner.tokens);
+    if (p.fp8())
+      return fail(Errc::invalid_input,
+                  "fp8 layers cannot be exported yet: the runtime's C API (ft_layer_buffers) takes no weight scales and "
+                  "check-export no fp8 inputs; export a bf16 or f16 problem (--problem)",
+                  what);
     const json& params = row.variant.params;
     if (!params.contains("stage1") || !params.contains("stage2") || !params.contains("stage1_kernel") ||
         !params.contains("stage2_kernel"))

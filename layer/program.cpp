@@ -47,6 +47,11 @@ LaunchShape reference_launch(StageRole stage, const Problem& p, int tokens) {
   return {tokens, (p.hidden + kReferenceThreads - 1) / kReferenceThreads, 1, kReferenceThreads, 0};
 }
 
+LaunchShape reference_quantise_launch(const Problem& p, int tokens) {
+  const int groups = p.inter / kScaleGroup;
+  return {tokens * p.topk, (groups + kReferenceThreads - 1) / kReferenceThreads, 1, kReferenceThreads, 0};
+}
+
 LaunchShape fill_launch(std::uint64_t count) {
   return {int((count + 8 * kFillThreads - 1) / (8 * kFillThreads)), 1, 1, kFillThreads, 0};
 }

@@ -61,6 +61,8 @@ LaunchShape quantise_launch(long long rows);
 LaunchShape shuffle_launch(long long rows, long long cols);
 LaunchShape reference_launch(StageRole stage, const Problem& p, int tokens);
 LaunchShape fill_launch(std::uint64_t count);
+// fp8 verification: the reference intermediate quantised, one thread per 128-value group.
+LaunchShape reference_quantise_launch(const Problem& p, int tokens);
 
 // The buffers a layer's steps read and write (appended only: names and the
 // workspace's order follow this order).

@@ -22,6 +22,17 @@ FT_HOST_DEVICE constexpr bool fp8_stage() {
   return sizeof(typename Cfg::Atom::storage) == 1;
 }
 
+// Quantise-on-store's needs (fp8, whole 128-column groups per tile, every
+// thread in the epilogue); true without it (and so for Configs that name no
+// fp8 members, e.g. hand-written ones).
+template <class Cfg>
+FT_HOST_DEVICE constexpr bool quantise_on_store_fits() {
+  if constexpr (inter_store_of<Cfg>() == InterStore::fp8)
+    return fp8_stage<Cfg>() && Cfg::tile_n % kScaleGroup == 0 && !Cfg::warp_specialized;
+  else
+    return true;
+}
+
 // Stage 1, block128: X's 1 x 128 group of the gathered row's token, and the
 // 128 x 128 blocks of W1 that hold the tile's gate and up columns (tile_n
 // divides 128, so a tile's columns of one matrix share their block row).

@@ -25,7 +25,7 @@ struct Stage1 {
   static constexpr int kStagedBytes = kQuantiseOnStore ? Cfg::tile_m * Cfg::tile_n * 4 + Cfg::tile_m * Cfg::tile_n / 2 : 0;
   static constexpr int kSmemBytes = Gemm::kSmemBytes > kStagedBytes ? Gemm::kSmemBytes : kStagedBytes;
   static_assert(kFp8 == (kScales != Scales::none), "fp8 stages, and only they, have scales");
-  static_assert(!kQuantiseOnStore || (kFp8 && Cfg::tile_n % kScaleGroup == 0 && !Cfg::warp_specialized),
+  static_assert(quantise_on_store_fits<Cfg>(),
                 "quantise-on-store: fp8, whole 128-column groups per tile, every thread in the epilogue");
 
   FT_DEVICE static void run(const MoeArgs& p) {

@@ -13,7 +13,8 @@ void add_problem_options(CLI::App* app, ProblemOptions& opt) {
   app->add_option("--hidden", opt.hidden, "Hidden size H");
   app->add_option("--inter", opt.inter, "Intermediate size I (per expert)");
   app->add_option("--topk", opt.topk, "Experts per token k");
-  app->add_option("--dtype", opt.dtype, "Element type: bf16 or f16");
+  app->add_option("--dtype", opt.dtype, "Element type: bf16, f16 or fp8 (e4m3 in the target's flavour: OCP on sm_90a and gfx950, fnuz on gfx942)");
+  app->add_option("--scales", opt.scales, "fp8 scales: per-tensor (the default), per-token or block128 (docs/USAGE.md)");
   app->add_option("--routing", opt.routing, "Routing: uniform, zipf:S, hot:K or replay:FILE");
 }
 
@@ -36,10 +37,19 @@ Result<Problem> resolve_problem(const ProblemOptions& opt) {
   if (opt.topk) p.topk = *opt.topk;
   if (custom) p.name = "custom";
   if (!opt.dtype.empty()) {
-    auto d = parse_dtype(opt.dtype);
+    auto d = parse_dtype_spec(opt.dtype);
     if (!d) return std::unexpected(as_usage(d.error(), "--dtype"));
-    p.dtype = *d;
+    p.dtype = d->dtype;
+    p.scales = d->scales;
   }
+  if (!opt.scales.empty()) {
+    auto s = parse_scales(opt.scales);
+    if (!s) return std::unexpected(as_usage(s.error(), "--scales"));
+    if (!p.fp8()) return fail(Errc::usage, "--scales applies to fp8 problems only; add --dtype fp8");
+    p.scales = *s;
+  }
+  if (p.fp8() && p.scales == Scales::none) p.scales = Scales::per_tensor;
+  if (!p.fp8()) p.scales = Scales::none;
   if (!opt.routing.empty()) {
     auto r = Routing::parse(opt.routing);
     if (!r) return std::unexpected(as_usage(r.error(), "--routing"));
@@ -47,7 +57,7 @@ Result<Problem> resolve_problem(const ProblemOptions& opt) {
     FT_CHECK(p.routing.hash_replay_file());
   }
   if (auto v = p.validate(); !v) {
-    const bool from_options = custom || !opt.routing.empty();
+    const bool from_options = custom || !opt.routing.empty() || !opt.dtype.empty();
     return std::unexpected(from_options ? as_usage(v.error(), "") : v.error());
   }
   return p;

@@ -1,7 +1,7 @@
 #pragma once
 // The problem options several subcommands share: --problem NAME|FILE, or the
-// shape spelled out with --experts/--hidden/--inter/--topk, plus --dtype and
-// --routing. Explicit sizes override the named problem's.
+// shape spelled out with --experts/--hidden/--inter/--topk, plus --dtype,
+// --scales and --routing. Explicit sizes override the named problem's.
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,6 +19,7 @@ struct ProblemOptions {
   std::string problem = "mixtral-8x7b";
   std::optional<int> experts, hidden, inter, topk;
   std::string dtype;
+  std::string scales;
   std::string routing;
 };
 

@@ -58,6 +58,16 @@ json moe_args_layout() {
       FT_FIELD(max_padded_rows, "i32", "max_padded_rows for T and align_block"),
       FT_FIELD(flags, "i32", "0 (bit 0 is read by the reference kernels only)"),
       FT_FIELD(bad_ids, "i32*", "[1] or null: align writes the count of topk_ids outside [-1, experts)"),
+      // fp8 layers (appended; null / 0 in 16-bit layers): templates/ft/moe_args.hpp, ft::Scales
+      FT_FIELD(x_scale, "const f32*", "fp8 per-tensor: [1] the static activation scale"),
+      FT_FIELD(w1_scales, "const f32*", "fp8: W1 scales, per-tensor [experts], per-token [experts, 2*inter], block128 [experts, 2*inter/128, hidden/128]"),
+      FT_FIELD(w2_scales, "const f32*", "fp8: W2 scales, per-tensor [experts], per-token [experts, hidden], block128 [experts, hidden/128, inter/128]"),
+      FT_FIELD(xq, "u8*", "fp8: [T, hidden] e4m3 activations (workspace)"),
+      FT_FIELD(x_scales, "f32*", "fp8: activation scales, per-tensor [1], per-token [T], block128 [T, hidden/128] (workspace)"),
+      FT_FIELD(inter_q, "u8*", "fp8: [T*topk, inter] e4m3 intermediate (workspace)"),
+      FT_FIELD(inter_scales, "f32*", "fp8: [T*topk, inter/128] its group scales (workspace)"),
+      FT_FIELD(scales, "i32", "fp8: 1 per-tensor, 2 per-token, 3 block128; 0 in 16-bit layers"),
+      FT_FIELD(reserved, "i32", "0"),
   };
 #undef FT_FIELD
   json out{{"struct", "ft::MoeArgs"}, {"size", sizeof(MoeArgs)}, {"alignment", alignof(MoeArgs)},
@@ -375,6 +385,11 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     auto read = row.problem.to_problem();
     if (!read) return std::unexpected(with_context(std::move(read).error(), what));
     const Problem p = std::move(*read);
+    if (p.fp8())
+      return fail(Errc::invalid_input,
+                  "fp8 layers cannot be exported yet: the runtime's C API (ft_layer_buffers) takes no weight scales and "
+                  "check-export no fp8 inputs; export a bf16 or f16 problem (--problem)",
+                  what);
     const json& params = row.variant.params;
     if (!params.contains("stage1") || !params.contains("stage2") || !params.contains("stage1_kernel") ||
         !params.contains("stage2_kernel"))

@@ -15,7 +15,11 @@ KernelSource emit_variant(const Variant& v);
 // ft::Reduce), the weight pre-shuffle, and the reference and random-fill
 // kernels verification uses. Names: ft_<target>_align{,_count,_scatter},
 // ft_<target>_reduce_{atomic,partials,partials16}_<dtype>, ft_<target>_shuffle,
-// ft_<target>_reference{1,2}_<dtype>, ft_<target>_fill.
+// ft_<target>_reference{1,2}_<dtype>, ft_<target>_fill. For e4m3 (fp8 layers,
+// the target's flavour) also the quantise steps, ft_<target>_quantise_x and
+// ft_<target>_quantise_inter (templates/ft/moe_quantise.hpp), and the
+// reference's intermediate quantisation ft_<target>_reference_quantise_e4m3;
+// its references are the fp8 ones and its reduce kernels write bf16.
 KernelSource emit_support(const Target& target, DType dtype);
 
 std::string support_unit_name(const Target& target, DType dtype);  // ft_<target>_support_<dtype>
@@ -27,5 +31,8 @@ std::string reduce_entry(const Target& target, Reduce r, DType dtype);
 std::string shuffle_entry(const Target& target);
 std::string reference_entry(const Target& target, StageRole stage, DType dtype);
 std::string fill_entry(const Target& target);  // seeded random fill (templates/ft/random_fill.hpp)
+std::string quantise_x_entry(const Target& target);
+std::string quantise_inter_entry(const Target& target);
+std::string reference_quantise_entry(const Target& target);
 
 }  // namespace ft

@@ -160,6 +160,8 @@ const Family* family_of(const AtomInfo& atom) {
 
 std::optional<std::string> standard_problem_rules(const Variant& v, const Problem& p) {
   auto divides = [](long long a, long long b) { return b > 0 && a % b == 0; };
+  if (fp8::scales(v) != p.scales)
+    return fmt::format("the variant's scales are {}, the problem's {}", to_string(fp8::scales(v)), to_string(p.scales));
   const int tn = v.get("tile_n"), tk = v.get("tile_k");
   if (v.role == StageRole::stage1) {
     if (v.get("split_k") != 1) return std::string("split-K applies to stage 2 only");

@@ -19,7 +19,6 @@
 
 #include "generator/atoms.hpp"
 #include "generator/device_facts.hpp"
-#include "generator/device_facts.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"
 
@@ -86,6 +85,14 @@ struct Axis {
   // inactive(v) and is not enumerated. null: always applies / initial.
   bool (*applies)(const Variant&) = nullptr;
   AxisValue (*inactive)(const Variant&) = nullptr;
+  // An axis of some variants only (the fp8 axes of an e4m3 variant): where
+  // present(v) is false it takes `initial` and is left out of the name, the
+  // JSON and the emitted Config, so variants without it are as before it
+  // existed. null: always present.
+  bool (*present)(const Variant&) = nullptr;
+  // An axis whose value the problem decides (an fp8 layer's scales): not
+  // enumerated; the space sets from_problem(problem). null: enumerated.
+  AxisValue (*from_problem)(const Problem&) = nullptr;
   // The axis's part of the kernel name, possibly empty.
   std::string (*token)(const Variant&, AxisValue) = nullptr;
   int name_rank = 0;           // tokens are joined in this order
@@ -93,6 +100,7 @@ struct Axis {
   const std::vector<AxisValue>& preset(Preset p) const;
   std::string format(AxisValue v) const;        // for messages and --space: "64", "2x2", "on", "atomic"
   Result<AxisValue> parse(std::string_view text) const;  // one --space value
+  bool present_in(const Variant& v) const { return !present || present(v); }
 };
 
 class Family {

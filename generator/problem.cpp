@@ -143,8 +143,13 @@ Status Routing::hash_replay_file() {
 }
 
 std::string Problem::key() const {
-  return fmt::format("moe_e{}_h{}_i{}_k{}_{}_{}_{}", experts, hidden, inter, topk, to_string(dtype),
-                     to_string(activation), routing.key());
+  return fmt::format("moe_e{}_h{}_i{}_k{}_{}_{}_{}", experts, hidden, inter, topk, dtype_spec(), to_string(activation),
+                     routing.key());
+}
+
+std::string Problem::dtype_spec() const {
+  if (scales == Scales::none) return std::string(to_string(dtype));
+  return fmt::format("{}:{}", to_string(dtype), to_string(scales));
 }
 
 Status Problem::validate() const {
@@ -156,6 +161,13 @@ Status Problem::validate() const {
     return bad(fmt::format("hidden must be a positive multiple of 64 up to {}, got {}", kMaxDim, hidden));
   if (inter < 64 || inter % 64 != 0 || inter > kMaxDim)
     return bad(fmt::format("inter must be a positive multiple of 64 up to {}, got {}", kMaxDim, inter));
+  if (fp8() && scales == Scales::none)
+    return bad("an fp8 (e4m3) problem needs its scales: per-tensor, per-token or block128");
+  if (!fp8() && scales != Scales::none)
+    return bad(fmt::format("scales ({}) apply to fp8 problems only, not to {}", to_string(scales), to_string(dtype)));
+  // fp8 k-tiles are 128 bytes deep and the intermediate's scale groups 128 wide.
+  if (fp8() && (hidden % kScaleGroup != 0 || inter % kScaleGroup != 0))
+    return bad(fmt::format("an fp8 problem needs hidden and inter multiples of {}, got {} and {}", kScaleGroup, hidden, inter));
   if (routing.kind == Routing::Kind::hot && routing.hot_experts > experts)
     return bad(fmt::format("routing hot:{} names more experts than the problem has ({})", routing.hot_experts, experts));
   if (routing.kind == Routing::Kind::hot && routing.hot_experts < topk)
@@ -217,7 +229,7 @@ Result<Problem> problem_from_json_text(std::string_view text, const std::string&
   FT_CHECK(get_int("inter", p.inter));
   FT_CHECK(get_int("topk", p.topk));
   for (auto it = j.begin(); it != j.end(); ++it) {
-    static constexpr std::array known{"name", "experts", "hidden", "inter", "topk", "dtype", "routing", "activation"};
+    static constexpr std::array known{"name", "experts", "hidden", "inter", "topk", "dtype", "scales", "routing", "activation"};
     if (std::find(known.begin(), known.end(), it.key()) == known.end())
       return fail(Errc::invalid_input, fmt::format("unknown key \"{}\"", it.key()), origin);
   }
@@ -227,10 +239,18 @@ Result<Problem> problem_from_json_text(std::string_view text, const std::string&
   }
   if (auto it = j.find("dtype"); it != j.end()) {
     if (!it->is_string()) return fail(Errc::invalid_input, "\"dtype\" must be a string", origin);
-    auto d = parse_dtype(it->get<std::string>());
+    auto d = parse_dtype_spec(it->get<std::string>());
     if (!d) return std::unexpected(with_context(d.error(), origin));
-    p.dtype = *d;
+    p.dtype = d->dtype;
+    p.scales = d->scales;
   }
+  if (auto it = j.find("scales"); it != j.end()) {
+    if (!it->is_string()) return fail(Errc::invalid_input, "\"scales\" must be a string", origin);
+    auto s = parse_scales(it->get<std::string>());
+    if (!s) return std::unexpected(with_context(s.error(), origin));
+    p.scales = *s;
+  }
+  if (p.fp8() && p.scales == Scales::none) p.scales = Scales::per_tensor;
   if (auto it = j.find("activation"); it != j.end()) {
     if (!it->is_string() || it->get<std::string>() != "swiglu")
       return fail(Errc::invalid_input, "\"activation\" must be \"swiglu\" (the only one implemented)", origin);
@@ -269,12 +289,36 @@ std::string_view to_string(DType d) {
 Result<DType> parse_dtype(std::string_view s) {
   if (s == "bf16") return DType::bf16;
   if (s == "f16" || s == "fp16") return DType::f16;
-  if (s == "fp8" || s == "e4m3" || s == "fp8_e4m3")
-    return fail(Errc::invalid_input,
-                fmt::format("dtype '{}' is not supported yet (the fp8 atoms exist; fp8 kernels and scales are "
-                            "planned); use bf16 or f16",
-                            s));
-  return fail(Errc::invalid_input, fmt::format("unknown dtype '{}'; use bf16 or f16", s));
+  if (s == "fp8" || s == "e4m3" || s == "fp8_e4m3") return DType::e4m3;
+  return fail(Errc::invalid_input, fmt::format("unknown dtype '{}'; use bf16, f16 or fp8", shorten(s)));
+}
+
+std::string_view to_string(Scales s) {
+  switch (s) {
+    case Scales::none: return "none";
+    case Scales::per_tensor: return "per-tensor";
+    case Scales::per_token: return "per-token";
+    case Scales::block128: return "block128";
+  }
+  return "?";
+}
+
+Result<Scales> parse_scales(std::string_view s) {
+  for (Scales v : {Scales::per_tensor, Scales::per_token, Scales::block128})
+    if (s == to_string(v)) return v;
+  return fail(Errc::invalid_input, fmt::format("unknown scales '{}'; use per-tensor, per-token or block128", shorten(s)));
+}
+
+Result<DTypeSpec> parse_dtype_spec(std::string_view s) {
+  const auto colon = s.find(':');
+  DTypeSpec spec;
+  spec.dtype = FT_TRY(parse_dtype(s.substr(0, colon)));
+  if (colon != std::string_view::npos) {
+    if (spec.dtype != DType::e4m3)
+      return fail(Errc::invalid_input, fmt::format("dtype '{}': scales apply to fp8 (e4m3) only", shorten(s)));
+    spec.scales = FT_TRY(parse_scales(s.substr(colon + 1)));
+  }
+  return spec;
 }
 
 std::string_view to_string(Activation) { return "swiglu"; }

@@ -9,14 +9,19 @@
 #include <vector>
 
 #include "generator/error.hpp"
+#include "templates/ft/int_types.hpp"
+#include "templates/ft/moe_args.hpp"
 
 namespace ft {
 
 // e4m3: the 8-bit float of the target's fp8 flavour (targets.def: e4m3fnuz on gfx942,
-// OCP e4m3 on gfx950 and sm_90a). Its atoms exist (atoms_for); no problem takes it
-// yet (parse_dtype refuses it until the fp8 kernels and their scales exist).
+// OCP e4m3 on gfx950 and sm_90a). An fp8 layer takes X in bf16 (quantised inside the
+// layer), W1 and W2 in e4m3 with fp32 scales (Scales), and writes Y in bf16.
 enum class DType { bf16, f16, e4m3 };
 enum class Activation { swiglu };
+
+// How an fp8 layer's values are scaled: ft::Scales and kScaleGroup, the kernels'
+// own (templates/ft/moe_args.hpp documents each scale tensor's shape and layout).
 
 struct Routing {
   enum class Kind { uniform, zipf, hot, replay };
@@ -42,12 +47,18 @@ struct Problem {
   int inter = 0;
   int topk = 0;
   DType dtype = DType::bf16;
+  Scales scales = Scales::none;  // none for bf16 / f16; set for e4m3
   Activation activation = Activation::swiglu;
   Routing routing;
 
   // Stable identity used as the database key and in export manifests, e.g.
-  // "moe_e8_h4096_i14336_k2_bf16_swiglu_uniform".
+  // "moe_e8_h4096_i14336_k2_bf16_swiglu_uniform" or, for fp8,
+  // "moe_e8_h4096_i14336_k2_e4m3:per-tensor_swiglu_uniform".
   std::string key() const;
+  // The element type with its scales: "bf16", "f16", "e4m3:per-token" (the key's
+  // part, the database's dtype column, manifests and the worker protocol).
+  std::string dtype_spec() const;
+  bool fp8() const { return dtype == DType::e4m3; }
   Status validate() const;
 
   // Arithmetic and traffic for a token count, for roofline floors.
@@ -65,12 +76,23 @@ struct ProblemPreset {
 std::span<const ProblemPreset> problem_presets();
 Result<Problem> problem_from_preset(std::string_view name);
 // A problem file: JSON {"name":..,"experts":..,"hidden":..,"inter":..,"topk":..,
-// "dtype":"bf16","routing":"uniform"} (name and dtype/routing optional).
+// "dtype":"bf16","routing":"uniform"} (name and dtype/routing optional); fp8:
+// "dtype":"fp8" with "scales":"per-tensor" | "per-token" | "block128" (default per-tensor).
 Result<Problem> problem_from_file(const std::string& path);
 Result<Problem> problem_from_json_text(std::string_view text, const std::string& origin);
 
 std::string_view to_string(DType d);
+// "bf16", "f16"/"fp16", "fp8"/"e4m3"/"fp8_e4m3".
 Result<DType> parse_dtype(std::string_view s);
+std::string_view to_string(Scales s);  // "none", "per-tensor", "per-token", "block128"
+// "per-tensor", "per-token", "block128".
+Result<Scales> parse_scales(std::string_view s);
+// A dtype spec (Problem::dtype_spec): "bf16", "f16", or "e4m3:<scales>".
+struct DTypeSpec {
+  DType dtype = DType::bf16;
+  Scales scales = Scales::none;
+};
+Result<DTypeSpec> parse_dtype_spec(std::string_view s);
 std::string_view to_string(Activation a);
 
 // A user-supplied value for a one-line message: at most max_chars of it, then

@@ -48,8 +48,12 @@ void expand(Variant& v, std::size_t i, const SpaceOptions& o, const Problem& p, 
   }
   const Axis& a = ax[i];
   if (a.type == AxisType::atom) return expand(v, i + 1, o, p, out);  // set by the caller
-  if (a.applies && !a.applies(v)) {
-    v.values[i] = a.inactive ? a.inactive(v) : a.initial;
+  if (!a.present_in(v) || (a.applies && !a.applies(v))) {
+    v.values[i] = a.present_in(v) && a.inactive ? a.inactive(v) : a.initial;
+    return expand(v, i + 1, o, p, out);
+  }
+  if (a.from_problem) {
+    v.values[i] = a.from_problem(p);
     return expand(v, i + 1, o, p, out);
   }
   for (AxisValue x : o.values(a)) {

@@ -67,7 +67,7 @@ std::string Variant::name() const {
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return ax[a].name_rank < ax[b].name_rank; });
   for (std::size_t i : order)
-    if (ax[i].token) s += ax[i].token(*this, values[i]);
+    if (ax[i].token && ax[i].present_in(*this)) s += ax[i].token(*this, values[i]);
   return s;
 }
 
@@ -77,6 +77,7 @@ nlohmann::json Variant::to_json() const {
   for (std::size_t i = 0; i < ax.size(); ++i) {
     const Axis& a = ax[i];
     const AxisValue x = values[i];
+    if (!a.present_in(*this)) continue;  // an fp8 axis of a 16-bit variant
     switch (a.type) {
       case AxisType::integer: j[std::string(a.key)] = x; break;
       case AxisType::boolean: j[std::string(a.key)] = x != 0; break;
@@ -170,6 +171,14 @@ Result<Variant> Variant::from_json(const nlohmann::json& j) {
     std::optional<AxisValue> x = FT_TRY(read_axis(j, a));
     if (!x && a.required) return bad(fmt::format("missing {}", a.type == AxisType::pair ? a.pair_keys[0] : a.key));
     v.values.push_back(x ? *x : a.initial);
+  }
+  // An axis the variant does not have (present) takes its initial value whatever
+  // the record says; one it has must be given where the axis says so.
+  const auto ax = v.family->axes();
+  for (std::size_t i = 0; i < ax.size(); ++i) {
+    if (ax[i].present_in(v)) continue;
+    if (j.contains(std::string(ax[i].key))) return bad(fmt::format("{} applies to fp8 variants only", ax[i].key));
+    v.values[i] = ax[i].initial;
   }
   if (v.has("tiles_per_block") && v.get("tiles_per_block") < 1) return bad("tiles_per_block is not a positive integer");
   return v;

@@ -23,6 +23,13 @@ MoeArgs bound_args(const Step& s, const BufferTable& t) {
   a.block_experts = device_pointer<i32>(at(t, Buf::block_experts));
   a.padded_rows = device_pointer<i32>(at(t, Buf::padded_rows));
   a.bad_ids = device_pointer<i32>(at(t, Buf::bad_ids));
+  a.x_scale = device_pointer<const float>(at(t, Buf::x_scale));
+  a.w1_scales = device_pointer<const float>(at(t, Buf::w1_scales));
+  a.w2_scales = device_pointer<const float>(at(t, Buf::w2_scales));
+  a.xq = device_pointer<u8>(at(t, Buf::xq));
+  a.x_scales = device_pointer<float>(at(t, Buf::x_scales));
+  a.inter_q = device_pointer<u8>(at(t, Buf::inter_q));
+  a.inter_scales = device_pointer<float>(at(t, Buf::inter_scales));
   return a;
 }
 
@@ -35,6 +42,9 @@ std::string missing_hint(Buf b) {
     case Buf::w1_tiled:
     case Buf::w2_tiled:
       return fmt::format("{} (a stage reads tiled weights: arrange them once with the tiled layout)", to_string(b));
+    case Buf::x_scale: return "x_scale (an fp8 layer with per-tensor scales: the static activation scale, [1] fp32)";
+    case Buf::w1_scales:
+    case Buf::w2_scales: return fmt::format("{} (an fp8 layer's weight scales)", to_string(b));
     default: return std::string(to_string(b));
   }
 }
@@ -55,6 +65,8 @@ Result<std::vector<FunctionHandle>> bind(const LayerProgram& p, const RoleKernel
       case Role::reduce_partials16: out[i] = k.reduce_partials16; break;
       case Role::align_count: out[i] = k.align_count; break;
       case Role::align_scatter: out[i] = k.align_scatter; break;
+      case Role::quantise_x: out[i] = k.quantise_x; break;
+      case Role::quantise_inter: out[i] = k.quantise_inter; break;
     }
     if (!out[i].p) return fail(Errc::internal, fmt::format("layer program: no {} kernel was loaded for step {}", to_string(s.role), s.name));
   }

@@ -25,6 +25,7 @@ inline DevicePtr at(const BufferTable& t, Buf b) { return t[std::size_t(b)]; }
 struct RoleKernels {
   FunctionHandle align, stage1, stage2, reduce_atomic, reduce_partials, reduce_partials16;
   FunctionHandle align_count, align_scatter;  // the wide align (layer/program.hpp, AlignForm)
+  FunctionHandle quantise_x, quantise_inter;  // fp8 layers' support steps
 };
 // One function per step (a null handle for memsets); Errc::internal when a
 // role the program needs has no kernel.

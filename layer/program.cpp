@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "generator/emitter.hpp"
+#include "generator/families/families.hpp"
 
 namespace ft {
 
@@ -32,6 +33,8 @@ LaunchShape reduce_launch(const Problem& p, int tokens) {
   return {int((chunks + kReduceThreads - 1) / kReduceThreads), 1, 1, kReduceThreads, 0};
 }
 
+LaunchShape quantise_launch(long long rows) { return {int(rows), 1, 1, kQuantiseThreads, quantise_lds_bytes()}; }
+
 LaunchShape shuffle_launch(long long rows, long long cols) {
   const long long chunks = rows * cols / 8;
   return {int((chunks + kReduceThreads - 1) / kReduceThreads), 1, 1, kReduceThreads, 0};
@@ -44,6 +47,11 @@ LaunchShape reference_launch(StageRole stage, const Problem& p, int tokens) {
   return {tokens, (p.hidden + kReferenceThreads - 1) / kReferenceThreads, 1, kReferenceThreads, 0};
 }
 
+LaunchShape reference_quantise_launch(const Problem& p, int tokens) {
+  const int groups = p.inter / kScaleGroup;
+  return {tokens * p.topk, (groups + kReferenceThreads - 1) / kReferenceThreads, 1, kReferenceThreads, 0};
+}
+
 LaunchShape fill_launch(std::uint64_t count) {
   return {int((count + 8 * kFillThreads - 1) / (8 * kFillThreads)), 1, 1, kFillThreads, 0};
 }
@@ -52,7 +60,8 @@ std::string_view to_string(Buf b) {
   static constexpr std::array<std::string_view, kBufCount> names{
       "x",          "topk_ids",    "topk_weights", "w1",         "w2",     "w1_shuffled",
       "w2_shuffled", "w1_tiled",   "w2_tiled",     "inter",      "y_acc",  "y",
-      "sorted_ids", "block_experts", "padded_rows", "bad_ids"};
+      "sorted_ids", "block_experts", "padded_rows", "bad_ids",
+      "x_scale",    "w1_scales",   "w2_scales",    "xq",         "x_scales", "inter_q", "inter_scales"};
   return names[std::size_t(b)];
 }
 
@@ -71,7 +80,11 @@ bool is_workspace(Buf b) {
     case Buf::y_acc:
     case Buf::sorted_ids:
     case Buf::block_experts:
-    case Buf::padded_rows: return true;
+    case Buf::padded_rows:
+    case Buf::xq:
+    case Buf::x_scales:
+    case Buf::inter_q:
+    case Buf::inter_scales: return true;
     default: return false;
   }
 }
@@ -96,6 +109,8 @@ std::string_view to_string(Role r) {
     case Role::reduce_atomic: return "reduce_atomic";
     case Role::reduce_partials: return "reduce_partials";
     case Role::reduce_partials16: return "reduce_partials16";
+    case Role::quantise_x: return "quantise_x";
+    case Role::quantise_inter: return "quantise_inter";
   }
   return "?";
 }
@@ -161,6 +176,7 @@ MoeArgs base_args(const Problem& p, int tokens, int align_block, long long rows)
   a.align_block = align_block;
   a.max_padded_rows = int(rows);
   a.flags = 0;  // the routed weight's placement is compiled into the stage kernels
+  a.scales = int(p.scales);  // fp8: read by the quantise steps (the stages compile theirs in)
   return a;
 }
 
@@ -188,10 +204,32 @@ void push_align(LayerProgram& prog, const Target& t, const Problem& p, const Moe
                                    {blocks, 1, 1, kAlignThreads, align_scatter_lds_bytes(p.experts)}, args));
 }
 
+// fp8 layers: the caller's scales and the quantise steps' workspace.
+void size_fp8_buffers(LayerProgram& prog, const LayerRecipe& r) {
+  const Problem& p = r.problem;
+  const std::uint64_t T = std::uint64_t(prog.tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk;
+  auto& b = prog.bytes;
+  if (r.stage1) {
+    if (p.scales == Scales::per_tensor) b[std::size_t(Buf::x_scale)] = 4;
+    b[std::size_t(Buf::w1_scales)] = std::uint64_t(weight_scale_count(p.scales, E, 2 * I, H)) * 4;
+    b[std::size_t(Buf::xq)] = T * H;
+    b[std::size_t(Buf::x_scales)] = std::uint64_t(activation_scale_count(p.scales, T, H)) * 4;
+    if (!needs_quantise_inter(*r.stage1)) b[std::size_t(Buf::inter)] = 0;
+  } else {
+    b[std::size_t(Buf::x)] = 0;
+    b[std::size_t(Buf::inter)] = 0;
+  }
+  if (r.stage2) b[std::size_t(Buf::w2_scales)] = std::uint64_t(weight_scale_count(p.scales, E, H, I)) * 4;
+  b[std::size_t(Buf::inter_q)] = T * k * I;
+  b[std::size_t(Buf::inter_scales)] = T * k * (I / kScaleGroup) * 4;
+}
+
 // Buffer sizes: inputs, the weight copies the stages read, the workspace.
 void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
   const Problem& p = r.problem;
-  const std::uint64_t T = std::uint64_t(prog.tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2;
+  // Activations, the intermediate, partials and Y are 16-bit (bf16 in fp8 layers), weights the problem's type.
+  const std::uint64_t T = std::uint64_t(prog.tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2,
+                      wes = std::uint64_t(p.element_bytes());
   auto& b = prog.bytes;
   b[std::size_t(Buf::x)] = T * H * es;
   b[std::size_t(Buf::topk_ids)] = T * k * 4;
@@ -204,17 +242,22 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
   b[std::size_t(Buf::block_experts)] = std::uint64_t(prog.max_padded_rows / prog.align_block) * 4;
   b[std::size_t(Buf::padded_rows)] = 4;
   b[std::size_t(Buf::bad_ids)] = 4;
-  if (r.stage1) b[std::size_t(weight_buffer(1, r.stage1->contract().weights))] = E * 2 * I * H * es;
+  if (r.stage1) b[std::size_t(weight_buffer(1, r.stage1->contract().weights))] = E * 2 * I * H * wes;
   if (r.stage2) {
-    b[std::size_t(weight_buffer(2, r.stage2->contract().weights))] = E * H * I * es;
+    b[std::size_t(weight_buffer(2, r.stage2->contract().weights))] = E * H * I * wes;
     // atomic: fp32 sums per token; partials: a row per (token, slot), fp32 or in the element type.
     const Reduce out = r.stage2->contract().output;
     b[std::size_t(Buf::y_acc)] = (out == Reduce::atomic ? T : T * k) * H * (out == Reduce::partials16 ? es : 4);
     b[std::size_t(Buf::y)] = T * H * es;
   }
+  if (p.fp8() && (r.stage1 || r.stage2)) size_fp8_buffers(prog, r);
 }
 
 }  // namespace
+
+bool needs_quantise_inter(const Variant& stage1) {
+  return stage1.dtype == DType::e4m3 && !fp8::quantise_on_store(stage1);
+}
 
 Result<int> align_block_of(const LayerRecipe& r) {
   int block = 1;
@@ -252,11 +295,16 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
     clear.count = std::uint64_t(tokens) * std::uint64_t(p.hidden);
     prog.steps.push_back(std::move(clear));
   }
+  if (p.fp8() && r.stage1)
+    prog.steps.push_back(launch_step("quantise_x", Role::quantise_x, quantise_x_entry(t), quantise_launch(tokens), args));
   push_align(prog, t, p, args, r.wide_align ? align_form(p, tokens) : AlignForm::one_block);
   if (r.stage1) {
     Step s = launch_step("stage1", Role::stage1, r.stage1->name(), stage_launch(*r.stage1, p, tokens, prog.align_block), args);
     s.w1 = weight_buffer(1, r.stage1->contract().weights);
     prog.steps.push_back(std::move(s));
+    if (needs_quantise_inter(*r.stage1))
+      prog.steps.push_back(launch_step("quantise_inter", Role::quantise_inter, quantise_inter_entry(t),
+                                       quantise_launch((long long)tokens * p.topk), args));
   }
   if (r.stage2) {
     Step s = launch_step("stage2", Role::stage2, r.stage2->name(), stage_launch(*r.stage2, p, tokens, prog.align_block), args);
@@ -308,6 +356,7 @@ nlohmann::json steps_json(const LayerProgram& p) {
                      {"flags", a.flags},
                      {"w1", to_string(s.w1)},
                      {"w2", to_string(s.w2)}}}});
+    if (a.scales) out.back()["args"]["scales"] = a.scales;  // fp8 layers only: 16-bit steps read as before
   }
   return out;
 }

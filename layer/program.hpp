@@ -55,19 +55,28 @@ LaunchShape align_launch(const Problem& p);
 // blocks that walk the tiles, templates/ft/tile_order.hpp).
 LaunchShape stage_launch(const Variant& v, const Problem& p, int tokens, int align_block);
 LaunchShape reduce_launch(const Problem& p, int tokens);
+// fp8 layers: one block per row of X (T) or of the intermediate (T*k).
+LaunchShape quantise_launch(long long rows);
 // The support kernels verification and weight arrangement use.
 LaunchShape shuffle_launch(long long rows, long long cols);
 LaunchShape reference_launch(StageRole stage, const Problem& p, int tokens);
 LaunchShape fill_launch(std::uint64_t count);
+// fp8 verification: the reference intermediate quantised, one thread per 128-value group.
+LaunchShape reference_quantise_launch(const Problem& p, int tokens);
 
-// The buffers a layer's steps read and write.
+// The buffers a layer's steps read and write (appended only: names and the
+// workspace's order follow this order).
 enum class Buf : std::uint8_t {
   x, topk_ids, topk_weights,
   w1, w2, w1_shuffled, w2_shuffled, w1_tiled, w2_tiled,  // each stage reads its weights in one layout
   inter, y_acc, y, sorted_ids, block_experts, padded_rows,
   bad_ids,  // optional: align writes the count of topk ids outside [-1, experts)
+  // fp8 layers (templates/ft/moe_args.hpp, ft::Scales): the caller's scales
+  // (x_scale only per-tensor), then the workspace of the quantise steps.
+  x_scale, w1_scales, w2_scales,
+  xq, x_scales, inter_q, inter_scales,
 };
-inline constexpr std::size_t kBufCount = 16;
+inline constexpr std::size_t kBufCount = 23;
 std::string_view to_string(Buf b);
 // W1 (which = 1) or W2 (which = 2) in a layout.
 Buf weight_buffer(int which, WeightLayout layout);
@@ -77,7 +86,8 @@ bool is_workspace(Buf b);
 // Which kernel a launch step runs.
 enum class Role : std::uint8_t {
   align, stage1, stage2, reduce_atomic, reduce_partials, reduce_partials16,
-  align_count, align_scatter,  // the wide align's two launches
+  align_count, align_scatter,    // the wide align's two launches
+  quantise_x, quantise_inter,    // fp8 layers: X, and a bf16 intermediate, to e4m3 with scales
 };
 // The reduce kernel's role for a stage-2 output mode.
 Role reduce_role(Reduce r);
@@ -86,7 +96,7 @@ std::string_view to_string(Role r);
 struct Step {
   enum class Op : std::uint8_t { memset_u32, launch };
   Op op = Op::launch;
-  std::string name;  // "clear_y_acc", "align", "stage1", "stage2", "reduce"
+  std::string name;  // "clear_y_acc", "quantise_x", "align", "stage1", "quantise_inter", "stage2", "reduce"
   // memset_u32: `count` 32-bit words of `buffer` set to `value`.
   Buf buffer = Buf::y_acc;
   std::uint32_t value = 0;
@@ -130,7 +140,17 @@ Result<int> align_block_of(const LayerRecipe& r);
 // Errc::invalid_input for a recipe that cannot run (kinds, dtypes, the routed
 // weight's placement, tiles that do not divide the problem) or a token count
 // outside 1..kMaxTokens.
+//
+// An fp8 layer (Problem::fp8) quantises X first (quantise_x: xq and x_scales)
+// and hands stage 2 the intermediate as e4m3 codes with 1 x 128 group scales
+// (inter_q, inter_scales): written by stage 1 itself (quantise-on-store) or by
+// a quantise_inter step after it (from the bf16 inter). A stage-1 program
+// alone ends with that step too, so a stage's output is always the one stage 2
+// reads; a stage-2 program alone reads the inter_q and inter_scales it is given.
 Result<LayerProgram> build_program(const LayerRecipe& r, int tokens);
+// Whether stage 1 of this variant leaves the intermediate as bf16 for a
+// quantise_inter step (an fp8 variant without quantise-on-store).
+bool needs_quantise_inter(const Variant& stage1);
 // The align step(s) alone with a given row block and form (checks of align
 // against the CPU); by default the form a layer of that size uses.
 Result<LayerProgram> build_align_program(const Target& t, const Problem& p, int tokens, int align_block, AlignForm form);

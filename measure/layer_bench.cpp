@@ -54,13 +54,14 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   b->reference2_ = FT_TRY(dev.function(m, reference_entry(target, StageRole::stage2, p.dtype)));
   b->fill_ = FT_TRY(dev.function(m, fill_entry(target)));
 
-  const std::size_t T = std::size_t(max_tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2;
+  const std::size_t T = std::size_t(max_tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2,
+                    wes = std::size_t(p.element_bytes());  // weights: 1 byte for fp8 codes
   // The largest row block gives the most padding: size for the largest block
   // any program asks for (build_program refuses larger ones).
   const std::size_t rows = std::size_t(sorted_ids_capacity(p, max_tokens));
   const std::pair<Buf, std::size_t> sizes[] = {
       {Buf::x, T * H * es},          {Buf::topk_ids, T * k * 4},       {Buf::topk_weights, T * k * 4},
-      {Buf::w1, E * 2 * I * H * es}, {Buf::w2, E * H * I * es},        {Buf::inter, T * k * I * es},
+      {Buf::w1, E * 2 * I * H * wes}, {Buf::w2, E * H * I * wes},        {Buf::inter, T * k * I * es},
       {Buf::y_acc, T * k * H * 4},   // partials need k rows per token
       {Buf::y, T * H * es},          {Buf::sorted_ids, rows * 4},      {Buf::block_experts, rows * 4},
       {Buf::padded_rows, 16},        {Buf::bad_ids, 16}};
@@ -72,6 +73,7 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
     b->inter_ref_[f] = FT_TRY(DeviceBuffer::allocate(dev, T * k * I * es));
     b->y_ref_[f] = FT_TRY(DeviceBuffer::allocate(dev, T * H * es));
   }
+  if (p.fp8()) FT_CHECK(b->create_fp8(m, T));
   // Twice the L2 (at least 64 MiB) so a rewrite evicts every line the last rep touched.
   const std::size_t l2 = std::max<std::size_t>(dev.info().l2_bytes, 32u << 20);
   b->flush_ = FT_TRY(DeviceBuffer::allocate(dev, 2 * l2));
@@ -95,7 +97,8 @@ Result<LayerProgram> LayerBench::program(const std::optional<Variant>& s1, const
 }
 
 RoleKernels LayerBench::kernels(FunctionHandle stage1, FunctionHandle stage2) const {
-  return {align_, stage1, stage2, reduce_atomic_, reduce_partials_, reduce_partials16_, align_count_, align_scatter_};
+  return {align_,         stage1,         stage2, reduce_atomic_, reduce_partials_, reduce_partials16_, align_count_,
+          align_scatter_, quantise_x_,    quantise_inter_};
 }
 
 Status LayerBench::run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st) {
@@ -118,10 +121,16 @@ Status LayerBench::set_inputs(int tokens, std::uint64_t seed, std::span<const st
     return run_support(fill_, fill_launch(count), &a, sizeof a);
   };
   // Scales keep every stage's outputs O(1): weights ~ N(0, 1/K).
-  FT_CHECK(fill(Buf::x, std::size_t(tokens) * H, seed * 3 + 1, 1.0f));
-  // A finite intermediate for timing stage 2 on its own.
-  FT_CHECK(fill(Buf::inter, std::size_t(tokens) * problem_.topk * I, seed * 3 + 4, 1.0f));
-  if (seed != seed_ || !reference_ready_[0]) {
+  const bool fresh_weights = seed != seed_ || !reference_ready_[0];
+  if (problem_.fp8()) {
+    FT_CHECK(fill_fp8(std::size_t(tokens), seed, fresh_weights));
+    if (fresh_weights) arranged_ready_ = {};
+  } else {
+    FT_CHECK(fill(Buf::x, std::size_t(tokens) * H, seed * 3 + 1, 1.0f));
+    // A finite intermediate for timing stage 2 on its own.
+    FT_CHECK(fill(Buf::inter, std::size_t(tokens) * problem_.topk * I, seed * 3 + 4, 1.0f));
+  }
+  if (!problem_.fp8() && fresh_weights) {
     FT_CHECK(fill(Buf::w1, E * 2 * I * H, seed * 3 + 2, float(1.0 / std::sqrt(double(H)))));
     FT_CHECK(fill(Buf::w2, E * H * I, seed * 3 + 3, float(1.0 / std::sqrt(double(I)))));
     arranged_ready_ = {};
@@ -150,10 +159,12 @@ Status LayerBench::ensure_arranged(WeightLayout layout) {
       at(table_, b) = buffers_[std::size_t(b)].ptr();
     }
   }
-  ShuffleArgs a1{device_pointer<const u16>(at(table_, Buf::w1)), device_pointer<u16>(at(table_, b1)), int(E * 2 * I), int(H), l, 0};
-  FT_CHECK(run_support(shuffle_, shuffle_launch(E * 2 * I, H), &a1, sizeof a1));
-  ShuffleArgs a2{device_pointer<const u16>(at(table_, Buf::w2)), device_pointer<u16>(at(table_, b2)), int(E * H), int(I), l, 0};
-  FT_CHECK(run_support(shuffle_, shuffle_launch(E * H, I), &a2, sizeof a2));
+  // fp8 codes are arranged as the 16-bit matrix of their byte pairs (weight_layout.hpp).
+  const std::size_t pack = problem_.fp8() ? 2 : 1, H2 = H / pack, I2 = I / pack;
+  ShuffleArgs a1{device_pointer<const u16>(at(table_, Buf::w1)), device_pointer<u16>(at(table_, b1)), int(E * 2 * I), int(H2), l, 0};
+  FT_CHECK(run_support(shuffle_, shuffle_launch(E * 2 * I, H2), &a1, sizeof a1));
+  ShuffleArgs a2{device_pointer<const u16>(at(table_, Buf::w2)), device_pointer<u16>(at(table_, b2)), int(E * H), int(I2), l, 0};
+  FT_CHECK(run_support(shuffle_, shuffle_launch(E * H, I2), &a2, sizeof a2));
   FT_CHECK(dev_.synchronize());
   arranged_ready_[l] = true;
   return {};
@@ -178,6 +189,11 @@ Status LayerBench::ensure_reference(bool w1) {
   a.flags = w1 ? kFlagWeightInStage1 : 0;
   FT_CHECK(dev_.memset_u32(inter_ref_[f].ptr(), kNaN16x2, inter_ref_[f].bytes() / 4));
   FT_CHECK(dev_.memset_u32(y_ref_[f].ptr(), kNaN16x2, y_ref_[f].bytes() / 4));
+  if (problem_.fp8()) {
+    FT_CHECK(reference_fp8(a, f));
+    reference_ready_[f] = true;
+    return {};
+  }
   FT_CHECK(run_support(reference1_, reference_launch(StageRole::stage1, problem_, tokens_), &a, sizeof a));
   FT_CHECK(run_support(reference2_, reference_launch(StageRole::stage2, problem_, tokens_), &a, sizeof a));
   FT_CHECK(dev_.synchronize());
@@ -223,12 +239,21 @@ Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) 
   if (first) {
     const std::size_t n = pairs * problem_.inter;
     FT_CHECK(dev_.memset_u32(at(table_, Buf::inter), kNaN16x2, n / 2));
+    if (problem_.fp8()) {  // what stage 2 reads: the e4m3 intermediate and its scales
+      FT_CHECK(poison_fp8(table_));
+      FT_CHECK(run_checked(prog, fns, table_));
+      return compare_inter_fp8(table_, ref);
+    }
     FT_CHECK(run_checked(prog, fns, table_));
     return compare_with(at(table_, Buf::inter), inter_ref_[ref].ptr(), n);
   }
   // Stage 2 reads the reference intermediate: it is checked alone.
   BufferTable table = table_;
   at(table, Buf::inter) = inter_ref_[ref].ptr();
+  if (problem_.fp8()) {
+    at(table, Buf::inter_q) = inter_ref_q_[ref].ptr();
+    at(table, Buf::inter_scales) = inter_ref_scales_[ref].ptr();
+  }
   const std::size_t n = std::size_t(tokens_) * problem_.hidden;
   FT_CHECK(dev_.memset_u32(at(table, Buf::y_acc), kNaN32, pairs * problem_.hidden));  // the program clears what it sums into
   FT_CHECK(dev_.memset_u32(at(table, Buf::y), kNaN16x2, n / 2));
@@ -246,6 +271,7 @@ Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1
   FT_CHECK(dev_.memset_u32(at(table_, Buf::inter), kNaN16x2, pairs * problem_.inter / 2));
   FT_CHECK(dev_.memset_u32(at(table_, Buf::y), kNaN16x2, n / 2));
   FT_CHECK(dev_.memset_u32(at(table_, Buf::y_acc), kNaN32, pairs * problem_.hidden));
+  if (problem_.fp8()) FT_CHECK(poison_fp8(table_));
   FT_CHECK(run_checked(prog, fns, table_));
   return compare_with(at(table_, Buf::y), y_ref_[v1.contract().weight_in_stage1 ? 1 : 0].ptr(), n);
 }
@@ -376,9 +402,11 @@ Result<std::vector<std::uint16_t>> LayerBench::reference_output(bool w1) {
 
 Result<std::vector<std::uint16_t>> LayerBench::download_x() { return download(at(table_, Buf::x), std::size_t(tokens_) * problem_.hidden); }
 Result<std::vector<std::uint16_t>> LayerBench::download_w1() {
+  if (problem_.fp8()) return fail(Errc::invalid_input, "download_w1: fp8 weights are byte codes, not 16-bit values");
   return download(at(table_, Buf::w1), std::size_t(problem_.experts) * 2 * problem_.inter * problem_.hidden);
 }
 Result<std::vector<std::uint16_t>> LayerBench::download_w2() {
+  if (problem_.fp8()) return fail(Errc::invalid_input, "download_w2: fp8 weights are byte codes, not 16-bit values");
   return download(at(table_, Buf::w2), std::size_t(problem_.experts) * problem_.hidden * problem_.inter);
 }
 

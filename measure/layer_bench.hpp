@@ -111,6 +111,14 @@ class LayerBench {
   Status flush_l2(StreamHandle s = {});
   Result<std::vector<std::uint16_t>> download(DevicePtr p, std::size_t count);
   Result<Comparison> compare_with(DevicePtr out, DevicePtr reference, std::size_t count);
+  // fp8 problems (layer_bench_fp8.cpp): their support kernels and buffers, the
+  // random codes and scales, the reference (the fp32 intermediate quantised as
+  // stage 2 reads it), and stage 1's check on the dequantised intermediate.
+  Status create_fp8(ModuleHandle support, std::size_t max_tokens);
+  Status fill_fp8(std::size_t tokens, std::uint64_t seed, bool weights);
+  Status reference_fp8(MoeArgs& a, int f);
+  Status poison_fp8(const BufferTable& table);
+  Result<Comparison> compare_inter_fp8(const BufferTable& table, int f);
 
   Device& dev_;
   Problem problem_;
@@ -124,6 +132,11 @@ class LayerBench {
   BufferTable table_{};
   DeviceBuffer flush_;
   std::array<DeviceBuffer, 2> inter_ref_, y_ref_;  // by weight_in_stage1
+  // fp8: the quantise steps, the reference's intermediate quantisation, and its
+  // fp32 intermediate, codes and group scales (by weight_in_stage1).
+  FunctionHandle quantise_x_, quantise_inter_, reference_quantise_;
+  DeviceBuffer inter_ref_f32_;
+  std::array<DeviceBuffer, 2> inter_ref_q_, inter_ref_scales_;
   std::array<bool, 2> reference_ready_{false, false};
   std::array<bool, 3> arranged_ready_{};  // by WeightLayout
   std::uint64_t seed_ = 0;

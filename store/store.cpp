@@ -702,7 +702,7 @@ ProblemRecord ProblemRecord::from(const Problem& p) {
   r.hidden = p.hidden;
   r.inter = p.inter;
   r.topk = p.topk;
-  r.dtype = std::string(to_string(p.dtype));
+  r.dtype = p.dtype_spec();  // "e4m3:per-token" for fp8: the scales are part of the element type
   r.activation = std::string(to_string(p.activation));
   r.routing = p.routing.key();
   return r;
@@ -715,7 +715,9 @@ Result<Problem> ProblemRecord::to_problem() const {
   p.hidden = hidden;
   p.inter = inter;
   p.topk = topk;
-  p.dtype = FT_TRY(parse_dtype(dtype));
+  const DTypeSpec spec = FT_TRY(parse_dtype_spec(dtype));  // "e4m3:per-token": the scales ride in the dtype
+  p.dtype = spec.dtype;
+  p.scales = spec.scales;
   if (activation != to_string(p.activation))
     return fail(Errc::invalid_input, fmt::format("problem {}: activation \"{}\" is not one this build implements", key, activation));
   p.routing = FT_TRY(Routing::parse(routing));

@@ -103,7 +103,7 @@ struct ProblemRecord {
   int hidden = 0;
   int inter = 0;
   int topk = 0;
-  std::string dtype;
+  std::string dtype;       // Problem::dtype_spec(): "bf16", "f16", or "e4m3:<scales>" for fp8
   std::string activation;
   std::string routing;  // Routing::key()
 

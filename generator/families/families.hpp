@@ -4,6 +4,8 @@
 // (tile_m, tile_n, tile_k, split_k, reduce, weight_in_stage1, layout,
 // tiles_per_block: Family::launch and Family::contract read them by key); each
 // family picks its own values, presets and --space spelling for them.
+#include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -22,7 +24,8 @@ struct Values {
 };
 
 // The kernel-name order of the standard tokens (Axis::name_rank).
-enum Rank : int { kTileM, kTileN, kTileK, kWarps, kAtom, kStages, kReduce, kSplitK, kWeight, kLayout, kProducer, kTiles };
+enum Rank : int { kTileM, kTileN, kTileK, kWarps, kAtom, kStages, kReduce, kSplitK, kWeight, kLayout, kProducer, kTiles,
+                  kScales, kInterStore };
 
 Axis atom();
 // tile_m / tile_n / tile_k: "_m64", "n128", "k64" in the name.
@@ -45,6 +48,33 @@ Axis reduce(Values v);
 // The weight layout read ("_shuf", "_tiled"); `derived` (non-null) makes it
 // follow the axes before it instead of being enumerated.
 Axis layout(std::string_view spelling, Values v, AxisValue (*derived)(const Variant&) = nullptr);
+// fp8 variants only (present for e4m3, absent from 16-bit names, JSON and
+// Configs): the layer's scales, which the problem decides ("_tensor",
+// "_token", "_block128"), and stage 1's quantise-on-store ("_qstore": the
+// intermediate leaves the epilogue as e4m3 with its group scales).
+Axis scales();
+Axis inter_store(Values v);
+// A wgmma k-tile: one 128-byte swizzle row of the operand type (64 16-bit
+// values, 128 fp8 codes); derived, not enumerated.
+AxisValue k_tile_of_row(const Variant& v);
+
+}  // namespace axes
+
+// What the fp8 axes of a variant ask of its kernel (false / none for 16-bit variants).
+namespace fp8 {
+Scales scales(const Variant& v);
+bool quantise_on_store(const Variant& v);
+// Its GEMM promotes each 128-deep k group with the group's scales (a second
+// accumulator set): stage 2 always (the intermediate's group scales), stage 1 for block128.
+bool promotes(const Variant& v);
+// Shared-memory bytes of quantise-on-store's staging (the tile in fp32 and a
+// partial amax per 8 values: templates/ft/moe_stage1.hpp, kStagedBytes); 0 without it.
+int staged_bytes(const Variant& v);
+// The rules the fp8 axes put on any family's tiles, or nullopt.
+std::optional<std::string> shape_rules(const Variant& v);
+}  // namespace fp8
+
+namespace axes {
 
 }  // namespace axes
 }  // namespace ft

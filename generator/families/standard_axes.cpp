@@ -156,4 +156,84 @@ Axis layout(std::string_view spelling, Values v, AxisValue (*derived)(const Vari
   return a;
 }
 
+namespace {
+bool fp8_variant(const Variant& v) { return v.dtype == DType::e4m3; }
+}  // namespace
+
+Axis scales() {
+  Axis a;
+  a.key = "scales";
+  a.type = AxisType::choice;
+  a.names = {"none", "per_tensor", "per_token", "block128"};  // the order of ft::Scales (templates/ft/moe_args.hpp)
+  a.cpp_type = "ft::Scales";
+  a.initial = int(Scales::none);  // the space sets the problem's (from_problem)
+  a.present = fp8_variant;
+  a.from_problem = [](const Problem& p) { return AxisValue(p.scales); };
+  a.token = [](const Variant&, AxisValue x) {
+    switch (Scales(x)) {
+      case Scales::per_tensor: return std::string("_tensor");
+      case Scales::per_token: return std::string("_token");
+      case Scales::block128: return std::string("_block128");
+      case Scales::none: break;
+    }
+    return std::string("_noscales");
+  };
+  a.name_rank = kScales;
+  return a;
+}
+
+Axis inter_store(Values v) {
+  Axis a;
+  a.key = "inter_store";
+  a.type = AxisType::choice;
+  a.spelling = "inter_store";
+  a.names = {"bf16", "fp8"};  // the order of ft::InterStore (templates/ft/moe_args.hpp)
+  a.cpp_type = "ft::InterStore";
+  a.defaults = std::move(v.defaults);
+  a.wide = std::move(v.wide);
+  a.small = std::move(v.small);
+  a.present = [](const Variant& var) { return fp8_variant(var) && var.role == StageRole::stage1; };
+  a.token = [](const Variant&, AxisValue x) { return std::string(InterStore(x) == InterStore::fp8 ? "_qstore" : ""); };
+  a.name_rank = kInterStore;
+  return a;
+}
+
+AxisValue k_tile_of_row(const Variant& v) {
+  const AtomInfo* atom = v.atom();
+  return atom ? 128 / atom->operand_bytes() : 64;
+}
+
 }  // namespace ft::axes
+
+namespace ft::fp8 {
+
+Scales scales(const Variant& v) {
+  return v.dtype == DType::e4m3 && v.has("scales") ? Scales(v.get("scales")) : Scales::none;
+}
+bool quantise_on_store(const Variant& v) {
+  return scales(v) != Scales::none && v.role == StageRole::stage1 && v.has("inter_store") &&
+         InterStore(v.get("inter_store")) == InterStore::fp8;
+}
+bool promotes(const Variant& v) {
+  return scales(v) != Scales::none && (v.role == StageRole::stage2 || scales(v) == Scales::block128);
+}
+int staged_bytes(const Variant& v) {
+  const int tile = v.get("tile_m") * v.get("tile_n");
+  return quantise_on_store(v) ? tile * 4 + tile / 2 : 0;
+}
+
+std::optional<std::string> shape_rules(const Variant& v) {
+  if (v.dtype != DType::e4m3) return std::nullopt;
+  const Scales s = scales(v);
+  if (s == Scales::none) return std::string("an fp8 variant needs its scales (per-tensor, per-token or block128)");
+  const int tn = v.get("tile_n");
+  if (s == Scales::block128 && kScaleGroup % tn != 0)
+    return fmt::format("block128 scales: tile_n {} must divide 128 (a tile's columns share one 128-row weight block)", tn);
+  if (quantise_on_store(v) && tn % kScaleGroup != 0)
+    return fmt::format("quantise-on-store writes whole 128-column scale groups; tile_n {} is not a multiple of 128", tn);
+  if (promotes(v) && kScaleGroup % v.get("tile_k") != 0)
+    return fmt::format("k-tiles of {} do not divide the 128-deep scale groups the kernel promotes", v.get("tile_k"));
+  return std::nullopt;
+}
+
+}  // namespace ft::fp8

@@ -30,7 +30,10 @@ class WgmmaFamily final : public Family {
     axes_.push_back(axes::tile_m("wgmma_tile_m", Values{{64, 128, 192}, {64, 128, 192, 256}, {64}}, 64));
     // 32: stage 1 with N = 64, more blocks at decode.
     axes_.push_back(axes::tile_n("wgmma_tile_n", Values{{32, 64, 128, 256}, {}, {64}}, 128));
-    axes_.push_back(axes::tile_k("", Values{{64}}, 64));  // one 128-byte swizzle row
+    Axis k_tile = axes::tile_k("", Values{{64}}, 64);  // one 128-byte swizzle row: 64 16-bit values, 128 fp8 codes
+    k_tile.applies = [](const Variant&) { return false; };
+    k_tile.inactive = axes::k_tile_of_row;
+    axes_.push_back(k_tile);
     axes_.push_back(axes::warps("wgmma_warps", Values{{pack_pair(4, 1), pack_pair(8, 1), pack_pair(12, 1)}, {}, {pack_pair(4, 1)}},
                                 pack_pair(4, 1)));
     // Deeper rings keep more bytes in flight; 3 lets two blocks share an SM.
@@ -48,6 +51,9 @@ class WgmmaFamily final : public Family {
     // partials16: per-slot rows in the element type, no atomics (prefill at top-8).
     axes_.push_back(axes::reduce(Values{{int(Reduce::atomic), int(Reduce::partials16)},
                                         {int(Reduce::atomic), int(Reduce::partials), int(Reduce::partials16)}}));
+    // fp8 only: the layer's scales (the problem's) and stage 1's quantise-on-store.
+    axes_.push_back(axes::scales());
+    axes_.push_back(axes::inter_store(Values{{int(InterStore::bf16), int(InterStore::fp8)}}));
   }
 
   std::string_view id() const override { return "wgmma"; }
@@ -61,20 +67,23 @@ class WgmmaFamily final : public Family {
     return (v.get("warps_m") * v.get("warps_n") + (v.get("warp_specialized") ? 4 : 0)) * v.atom()->lanes;
   }
 
-  // ft::WgmmaGemm::kSmemBytes: 128-byte rows (tile_k 64) of A and all weight
+  // ft::WgmmaGemm::kSmemBytes: 128-byte rows (one k-tile) of A and all weight
   // tiles per stage, plus 1024 bytes to align the ring for the swizzle; a
-  // producer warpgroup adds a full and an empty mbarrier (8 bytes each) per stage.
+  // producer warpgroup adds a full and an empty mbarrier (8 bytes each) per
+  // stage. Quantise-on-store stages its tile in the same memory afterwards.
   int lds_bytes(const Variant& v) const override {
     const int st = v.get("stages");
-    return st * (v.get("tile_m") + v.weight_matrices() * v.get("tile_n")) * v.get("tile_k") * 2 + 1024 +
-           (v.get("warp_specialized") ? 16 * st : 0);
+    const int ring = st * (v.get("tile_m") + v.weight_matrices() * v.get("tile_n")) * 128 + 1024 +
+                     (v.get("warp_specialized") ? 16 * st : 0);
+    return std::max(ring, fp8::staged_bytes(v));
   }
 
   int register_estimate(const Variant& v) const override {
     const bool ws = v.get("warp_specialized") != 0;
     const int tm = v.get("tile_m"), tn = v.get("tile_n");
     const int groups = v.get("warps_m") * v.get("warps_n") / 4;
-    const int acc = tm / groups / v.atom()->m * v.weight_matrices() * tn / 2;
+    // A promoting GEMM (fp8) keeps a second set: the promoted sums.
+    const int acc = tm / groups / v.atom()->m * v.weight_matrices() * tn / 2 * (fp8::promotes(v) ? 2 : 1);
     // A producer warpgroup copies only A 16 bytes at a time (bulk copies move the weights).
     const int chunks = ws ? tm * 8 / 128 : (tm + v.weight_matrices() * tn) * 8 / threads(v);
     // Accumulators, a 64-bit source pointer per copy, addressing; a producer
@@ -95,8 +104,12 @@ class WgmmaFamily final : public Family {
     const int n = v.weight_matrices() * tn;
     if (!wgmma_n_supported(n))
       return fmt::format("wgmma N = {} weight matrices x tile_n {} = {} is not 32, 64, 128 or 256", v.weight_matrices(), tn, n);
-    if (const int tk = v.get("tile_k"); tk != 64)
-      return fmt::format("wgmma k-tiles are 64 deep (one 128-byte swizzle row), not {}", tk);
+    if (const int tk = v.get("tile_k"); tk != axes::k_tile_of_row(v))
+      return fmt::format("wgmma k-tiles are {} deep (one 128-byte swizzle row), not {}", axes::k_tile_of_row(v), tk);
+    if (v.dtype == DType::e4m3 && ws)
+      return std::string("fp8 wgmma kernels use the shared ring: the producer warpgroup's tiled fp8 weights and "
+                         "promotion in its consumers are not built");
+    if (auto why = fp8::shape_rules(v)) return why;
     if (const int st = v.get("stages"); st < 3) return fmt::format("the wgmma ring needs at least 3 stages, not {}", st);
     const auto wanted = WeightLayout(layout_for_producer(v)), got = WeightLayout(v.get("layout"));
     if (got != wanted)

@@ -138,7 +138,7 @@ json encode_problem(const Problem& p) {
           {"hidden", p.hidden},
           {"inter", p.inter},
           {"topk", p.topk},
-          {"dtype", to_string(p.dtype)},
+          {"dtype", p.dtype_spec()},
           {"routing", p.routing.kind == Routing::Kind::replay ? "replay:" + p.routing.replay_file : p.routing.key()}};
 }
 

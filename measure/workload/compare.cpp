@@ -11,6 +11,7 @@ namespace ft {
 
 Tolerance tolerance_for(DType d) {
   if (d == DType::bf16) return {8e-3, 0x1.0p-5, 0x1.0p-7};
+  if (d == DType::e4m3) return {4e-2, 0x1.0p-2, 0x1.0p-7, 1e-3};
   return {1e-3, 0x1.0p-8, 0x1.0p-10};
 }
 
@@ -18,13 +19,16 @@ Comparison compare_output(std::span<const std::uint16_t> got, std::span<const fl
   return compare_output(got, ref, dtype, tolerance_for(dtype));
 }
 
-Comparison compare_output(std::span<const std::uint16_t> got, std::span<const float> ref, DType dtype, const Tolerance& tol) {
+namespace {
+
+template <class Value>
+Comparison compare_with(std::size_t size, std::span<const float> ref, const Tolerance& tol, Value value) {
   Comparison c;
   c.tolerance = tol;
-  c.count = std::min(got.size(), ref.size());
-  double err2 = 0, ref2 = 0;
+  c.count = std::min(size, ref.size());
+  double err2 = 0, ref2 = 0, dot = 0, got2 = 0;
   for (std::size_t i = 0; i < c.count; ++i) {
-    const double y = half_to_f32(dtype, got[i]);
+    const double y = value(i);
     const double r = ref[i];
     c.ref_max_abs = std::max(c.ref_max_abs, std::abs(r));
     if (!std::isfinite(y)) {
@@ -38,12 +42,26 @@ Comparison compare_output(std::span<const std::uint16_t> got, std::span<const fl
     }
     err2 += e * e;
     ref2 += r * r;
+    dot += y * r;
+    got2 += y * y;
   }
   c.rel_l2 = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  // Both all zero: identical (0); one of them zero: 1.
+  c.diff = got2 + ref2 > 0 ? 1.0 - 2.0 * dot / (got2 + ref2) : 0.0;
   c.max_abs_bound = tol.max_rel * c.ref_max_abs + tol.max_abs_floor;
-  c.passed = got.size() == ref.size() && c.count > 0 && c.nonfinite == 0 && c.rel_l2 <= tol.rel_l2 &&
-             c.max_abs <= c.max_abs_bound;
+  c.passed = size == ref.size() && c.count > 0 && c.nonfinite == 0 && c.rel_l2 <= tol.rel_l2 &&
+             c.max_abs <= c.max_abs_bound && (tol.max_diff >= 1.0 || c.diff <= tol.max_diff);
   return c;
+}
+
+}  // namespace
+
+Comparison compare_output(std::span<const std::uint16_t> got, std::span<const float> ref, DType dtype, const Tolerance& tol) {
+  return compare_with(got.size(), ref, tol, [&](std::size_t i) { return double(half_to_f32(dtype, got[i])); });
+}
+
+Comparison compare_values(std::span<const float> got, std::span<const float> ref, const Tolerance& tol) {
+  return compare_with(got.size(), ref, tol, [&](std::size_t i) { return double(got[i]); });
 }
 
 std::string Comparison::summary(std::size_t row_length) const {
@@ -53,8 +71,10 @@ std::string Comparison::summary(std::size_t row_length) const {
   if (count == 0) return "no elements compared (output and reference sizes differ or are empty)";
   if (nonfinite > 0) return fmt::format("{} NaN/Inf element{} of {}, first at {}", nonfinite, nonfinite == 1 ? "" : "s", count,
                                         where(first_nonfinite));
-  return fmt::format("rel L2 {:.2e} (bound {:.1e}), max |err| {:.2e} at {} (bound {:.2e})", rel_l2, tolerance.rel_l2, max_abs,
-                     where(worst), max_abs_bound);
+  const std::string base = fmt::format("rel L2 {:.2e} (bound {:.1e}), max |err| {:.2e} at {} (bound {:.2e})", rel_l2,
+                                       tolerance.rel_l2, max_abs, where(worst), max_abs_bound);
+  if (tolerance.max_diff >= 1.0) return base;  // 16-bit layers: as before
+  return fmt::format("diff {:.2e} (bound {:.0e}), {}", diff, tolerance.max_diff, base);
 }
 
 }  // namespace ft

@@ -1,6 +1,7 @@
 #include "measure/workload/layer.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include <fmt/format.h>
@@ -18,6 +19,31 @@ Result<DeviceBuffer> upload_bytes(Device& d, const void* data, std::size_t bytes
   return b;
 }
 
+// The 32-bit poison of e4m3 codes in a format: four NaN codes.
+std::uint32_t nan_codes(Elem format) { return format == Elem::e4m3fnuz ? 0x80808080u : 0xffffffffu; }
+
+// An fp8 workload's weights (codes in the plain slots), scales and workspace.
+Status upload_fp8(Device& device, const Workload& w, DeviceWorkload& dw, DeviceBuffer (&w1)[3], DeviceBuffer (&w2)[3],
+                  BufferTable& table) {
+  const std::size_t T = std::size_t(w.tokens), H = std::size_t(w.problem.hidden), I = std::size_t(w.problem.inter),
+                    k = std::size_t(w.problem.topk);
+  w1[0] = FT_TRY(upload_bytes(device, w.w1q.data(), w.w1q.size()));
+  w2[0] = FT_TRY(upload_bytes(device, w.w2q.data(), w.w2q.size()));
+  dw.w1_scales = FT_TRY(upload_bytes(device, w.w1_scales.data(), w.w1_scales.size() * 4));
+  dw.w2_scales = FT_TRY(upload_bytes(device, w.w2_scales.data(), w.w2_scales.size() * 4));
+  if (!w.x_scale.empty()) dw.x_scale = FT_TRY(upload_bytes(device, w.x_scale.data(), w.x_scale.size() * 4));
+  dw.xq = FT_TRY(DeviceBuffer::allocate(device, T * H));
+  dw.x_scales = FT_TRY(DeviceBuffer::allocate(device, T * H / kScaleGroup * 4 + 4));  // the largest mode's
+  dw.inter_q = FT_TRY(DeviceBuffer::allocate(device, T * k * I));
+  dw.inter_scales = FT_TRY(DeviceBuffer::allocate(device, T * k * I / kScaleGroup * 4));
+  const std::pair<Buf, const DeviceBuffer*> entries[] = {
+      {Buf::x_scale, &dw.x_scale}, {Buf::w1_scales, &dw.w1_scales}, {Buf::w2_scales, &dw.w2_scales},
+      {Buf::xq, &dw.xq},           {Buf::x_scales, &dw.x_scales},   {Buf::inter_q, &dw.inter_q},
+      {Buf::inter_scales, &dw.inter_scales}};
+  for (const auto& [b, buffer] : entries) at(table, b) = buffer->ptr();
+  return {};
+}
+
 }  // namespace
 
 Result<DeviceWorkload> DeviceWorkload::upload(Device& device, const Workload& w) {
@@ -29,8 +55,12 @@ Result<DeviceWorkload> DeviceWorkload::upload(Device& device, const Workload& w)
   dw.x = FT_TRY(upload_bytes(device, w.x.data(), w.x.size() * 2));
   dw.topk_ids = FT_TRY(upload_bytes(device, w.topk_ids.data(), w.topk_ids.size() * 4));
   dw.topk_weights = FT_TRY(upload_bytes(device, w.topk_weights.data(), w.topk_weights.size() * 4));
-  dw.w1_[0] = FT_TRY(upload_bytes(device, w.w1.data(), w.w1.size() * 2));
-  dw.w2_[0] = FT_TRY(upload_bytes(device, w.w2.data(), w.w2.size() * 2));
+  if (w.problem.fp8()) {
+    FT_CHECK(upload_fp8(device, w, dw, dw.w1_, dw.w2_, dw.table_));
+  } else {
+    dw.w1_[0] = FT_TRY(upload_bytes(device, w.w1.data(), w.w1.size() * 2));
+    dw.w2_[0] = FT_TRY(upload_bytes(device, w.w2.data(), w.w2.size() * 2));
+  }
   dw.inter = FT_TRY(DeviceBuffer::allocate(device, T * k * I * 2));
   dw.y_acc = FT_TRY(DeviceBuffer::allocate(device, T * k * H * 4));  // large enough for both reductions
   dw.y = FT_TRY(DeviceBuffer::allocate(device, T * H * 2));
@@ -55,7 +85,14 @@ Result<DevicePtr> DeviceWorkload::weights(int which, WeightLayout layout) {
     const Problem& p = workload_->problem;
     const long long rows = which == 1 ? (long long)p.experts * 2 * p.inter : (long long)p.experts * p.hidden;
     const long long cols = which == 1 ? p.hidden : p.inter;
-    const auto arranged = FT_TRY(arrange_weights_host(which == 1 ? workload_->w1 : workload_->w2, rows, cols, layout));
+    std::vector<std::uint16_t> pairs;  // fp8: the codes as 16-bit byte pairs (weight_layout.hpp arranges them so)
+    if (p.fp8()) {
+      const auto& q = which == 1 ? workload_->w1q : workload_->w2q;
+      pairs.resize(q.size() / 2);
+      std::memcpy(pairs.data(), q.data(), q.size());
+    }
+    const auto arranged = FT_TRY(arrange_weights_host(p.fp8() ? pairs : which == 1 ? workload_->w1 : workload_->w2, rows,
+                                                      p.fp8() ? cols / 2 : cols, layout));
     slot = FT_TRY(upload_bytes(*device_, arranged.data(), arranged.size() * 2));
     at(table_, weight_buffer(which, layout)) = slot.ptr();
   }
@@ -87,6 +124,12 @@ Result<LayerResult> run_layer(DeviceWorkload& dw, const RoleKernels& kernels, co
   FT_CHECK(d.memset_u32(dw.block_experts.ptr(), 0, blocks, s));
   FT_CHECK(d.memset_u32(dw.y_acc.ptr(), 0xffffffffu, T * k * H, s));
   FT_CHECK(d.memset_u32(dw.bad_ids.ptr(), 0xffffffffu, 1, s));
+  if (p.fp8()) {
+    FT_CHECK(d.memset_u32(dw.xq.ptr(), nan_codes(w.fp8_format), T * H / 4, s));
+    FT_CHECK(d.memset_u32(dw.x_scales.ptr(), 0xffffffffu, dw.x_scales.bytes() / 4, s));
+    FT_CHECK(d.memset_u32(dw.inter_q.ptr(), nan_codes(w.fp8_format), T * k * I / 4, s));
+    FT_CHECK(d.memset_u32(dw.inter_scales.ptr(), 0xffffffffu, T * k * I / kScaleGroup, s));
+  }
   FT_CHECK(execute(d, prog, fns, table, s));
 
   LayerResult r;
@@ -101,6 +144,12 @@ Result<LayerResult> run_layer(DeviceWorkload& dw, const RoleKernels& kernels, co
     FT_CHECK(d.copy_to_host(r.inter.data(), dw.inter.ptr(), r.inter.size() * 2, s));
     FT_CHECK(d.copy_to_host(r.sorted_ids.data(), dw.sorted_ids.ptr(), r.sorted_ids.size() * 4, s));
     FT_CHECK(d.copy_to_host(r.block_experts.data(), dw.block_experts.ptr(), r.block_experts.size() * 4, s));
+    if (p.fp8()) {
+      r.inter_q.resize(T * k * I);
+      r.inter_scales.resize(T * k * I / kScaleGroup);
+      FT_CHECK(d.copy_to_host(r.inter_q.data(), dw.inter_q.ptr(), r.inter_q.size(), s));
+      FT_CHECK(d.copy_to_host(r.inter_scales.data(), dw.inter_scales.ptr(), r.inter_scales.size() * 4, s));
+    }
   }
   FT_CHECK(d.synchronize(s));
   return r;

@@ -34,6 +34,8 @@ class DeviceWorkload {
   const BufferTable& table() const { return table_; }
 
   DeviceBuffer x, topk_ids, topk_weights, inter, y_acc, y, padded_rows, sorted_ids, block_experts, bad_ids;
+  // fp8 workloads: the scales and the quantise steps' workspace.
+  DeviceBuffer x_scale, w1_scales, w2_scales, xq, x_scales, inter_q, inter_scales;
 
  private:
   Device* device_ = nullptr;
@@ -54,12 +56,14 @@ struct LayerRunOptions {
 };
 
 struct LayerResult {
-  std::vector<std::uint16_t> y;  // [T, H]
+  std::vector<std::uint16_t> y;  // [T, H] (bf16 for fp8 problems)
   int padded_rows = 0;
   int bad_ids = -1;                        // the align kernel's count of ids outside [-1, experts)
   std::vector<std::uint16_t> inter;        // with read_intermediates
   std::vector<std::int32_t> sorted_ids;    // with read_intermediates
   std::vector<std::int32_t> block_experts; // with read_intermediates
+  std::vector<std::uint8_t> inter_q;       // fp8, with read_intermediates: [T*k, I] codes
+  std::vector<float> inter_scales;         // fp8, with read_intermediates: [T*k, I/128]
 };
 
 Result<LayerResult> run_layer(DeviceWorkload& dw, const RoleKernels& kernels, const LayerPlan& plan,

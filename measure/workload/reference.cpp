@@ -24,9 +24,118 @@ void parallel_for(long long count, unsigned threads, Fn fn) {
     });
 }
 
+float decode(Elem f, std::uint8_t v) { return f == Elem::e4m3fnuz ? e4m3fnuz_to_f32(v) : e4m3_to_f32(v); }
+std::uint8_t quantise(Elem f, float v, float scale) {
+  return f == Elem::e4m3fnuz ? fp8_quantise<Elem::e4m3fnuz>(v, scale) : fp8_quantise<Elem::e4m3>(v, scale);
+}
+float scale_of(Elem f, float amax) { return f == Elem::e4m3fnuz ? fp8_scale_of<Elem::e4m3fnuz>(amax) : fp8_scale_of<Elem::e4m3>(amax); }
+
+// Codes times scales of an [E, N, K] weight.
+std::vector<float> dequantised_weights(const Workload& w, const std::vector<std::uint8_t>& q, const std::vector<float>& s,
+                                       long long N, long long K) {
+  std::vector<float> out(q.size());
+  const Scales mode = w.problem.scales;
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    const long long k = (long long)i % K, n = (long long)i / K % N, e = (long long)i / K / N;
+    out[i] = decode(w.fp8_format, q[i]) * s[std::size_t(weight_scale_index(mode, e, n, k, N, K))];
+  }
+  return out;
+}
+
+ReferenceOutput reference_layer_fp8(const Workload& w, const ReferenceOptions& options) {
+  const Problem& p = w.problem;
+  const long long T = w.tokens, H = p.hidden, I = p.inter, k = p.topk, G = I / kScaleGroup;
+  ReferenceOutput out;
+  out.inter_f32.assign(std::size_t(T * k * I), 0.0f);
+  out.inter_q.assign(std::size_t(T * k * I), 0);
+  out.inter_scales.assign(std::size_t(T * k * G), 1.0f);
+  out.y.assign(std::size_t(T * H), 0.0f);
+  out.y16.assign(std::size_t(T * H), 0);
+  const std::vector<float> x = dequantised_x(w);
+  const std::vector<float> w1 = dequantised_weights(w, w.w1q, w.w1_scales, 2 * I, H);
+  const std::vector<float> w2 = dequantised_weights(w, w.w2q, w.w2_scales, H, I);
+  parallel_for(T * k, options.threads, [&](long long pair) {
+    const long long t = pair / k, e = w.topk_ids[std::size_t(pair)];
+    float* h = &out.inter_f32[std::size_t(pair * I)];
+    if (e >= 0 && e < p.experts) {
+      const float* xr = &x[std::size_t(t * H)];
+      for (long long i = 0; i < I; ++i) {
+        const float* g = &w1[std::size_t((e * 2 * I + i) * H)];
+        const float* u = &w1[std::size_t((e * 2 * I + I + i) * H)];
+        float gate = 0, up = 0;
+        for (long long c = 0; c < H; ++c) {
+          gate += xr[c] * g[c];
+          up += xr[c] * u[c];
+        }
+        h[i] = gate / (1.0f + std::exp(-gate)) * up;
+        if (options.weight_in_stage1) h[i] *= w.topk_weights[std::size_t(pair)];
+      }
+    }
+    // The intermediate's rule: 1 x 128 groups (an unused row quantises to zeros).
+    for (long long g = 0; g < G; ++g) {
+      float m = 0;
+      for (long long c = 0; c < kScaleGroup; ++c) m = abs_max(m, h[g * kScaleGroup + c]);
+      const float s = scale_of(w.fp8_format, m);
+      out.inter_scales[std::size_t(pair * G + g)] = s;
+      for (long long c = 0; c < kScaleGroup; ++c)
+        out.inter_q[std::size_t(pair * I + g * kScaleGroup + c)] = quantise(w.fp8_format, h[g * kScaleGroup + c], s);
+    }
+  });
+  const std::vector<float> a = dequantise_rows(out.inter_q, out.inter_scales, I, w.fp8_format);
+  parallel_for(T, options.threads, [&](long long t) {
+    for (long long s = 0; s < k; ++s) {
+      const long long pair = t * k + s, e = w.topk_ids[std::size_t(pair)];
+      if (e < 0 || e >= p.experts) continue;
+      const float scale = options.weight_in_stage1 ? 1.0f : w.topk_weights[std::size_t(pair)];
+      for (long long c = 0; c < H; ++c) {
+        const float* wr = &w2[std::size_t((e * H + c) * I)];
+        float acc = 0;
+        for (long long i = 0; i < I; ++i) acc += a[std::size_t(pair * I + i)] * wr[i];
+        out.y[std::size_t(t * H + c)] += acc * scale;
+      }
+    }
+    for (long long c = 0; c < H; ++c) out.y16[std::size_t(t * H + c)] = f32_to_bf16_bits(out.y[std::size_t(t * H + c)]);
+  });
+  return out;
+}
+
 }  // namespace
 
+std::vector<float> dequantised_x(const Workload& w) {
+  const Problem& p = w.problem;
+  const long long T = w.tokens, H = p.hidden;
+  std::vector<float> out(std::size_t(T * H));
+  for (long long t = 0; t < T; ++t) {
+    const std::uint16_t* row = &w.x[std::size_t(t * H)];
+    float row_scale = p.scales == Scales::per_tensor ? w.x_scale.at(0) : 1.0f;
+    if (p.scales == Scales::per_token) {
+      float m = 0;
+      for (long long c = 0; c < H; ++c) m = abs_max(m, bf16_bits_to_f32(row[c]));
+      row_scale = scale_of(w.fp8_format, m);
+    }
+    for (long long g = 0; g < H; g += kScaleGroup) {
+      float s = row_scale;
+      if (p.scales == Scales::block128) {
+        float m = 0;
+        for (long long c = g; c < g + kScaleGroup; ++c) m = abs_max(m, bf16_bits_to_f32(row[c]));
+        s = scale_of(w.fp8_format, m);
+      }
+      for (long long c = g; c < g + kScaleGroup; ++c)
+        out[std::size_t(t * H + c)] = decode(w.fp8_format, quantise(w.fp8_format, bf16_bits_to_f32(row[c]), s)) * s;
+    }
+  }
+  return out;
+}
+
+std::vector<float> dequantise_rows(std::span<const std::uint8_t> codes, std::span<const float> scales, long long K, Elem format) {
+  std::vector<float> out(codes.size());
+  for (std::size_t i = 0; i < codes.size(); ++i)
+    out[i] = decode(format, codes[i]) * scales[i / std::size_t(K) * std::size_t(K / kScaleGroup) + i % std::size_t(K) / kScaleGroup];
+  return out;
+}
+
 ReferenceOutput reference_layer(const Workload& w, const ReferenceOptions& options) {
+  if (w.problem.fp8()) return reference_layer_fp8(w, options);
   const Problem& p = w.problem;
   const DType d = p.dtype;
   const long long T = w.tokens, H = p.hidden, I = p.inter, k = p.topk;

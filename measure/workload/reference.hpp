@@ -3,7 +3,12 @@
 // accumulation of the 16-bit inputs; stage 1's SwiGLU output rounded to the
 // 16-bit type (the kernels store it so); the routed weight applied in stage 1
 // or in stage 2, as the variant does; the k slots of a token summed in fp32.
+// fp8 problems: fp32 from the dequantised values the kernels see, as the
+// device's fp8 reference kernels (templates/ft/reference.hpp): X quantised by
+// the layer's rule, codes times scales, the fp32 intermediate quantised in
+// 1 x 128 groups before stage 2.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "measure/workload/workload.hpp"
@@ -16,10 +21,21 @@ struct ReferenceOptions {
 };
 
 struct ReferenceOutput {
-  std::vector<std::uint16_t> inter;  // [T*k, I] stage-1 output as stored, row = token*k + slot
+  std::vector<std::uint16_t> inter;  // [T*k, I] stage-1 output as stored, row = token*k + slot (16-bit problems)
   std::vector<float> y;              // [T, H] in fp32, before the final rounding
-  std::vector<std::uint16_t> y16;    // [T, H] rounded to the problem's type, as the reduce kernel stores it
+  std::vector<std::uint16_t> y16;    // [T, H] rounded to the problem's type (bf16 for fp8), as the reduce kernel stores it
+  // fp8 problems: the intermediate in fp32, and quantised as stage 2 reads it.
+  std::vector<float> inter_f32;          // [T*k, I]
+  std::vector<std::uint8_t> inter_q;     // [T*k, I] e4m3 codes (the workload's format)
+  std::vector<float> inter_scales;       // [T*k, I/128]
 };
+
+// X of an fp8 workload as the layer quantises it (quantise_x's rule): the
+// dequantised values [T, H].
+std::vector<float> dequantised_x(const Workload& w);
+// Codes times their group scales: [rows, K] from [rows, K] codes and [rows, K/128] scales.
+std::vector<float> dequantise_rows(std::span<const std::uint8_t> codes, std::span<const float> scales, long long K,
+                                   Elem format);
 
 ReferenceOutput reference_layer(const Workload& w, const ReferenceOptions& options = {});
 

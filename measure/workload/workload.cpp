@@ -38,15 +38,33 @@ class Sequence {
   std::uint64_t count_ = 0;
 };
 
-void fill_tensor(std::vector<std::uint16_t>& out, std::size_t count, std::uint64_t fill_seed, float scale, DType dtype) {
+// out[i] = value(i) for i < count, on a few threads for large tensors.
+template <class T, class Value>
+void fill_parallel(std::vector<T>& out, std::size_t count, Value value) {
   out.resize(count);
   const unsigned workers = std::clamp(unsigned(count / (1u << 20)), 1u, std::max(1u, std::thread::hardware_concurrency()));
   auto fill = [&](std::size_t begin, std::size_t end) {
-    for (std::size_t i = begin; i < end; ++i) out[i] = f32_to_half(dtype, random_normal(fill_seed, i) * scale);
+    for (std::size_t i = begin; i < end; ++i) out[i] = value(i);
   };
   if (workers == 1) return fill(0, count);
   std::vector<std::jthread> threads;
   for (unsigned w = 0; w < workers; ++w) threads.emplace_back(fill, count * w / workers, count * (w + 1) / workers);
+}
+
+void fill_tensor(std::vector<std::uint16_t>& out, std::size_t count, std::uint64_t fill_seed, float scale, DType dtype,
+                 int group = 0) {
+  fill_parallel(out, count, [&](std::size_t i) { return f32_to_half(dtype, random_input(fill_seed, i, scale, group)); });
+}
+
+// The device fill's e4m3 codes (elem 2) and fp32 scales (elem 3), templates/ft/random_fill.hpp.
+void fill_codes(std::vector<std::uint8_t>& out, std::size_t count, std::uint64_t fill_seed, Elem format) {
+  fill_parallel(out, count, [&](std::size_t i) {
+    const float v = random_input(fill_seed, i, kFp8CodeSpread, 0);
+    return format == Elem::e4m3fnuz ? f32_to_e4m3fnuz(v) : f32_to_e4m3(v);
+  });
+}
+void fill_scales(std::vector<float>& out, std::size_t count, std::uint64_t fill_seed, float base) {
+  fill_parallel(out, count, [&](std::size_t i) { return random_scale(fill_seed, i, base); });
 }
 
 // A value of the logits stream, approximately N(0, 1).
@@ -70,11 +88,17 @@ float random_normal(std::uint64_t fill_seed, std::uint64_t index) { return rando
 float tensor_scale(const Problem& p, TensorStream tensor) {
   switch (tensor) {
     case TensorStream::x: return 1.0f;
-    case TensorStream::w1: return float(1.0 / std::sqrt(double(p.hidden)));
-    case TensorStream::w2: return float(1.0 / std::sqrt(double(p.inter)));
+    case TensorStream::w1: return p.fp8() ? kFp8CodeSpread : float(1.0 / std::sqrt(double(p.hidden)));
+    case TensorStream::w2: return p.fp8() ? kFp8CodeSpread : float(1.0 / std::sqrt(double(p.inter)));
+    case TensorStream::w1_scales: return float(1.0 / (kFp8CodeSpread * std::sqrt(double(p.hidden))));
+    case TensorStream::w2_scales: return float(1.0 / (kFp8CodeSpread * std::sqrt(double(p.inter))));
   }
   return 1.0f;
 }
+
+int magnitude_group(const Problem& p, TensorStream tensor) { return p.fp8() && tensor == TensorStream::x ? kScaleGroup : 0; }
+
+float fp8_x_scale(Elem format) { return 14.0f / (format == Elem::e4m3fnuz ? fp8_max<Elem::e4m3fnuz>() : fp8_max<Elem::e4m3>()); }
 
 std::vector<int> Workload::tokens_per_expert() const {
   std::vector<int> counts(std::size_t(problem.experts), 0);
@@ -218,11 +242,26 @@ Result<Workload> make_workload(const Problem& problem, int tokens, const Workloa
   w.seed = options.seed;
   const std::size_t T = std::size_t(tokens), H = std::size_t(problem.hidden), I = std::size_t(problem.inter),
                     E = std::size_t(problem.experts);
-  fill_tensor(w.x, T * H, tensor_seed(options.seed, TensorStream::x), tensor_scale(problem, TensorStream::x), problem.dtype);
-  fill_tensor(w.w1, E * 2 * I * H, tensor_seed(options.seed, TensorStream::w1), tensor_scale(problem, TensorStream::w1),
-              problem.dtype);
-  fill_tensor(w.w2, E * H * I, tensor_seed(options.seed, TensorStream::w2), tensor_scale(problem, TensorStream::w2),
-              problem.dtype);
+  const std::uint64_t seed = options.seed;
+  if (problem.fp8()) {
+    const DType act = DType::bf16;  // X of an fp8 layer
+    w.fp8_format = options.fp8_format;
+    fill_tensor(w.x, T * H, tensor_seed(seed, TensorStream::x), tensor_scale(problem, TensorStream::x), act,
+                magnitude_group(problem, TensorStream::x));
+    fill_codes(w.w1q, E * 2 * I * H, tensor_seed(seed, TensorStream::w1), w.fp8_format);
+    fill_codes(w.w2q, E * H * I, tensor_seed(seed, TensorStream::w2), w.fp8_format);
+    fill_scales(w.w1_scales, std::size_t(weight_scale_count(problem.scales, E, 2 * I, H)), tensor_seed(seed, TensorStream::w1_scales),
+                tensor_scale(problem, TensorStream::w1_scales));
+    fill_scales(w.w2_scales, std::size_t(weight_scale_count(problem.scales, E, H, I)), tensor_seed(seed, TensorStream::w2_scales),
+                tensor_scale(problem, TensorStream::w2_scales));
+    if (problem.scales == Scales::per_tensor) w.x_scale = {fp8_x_scale(w.fp8_format)};
+  } else {
+    fill_tensor(w.x, T * H, tensor_seed(seed, TensorStream::x), tensor_scale(problem, TensorStream::x), problem.dtype);
+    fill_tensor(w.w1, E * 2 * I * H, tensor_seed(seed, TensorStream::w1), tensor_scale(problem, TensorStream::w1),
+                problem.dtype);
+    fill_tensor(w.w2, E * H * I, tensor_seed(seed, TensorStream::w2), tensor_scale(problem, TensorStream::w2),
+                problem.dtype);
+  }
   w.topk_ids = std::move(routed.ids);
   w.topk_weights = std::move(routed.weights);
   return w;

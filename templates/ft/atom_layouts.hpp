@@ -47,6 +47,7 @@ template <int M_, int N_, int K_, Elem E_>
 struct MfmaLayout {
   static constexpr int M = M_, N = N_, K = K_;
   static constexpr Elem elem = E_;
+  static constexpr Elem element = E_;  // the spelling every atom has (the wgmma rows' macro cannot say elem)
   using storage = storage_t<E_>;
   static constexpr int lanes = 64;
   static constexpr bool kWarpgroup = false;  // a wave-level atom (TiledGemm), not a wgmma (WgmmaGemm)
@@ -72,6 +73,7 @@ template <Elem E_>
 struct MmaSyncM16N8K16Layout {
   static constexpr int M = 16, N = 8, K = 16;
   static constexpr Elem elem = E_;
+  static constexpr Elem element = E_;  // the spelling every atom has (the wgmma rows' macro cannot say elem)
   using storage = storage_t<E_>;
   static_assert(!is_fp8(E_), "m16n8k16 takes 16-bit operands here; e4m3 is m16n8k32");
   static constexpr int lanes = 32;
@@ -97,6 +99,7 @@ template <Elem E_>
 struct MmaSyncM16N8K32Layout {
   static constexpr int M = 16, N = 8, K = 32;
   static constexpr Elem elem = E_;
+  static constexpr Elem element = E_;  // the spelling every atom has (the wgmma rows' macro cannot say elem)
   using storage = storage_t<E_>;
   static_assert(is_fp8(E_), "m16n8k32 here takes 8-bit (e4m3) operands");
   static constexpr int lanes = 32;

@@ -11,6 +11,20 @@ inline constexpr int kAlignThreads = 256;      // moe_align: one block
 inline constexpr int kReduceThreads = 256;     // moe_reduce and shuffle_weights
 inline constexpr int kReferenceThreads = 256;  // reference_stage1/2
 inline constexpr int kFillThreads = 256;       // fill_random
+inline constexpr int kQuantiseThreads = 256;   // moe_quantise_x / moe_quantise_inter: one block per row
+
+// How an fp8 layer scales its values (a value is its e4m3 code times its scale);
+// none for the 16-bit types. The scale tensors (fp32, row-major):
+//   per_tensor: X one static scale the caller gives ([1]); W1 and W2 one per expert ([E]).
+//   per_token:  X one dynamic scale per token ([T]); W1 one per output channel ([E, 2I],
+//               gate rows then up rows); W2 one per output channel ([E, H]).
+//   block128:   X dynamic 1 x 128 groups ([T, H/128]); W1 128 x 128 blocks
+//               ([E, 2I/128, H/128]); W2 likewise ([E, H/128, I/128]).
+// The intermediate (stage 1 -> stage 2) is e4m3 with dynamic 1 x 128 group scales
+// ([T*k, I/128]) in every mode. Dynamic scales are amax / (the format's max).
+// The host's Problem::scales is this enum (generator/problem.hpp).
+enum class Scales { none, per_tensor, per_token, block128 };
+inline constexpr int kScaleGroup = 128;  // the k-extent of a block128 or intermediate scale group
 
 struct MoeArgs {
   const u16* x;               // [T, H] activations
@@ -35,6 +49,17 @@ struct MoeArgs {
                               // the layer kernels fix the routed-weight placement at compile time
   i32* bad_ids;               // [1] or null: align writes how many topk_ids lie outside [-1, experts)
                               // (-1 is "no expert here": the slot contributes nothing)
+  // fp8 layers (Scales above), appended; null / zero in 16-bit layers. w1 and w2
+  // then hold e4m3 codes, x stays bf16 (quantise_x makes xq of it), y is bf16.
+  const float* x_scale;       // per_tensor: [1] the caller's static activation scale
+  const float* w1_scales;     // the caller's W1 scales (shape by Scales)
+  const float* w2_scales;     // the caller's W2 scales
+  u8* xq;                     // [T, H] e4m3 activations: quantise_x writes, stage 1 reads
+  float* x_scales;            // per_tensor [1] (a copy of x_scale), per_token [T], block128 [T, H/128]
+  u8* inter_q;                // [T*k, I] e4m3 intermediate: stage 2 reads
+  float* inter_scales;        // [T*k, I/128] its group scales
+  i32 scales;                 // the Scales value: read by the support kernels (the stages compile it in)
+  i32 reserved;               // zero
 };
 
 // Dynamic LDS of the align kernel: per-expert counts, offsets (E + 1) and
@@ -56,6 +81,39 @@ constexpr long long align_table_words(int pairs, int experts) { return (long lon
 constexpr int align_count_lds_bytes(int experts) { return (experts + 1) * 4; }
 constexpr int align_scatter_lds_bytes(int experts) { return (4 * experts + 2) * 4; }
 
+// Dynamic LDS of the quantise kernels (moe_quantise.hpp): one float per thread.
+constexpr int quantise_lds_bytes() { return kQuantiseThreads * 4; }
+
+// Where the scale of a value lives (fp8 layers; the layouts of ft::Scales above).
+// Weight element (expert e, row n, column k) of an [E, N, K] weight (W1: N = 2I,
+// K = H; W2: N = H, K = I):
+constexpr long long weight_scale_index(Scales s, long long e, long long n, long long k, long long N, long long K) {
+  switch (s) {
+    case Scales::per_tensor: return e;
+    case Scales::per_token: return e * N + n;
+    case Scales::block128: return (e * (N / kScaleGroup) + n / kScaleGroup) * (K / kScaleGroup) + k / kScaleGroup;
+    case Scales::none: break;
+  }
+  return 0;
+}
+constexpr long long weight_scale_count(Scales s, long long E, long long N, long long K) {
+  switch (s) {
+    case Scales::per_tensor: return E;
+    case Scales::per_token: return E * N;
+    case Scales::block128: return E * (N / kScaleGroup) * (K / kScaleGroup);
+    case Scales::none: break;
+  }
+  return 0;
+}
+// X's scales, [T, H]: per_tensor [1] (the caller's static scale; x_scales holds a copy),
+// per_token [T], block128 [T, H/128]; scale of element (t, h):
+constexpr long long activation_scale_index(Scales s, long long t, long long h, long long H) {
+  return s == Scales::per_token ? t : s == Scales::block128 ? t * (H / kScaleGroup) + h / kScaleGroup : 0;
+}
+constexpr long long activation_scale_count(Scales s, long long T, long long H) {
+  return s == Scales::per_token ? T : s == Scales::block128 ? T * (H / kScaleGroup) : s == Scales::per_tensor ? 1 : 0;
+}
+
 // The weight pre-arrangement kernel's argument.
 struct ShuffleArgs {
   const u16* src;  // [rows, cols] row-major
@@ -72,7 +130,11 @@ struct FillArgs {
   u64 count;
   u64 seed;
   float scale;
-  i32 elem;  // 0 bf16, 1 f16
+  i32 elem;  // 0 bf16, 1 f16, 2 e4m3 codes (the target's flavour; dst holds bytes), 3 fp32 (dst holds floats)
+  // appended: elements i and j share a magnitude (random_magnitude) when i / group == j / group;
+  // 0: no magnitudes (every 16-bit fill before fp8 existed). fp32 fills are scale x magnitude.
+  i32 group;
+  i32 reserved;
 };
 
 inline constexpr i32 kFlagWeightInStage1 = 1;
@@ -82,5 +144,9 @@ inline constexpr i32 kFlagWeightInStage1 = 1;
 // element type (half the bytes, no atomics: the top-k sum is fp32 in reduce).
 enum class Reduce { atomic, partials, partials16 };
 enum class WeightLayout { plain, shuffled, tiled };
+// How an fp8 layer's stage 1 hands its intermediate to stage 2: as bf16, which
+// the quantise_inter step turns into e4m3 with group scales, or quantised in its
+// own epilogue (quantise-on-store: e4m3 codes and group scales written directly).
+enum class InterStore { bf16, fp8 };
 
 }  // namespace ft

@@ -6,19 +6,49 @@
 // reduce kernel.
 // Grid: (max_padded_rows / tile_m, H / tile_n, split_k), or a persistent grid
 // walking those tiles (tile_order.hpp).
+//
+// fp8 layers (tile_fp8): A is the e4m3 intermediate, whose 1 x 128 group
+// scales change along k, so every 128-deep group is promoted with its scales
+// inside the GEMM (with W2's block scales in block128 mode); per-tensor and
+// per-channel W2 scales are applied in the epilogue. Partials16 and Y are bf16.
 namespace ft {
 
 template <class Cfg>
 struct Stage2 {
-  using Gemm = GemmFor<Cfg, 1>;
+  static constexpr bool kFp8 = fp8_stage<Cfg>();
+  static constexpr Scales kScales = scales_of<Cfg>();
+  using Gemm = GemmFor<Cfg, 1, kFp8>;
   static constexpr int kThreads = Gemm::kThreads;
   static constexpr int kSmemBytes = Gemm::kSmemBytes;
   static_assert(Cfg::split_k == 1 || Cfg::reduce == Reduce::atomic, "split-K partial sums need atomic reduction");
+  static_assert(kFp8 == (kScales != Scales::none), "fp8 stages, and only they, have scales");
 
   FT_DEVICE static void run(const MoeArgs& p) {
     Gemm g;
     run_tiles<Cfg>(g, p.max_padded_rows / Cfg::tile_m, p.hidden / Cfg::tile_n, Cfg::split_k,
-                   [&](int row_block, int col_tile, int split) { tile(p, g, row_block, col_tile, split); });
+                   [&](int row_block, int col_tile, int split) {
+                     if constexpr (kFp8) tile_fp8(p, g, row_block, col_tile, split);
+                     else tile(p, g, row_block, col_tile, split);
+                   });
+  }
+
+  // Adds (atomic) or writes (partials) the sums of pair `id` at columns c, c+1, ...
+  template <int N>
+  FT_DEVICE static void store_sums(const MoeArgs& p, int id, int c, const float (&v)[N]) {
+    const long long H = p.hidden;
+    if constexpr (Cfg::reduce == Reduce::atomic) {
+      float* out = &p.y_acc[(long long)(id / p.topk) * H + c];
+      if constexpr (N == 2) atomic_add_pair(out, v[0], v[1]);
+      else atomic_add(out, v[0]);
+    } else if constexpr (Cfg::reduce == Reduce::partials) {
+      float* out = &p.y_acc[(long long)id * H + c];
+      if constexpr (N == 2) store_pair(out, v[0], v[1]);
+      else *out = v[0];
+    } else {  // partials16: the slot's row rounded to the element type
+      u16* out = reinterpret_cast<u16*>(p.y_acc) + (long long)id * H + c;
+      if constexpr (N == 2) store_pair(out, from_f32<Cfg::elem>(v[0]), from_f32<Cfg::elem>(v[1]));
+      else *out = from_f32<Cfg::elem>(v[0]);
+    }
   }
 
   FT_DEVICE static void tile(const MoeArgs& p, Gemm& g, int row_block, int col_tile, int split) {
@@ -54,20 +84,49 @@ struct Stage2 {
             v[s] = g.acc_at(0, rm, rn, i + s);
             if constexpr (!Cfg::weight_in_stage1) v[s] *= p.topk_weights[id];
           }
+          store_sums(p, id, n0 + Gemm::acc_col(rn, i), v);
+        }
+  }
+
+  FT_DEVICE static void tile_fp8(const MoeArgs& p, Gemm& g, int row_block, int col_tile, int split) {
+    const int row0 = row_block * Cfg::tile_m;
+    if (row0 >= *p.padded_rows) return;
+    const int expert = p.block_experts[row0 / p.align_block];
+    const int n0 = col_tile * Cfg::tile_n;
+    const int pairs = p.tokens * p.topk;
+    const long long H = p.hidden, I = p.inter_size;
+    const i32* ids = p.sorted_ids + row0;
+    const int k_len = int(I) / Cfg::split_k;
+    const int k_begin = split * k_len;
+    const u8* w2 = reinterpret_cast<const u8*>(p.w2);
+    g.setup(
+        [&](int r) -> const u8* {
+          const int id = ids[r];
+          return id < pairs ? p.inter_q + (long long)id * I : nullptr;
+        },
+        [&](int, int r, int k) -> const u8* {
+          return w2 + weight_offset<Cfg::layout, 1>((long long)expert * H + n0 + r, k, I, p.experts * H);
+        });
+    const int groups = int(I / kScaleGroup);
+    const float* w_row = nullptr;  // block128: tile_n divides 128, so the tile's rows share a block row
+    if constexpr (kScales == Scales::block128) w_row = p.w2_scales + ((long long)expert * H + n0) / kScaleGroup * groups;
+    g.run_scaled(k_begin, k_begin + k_len, Stage2Scales{ids, pairs, groups, p.inter_scales, w_row});
+
+    constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;
+    FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
+      FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)
+        FT_UNROLL for (int i = 0; i < Gemm::kCRegs; i += kStep) {
+          const int id = ids[Gemm::acc_row(rm, i)];
+          if (id >= pairs) continue;
           const int c = n0 + Gemm::acc_col(rn, i);
-          if constexpr (Cfg::reduce == Reduce::atomic) {
-            float* out = &p.y_acc[(long long)(id / p.topk) * H + c];
-            if constexpr (kStep == 2) atomic_add_pair(out, v[0], v[1]);
-            else atomic_add(out, v[0]);
-          } else if constexpr (Cfg::reduce == Reduce::partials) {
-            float* out = &p.y_acc[(long long)id * H + c];
-            if constexpr (kStep == 2) store_pair(out, v[0], v[1]);
-            else *out = v[0];
-          } else {  // partials16: the slot's row rounded to the element type
-            u16* out = reinterpret_cast<u16*>(p.y_acc) + (long long)id * H + c;
-            if constexpr (kStep == 2) store_pair(out, from_f32<Cfg::elem>(v[0]), from_f32<Cfg::elem>(v[1]));
-            else *out = from_f32<Cfg::elem>(v[0]);
+          float v[kStep];
+          FT_UNROLL for (int s = 0; s < kStep; ++s) {
+            v[s] = g.acc_at(0, rm, rn, i + s);
+            if constexpr (kScales == Scales::per_tensor) v[s] *= p.w2_scales[expert];
+            else if constexpr (kScales == Scales::per_token) v[s] *= p.w2_scales[(long long)expert * H + c + s];
+            if constexpr (!Cfg::weight_in_stage1) v[s] *= p.topk_weights[id];
           }
+          store_sums(p, id, c, v);
         }
   }
 };

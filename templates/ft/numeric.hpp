@@ -193,6 +193,31 @@ FT_HOST_DEVICE storage_t<E> from_f32(float v) {
   else return f32_to_e4m3fnuz(v);
 }
 
+// --- fp8 scaling: one rule for the kernels, the references and the host ---------
+//
+// A group of values (a token's row, 128 of its values, ...) is quantised with the
+// scale amax / max (max: 448 OCP, 240 fnuz), amax the group's largest magnitude
+// (an all-zero group takes scale 1); a value's code is the saturating,
+// nearest-even encoding of value / scale, and it decodes as code x scale.
+// NaN inputs are left out of amax (a > m is false) but encode to NaN.
+template <Elem E>
+FT_HOST_DEVICE constexpr float fp8_max() {
+  static_assert(is_fp8(E), "fp8_max: an fp8 element type");
+  return E == Elem::e4m3fnuz ? 240.0f : 448.0f;
+}
+FT_HOST_DEVICE float abs_max(float m, float v) {
+  const float a = v < 0.0f ? -v : v;
+  return a > m ? a : m;
+}
+template <Elem E>
+FT_HOST_DEVICE float fp8_scale_of(float amax) {
+  return amax > 0.0f ? amax / fp8_max<E>() : 1.0f;
+}
+template <Elem E>
+FT_HOST_DEVICE storage_t<E> fp8_quantise(float v, float scale) {
+  return from_f32<E>(v / scale);
+}
+
 template <class T, int N>
 FT_HOST_DEVICE void copy_bytes(T* dst, const T* src) {
   FT_MEMCPY(dst, src, sizeof(T) * N);

@@ -19,10 +19,16 @@ FT_HOST_DEVICE long long tiled_offset(long long row, long long k, long long rows
   return ((k >> 6) * rows + row) * 64 + ((((k >> 3) & 7) ^ (row & 7)) << 3) + (k & 7);
 }
 
-// Element (row, k) of a [rows, cols] weight matrix in layout L.
-template <WeightLayout L>
+// Element (row, k) of a [rows, cols] weight matrix in layout L. The layouts
+// are defined on 16-byte chunks, so a matrix of 1-byte elements (fp8 codes)
+// is arranged as the 16-bit matrix [rows, cols / 2] of its byte pairs: the
+// same kernel and host code arranges both, and byte k of a row sits at byte
+// k & 1 of 16-bit element k / 2.
+template <WeightLayout L, int ElemBytes = 2>
 FT_HOST_DEVICE long long weight_offset(long long row, long long k, long long cols, long long rows) {
+  static_assert(ElemBytes == 1 || ElemBytes == 2, "weights of 1- or 2-byte elements");
   if constexpr (L == WeightLayout::plain) return row * cols + k;
+  else if constexpr (ElemBytes == 1) return 2 * weight_offset<L, 2>(row, k >> 1, cols >> 1, rows) + (k & 1);
   else if constexpr (L == WeightLayout::shuffled) return shuffled_offset(row, k, cols);
   else return tiled_offset(row, k, rows);
 }

@@ -20,16 +20,25 @@
 // the tiled layout (weight_layout.hpp), where a tile is already the
 // swizzled shared-memory image. Their ring runs on across the tiles of a
 // persistent block (Cfg::tiles_per_block > 1, tile_order.hpp).
+//
+// fp8 (e4m3 atoms): a 128-byte row holds 128 codes, so k-tiles are 128 deep
+// and one k32 wgmma reads the same 32 bytes of a row as a bf16 k16; with
+// Promote (scales that change along k) each k-tile is one 128-deep scale
+// group: after its wgmma retire (wait 0), its accumulators are multiplied by
+// the group's scales and added into a second set (run_scaled), which acc_at
+// reads. Promotion is built for the shared ring only.
 namespace ft {
 
-template <class Cfg, int NB>
+template <class Cfg, int NB, bool Promote = false>
 struct WgmmaGemm;
 
 #if defined(FT_FLAVOUR_CUDA) || defined(FT_FLAVOUR_EMU)
-template <class Cfg, int NB>
+template <class Cfg, int NB, bool Promote>
 struct WgmmaGemm {
   using Atom = typename Cfg::Atom;
+  using Operand = typename Atom::storage;  // one operand element: u16, or u8 for fp8
   static constexpr int TM = Cfg::tile_m, TN = Cfg::tile_n, TK = Cfg::tile_k;
+  static constexpr int kChunkElems = 16 / int(sizeof(Operand));  // elements per 16-byte chunk
   // Warp-specialised blocks add one producer warpgroup (the last) that only
   // copies, and read tiled weights by bulk copy; otherwise every thread
   // copies and computes, and weights are plain.
@@ -55,7 +64,8 @@ struct WgmmaGemm {
 
   static_assert(Atom::kWarpgroup, "WgmmaGemm takes a wgmma atom");
   static_assert(Cfg::warps_n == 1 && Cfg::warps_m % 4 == 0, "whole warpgroups stacked along M");
-  static_assert(TK == 64, "k-tiles are one 128-byte swizzle row deep");
+  static_assert(TK * int(sizeof(Operand)) == 128, "k-tiles are one 128-byte swizzle row deep");
+  static_assert(!Promote || (TK == kScaleGroup && !kSpecialized), "promotion: one 128-deep group per k-tile, shared ring");
   static_assert(kGroupRows % 64 == 0, "each warpgroup owns whole 64-row wgmma blocks");
   static_assert(wgmma_n_supported(kN), "the wgmma atoms here take N = 32, 64, 128 or 256");
   static_assert(Cfg::stages >= 3, "at least two k-tiles in flight");
@@ -65,12 +75,16 @@ struct WgmmaGemm {
                 "the shared ring reads plain K-major weights, the producer warpgroup tiled ones");
 
   float acc[RM][kN / 2];
-  const u16* src[kChunksPerThread];  // row start (plus this thread's chunk) of each copy; null: zero row
-  const u16* weight_tile[NB];        // bulk copies: each weight tile's first 64-deep slice
+  float total[Promote ? RM : 1][Promote ? kN / 2 : 1];  // promoted sums
+  const Operand* src[kChunksPerThread];  // row start (plus this thread's chunk) of each copy; null: zero row
+  const Operand* weight_tile[NB];        // bulk copies: each weight tile's first 64-deep slice
   long long weight_slice = 0;        // elements from one 64-deep slice of a tiled weight to the next
   int issued = 0;                    // k-tiles this block's ring has taken so far (specialised blocks)
 
-  FT_DEVICE float& acc_at(int nb, int rm, int rn, int i) { return acc[rm][(nb * RN + rn) * 4 + i]; }
+  FT_DEVICE float& acc_at(int nb, int rm, int rn, int i) {
+    if constexpr (Promote) return total[rm][(nb * RN + rn) * 4 + i];
+    else return acc[rm][(nb * RN + rn) * 4 + i];
+  }
 
   // Whether this thread holds accumulators (the producer warpgroup does not).
   FT_DEVICE static bool holds_results() { return thread_index() < kConsumers * 128; }
@@ -89,8 +103,8 @@ struct WgmmaGemm {
     if (l < 0) return;
     FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
       const int row = l / 8 + j * kRowStep;
-      const u16* p = row < TM ? a_row(row) : b_at((row - TM) / TN, (row - TM) % TN, 0);
-      src[j] = p ? p + (l % 8) * 8 : nullptr;
+      const Operand* p = row < TM ? a_row(row) : b_at((row - TM) / TN, (row - TM) % TN, 0);
+      src[j] = p ? p + (l % 8) * kChunkElems : nullptr;
     }
     if constexpr (kSpecialized) {
       FT_UNROLL for (int nb = 0; nb < NB; ++nb) weight_tile[nb] = b_at(nb, 0, 0);
@@ -118,7 +132,7 @@ struct WgmmaGemm {
     const int group = thread_index() / 128;
     wgmma_fence();
     FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
-    FT_UNROLL for (int kk = 0; kk < TK / 16; ++kk)
+    FT_UNROLL for (int kk = 0; kk < TK / Atom::K_; ++kk)  // 32 bytes of each row per instruction
       FT_UNROLL for (int rm = 0; rm < RM; ++rm) {
         const u32 a = stage + u32((group * kGroupRows + rm * 64) * 128 + kk * 32);
         const u32 b = stage + u32(TM * 128 + kk * 32);
@@ -157,6 +171,7 @@ struct WgmmaGemm {
   // Accumulates A[:, k_begin:k_end] x B^T into acc; every thread of the block
   // calls it (a producer warpgroup only copies).
   FT_DEVICE void run(int k_begin, int k_end) {
+    static_assert(!Promote, "a promoting GEMM runs with its scales (run_scaled)");
     unsigned char* r = ring();
     const u32 ring_addr = shared_address(r);
     const int tiles = (k_end - k_begin) / TK;
@@ -164,11 +179,39 @@ struct WgmmaGemm {
     if constexpr (kSpecialized)
       run_specialized(r, ring_addr, k_begin, tiles);
     else
-      run_together(r, ring_addr, k_begin, tiles);
+      run_together(r, ring_addr, k_begin, tiles, static_cast<const int*>(nullptr));
   }
 
-  // Every thread copies and computes; two block barriers per k-tile.
-  FT_DEVICE void run_together(unsigned char* ring, u32 ring_addr, int k_begin, int tiles) {
+  // With Promote: after k-tile t (128-deep group g = (k_begin + t TK) / 128)
+  // retires, total += acc x ks.a(row, g) x ks.w(nb, g), then acc = 0.
+  template <class KScales>
+  FT_DEVICE void run_scaled(int k_begin, int k_end, const KScales& ks) {
+    static_assert(Promote, "run_scaled promotes");
+    unsigned char* r = ring();
+    zero_accumulators();
+    FT_UNROLL for (int rm = 0; rm < RM; ++rm)
+      FT_UNROLL for (int i = 0; i < kN / 2; ++i) total[rm][i] = 0.0f;
+    run_together(r, shared_address(r), k_begin, (k_end - k_begin) / TK, &ks);
+  }
+
+  // The group's scales into total (this warpgroup's wgmma of the k-tile have retired).
+  template <class KScales>
+  FT_DEVICE void promote(const KScales& ks, int g) {
+    float w[NB];
+    FT_UNROLL for (int nb = 0; nb < NB; ++nb) w[nb] = ks.w(nb, g);
+    FT_UNROLL for (int rm = 0; rm < RM; ++rm) {
+      const float a0 = ks.a(acc_row(rm, 0), g), a1 = ks.a(acc_row(rm, 2), g);  // a lane's two rows
+      FT_UNROLL for (int i = 0; i < kN / 2; ++i) {
+        total[rm][i] += acc[rm][i] * ((i / 2) % 2 ? a1 : a0) * w[i / (RN * 4)];
+        acc[rm][i] = 0.0f;
+      }
+    }
+  }
+
+  // Every thread copies and computes; two block barriers per k-tile. `ks`:
+  // null, or the scales to promote each k-tile with (Promote).
+  template <class KScales>
+  FT_DEVICE void run_together(unsigned char* ring, u32 ring_addr, int k_begin, int tiles, const KScales* ks) {
     constexpr int S = Cfg::stages;
     FT_UNROLL for (int s = 0; s < S - 1; ++s) {
       if (s < tiles) load(ring + s * kStageBytes, k_begin + s * TK);
@@ -179,7 +222,13 @@ struct WgmmaGemm {
       fence_async_proxy();
       barrier();                 // everyone's have
       mma_tile(ring_addr + u32((t % S) * kStageBytes));
-      wgmma_wait<1>();  // this warpgroup's tile t - 1 wgmma are done
+      if constexpr (Promote) {
+        wgmma_wait<0>();  // tile t's wgmma are done: promote them
+        FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
+        promote(*ks, (k_begin + t * TK) / kScaleGroup);
+      } else {
+        wgmma_wait<1>();  // this warpgroup's tile t - 1 wgmma are done
+      }
       barrier();        // every warpgroup's are: tile t - 1's buffer is free while tile t computes
       const int next = t + S - 1;
       if (next < tiles) load(ring + (next % S) * kStageBytes, k_begin + next * TK);
@@ -261,7 +310,8 @@ template <class First, class Second>
 struct SelectType<false, First, Second> {
   using type = Second;
 };
-template <class Cfg, int NB>
-using GemmFor = typename SelectType<Cfg::Atom::kWarpgroup, WgmmaGemm<Cfg, NB>, TiledGemm<Cfg, NB>>::type;
+template <class Cfg, int NB, bool Promote = false>
+using GemmFor =
+    typename SelectType<Cfg::Atom::kWarpgroup, WgmmaGemm<Cfg, NB, Promote>, TiledGemm<Cfg, NB, Promote>>::type;
 
 }  // namespace ft

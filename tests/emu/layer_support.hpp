@@ -23,7 +23,7 @@ inline constexpr int kTokenCounts[] = {1, 7, 33};
 
 // E=4, H=256, I=512, top-2: small enough for the emulator, large enough for
 // several tiles in every direction.
-inline Problem small_problem(DType dtype) {
+inline Problem small_problem(DType dtype, Scales scales = Scales::none) {
   Problem p;
   p.name = "emu-small";
   p.experts = 4;
@@ -31,8 +31,12 @@ inline Problem small_problem(DType dtype) {
   p.inter = 512;
   p.topk = 2;
   p.dtype = dtype;
+  p.scales = dtype == DType::e4m3 && scales == Scales::none ? Scales::per_tensor : scales;
   return p;
 }
+
+// The e4m3 format a target's fp8 atoms read (targets.def's fp8 column).
+inline Elem fp8_format_of(const Target& t) { return t.fp8 == Fp8Flavour::fnuz ? Elem::e4m3fnuz : Elem::e4m3; }
 
 // One layer plan per slot, cycling through the target's atoms (bf16 then f16)
 // and the axes so every target covers: every atom, both routed-weight
@@ -123,6 +127,10 @@ class TargetBench {
     k.reduce_atomic = FT_TRY(entry(support, reduce_entry(target_, Reduce::atomic, plan.stage2.dtype)));
     k.reduce_partials = FT_TRY(entry(support, reduce_entry(target_, Reduce::partials, plan.stage2.dtype)));
     k.reduce_partials16 = FT_TRY(entry(support, reduce_entry(target_, Reduce::partials16, plan.stage2.dtype)));
+    if (plan.stage1.dtype == DType::e4m3) {
+      k.quantise_x = FT_TRY(entry(support, quantise_x_entry(target_)));
+      k.quantise_inter = FT_TRY(entry(support, quantise_inter_entry(target_)));
+    }
     k.stage1 = FT_TRY(entry(emit_variant(plan.stage1), plan.stage1.name()));
     k.stage2 = FT_TRY(entry(emit_variant(plan.stage2), plan.stage2.name()));
     return k;
@@ -145,12 +153,13 @@ struct Case {
   ReferenceOutput reference[2];  // [weight in stage 2, weight in stage 1]
 };
 
-inline const Case& case_for(DType dtype, int tokens, std::uint64_t seed = 5) {
-  static std::map<std::tuple<DType, int, std::uint64_t>, std::unique_ptr<Case>> cases;
-  auto& c = cases[{dtype, tokens, seed}];
+inline const Case& case_for(DType dtype, int tokens, std::uint64_t seed = 5, Scales scales = Scales::none,
+                            Elem fp8_format = Elem::e4m3) {
+  static std::map<std::tuple<DType, int, std::uint64_t, Scales, Elem>, std::unique_ptr<Case>> cases;
+  auto& c = cases[{dtype, tokens, seed, scales, fp8_format}];
   if (!c) {
     c = std::make_unique<Case>();
-    auto w = make_workload(small_problem(dtype), tokens, WorkloadOptions{seed, 1});
+    auto w = make_workload(small_problem(dtype, scales), tokens, WorkloadOptions{seed, 1, fp8_format});
     EXPECT_TRUE(w) << (w ? "" : w.error().describe());
     c->workload = std::move(*w);
     c->reference[0] = reference_layer(c->workload, {.weight_in_stage1 = false});

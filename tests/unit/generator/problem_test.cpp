@@ -83,6 +83,52 @@ INSTANTIATE_TEST_SUITE_P(
                       BadJson{R"({"experts":8,"hidden":4096,"inter":2147483584,"topk":2})", "inter must be a positive multiple of 64 up to 1048576"},
                       BadJson{R"({"experts":8,"hidden":4096,"inter":14336,"topk":2,"routing":"zipf:nan"})", "finite exponent"}));
 
+// fp8 problems: the scales are part of the key (16-bit keys unchanged), the
+// dtype spec spells both, and what does not fit is refused with one reason.
+struct DTypeCase {
+  const char* json;
+  const char* key;  // null: refused
+  const char* expect;
+};
+class Fp8Problem : public ::testing::TestWithParam<DTypeCase> {};
+
+TEST_P(Fp8Problem, KeyOrOneClearReason) {
+  auto p = problem_from_json_text(GetParam().json, "p.json");
+  if (!GetParam().key) {
+    ASSERT_FALSE(p) << GetParam().json;
+    EXPECT_NE(p.error().describe().find(GetParam().expect), std::string::npos) << p.error().describe();
+    return;
+  }
+  ASSERT_TRUE(p) << p.error().describe();
+  EXPECT_EQ(p->key(), GetParam().key);
+  EXPECT_EQ(p->dtype == DType::e4m3, p->fp8());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, Fp8Problem,
+    ::testing::Values(
+        DTypeCase{R"({"experts":4,"hidden":256,"inter":512,"topk":2,"dtype":"bf16"})", "moe_e4_h256_i512_k2_bf16_swiglu_uniform", ""},
+        DTypeCase{R"({"experts":4,"hidden":256,"inter":512,"topk":2,"dtype":"fp8"})", "moe_e4_h256_i512_k2_e4m3:per-tensor_swiglu_uniform", ""},
+        DTypeCase{R"({"experts":4,"hidden":256,"inter":512,"topk":2,"dtype":"fp8","scales":"per-token"})",
+                  "moe_e4_h256_i512_k2_e4m3:per-token_swiglu_uniform", ""},
+        DTypeCase{R"({"experts":4,"hidden":256,"inter":512,"topk":2,"dtype":"e4m3:block128"})",
+                  "moe_e4_h256_i512_k2_e4m3:block128_swiglu_uniform", ""},
+        DTypeCase{R"({"experts":4,"hidden":256,"inter":512,"topk":2,"dtype":"fp8","scales":"block64"})", nullptr, "unknown scales 'block64'"},
+        DTypeCase{R"({"experts":4,"hidden":256,"inter":512,"topk":2,"dtype":"bf16:per-token"})", nullptr, "scales apply to fp8"},
+        DTypeCase{R"({"experts":4,"hidden":256,"inter":512,"topk":2,"dtype":"bf16","scales":"per-token"})", nullptr, "apply to fp8 problems only"},
+        DTypeCase{R"({"experts":4,"hidden":192,"inter":512,"topk":2,"dtype":"fp8"})", nullptr, "multiples of 128"}));
+
+TEST(Problem, DTypeSpecRoundTrips) {
+  for (const char* spec : {"bf16", "f16", "e4m3:per-tensor", "e4m3:per-token", "e4m3:block128"}) {
+    auto d = parse_dtype_spec(spec);
+    ASSERT_TRUE(d) << spec;
+    Problem p;
+    p.dtype = d->dtype;
+    p.scales = d->scales;
+    EXPECT_EQ(p.dtype_spec(), spec);
+  }
+}
+
 TEST(Problem, JsonAccepted) {
   auto p = problem_from_json_text(R"({"name":"x","experts":16,"hidden":1024,"inter":512,"topk":4,"dtype":"f16","routing":"zipf:1.5"})",
                                   "p.json");

@@ -1,0 +1,169 @@
+// fp8 MoE layers through the emulator: quantise_x, align, stage 1 on e4m3 codes
+// (dequantised by each scale mode; the intermediate quantised on store or by the
+// quantise_inter step), stage 2 with the intermediate's group scales promoted
+// in its GEMM, reduce -- for sm_90a's wgmma family (the tiled family, and so
+// the AMD targets, has no fp8 variants yet), at T = 1, 7, 33 with an expert that
+// gets no tokens, against the CPU reference from the dequantised inputs (the
+// check of fp8 GEMMs: diff = 1 - 2<y, ref> / (|y|^2 + |ref|^2) <= 1e-3, plus rel
+// L2 and max bounds, measure/workload/compare.hpp). Mutants must fail: W1's or
+// W2's scales read one index off.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "generator/families/families.hpp"
+#include "tests/emu/layer_support.hpp"
+#include "measure/workload/half.hpp"
+
+namespace ft::emu::test {
+namespace {
+
+struct Shape {
+  int tile_m, tile_n1, tile_n2, tile_k, warps_m, warps_n, stages;
+  bool quantise_on_store, weight_in_stage1, shuffled;
+  Reduce reduce;
+  int split_k;
+};
+
+Variant fp8_variant(const Target& t, StageRole role, const AtomInfo& atom, Scales scales, const Shape& s) {
+  Variant v = Variant::of(t, role, atom);
+  v.set("tile_m", s.tile_m).set("tile_n", role == StageRole::stage1 ? s.tile_n1 : s.tile_n2);
+  v.set("warps_m", s.warps_m).set("warps_n", s.warps_n).set("stages", s.stages);
+  v.set("tile_k", atom.warpgroup() ? 128 : s.tile_k);
+  v.set("scales", int(scales)).set("weight_in_stage1", s.weight_in_stage1);
+  v.set("layout", int(s.shuffled && !atom.warpgroup() ? WeightLayout::shuffled : WeightLayout::plain));
+  if (role == StageRole::stage1) {
+    v.set("inter_store", int(s.quantise_on_store ? InterStore::fp8 : InterStore::bf16));
+  } else {
+    v.set("reduce", int(s.reduce)).set("split_k", s.split_k);
+  }
+  return v;
+}
+
+// A few layers per target and scale mode: every fp8 atom, both intermediate
+// hand-overs where the registers allow quantise-on-store, every reduction,
+// split-K, both routed-weight placements, plain and shuffled weights.
+std::vector<LayerPlan> fp8_plans(const Target& t, Scales scales) {
+  std::vector<LayerPlan> plans;
+  for (const AtomInfo* atom : atoms_for(t, DType::e4m3)) {
+    if (!atom->warpgroup()) continue;  // the tiled family has no fp8 variants yet (its shape_rules)
+    std::vector<Shape> shapes;
+    if (atom->warpgroup()) {
+      // block128 stage 1 promotes: 128 + 128 accumulators leave no room for N = 256 (quantise-on-store).
+      const bool qstore = scales != Scales::block128;
+      shapes = {{64, qstore ? 128 : 64, 128, 128, 4, 1, 3, qstore, false, false, Reduce::atomic, 1},
+                {128, 64, 64, 128, 8, 1, 4, false, true, false, Reduce::partials16, 1},
+                {64, 32, 64, 128, 4, 1, 3, false, false, false, Reduce::atomic, 2}};
+    } else {
+      const int m = atom->m;
+      shapes = {{2 * m, 128, 64, 64, 2, 2, 2, true, false, false, Reduce::atomic, 1},
+                {2 * m, 64, 64, 32, 2, 2, 1, false, true, true, Reduce::partials, 1},
+                {2 * m, 64, 128, 128, 2, 2, 2, false, false, true, Reduce::atomic, 2}};
+      if (scales == Scales::block128) shapes[2].tile_n2 = 64;  // block128: tile_n divides 128
+    }
+    for (const Shape& s : shapes) {
+      LayerPlan plan;
+      plan.stage1 = fp8_variant(t, StageRole::stage1, *atom, scales, s);
+      plan.stage2 = fp8_variant(t, StageRole::stage2, *atom, scales, s);
+      plans.push_back(plan);
+    }
+  }
+  return plans;
+}
+
+const Case& fp8_case(const Target& t, Scales scales, int tokens) {
+  return case_for(DType::e4m3, tokens, 5, scales, fp8_format_of(t));
+}
+
+using Fp8Param = std::tuple<const char*, Scales>;
+
+class EmuFp8Layer : public ::testing::TestWithParam<Fp8Param> {};
+
+TEST_P(EmuFp8Layer, MatchesTheDequantisedReference) {
+  const Target& t = target(std::get<0>(GetParam()));
+  const Scales scales = std::get<1>(GetParam());
+  const std::vector<LayerPlan> plans = fp8_plans(t, scales);
+  ASSERT_FALSE(plans.empty()) << t.name << " has no fp8 atoms";
+  TargetBench& bench = TargetBench::of(t);
+  for (const LayerPlan& plan : plans) {
+    for (const Variant* v : {&plan.stage1, &plan.stage2}) {
+      const auto why = why_illegal(*v, small_problem(DType::e4m3, scales));
+      ASSERT_FALSE(why) << v->name() << " is illegal: " << *why;
+    }
+    auto kernels = bench.kernels(plan);
+    ASSERT_TRUE(kernels) << kernels.error().describe();
+    const int ref = plan.stage1.contract().weight_in_stage1 ? 1 : 0;
+    for (int tokens : kTokenCounts) {
+      const Case& c = fp8_case(t, scales, tokens);
+      auto dw = DeviceWorkload::upload(bench.device(), c.workload);
+      ASSERT_TRUE(dw) << dw.error().describe();
+      auto run = run_layer(*dw, *kernels, plan, {.read_intermediates = true});
+      ASSERT_TRUE(run) << plan_label(plan) << " T=" << tokens << ": " << run.error().describe();
+      EXPECT_EQ(run->bad_ids, 0);
+      const Comparison y = compare_output(run->y, c.reference[ref].y, DType::e4m3);
+      EXPECT_TRUE(y.passed) << plan_label(plan) << " T=" << tokens << ": " << y.summary(std::size_t(c.workload.problem.hidden));
+      // The intermediate stage 2 read, dequantised, on the rows of pairs that have an expert.
+      const Workload& w = c.workload;
+      const long long I = w.problem.inter;
+      const auto got = dequantise_rows(run->inter_q, run->inter_scales, I, w.fp8_format);
+      const auto want = dequantise_rows(c.reference[ref].inter_q, c.reference[ref].inter_scales, I, w.fp8_format);
+      std::vector<float> got_rows, want_rows;
+      for (std::size_t pair = 0; pair < w.topk_ids.size(); ++pair) {
+        if (w.topk_ids[pair] < 0) continue;
+        got_rows.insert(got_rows.end(), got.begin() + long(pair * I), got.begin() + long((pair + 1) * I));
+        want_rows.insert(want_rows.end(), want.begin() + long(pair * I), want.begin() + long((pair + 1) * I));
+      }
+      const Comparison inter = compare_values(got_rows, want_rows, tolerance_for(DType::e4m3));
+      EXPECT_TRUE(inter.passed) << plan_label(plan) << " T=" << tokens << " intermediate: " << inter.summary(std::size_t(I));
+      RecordProperty(fmt::format("{}_T{}", plan.stage1.name(), tokens), y.summary());
+    }
+  }
+}
+
+// A kernel that reads its weight scales one index off (scale i + 1 for i):
+// the device copy of the scales rotated by one must fail the comparison.
+class EmuFp8Mutant : public ::testing::TestWithParam<std::tuple<Scales, int>> {};
+
+TEST_P(EmuFp8Mutant, WeightScalesOneIndexOffFail) {
+  const Target& t = target("sm_90a");
+  const auto [scales, which] = GetParam();
+  const LayerPlan plan = fp8_plans(t, scales).front();
+  TargetBench& bench = TargetBench::of(t);
+  auto kernels = bench.kernels(plan);
+  ASSERT_TRUE(kernels) << kernels.error().describe();
+  const Case& c = fp8_case(t, scales, 33);
+  auto dw = DeviceWorkload::upload(bench.device(), c.workload);
+  ASSERT_TRUE(dw) << dw.error().describe();
+  std::vector<float> rotated = which == 1 ? c.workload.w1_scales : c.workload.w2_scales;
+  std::rotate(rotated.begin(), rotated.begin() + 1, rotated.end());
+  DeviceBuffer& buffer = which == 1 ? dw->w1_scales : dw->w2_scales;
+  ASSERT_TRUE(bench.device().copy_to_device(buffer.ptr(), rotated.data(), rotated.size() * 4));
+  auto run = run_layer(*dw, *kernels, plan, {});
+  ASSERT_TRUE(run) << run.error().describe();
+  const Comparison y = compare_output(run->y, c.reference[0].y, DType::e4m3);
+  EXPECT_FALSE(y.passed) << plan_label(plan) << ": W" << which << " scales one off still pass: " << y.summary();
+  EXPECT_GT(y.diff, 1e-3) << y.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90a, EmuFp8Mutant,
+                         ::testing::Combine(::testing::Values(Scales::per_tensor, Scales::per_token, Scales::block128),
+                                            ::testing::Values(1, 2)),
+                         [](const ::testing::TestParamInfo<std::tuple<Scales, int>>& info) {
+                           std::string s(to_string(std::get<0>(info.param)));
+                           std::erase(s, '-');
+                           return fmt::format("{}_w{}", s, std::get<1>(info.param));
+                         });
+
+std::string fp8_name(const ::testing::TestParamInfo<Fp8Param>& info) {
+  std::string s(to_string(std::get<1>(info.param)));
+  std::erase(s, '-');
+  return fmt::format("{}_{}", std::get<0>(info.param), s);
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90a, EmuFp8Layer,
+                         ::testing::Combine(::testing::Values("sm_90a"),
+                                            ::testing::Values(Scales::per_tensor, Scales::per_token, Scales::block128)),
+                         fp8_name);
+
+}  // namespace
+}  // namespace ft::emu::test

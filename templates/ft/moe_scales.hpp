@@ -48,6 +48,17 @@ struct Stage1BlockScales {
   FT_DEVICE float w(int nb, int g) const { return w_rows[nb][g]; }
 };
 
+// Stage 1 with per-tensor or per-token scales: promotion with unit scales
+// (the scales are applied in the epilogue). Promoting every 128-deep k-tile
+// into a second fp32 set bounds the error of Hopper's reduced-precision fp8
+// accumulation (tests/gpu/atom_crosscheck_test.cpp measured it), and the
+// non-promoting e4m3 main loop made ptxas serialise every wgmma (C7515) on
+// every stage-1 variant of those modes.
+struct UnitScales {
+  FT_DEVICE float a(int, int) const { return 1.0f; }
+  FT_DEVICE float w(int, int) const { return 1.0f; }
+};
+
 // Stage 2 (every fp8 mode): the intermediate's 1 x 128 group scales of the
 // tile's rows; W2's 128 x 128 block scales in block128 mode, else 1 (per-tensor
 // and per-channel W2 scales are applied in the epilogue).

@@ -19,7 +19,7 @@ struct Stage1 {
   static constexpr bool kFp8 = fp8_stage<Cfg>();
   static constexpr Scales kScales = scales_of<Cfg>();
   static constexpr bool kQuantiseOnStore = inter_store_of<Cfg>() == InterStore::fp8;
-  using Gemm = GemmFor<Cfg, 2, kScales == Scales::block128>;
+  using Gemm = GemmFor<Cfg, 2, kFp8>;  // fp8 promotes every k-tile (moe_scales.hpp: UnitScales)
   static constexpr int kThreads = Gemm::kThreads;
   // Quantise-on-store stages the tile (fp32) and one partial amax per 8 values.
   static constexpr int kStagedBytes = kQuantiseOnStore ? Cfg::tile_m * Cfg::tile_n * 4 + Cfg::tile_m * Cfg::tile_n / 2 : 0;
@@ -101,7 +101,7 @@ struct Stage1 {
                                  {p.w1_scales + gate_block * groups, p.w1_scales + (gate_block + I / kScaleGroup) * groups}};
       g.run_scaled(0, int(H), ks);
     } else {
-      g.run(0, int(H));
+      g.run_scaled(0, int(H), UnitScales{});
     }
 
     float* staged = reinterpret_cast<float*>(shared_memory());

@@ -78,10 +78,6 @@ class TiledFamily final : public Family {
 
   std::optional<std::string> shape_rules(const Variant& v) const override {
     const AtomInfo& a = *v.atom();
-    // The 8-bit TiledGemm path (MFMA and mma.sync e4m3 atoms) faults in its
-    // emulated layer run: not verified, so no fp8 variant of this family exists yet.
-    if (v.dtype == DType::e4m3)
-      return fmt::format("fp8 layers on the tiled family (atom {}) are not built yet; on sm_90a use the wgmma family", a.id);
     if (v.get("warp_specialized"))
       return fmt::format("warp specialisation is a wgmma-family option; atom {} is not a wgmma", a.id);
     if (WeightLayout(v.get("layout")) == WeightLayout::tiled)

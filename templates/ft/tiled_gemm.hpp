@@ -78,7 +78,7 @@ struct TiledGemm {
       const int c = tid + j * kThreads;
       const int row = c / kChunksPerRow;
       src[j] = nullptr;
-      step[j] = 8;
+      step[j] = kChunkElems;  // an A row's chunks are contiguous
       if (c < kChunks) {
         if (row < TM) {
           src[j] = a_row(row);

@@ -1,8 +1,8 @@
 // fp8 MoE layers through the emulator: quantise_x, align, stage 1 on e4m3 codes
 // (dequantised by each scale mode; the intermediate quantised on store or by the
 // quantise_inter step), stage 2 with the intermediate's group scales promoted
-// in its GEMM, reduce -- for sm_90a's wgmma family (the tiled family, and so
-// the AMD targets, has no fp8 variants yet), at T = 1, 7, 33 with an expert that
+// in its GEMM, reduce -- for sm_90a's wgmma and mma.sync atoms and the MFMA
+// e4m3 atoms of gfx942 (fnuz) and gfx950 (OCP), at T = 1, 7, 33 with an expert that
 // gets no tokens, against the CPU reference from the dequantised inputs (the
 // check of fp8 GEMMs: diff = 1 - 2<y, ref> / (|y|^2 + |ref|^2) <= 1e-3, plus rel
 // L2 and max bounds, measure/workload/compare.hpp). Mutants must fail: W1's or
@@ -46,7 +46,6 @@ Variant fp8_variant(const Target& t, StageRole role, const AtomInfo& atom, Scale
 std::vector<LayerPlan> fp8_plans(const Target& t, Scales scales) {
   std::vector<LayerPlan> plans;
   for (const AtomInfo* atom : atoms_for(t, DType::e4m3)) {
-    if (!atom->warpgroup()) continue;  // the tiled family has no fp8 variants yet (its shape_rules)
     std::vector<Shape> shapes;
     if (atom->warpgroup()) {
       // block128 stage 1 promotes: 128 + 128 accumulators leave no room for N = 256 (quantise-on-store).
@@ -162,6 +161,12 @@ std::string fp8_name(const ::testing::TestParamInfo<Fp8Param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Sm90a, EmuFp8Layer,
                          ::testing::Combine(::testing::Values("sm_90a"),
+                                            ::testing::Values(Scales::per_tensor, Scales::per_token, Scales::block128)),
+                         fp8_name);
+
+// The tiled family's fp8 atoms on AMD: MFMA e4m3fnuz (gfx942) and OCP e4m3 (gfx950).
+INSTANTIATE_TEST_SUITE_P(Amd, EmuFp8Layer,
+                         ::testing::Combine(::testing::Values("gfx942", "gfx950"),
                                             ::testing::Values(Scales::per_tensor, Scales::per_token, Scales::block128)),
                          fp8_name);
 

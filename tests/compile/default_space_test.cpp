@@ -109,6 +109,45 @@ INSTANTIATE_TEST_SUITE_P(Mixtral, DefaultSpace,
                                            TargetBackend{"sm_90a", Backend::nvrtc}, TargetBackend{"gfx950", std::nullopt}),
                          [](const auto& info) { return test::param_name(info.param); });
 
+// fp8 (e4m3) on AMD: the small space of the Mixtral problem in every scale mode,
+// in the target's flavour (gfx942 fnuz, gfx950 OCP): every variant and the e4m3
+// support unit compile, disassemble with the atom's fp8 MFMA and fit.
+class Fp8Space : public ::testing::TestWithParam<TargetBackend> {};
+
+TEST_P(Fp8Space, EveryVariantCompilesDisassemblesAndFits) {
+  const Target& target = *find_target(GetParam().target);
+  if (!GetParam().backend) {
+    FT_SKIP_UNLESS_BUILDABLE(target);
+  } else {
+    ASSERT_EQ(test::missing_toolchain(*GetParam().backend, target), "") << "the compile suite needs clang-19";
+  }
+  for (Scales scales : {Scales::per_tensor, Scales::per_token, Scales::block128}) {
+    Problem problem = test::mixtral();
+    problem.dtype = DType::e4m3;
+    problem.scales = scales;
+    CompileSpaceOptions opt;
+    opt.space = SpaceOptions::parse("small").value();
+    opt.compile = test::compile_options_for(test::current_test_id(), GetParam().backend);
+    opt.progress = false;
+    auto cs = compile_space(target, problem, opt);
+    ASSERT_TRUE(cs) << cs.error().describe();
+    EXPECT_GE(cs->variants.size(), 4u) << to_string(scales) << ": the small fp8 space should hold a few variants";
+    for (const CompiledVariant& cv : cs->variants) {
+      EXPECT_EQ(cv.variant.dtype, DType::e4m3);
+      for (const auto& p : problems_of(cv, target)) ADD_FAILURE() << cv.variant.name() << ": " << p;
+    }
+    ASSERT_TRUE(cs->support) << cs->support.error().describe();
+    auto image = ElfImage::parse(cs->support->binary);
+    ASSERT_TRUE(image) << image.error().describe();
+    for (const auto& entry : cs->support_source.entry_points)
+      EXPECT_NE(image->symbol(entry), nullptr) << "e4m3 support unit lacks " << entry;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixtral, Fp8Space,
+                         ::testing::Values(TargetBackend{"gfx942", Backend::clang}, TargetBackend{"gfx950", std::nullopt}),
+                         [](const auto& info) { return test::param_name(info.param); });
+
 // The support unit on its own, per target (the f16 one too).
 class SupportUnit : public ::testing::TestWithParam<TargetBackend> {};
 

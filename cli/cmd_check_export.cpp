@@ -43,8 +43,11 @@ int run_check_export(const CheckExportOptions& opt) {
   if (!report) return report_error(report.error());
   fmt::print("{}", report->table());
   const int failures = report->failures();
-  fmt::print("check-export: {} of {} checks passed on {} ({}){}\n", report->rows.size() - std::size_t(failures),
-             report->rows.size(), report->device, report->target,
+  // The emulator's device name already says its target ("CPU emulator (sm_90a)").
+  const std::string target_note = fmt::format(" ({})", report->target);
+  const std::string where = report->device.ends_with(target_note) ? report->device : report->device + target_note;
+  fmt::print("check-export: {} of {} checks passed on {}{}\n", report->rows.size() - std::size_t(failures),
+             report->rows.size(), where,
              report->own_objects ? "" : "; the manifest's steps ran on kernels rebuilt for the emulator, not its code objects");
   return failures ? kExitError : kExitOk;
 }

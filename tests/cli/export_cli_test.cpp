@@ -88,6 +88,7 @@ TEST(ExportCli, CheckExportRunsTheExportThroughTheRuntime) {
   auto c = test::run_flytune({"check-export", out, "--emulate", "--tokens", "7", "--routing", "uniform,one-empty"});
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find(" passed on CPU emulator (sm_90a)"), std::string::npos) << c.output;
+  EXPECT_EQ(c.output.find("(sm_90a) (sm_90a)"), std::string::npos) << "the target said twice: " << c.output;
   EXPECT_NE(c.output.find("one-empty"), std::string::npos) << c.output;
   auto gpu = test::run_flytune({"check-export", out});
   if (gpu.exit_code == 0) GTEST_SKIP() << "a GPU is present";

@@ -116,6 +116,47 @@ json weight_layouts() {
             {"w2", {{"rows", "experts * hidden"}, {"cols", "inter"}}}}}};
 }
 
+// What an fp8 problem's caller passes besides codes: the scale mode, the
+// weights' format, and each scale tensor's shape and meaning (the layer
+// program sizes them: layer/program.cpp size_fp8_buffers).
+json fp8_problem_json(const Problem& p, const Target& t) {
+  const long long E = p.experts, H = p.hidden, I = p.inter, G = kScaleGroup;
+  auto tensor = [](std::vector<long long> shape, const char* meaning) {
+    return json{{"dtype", "f32"}, {"shape", shape}, {"layout", "row-major"}, {"meaning", meaning}};
+  };
+  json scales = json::object();
+  switch (p.scales) {
+    case Scales::per_tensor:
+      scales["x_scale"] = tensor({1}, "the static activation scale: x is quantised as code = sat(x / x_scale)");
+      scales["w1_scales"] = tensor({E}, "one scale per expert: W1 = code * w1_scales[e]");
+      scales["w2_scales"] = tensor({E}, "one scale per expert: W2 = code * w2_scales[e]");
+      break;
+    case Scales::per_token:
+      scales["w1_scales"] = tensor({E, 2 * I}, "per output channel: W1[e, n, :] = code * w1_scales[e, n] (gate rows, then up rows)");
+      scales["w2_scales"] = tensor({E, H}, "per output channel: W2[e, n, :] = code * w2_scales[e, n]");
+      break;
+    case Scales::block128:
+      scales["w1_scales"] = tensor({E, 2 * I / G, H / G}, "per 128 x 128 block: W1[e, n, k] = code * w1_scales[e, n / 128, k / 128]");
+      scales["w2_scales"] = tensor({E, H / G, I / G}, "per 128 x 128 block: W2[e, n, k] = code * w2_scales[e, n / 128, k / 128]");
+      break;
+    case Scales::none: break;
+  }
+  const char* activations = p.scales == Scales::per_tensor  ? "quantised on the device with x_scale"
+                            : p.scales == Scales::per_token ? "quantised on the device, one dynamic scale per token (amax / max)"
+                                                            : "quantised on the device, one dynamic scale per 1 x 128 group of a token (amax / max)";
+  const bool fnuz = t.fp8 == Fp8Flavour::fnuz;
+  return {{"scales", std::string(to_string(p.scales))},
+          {"fp8",
+           {{"weights_format", fnuz ? "e4m3fnuz (max 240, 0x80 the one NaN, no -0)" : "e4m3 OCP float8_e4m3fn (max 448)"},
+            {"weights", "w1 [experts, 2*inter, hidden] and w2 [experts, hidden, inter] as one code byte per element"},
+            {"activations", std::string("x and y are bf16; x is ") + activations},
+            {"intermediate", "stage 2 reads e4m3 codes with one fp32 scale per 1 x 128 group (workspace inter_q, inter_scales)"},
+            {"scale_tensors", std::move(scales)},
+            {"fnuz_checkpoints", fnuz ? "the same bits as OCP mean half the value: convert OCP weights by zeroing the 0x80 "
+                                        "pattern and doubling the scales (ft_fp8_ocp_to_fnuz in flytune_runtime.h)"
+                                      : "OCP codes as stored by torch.float8_e4m3fn"}}}};
+}
+
 struct LoadedObject {
   std::string file;  // <hash><ext>
   std::vector<std::byte> bytes;
@@ -311,6 +352,11 @@ json manifest_json(const ExportOptions& opt, const Target& t, const DeviceRecord
       symbols["align_count"] = align_count_entry(t);
       symbols["align_scatter"] = align_scatter_entry(t);
     }
+    if (dt == DType::e4m3) {  // the fp8 unit's quantise steps (every e4m3 unit has them)
+      symbols["quantise_x"] = quantise_x_entry(t);
+      symbols["quantise_inter"] = quantise_inter_entry(t);
+      symbols["reference_quantise"] = reference_quantise_entry(t);
+    }
     support_units.push_back({{"dtype", dtype},
                              {"code_object", s.file},
                              {"source", s.compiled_here ? "compiled by flytune export" : "database"},
@@ -385,11 +431,6 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     auto read = row.problem.to_problem();
     if (!read) return std::unexpected(with_context(std::move(read).error(), what));
     const Problem p = std::move(*read);
-    if (p.fp8())
-      return fail(Errc::invalid_input,
-                  "fp8 layers cannot be exported yet: the runtime's C API (ft_layer_buffers) takes no weight scales and "
-                  "check-export no fp8 inputs; export a bf16 or f16 problem (--problem)",
-                  what);
     const json& params = row.variant.params;
     if (!params.contains("stage1") || !params.contains("stage2") || !params.contains("stage1_kernel") ||
         !params.contains("stage2_kernel"))
@@ -453,6 +494,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
                           {"routing", row.problem.routing},
                           {"support_code_object", support.file},
                           {"buckets", json::array()}});
+      if (p.fp8()) problems.back().update(fp8_problem_json(p, *target));
       ++out.summary.problems;
     }
     problems.back()["buckets"].push_back(std::move(bucket));

@@ -40,6 +40,24 @@ LaunchShape shuffle_launch(long long rows, long long cols) {
   return {int((chunks + kReduceThreads - 1) / kReduceThreads), 1, 1, kReduceThreads, 0};
 }
 
+Result<ArrangeLaunch> arrange_launch(std::uint64_t src, std::uint64_t dst, long long rows, long long cols, int element_bytes,
+                                     WeightLayout layout) {
+  const std::string what(to_string(layout));
+  if (layout != WeightLayout::shuffled && layout != WeightLayout::tiled)
+    return fail(Errc::usage, "arrange weights: the layout must be shuffled (1) or tiled (2); plain weights need no arranging");
+  if (element_bytes != 1 && element_bytes != 2)
+    return fail(Errc::usage, fmt::format("{} weights: elements of {} bytes; 2 (bf16, f16) or 1 (fp8 codes)", what, element_bytes));
+  const int pack = 2 / element_bytes;  // elements per 16-bit value the kernel moves
+  const long long col_unit = (layout == WeightLayout::tiled ? 64 : 8) * pack;
+  if (rows < 16 || cols < col_unit || rows % 16 || cols % col_unit || rows > std::numeric_limits<int>::max() ||
+      cols > std::numeric_limits<int>::max())
+    return fail(Errc::usage, fmt::format("{} weights: rows must be a multiple of 16 and cols of {} (got {} x {})", what, col_unit,
+                                         rows, cols));
+  const long long cols16 = cols / pack;
+  return ArrangeLaunch{ShuffleArgs{device_pointer<const u16>(src), device_pointer<u16>(dst), int(rows), int(cols16), int(layout), 0},
+                       shuffle_launch(rows, cols16)};
+}
+
 LaunchShape reference_launch(StageRole stage, const Problem& p, int tokens) {
   // Pairs or tokens along x (up to 2^31 - 1 blocks), column chunks along y.
   if (stage == StageRole::stage1)

@@ -59,6 +59,19 @@ LaunchShape reduce_launch(const Problem& p, int tokens);
 LaunchShape quantise_launch(long long rows);
 // The support kernels verification and weight arrangement use.
 LaunchShape shuffle_launch(long long rows, long long cols);
+// Weights [rows, cols] of `element_bytes` (2, or 1: fp8 codes) arranged from
+// src to dst in `layout` by the shuffle kernel, which moves 16-bit elements:
+// a row of fp8 codes is arranged as the 16-bit row of its cols / 2 byte pairs,
+// so an 8-bit layout's blocks are the 16-bit layout's blocks of bytes
+// (templates/ft/weight_layout.hpp). Errc::usage for a layout other than
+// shuffled or tiled, or sizes it cannot hold: rows a multiple of 16, the
+// 16-bit columns of 8 (shuffled) or 64 (tiled).
+struct ArrangeLaunch {
+  ShuffleArgs args;
+  LaunchShape shape;
+};
+Result<ArrangeLaunch> arrange_launch(std::uint64_t src, std::uint64_t dst, long long rows, long long cols, int element_bytes,
+                                     WeightLayout layout);
 LaunchShape reference_launch(StageRole stage, const Problem& p, int tokens);
 LaunchShape fill_launch(std::uint64_t count);
 // fp8 verification: the reference intermediate quantised, one thread per 128-value group.

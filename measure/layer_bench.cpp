@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -159,12 +160,11 @@ Status LayerBench::ensure_arranged(WeightLayout layout) {
       at(table_, b) = buffers_[std::size_t(b)].ptr();
     }
   }
-  // fp8 codes are arranged as the 16-bit matrix of their byte pairs (weight_layout.hpp).
-  const std::size_t pack = problem_.fp8() ? 2 : 1, H2 = H / pack, I2 = I / pack;
-  ShuffleArgs a1{device_pointer<const u16>(at(table_, Buf::w1)), device_pointer<u16>(at(table_, b1)), int(E * 2 * I), int(H2), l, 0};
-  FT_CHECK(run_support(shuffle_, shuffle_launch(E * 2 * I, H2), &a1, sizeof a1));
-  ShuffleArgs a2{device_pointer<const u16>(at(table_, Buf::w2)), device_pointer<u16>(at(table_, b2)), int(E * H), int(I2), l, 0};
-  FT_CHECK(run_support(shuffle_, shuffle_launch(E * H, I2), &a2, sizeof a2));
+  const int eb = problem_.element_bytes();
+  for (auto [src, dst, rows, cols] : {std::tuple{Buf::w1, b1, E * 2 * I, H}, std::tuple{Buf::w2, b2, E * H, I}}) {
+    const ArrangeLaunch a = FT_TRY(arrange_launch(at(table_, src), at(table_, dst), (long long)rows, (long long)cols, eb, layout));
+    FT_CHECK(run_support(shuffle_, a.shape, &a.args, sizeof a.args));
+  }
   FT_CHECK(dev_.synchronize());
   arranged_ready_[l] = true;
   return {};

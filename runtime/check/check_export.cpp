@@ -44,40 +44,72 @@ class Allocations {
 // A problem's weights, filled once and shared by all its checks (a layer of
 // DeepSeek-V3 holds 22 GB of them), with the arranged copies made on first
 // use: plain W1/W2 for the reference, shuffled or tiled copies for stages
-// that read them.
+// that read them. An fp8 problem's weights are e4m3 codes with fp32 scales
+// (and per-tensor a static activation scale), drawn as the search's
+// workloads draw theirs (measure/workload/workload.hpp) from other seeds.
 class ProblemWeights {
  public:
-  ProblemWeights(ft_runtime* rt, const ft_problem_shape& s, std::uint64_t seed) : rt_(rt), mem_(rt) {
-    const std::size_t E = std::size_t(s.experts), H = std::size_t(s.hidden), I = std::size_t(s.inter);
+  ProblemWeights(ft_runtime* rt, const Problem& p, std::uint64_t seed) : rt_(rt), mem_(rt), fp8_(p.fp8()) {
+    const std::size_t E = std::size_t(p.experts), H = std::size_t(p.hidden), I = std::size_t(p.inter);
     rows_[0] = E * 2 * I, cols_[0] = H;
     rows_[1] = E * H, cols_[1] = I;
-    for (int w = 0; w < 2; ++w) {
-      plain_[w] = mem_.get(rows_[w] * cols_[w] * 2);
-      if (!plain_[w] ||
-          ft_runtime_fill_random(rt, plain_[w], rows_[w] * cols_[w], seed * 3 + 2 + std::uint64_t(w),
-                                 float(1.0 / std::sqrt(double(cols_[w])))) != FT_OK)
-        error_ = std::string("weights: ") + ft_runtime_last_error(rt);
+    const TensorStream streams[2] = {TensorStream::w1, TensorStream::w2};
+    const TensorStream scale_streams[2] = {TensorStream::w1_scales, TensorStream::w2_scales};
+    const std::size_t scale_counts[2] = {std::size_t(weight_scale_count(p.scales, long(E), long(2 * I), long(H))),
+                                         std::size_t(weight_scale_count(p.scales, long(E), long(H), long(I)))};
+    for (int w = 0; w < 2 && error_.empty(); ++w) {
+      const std::size_t count = rows_[w] * cols_[w];
+      plain_[w] = mem_.get(count * element_bytes());
+      bool ok = plain_[w] != nullptr;
+      if (ok && !fp8_)
+        ok = ft_runtime_fill_random(rt, plain_[w], count, seed * 3 + 2 + std::uint64_t(w), float(1.0 / std::sqrt(double(cols_[w])))) ==
+             FT_OK;
+      if (ok && fp8_) {
+        scales_[w] = static_cast<float*>(mem_.get(scale_counts[w] * 4));
+        ok = scales_[w] &&
+             ft_runtime_fill_random_as(rt, plain_[w], count, seed * 3 + 2 + std::uint64_t(w), tensor_scale(p, streams[w]),
+                                       FT_FILL_FP8_CODES, 0) == FT_OK &&
+             ft_runtime_fill_random_as(rt, scales_[w], scale_counts[w], seed * 5 + 7 + std::uint64_t(w),
+                                       tensor_scale(p, scale_streams[w]), FT_FILL_F32_SCALES, 0) == FT_OK;
+      }
+      if (!ok) error_ = std::string("weights: ") + ft_runtime_last_error(rt);
+    }
+    if (fp8_ && p.scales == Scales::per_tensor && error_.empty()) {
+      const float xs = fp8_x_scale(rt::runtime_of(rt)->manifest().target_info->fp8 == Fp8Flavour::fnuz ? Elem::e4m3fnuz : Elem::e4m3);
+      x_scale_ = static_cast<float*>(mem_.get(4));
+      if (!x_scale_ || ft_runtime_upload(rt, x_scale_, &xs, 4) != FT_OK) error_ = std::string("x_scale: ") + ft_runtime_last_error(rt);
     }
   }
   const std::string& error() const { return error_; }
   const void* plain(int stage) const { return plain_[stage - 1]; }
+  // The caller's scale buffers of an fp8 layer (null for 16-bit problems).
+  void bind_scales(ft_layer_buffers& b) const {
+    b.x_scale = x_scale_;
+    b.w1_scales = scales_[0];
+    b.w2_scales = scales_[1];
+  }
   // The copy a plan's stage reads (plain, shuffled or tiled); null on failure.
   const void* arranged(int stage, int layout) {
     if (layout == FT_WEIGHT_LAYOUT_PLAIN) return plain_[stage - 1];
     void*& slot = copies_[stage - 1][layout];
     if (!slot) {
       const int w = stage - 1;
-      void* dst = mem_.get(rows_[w] * cols_[w] * 2);
-      if (dst && ft_runtime_arrange_weights(rt_, plain_[w], dst, int(rows_[w]), int(cols_[w]), layout, nullptr) == FT_OK)
+      void* dst = mem_.get(rows_[w] * cols_[w] * element_bytes());
+      if (dst && ft_runtime_arrange_weights_of(rt_, plain_[w], dst, int(rows_[w]), int(cols_[w]), int(element_bytes()), layout,
+                                               nullptr) == FT_OK)
         slot = dst;
     }
     return slot;
   }
 
  private:
+  std::size_t element_bytes() const { return fp8_ ? 1 : 2; }
   ft_runtime* rt_;
   Allocations mem_;
+  bool fp8_ = false;
   void* plain_[2] = {nullptr, nullptr};
+  float* scales_[2] = {nullptr, nullptr};
+  float* x_scale_ = nullptr;
   void* copies_[2][3] = {};
   std::size_t rows_[2] = {}, cols_[2] = {};
   std::string error_;
@@ -176,6 +208,7 @@ std::string sampled_reference(ft_runtime* rt, const ft_plan* plan, Allocations& 
     return std::string("sample: ") + ft_runtime_last_error(rt);
   rt::LayerBuffers sb{};
   sb.x = ptr(sx), sb.topk_ids = ptr(sids), sb.topk_weights = ptr(sw), sb.w1 = ptr(b.w1), sb.w2 = ptr(b.w2);
+  sb.x_scale = ptr(b.x_scale), sb.w1_scales = ptr(b.w1_scales), sb.w2_scales = ptr(b.w2_scales);
   sb.workspace = ptr(b.workspace);  // the runtime's reference writes the workspace's inter
   sb.workspace_bytes = b.workspace_bytes;
   auto st = rt::runtime_of(rt)->reference(*rt::plan_of(plan), sb, ptr(y_ref), {}, int(S));
@@ -241,7 +274,13 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   b.topk_ids = static_cast<const std::int32_t*>(ids);
   b.topk_weights = static_cast<const float*>(weights);
   b.y = y;
-  if (ft_runtime_fill_random(rt, x, T * H, seed * 3 + 1, 1.0f) != FT_OK) return failed("fill");
+  weights_of.bind_scales(b);
+  // fp8 problems' X: 128-value groups of differing magnitudes, so a layer
+  // reading another group's activation scale fails.
+  const Problem& problem = rt::plan_of(plan)->problem->problem;
+  if (ft_runtime_fill_random_as(rt, x, T * H, seed * 3 + 1, tensor_scale(problem, TensorStream::x), FT_FILL_BF16,
+                                magnitude_group(problem, TensorStream::x)) != FT_OK)
+    return failed("fill");
   if (ft_runtime_upload(rt, ids, routed->ids.data(), routed->ids.size() * 4) != FT_OK ||
       ft_runtime_upload(rt, weights, routed->weights.data(), routed->weights.size() * 4) != FT_OK)
     return failed("upload");
@@ -283,7 +322,7 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   if (ft_runtime_download(rt, all.data(), y, all.size() * 2) != FT_OK ||
       ft_runtime_download(rt, ref_bits.data(), y_ref, ref_bits.size() * 2) != FT_OK)
     return failed("download");
-  judge(row, all, ref_bits, sampled, H, std::string(shape.dtype) == "f16" ? DType::f16 : DType::bf16);
+  judge(row, all, ref_bits, sampled, H, problem.dtype);
   return row;
 }
 
@@ -377,10 +416,9 @@ Result<CheckReport> check_export(const CheckOptions& o) {
     ft_plan* first = nullptr;
     if (ft_runtime_select(h.rt, key.c_str(), 1, &first) != FT_OK)
       return fail(Errc::internal, ft_runtime_last_error(h.rt), key);
-    ft_problem_shape shape{};
-    ft_plan_shape(first, &shape);
+    const Problem problem = rt::plan_of(first)->problem->problem;
     ft_plan_free(first);
-    ProblemWeights weights(h.rt, shape, o.seed);
+    ProblemWeights weights(h.rt, problem, o.seed);
     if (!weights.error().empty()) return fail(Errc::device, weights.error(), key);
     for (int t : tokens)
       for (const std::string& routing : o.routings)

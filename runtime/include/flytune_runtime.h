@@ -72,6 +72,20 @@ typedef struct ft_layer_buffers {
   int32_t* bad_ids;           /* optional [1]: the layer writes the count of topk_ids outside [-1, experts) */
   void* workspace;            /* optional: one workspace for all of the plan's workspace buffers */
   size_t workspace_bytes;     /* its size */
+  /* fp8 layers (ft_plan_scales != FT_SCALES_NONE; NULL in 16-bit layers): fp32
+   * scales, a weight value being code * scale. Counts: ft_plan_scale_count;
+   * shapes (row-major) by mode -- per-tensor: x_scale [1] (the static
+   * activation scale: x is quantised as x / x_scale), w1_scales [experts],
+   * w2_scales [experts]; per-token (activations scaled per token on the
+   * device, weights per output channel): w1_scales [experts, 2*inter],
+   * w2_scales [experts, hidden]; block128 (activations per 1 x 128 group on
+   * the device, weights per 128 x 128 block): w1_scales [experts, 2*inter/128,
+   * hidden/128], w2_scales [experts, hidden/128, inter/128]. fp8 layers take
+   * their workspace as one buffer (`workspace`): their quantise buffers have
+   * no named field. */
+  const float* x_scale;
+  const float* w1_scales;
+  const float* w2_scales;
 } ft_layer_buffers;
 
 /* Each workspace buffer starts at a multiple of this many bytes in ft_layer_buffers::workspace. */
@@ -104,9 +118,21 @@ int ft_runtime_bucket_tokens(const ft_runtime* rt, int problem_index, int bucket
 
 typedef struct ft_problem_shape {
   int experts, hidden, inter, topk;
-  int element_bytes;   /* 2 */
-  const char* dtype;   /* "bf16" or "f16" */
+  int element_bytes;   /* bytes of a weight element: 2, or 1 in fp8 layers (x and y are bf16 there) */
+  const char* dtype;   /* the weights' format: "bf16", "f16", "e4m3" (OCP, max 448) or "e4m3fnuz" (gfx942: max 240) */
 } ft_problem_shape;
+
+/* How an fp8 layer's values are scaled (ft_plan_scales; the problem key's
+ * "e4m3:<mode>"). */
+typedef enum ft_scales {
+  FT_SCALES_NONE = 0,        /* a bf16 / f16 layer */
+  FT_SCALES_PER_TENSOR = 1,  /* one static activation scale, one scale per expert's W1 and W2 */
+  FT_SCALES_PER_TOKEN = 2,   /* dynamic per-token activation scales, per-output-channel weight scales */
+  FT_SCALES_BLOCK128 = 3     /* dynamic 1 x 128 activation groups, 128 x 128 weight blocks (DeepSeek-V3) */
+} ft_scales;
+
+/* The caller's scale tensors of an fp8 layer (ft_plan_scale_count). */
+typedef enum ft_scale_tensor { FT_SCALE_X = 0, FT_SCALE_W1 = 1, FT_SCALE_W2 = 2 } ft_scale_tensor;
 
 /* The kernels for (problem, T): the smallest tuned bucket >= T, else the
  * largest. The plan stays valid until ft_plan_free or ft_runtime_close. */
@@ -115,6 +141,12 @@ void ft_plan_free(ft_plan* plan);
 int ft_plan_bucket(const ft_plan* plan);             /* the tuned bucket chosen */
 int ft_plan_tokens(const ft_plan* plan);
 void ft_plan_shape(const ft_plan* plan, ft_problem_shape* out);
+/* The plan's scale mode (ft_scales); FT_SCALES_NONE for a null plan. */
+int ft_plan_scales(const ft_plan* plan);
+/* fp32 values the caller's scale tensor `which` (ft_scale_tensor) holds for
+ * this plan (shapes: ft_layer_buffers); 0 where the layer reads none (16-bit
+ * layers; x_scale outside per-tensor mode) or for a bad argument. */
+size_t ft_plan_scale_count(const ft_plan* plan, int which);
 /* 1 where that stage (1 or 2) reads pre-shuffled weights. */
 int ft_plan_needs_shuffled(const ft_plan* plan, int stage);
 /* 1 where that stage (1 or 2) reads tiled weights. */
@@ -145,6 +177,12 @@ int ft_runtime_shuffle_weights(ft_runtime* rt, const void* src, void* dst, int r
  * overlap. */
 int ft_runtime_arrange_weights(ft_runtime* rt, const void* src, void* dst, int rows, int cols, int layout, void* stream);
 
+/* The same for weights of `element_bytes` (2, or 1 for fp8 codes: a row of
+ * `cols` codes is arranged as the 16-bit matrix of its cols/2 byte pairs, so
+ * cols must be a multiple of 16 (shuffled) or 128 (tiled)). */
+int ft_runtime_arrange_weights_of(ft_runtime* rt, const void* src, void* dst, int rows, int cols, int element_bytes, int layout,
+                                  void* stream);
+
 /* Helpers for programs without their own GPU runtime code (examples, checks). */
 int ft_runtime_alloc(ft_runtime* rt, size_t bytes, void** out);
 int ft_runtime_free(ft_runtime* rt, void* p);
@@ -153,10 +191,33 @@ int ft_runtime_download(ft_runtime* rt, void* dst, const void* src, size_t bytes
 int ft_runtime_synchronize(ft_runtime* rt, void* stream);
 /* Seeded random 16-bit values (the search's fill kernel), scaled by `scale`. */
 int ft_runtime_fill_random(ft_runtime* rt, void* dst, size_t count, uint64_t seed, float scale);
+/* What ft_runtime_fill_random_as writes. */
+typedef enum ft_fill_kind {
+  FT_FILL_BF16 = 0,        /* 16-bit bf16 values: random normal x scale */
+  FT_FILL_F16 = 1,         /* 16-bit f16 values */
+  FT_FILL_FP8_CODES = 2,   /* one byte each: e4m3 codes of random normal x scale in the export's fp8 format */
+  FT_FILL_F32_SCALES = 3   /* fp32: positive random scales around `scale` (for weight scales) */
+} ft_fill_kind;
+/* Seeded random values of a kind; `group` > 0 (16-bit kinds): every `group`
+ * consecutive values share a random magnitude, so neighbouring 128-value
+ * scale groups differ. FT_FILL_FP8_CODES needs an export with an fp8 problem. */
+int ft_runtime_fill_random_as(ft_runtime* rt, void* dst, size_t count, uint64_t seed, float scale, int kind, int group);
 /* The support unit's reference kernels for the plan's problem and T: writes
  * the reference intermediate to buffers->inter and the output to y_ref
- * (plain weights; no workspace other than inter). */
+ * (plain weights; no workspace other than inter). fp8 plans: the dequantised
+ * fp32 reference (activations quantised as the layer does, the intermediate
+ * quantised in 1 x 128 groups as stage 2 reads it); it needs the scales,
+ * allocates its scratch itself and waits for `stream` before returning. */
 int ft_plan_reference(const ft_plan* plan, const ft_layer_buffers* buffers, void* y_ref, void* stream);
+
+/* Host memory, no runtime needed: converts an OCP e4m3 checkpoint tensor
+ * (float8_e4m3fn codes) in place for gfx942, which reads e4m3fnuz. The same
+ * bits mean half the value in fnuz, so every code is kept and every one of
+ * its `scale_count` scales doubled (any granularity: per tensor, channel or
+ * block); OCP -0 (0x80, fnuz's NaN) becomes +0 and OCP NaNs become fnuz NaN
+ * (their count in *nans_out when not NULL). FT_ERR_ARGUMENT for null
+ * pointers or a scale that is not finite when doubled (nothing is changed then). */
+int ft_fp8_ocp_to_fnuz(uint8_t* codes, size_t count, float* scales, size_t scale_count, size_t* nans_out);
 
 #ifdef __cplusplus
 }

@@ -1,14 +1,17 @@
 // The C API (flytune_runtime.h) over ft::rt::Runtime: handles, status codes
 // and the last error message. Every entry point runs inside `guarded`, so no
 // C++ exception (a bad allocation, a library's throw) reaches the C caller.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <new>
+#include <span>
 
 #include "runtime/include/flytune_runtime.h"
 #include "runtime/src/handles.hpp"
 #include "runtime/src/runtime_impl.hpp"
+#include "generator/fp8_checkpoint.hpp"
 #include "device/runtimes.hpp"
 #include "device/device_buffer.hpp"
 
@@ -81,8 +84,15 @@ ft::rt::LayerBuffers buffers_of(const ft_layer_buffers& b) {
   return {ptr(b.x),        ptr(b.topk_ids),    ptr(b.topk_weights), ptr(b.w1),         ptr(b.w2),
           ptr(b.w1_shuffled), ptr(b.w2_shuffled), ptr(b.inter),     ptr(b.y_acc),      ptr(b.sorted_ids),
           ptr(b.block_experts), ptr(b.padded_rows), ptr(b.y),        ptr(b.w1_tiled),   ptr(b.w2_tiled),
-          ptr(b.bad_ids),      ptr(b.workspace),   b.workspace_bytes};
+          ptr(b.bad_ids),      ptr(b.workspace),   b.workspace_bytes,   ptr(b.x_scale),    ptr(b.w1_scales),
+          ptr(b.w2_scales)};
 }
+
+// The C enums are ft::Scales and FillArgs::elem.
+static_assert(FT_SCALES_NONE == int(ft::Scales::none) && FT_SCALES_PER_TENSOR == int(ft::Scales::per_tensor) &&
+              FT_SCALES_PER_TOKEN == int(ft::Scales::per_token) && FT_SCALES_BLOCK128 == int(ft::Scales::block128));
+static_assert(FT_FILL_BF16 == 0 && FT_FILL_F16 == 1 && FT_FILL_FP8_CODES == 2 && FT_FILL_F32_SCALES == 3,
+              "ft::FillArgs::elem (templates/ft/moe_args.hpp)");
 
 static_assert(FT_WORKSPACE_ALIGN == ft::kWorkspaceAlign, "the C header states the layer program's workspace alignment");
 
@@ -191,7 +201,23 @@ int ft_plan_tokens(const ft_plan* plan) { return plan ? plan->plan.tokens : 0; }
 void ft_plan_shape(const ft_plan* plan, ft_problem_shape* out) {
   if (!plan || !out) return;
   const ft::Problem& p = plan->plan.problem->problem;
-  *out = {p.experts, p.hidden, p.inter, p.topk, 2, p.dtype == ft::DType::f16 ? "f16" : "bf16"};
+  const char* dtype = p.dtype == ft::DType::f16 ? "f16" : "bf16";
+  if (p.fp8()) dtype = plan->owner->rt->manifest().target_info->fp8 == ft::Fp8Flavour::fnuz ? "e4m3fnuz" : "e4m3";
+  *out = {p.experts, p.hidden, p.inter, p.topk, p.element_bytes(), dtype};
+}
+
+int ft_plan_scales(const ft_plan* plan) { return plan ? int(plan->plan.problem->problem.scales) : FT_SCALES_NONE; }
+
+size_t ft_plan_scale_count(const ft_plan* plan, int which) {
+  if (!plan) return 0;
+  const ft::Problem& p = plan->plan.problem->problem;
+  const long long E = p.experts, H = p.hidden, I = p.inter;
+  switch (which) {
+    case FT_SCALE_X: return p.scales == ft::Scales::per_tensor ? 1 : 0;
+    case FT_SCALE_W1: return std::size_t(ft::weight_scale_count(p.scales, E, 2 * I, H));
+    case FT_SCALE_W2: return std::size_t(ft::weight_scale_count(p.scales, E, H, I));
+    default: return 0;
+  }
 }
 
 int ft_plan_needs_shuffled(const ft_plan* plan, int stage) {
@@ -279,6 +305,11 @@ int ft_runtime_shuffle_weights(ft_runtime* rt, const void* src, void* dst, int r
 }
 
 int ft_runtime_arrange_weights(ft_runtime* rt, const void* src, void* dst, int rows, int cols, int layout, void* stream) {
+  return ft_runtime_arrange_weights_of(rt, src, dst, rows, cols, 2, layout, stream);
+}
+
+int ft_runtime_arrange_weights_of(ft_runtime* rt, const void* src, void* dst, int rows, int cols, int element_bytes, int layout,
+                                  void* stream) {
   return guarded(rt, "ft_runtime_arrange_weights", [&]() -> int {
     if (!rt) return bad_argument(rt, "ft_runtime_arrange_weights", "rt must not be null");
     if (layout != FT_WEIGHT_LAYOUT_SHUFFLED && layout != FT_WEIGHT_LAYOUT_TILED)
@@ -286,7 +317,7 @@ int ft_runtime_arrange_weights(ft_runtime* rt, const void* src, void* dst, int r
                           ("layout " + std::to_string(layout) +
                            " is neither FT_WEIGHT_LAYOUT_SHUFFLED (1) nor FT_WEIGHT_LAYOUT_TILED (2)").c_str());
     return record(rt, rt->rt->arrange_weights(ptr(src), ptr(dst), rows, cols, ft::WeightLayout(layout),
-                                              ft::StreamHandle{stream}));
+                                              ft::StreamHandle{stream}, element_bytes));
   });
 }
 
@@ -326,6 +357,24 @@ int ft_runtime_fill_random(ft_runtime* rt, void* dst, size_t count, uint64_t see
   FT_DEVICE_CALL("ft_runtime_fill_random", rt->rt->fill_random(ptr(dst), count, seed, scale));
 }
 
+int ft_runtime_fill_random_as(ft_runtime* rt, void* dst, size_t count, uint64_t seed, float scale, int kind, int group) {
+  if (kind < 0) return bad_argument(rt, "ft_runtime_fill_random_as", ("kind " + std::to_string(kind) + " < 0").c_str());
+  FT_DEVICE_CALL("ft_runtime_fill_random_as", rt->rt->fill_random(ptr(dst), count, seed, scale, kind, group));
+}
+
 #undef FT_DEVICE_CALL
+
+int ft_fp8_ocp_to_fnuz(uint8_t* codes, size_t count, float* scales, size_t scale_count, size_t* nans_out) {
+  return guarded(nullptr, "ft_fp8_ocp_to_fnuz", [&]() -> int {
+    if ((!codes && count) || (!scales && scale_count))
+      return bad_argument(nullptr, "ft_fp8_ocp_to_fnuz", "codes and scales must not be null");
+    auto converted = ft::convert_ocp_to_fnuz(std::span<const std::uint8_t>(codes, count), std::span<const float>(scales, scale_count));
+    if (!converted) return record(nullptr, ft::Error{Errc::usage, "ft_fp8_ocp_to_fnuz: " + converted.error().message, {}});
+    std::copy(converted->bytes.begin(), converted->bytes.end(), codes);
+    std::copy(converted->scales.begin(), converted->scales.end(), scales);
+    if (nans_out) *nans_out = converted->nans;
+    return FT_OK;
+  });
+}
 
 }  // extern "C"

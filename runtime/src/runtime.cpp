@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "device/device_buffer.hpp"
 #include "system/hash.hpp"
 #include "layer/program.hpp"
 
@@ -71,6 +72,11 @@ SupportUnit parse_support(const json& s) {
   u.reduce_partials16 = sym.value("reduce_partials16", std::string());
   u.align_count = sym.value("align_count", std::string());
   u.align_scatter = sym.value("align_scatter", std::string());
+  u.quantise_x = sym.value("quantise_x", std::string());
+  u.quantise_inter = sym.value("quantise_inter", std::string());
+  u.reference_quantise = sym.value("reference_quantise", std::string());
+  if (u.dtype == "e4m3" && (u.quantise_x.empty() || u.quantise_inter.empty() || u.reference_quantise.empty()))
+    throw std::invalid_argument("the e4m3 support unit names no quantise_x, quantise_inter or reference_quantise symbol");
   u.shuffle = sym.at("shuffle").get<std::string>();
   u.reference1 = sym.at("reference1").get<std::string>();
   u.reference2 = sym.at("reference2").get<std::string>();
@@ -146,6 +152,11 @@ Result<Manifest> parse(const json& j) {
     p.problem.inter = positive_int(pj, "inter", where);
     p.problem.topk = positive_int(pj, "topk", where);
     p.problem.dtype = FT_TRY(parse_dtype(pj.at("dtype").get<std::string>()));
+    if (p.problem.fp8()) {
+      if (!pj.contains("scales")) return fail(Errc::invalid_input, where + ": an fp8 problem names no scales");
+      p.problem.scales = FT_TRY(parse_scales(pj.at("scales").get<std::string>()));
+      if (auto st = p.problem.validate(); !st) return std::unexpected(with_context(st.error(), where));
+    }
     if (p.problem.topk > p.problem.experts) return fail(Errc::invalid_input, where + ": topk exceeds experts");
     for (const json& bj : pj.at("buckets")) p.buckets.push_back(FT_TRY(parse_bucket(bj, m, p)));
     if (p.buckets.empty()) return fail(Errc::invalid_input, where + " has no buckets");
@@ -232,6 +243,9 @@ Result<BufferTable> buffer_table(const LayerProgram& program, const LayerBuffers
   at(t, Buf::block_experts) = b.block_experts;
   at(t, Buf::padded_rows) = b.padded_rows;
   at(t, Buf::bad_ids) = b.bad_ids;
+  at(t, Buf::x_scale) = b.x_scale;
+  at(t, Buf::w1_scales) = b.w1_scales;
+  at(t, Buf::w2_scales) = b.w2_scales;
   if (!b.workspace) return t;
   const WorkspacePlacement w = workspace_placement(program);
   if (b.workspace_bytes < w.total)
@@ -335,7 +349,9 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
     u.reduce_atomic_fn = FT_TRY(function(f, u.reduce_atomic));
     u.reduce_partials_fn = FT_TRY(function(f, u.reduce_partials));
     for (auto [symbol, fn] : {std::pair{&u.reduce_partials16, &u.reduce_partials16_fn}, std::pair{&u.align_count, &u.align_count_fn},
-                              std::pair{&u.align_scatter, &u.align_scatter_fn}})
+                              std::pair{&u.align_scatter, &u.align_scatter_fn}, std::pair{&u.quantise_x, &u.quantise_x_fn},
+                              std::pair{&u.quantise_inter, &u.quantise_inter_fn},
+                              std::pair{&u.reference_quantise, &u.reference_quantise_fn}})
       if (!symbol->empty()) *fn = FT_TRY(function(f, *symbol));
     u.shuffle_fn = FT_TRY(function(f, u.shuffle));
     u.reference1_fn = FT_TRY(function(f, u.reference1));
@@ -348,7 +364,7 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
                                          [&](const SupportUnit& s) { return s.dtype == dtype; });
     for (Bucket& b : p.buckets) {
       b.kernels = {u.align_fn,          {}, {}, u.reduce_atomic_fn, u.reduce_partials_fn, u.reduce_partials16_fn,
-                   u.align_count_fn,    u.align_scatter_fn};
+                   u.align_count_fn,    u.align_scatter_fn, u.quantise_x_fn, u.quantise_inter_fn};
       for (auto [variant, slot] : {std::pair{&*b.recipe.stage1, &b.kernels.stage1}, std::pair{&*b.recipe.stage2, &b.kernels.stage2}}) {
         *slot = FT_TRY(function(b.files.at(variant->name()), variant->name()));
         if (variant->lds_bytes() > 0) FT_CHECK(device_->set_dynamic_shared(*slot, variant->lds_bytes()));
@@ -402,36 +418,40 @@ Status Runtime::launch_support(FunctionHandle f, const LaunchShape& s, const voi
                          s.lds_bytes, stream, args, size);
 }
 
-Status Runtime::arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols, WeightLayout layout, StreamHandle stream) {
+Status Runtime::arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols, WeightLayout layout, StreamHandle stream,
+                                int element_bytes) {
   if (manifest_.supports.empty()) return fail(Errc::invalid_input, "the export has no support unit");
-  if (layout != WeightLayout::shuffled && layout != WeightLayout::tiled)
-    return fail(Errc::usage, "arrange weights: the layout must be shuffled (1) or tiled (2); plain weights need no arranging");
+  const ArrangeLaunch a = FT_TRY(arrange_launch(src, dst, rows, cols, element_bytes, layout));
   const std::string what(to_string(layout));
   if (!src || !dst) return fail(Errc::usage, what + " weights: null source or destination");
-  const int col_unit = layout == WeightLayout::tiled ? 64 : 8;
-  if (rows < 16 || cols < col_unit || rows % 16 || cols % col_unit)
-    return fail(Errc::usage, what + " weights: rows must be a multiple of 16 and cols of " + std::to_string(col_unit) +
-                                 " (got " + std::to_string(rows) + " x " + std::to_string(cols) + ")");
-  const DevicePtr bytes = DevicePtr(rows) * DevicePtr(cols) * 2;
+  const DevicePtr bytes = DevicePtr(rows) * DevicePtr(cols) * DevicePtr(element_bytes);
   if (src < dst + bytes && dst < src + bytes)
     return fail(Errc::usage, what + " weights: source and destination overlap; arrange into a separate buffer");
-  ShuffleArgs a{device_pointer<const u16>(src), device_pointer<u16>(dst), rows, cols, int(layout), 0};
-  return launch_support(manifest_.supports.front().shuffle_fn, shuffle_launch(rows, cols), &a, sizeof a, stream);
+  return launch_support(manifest_.supports.front().shuffle_fn, a.shape, &a.args, sizeof a.args, stream);
 }
 
-Status Runtime::fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed, float scale) {
+Status Runtime::fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed, float scale, int kind, int group) {
   if (manifest_.supports.empty()) return fail(Errc::invalid_input, "the export has no support unit");
   if (!dst) return fail(Errc::usage, "fill: null destination");
-  const SupportUnit& u = manifest_.supports.front();
-  FillArgs a{device_pointer<u16>(dst), count, seed, scale, u.dtype == "f16" ? 1 : 0};
-  return launch_support(u.fill_fn, fill_launch(count), &a, sizeof a, {});
+  if (kind < -1 || kind > 3) return fail(Errc::usage, fmt::format("fill: kind {} is not 0 (bf16), 1 (f16), 2 (fp8 codes) or 3 (fp32)", kind));
+  if (group < 0) return fail(Errc::usage, fmt::format("fill: group {} < 0", group));
+  // Codes are the target's fp8 format: the e4m3 unit's fill writes them.
+  const SupportUnit* u = &manifest_.supports.front();
+  if (kind == 2) {
+    auto e4m3 = std::find_if(manifest_.supports.begin(), manifest_.supports.end(), [](const SupportUnit& s) { return s.dtype == "e4m3"; });
+    if (e4m3 == manifest_.supports.end()) return fail(Errc::usage, "fill: fp8 codes need an export with an fp8 problem");
+    u = &*e4m3;
+  }
+  if (kind == -1) kind = u->dtype == "f16" ? 1 : 0;
+  FillArgs a{device_pointer<u16>(dst), count, seed, scale, kind, group, 0};
+  return launch_support(u->fill_fn, fill_launch(count), &a, sizeof a, {});
 }
 
 Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream, int tokens) {
   const Problem& p = plan.problem->problem;
   const BufferTable table = FT_TRY(buffer_table(plan.program, b));
   const DevicePtr inter = at(table, Buf::inter);
-  if (!b.x || !b.topk_ids || !b.topk_weights || !b.w1 || !b.w2 || !inter || !y_ref)
+  if (!b.x || !b.topk_ids || !b.topk_weights || !b.w1 || !b.w2 || (!inter && !p.fp8()) || !y_ref)
     return fail(Errc::usage, "reference: x, topk_ids, topk_weights, w1, w2, inter and y_ref are needed");
   const int T = tokens > 0 ? tokens : plan.tokens;
   MoeArgs a{};
@@ -448,8 +468,34 @@ Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_r
   a.experts = p.experts;
   a.topk = p.topk;
   a.flags = plan.bucket->recipe.stage1->contract().weight_in_stage1 ? kFlagWeightInStage1 : 0;
+  if (p.fp8()) return reference_fp8(plan, b, a, stream);
   FT_CHECK(launch_support(plan.support->reference1_fn, reference_launch(StageRole::stage1, p, T), &a, sizeof a, stream));
   return launch_support(plan.support->reference2_fn, reference_launch(StageRole::stage2, p, T), &a, sizeof a, stream);
+}
+
+// The fp8 reference (templates/ft/reference.hpp): the fp32 intermediate, its
+// 1 x 128 quantisation as stage 2 reads it, then Y -- in scratch of its own,
+// freed after the stream has run it.
+Status Runtime::reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& a, StreamHandle stream) {
+  const Problem& p = plan.problem->problem;
+  if ((p.scales == Scales::per_tensor && !b.x_scale) || !b.w1_scales || !b.w2_scales)
+    return fail(Errc::usage, "reference: an fp8 plan needs w1_scales, w2_scales and, per-tensor, x_scale");
+  const std::size_t pairs = std::size_t(a.tokens) * std::size_t(p.topk), I = std::size_t(p.inter);
+  DeviceBuffer inter_f32 = FT_TRY(DeviceBuffer::allocate(*device_, pairs * I * 4));
+  DeviceBuffer inter_q = FT_TRY(DeviceBuffer::allocate(*device_, pairs * I));
+  DeviceBuffer inter_scales = FT_TRY(DeviceBuffer::allocate(*device_, pairs * (I / kScaleGroup) * 4));
+  a.x_scale = device_pointer<const float>(b.x_scale);
+  a.w1_scales = device_pointer<const float>(b.w1_scales);
+  a.w2_scales = device_pointer<const float>(b.w2_scales);
+  a.scales = int(p.scales);
+  a.y_acc = device_pointer<float>(inter_f32.ptr());
+  a.inter_q = device_pointer<u8>(inter_q.ptr());
+  a.inter_scales = device_pointer<float>(inter_scales.ptr());
+  const SupportUnit& u = *plan.support;
+  FT_CHECK(launch_support(u.reference1_fn, reference_launch(StageRole::stage1, p, a.tokens), &a, sizeof a, stream));
+  FT_CHECK(launch_support(u.reference_quantise_fn, reference_quantise_launch(p, a.tokens), &a, sizeof a, stream));
+  FT_CHECK(launch_support(u.reference2_fn, reference_launch(StageRole::stage2, p, a.tokens), &a, sizeof a, stream));
+  return device_->synchronize(stream);
 }
 
 }  // namespace ft::rt

@@ -49,8 +49,10 @@ struct SupportUnit {
   // Only in manifests whose layers need them (an export of a database recorded
   // before they existed never does): 16-bit partials, the wide align.
   std::string reduce_partials16, align_count, align_scatter;
+  // The e4m3 unit's (fp8 layers): the quantise steps and the reference's intermediate quantisation.
+  std::string quantise_x, quantise_inter, reference_quantise;
   FunctionHandle align_fn, reduce_atomic_fn, reduce_partials_fn, reduce_partials16_fn, shuffle_fn, reference1_fn, reference2_fn,
-      fill_fn, align_count_fn, align_scatter_fn;
+      fill_fn, align_count_fn, align_scatter_fn, quantise_x_fn, quantise_inter_fn, reference_quantise_fn;
 };
 
 struct ProblemEntry {
@@ -104,6 +106,7 @@ struct LayerBuffers {
   // program's workspace_placement); when set, inter .. padded_rows above are not read.
   DevicePtr workspace = 0;
   std::size_t workspace_bytes = 0;
+  DevicePtr x_scale = 0, w1_scales = 0, w2_scales = 0;  // appended: fp8 layers' scales
 };
 // The table of a plan's launch: the caller's pointers, the workspace buffers
 // carved from b.workspace when given (Errc::usage when it is too small).
@@ -140,9 +143,13 @@ class Runtime {
   // reductions and four launches).
   Status launch(const Plan& plan, const LayerBuffers& b, StreamHandle stream);
   // src [rows, cols] row-major -> dst in `layout` (shuffled or tiled), by the
-  // support unit's shuffle kernel; Errc::usage for sizes the layout cannot hold.
-  Status arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols, WeightLayout layout, StreamHandle stream);
-  Status fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed, float scale);
+  // support unit's shuffle kernel (elements of `element_bytes`, 2 or 1:
+  // arrange_launch); Errc::usage for sizes the layout cannot hold.
+  Status arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols, WeightLayout layout, StreamHandle stream,
+                         int element_bytes = 2);
+  // `kind`: FillArgs::elem (0 bf16, 1 f16, 2 e4m3 codes, 3 fp32 scales); -1:
+  // the export's 16-bit type. Codes need an e4m3 support unit (its format).
+  Status fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed, float scale, int kind = -1, int group = 0);
   // The support unit's reference kernels for the plan's problem and routed-weight
   // placement, on `tokens` tokens of the buffers (0: the plan's T).
   Status reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream, int tokens = 0);
@@ -153,6 +160,7 @@ class Runtime {
  private:
   Runtime() = default;
   Status load(const std::map<std::string, std::vector<std::byte>>& objects);
+  Status reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& a, StreamHandle stream);
   Status launch_support(FunctionHandle f, const LaunchShape& s, const void* args, std::size_t size, StreamHandle stream);
 
   Manifest manifest_;

@@ -141,7 +141,8 @@ struct TiledGemm {
     run_scaled(k_begin, k_end, 0);
   }
 
-  // With Promote: after the k-tile that ends each 128-deep group g, total +=
+  // With Promote: after the k-tile that ends each 128-deep group g (or the
+  // range), total +=
   // acc x ks.a(row, g) x ks.w(nb, g) for every accumulator, then acc = 0
   // (ks.a: the A scale of a tile row; ks.w: weight matrix nb's scale).
   template <class KScales>
@@ -153,7 +154,7 @@ struct TiledGemm {
         store(lds);
         barrier();
         compute(lds);
-        if constexpr (Promote) promote_after(ks, k0);
+        if constexpr (Promote) promote_after(ks, k0, k_end);
         barrier();
       }
     } else {
@@ -165,7 +166,7 @@ struct TiledGemm {
         const bool more = k0 + TK < k_end;
         if (more) fetch(k0 + TK);  // next slice's loads overlap this slice's math
         compute(lds + cur * kStageElems);
-        if constexpr (Promote) promote_after(ks, k0);
+        if constexpr (Promote) promote_after(ks, k0, k_end);
         if (more) store(lds + (cur ^ 1) * kStageElems);
         barrier();
         cur ^= 1;
@@ -173,10 +174,12 @@ struct TiledGemm {
     }
   }
 
-  // Promotes the group that the k-tile at k0 ends, if it ends one.
+  // Promotes the group that the k-tile at k0 ends, if it ends one, or the
+  // part of it this range holds when the range ends first (a split-K slice
+  // shorter than a group, or ending inside one).
   template <class KScales>
-  FT_DEVICE void promote_after(const KScales& ks, int k0) {
-    if ((k0 + TK) % kScaleGroup != 0) return;
+  FT_DEVICE void promote_after(const KScales& ks, int k0, int k_end) {
+    if ((k0 + TK) % kScaleGroup != 0 && k0 + TK < k_end) return;
     const int g = k0 / kScaleGroup;
     float w[NB];
     FT_UNROLL for (int nb = 0; nb < NB; ++nb) w[nb] = ks.w(nb, g);

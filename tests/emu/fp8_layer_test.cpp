@@ -42,7 +42,8 @@ Variant fp8_variant(const Target& t, StageRole role, const AtomInfo& atom, Scale
 
 // A few layers per target and scale mode: every fp8 atom, both intermediate
 // hand-overs where the registers allow quantise-on-store, every reduction,
-// split-K, both routed-weight placements, plain and shuffled weights.
+// split-K (slices of whole and of half scale groups), both routed-weight
+// placements, plain and shuffled weights.
 std::vector<LayerPlan> fp8_plans(const Target& t, Scales scales) {
   std::vector<LayerPlan> plans;
   for (const AtomInfo* atom : atoms_for(t, DType::e4m3)) {
@@ -57,7 +58,9 @@ std::vector<LayerPlan> fp8_plans(const Target& t, Scales scales) {
       const int m = atom->m;
       shapes = {{2 * m, 128, 64, 64, 2, 2, 2, true, false, false, Reduce::atomic, 1},
                 {2 * m, 64, 64, 32, 2, 2, 1, false, true, true, Reduce::partials, 1},
-                {2 * m, 64, 128, 128, 2, 2, 2, false, false, true, Reduce::atomic, 2}};
+                {2 * m, 64, 128, 128, 2, 2, 2, false, false, true, Reduce::atomic, 2},
+                // split-K slices of 64 (I = 512 / 8): each ends inside a 128-deep scale group
+                {2 * m, 64, 64, 32, 2, 2, 2, false, false, false, Reduce::atomic, 8}};
       if (scales == Scales::block128) shapes[2].tile_n2 = 64;  // block128: tile_n divides 128
     }
     for (const Shape& s : shapes) {

@@ -466,6 +466,21 @@ TEST_F(RuntimeTest, ArrangeWeightsPassesTheLayoutToTheShuffleKernel) {
   EXPECT_NE(overlap.error().message.find("overlap"), std::string::npos) << overlap.error().describe();
   EXPECT_TRUE((*r)->arrange_weights(src, src + 32 * 128 * 2, 32, 128, WeightLayout::tiled, {}));  // adjacent is fine
   EXPECT_EQ(fake_->launches.size(), launched + 1);
+
+  // fp8 codes: the 16-bit matrix of their byte pairs (cols / 2), so 8-bit columns come in 16s and 128s.
+  ASSERT_TRUE((*r)->arrange_weights(src, dst, 32, 256, WeightLayout::tiled, {}, 1));
+  a = shuffle_args_of(fake_->launches.back());
+  EXPECT_EQ(a.rows, 32);
+  EXPECT_EQ(a.cols, 128);
+  EXPECT_EQ(fake_->launches.back().grid.x, 2u);
+  ASSERT_TRUE((*r)->arrange_weights(src, dst, 32, 16, WeightLayout::shuffled, {}, 1));
+  EXPECT_EQ(shuffle_args_of(fake_->launches.back()).cols, 8);
+  auto codes = (*r)->arrange_weights(src, dst, 32, 64, WeightLayout::tiled, {}, 1);
+  ASSERT_FALSE(codes);
+  EXPECT_EQ(codes.error().message, "tiled weights: rows must be a multiple of 16 and cols of 128 (got 32 x 64)");
+  EXPECT_FALSE((*r)->arrange_weights(src, dst, 32, 24, WeightLayout::shuffled, {}, 1));
+  EXPECT_FALSE((*r)->arrange_weights(src, dst, 32, 128, WeightLayout::tiled, {}, 4));
+  EXPECT_TRUE((*r)->arrange_weights(src, src + 32 * 256, 32, 256, WeightLayout::tiled, {}, 1));  // adjacent at one byte per code
 }
 
 // The C API over the same runtime: the layout queries, the appended tiled
@@ -540,9 +555,35 @@ TEST(RuntimeC, LayerBuffersAppendTheTiledCopies) {
   EXPECT_EQ(offsetof(ft_layer_buffers, bad_ids), 15 * p);
   EXPECT_EQ(offsetof(ft_layer_buffers, workspace), 16 * p);
   EXPECT_EQ(offsetof(ft_layer_buffers, workspace_bytes), 17 * p);
-  EXPECT_EQ(sizeof(ft_layer_buffers), 18 * p);
+  EXPECT_EQ(offsetof(ft_layer_buffers, x_scale), 18 * p);  // fp8 layers' scales, appended
+  EXPECT_EQ(offsetof(ft_layer_buffers, w1_scales), 19 * p);
+  EXPECT_EQ(offsetof(ft_layer_buffers, w2_scales), 20 * p);
+  EXPECT_EQ(sizeof(ft_layer_buffers), 21 * p);
+  EXPECT_EQ(FT_SCALES_PER_TENSOR, 1);
+  EXPECT_EQ(FT_SCALES_BLOCK128, 3);
   EXPECT_EQ(FT_WEIGHT_LAYOUT_SHUFFLED, 1);
   EXPECT_EQ(FT_WEIGHT_LAYOUT_TILED, 2);
+}
+
+// The OCP -> fnuz checkpoint conversion of the C API (host memory): codes kept
+// but -0 and the NaNs, every scale doubled; refused whole when a doubled scale
+// would not be finite.
+TEST(RuntimeC, ConvertsOcpFp8CheckpointsToFnuzInPlace) {
+  std::vector<std::uint8_t> codes{0x00, 0x38, 0x7e, 0x80, 0x7f, 0xff, 0xb8};
+  std::vector<float> scales{0.5f, 3.0f};
+  std::size_t nans = 9;
+  ASSERT_EQ(ft_fp8_ocp_to_fnuz(codes.data(), codes.size(), scales.data(), scales.size(), &nans), FT_OK)
+      << ft_runtime_last_error(nullptr);
+  EXPECT_EQ(codes, (std::vector<std::uint8_t>{0x00, 0x38, 0x7e, 0x00, 0x80, 0x80, 0xb8}));
+  EXPECT_EQ(scales, (std::vector<float>{1.0f, 6.0f}));
+  EXPECT_EQ(nans, 2u);
+  std::vector<float> huge{3e38f};
+  std::vector<std::uint8_t> kept{0x80};
+  EXPECT_EQ(ft_fp8_ocp_to_fnuz(kept.data(), kept.size(), huge.data(), huge.size(), nullptr), FT_ERR_ARGUMENT);
+  EXPECT_EQ(kept[0], 0x80);  // nothing changed
+  EXPECT_EQ(huge[0], 3e38f);
+  EXPECT_EQ(ft_fp8_ocp_to_fnuz(nullptr, 4, huge.data(), 1, nullptr), FT_ERR_ARGUMENT);
+  EXPECT_NE(std::string(ft_runtime_last_error(nullptr)).find("must not be null"), std::string::npos);
 }
 
 // Every failing call leaves its message: on the runtime, or (no handle) in

@@ -220,12 +220,13 @@ Result<std::vector<std::uint16_t>> LayerBench::download(DevicePtr p, std::size_t
   return out;
 }
 
-Result<Comparison> LayerBench::compare_with(DevicePtr out, DevicePtr reference, std::size_t count) {
+Result<Comparison> LayerBench::compare_with(DevicePtr out, DevicePtr reference, std::size_t count,
+                                            std::optional<Tolerance> tolerance) {
   auto got = FT_TRY(download(out, count));
   auto ref_bits = FT_TRY(download(reference, count));
   std::vector<float> ref(count);
   for (std::size_t i = 0; i < count; ++i) ref[i] = half_to_f32(problem_.dtype, ref_bits[i]);
-  return compare_output(got, ref, problem_.dtype);
+  return compare_output(got, ref, problem_.dtype, tolerance ? *tolerance : tolerance_for(problem_.dtype));
 }
 
 Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) {
@@ -273,7 +274,12 @@ Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1
   FT_CHECK(dev_.memset_u32(at(table_, Buf::y_acc), kNaN32, pairs * problem_.hidden));
   if (problem_.fp8()) FT_CHECK(poison_fp8(table_));
   FT_CHECK(run_checked(prog, fns, table_));
-  return compare_with(at(table_, Buf::y), y_ref_[v1.contract().weight_in_stage1 ? 1 : 0].ptr(), n);
+  const int f = v1.contract().weight_in_stage1 ? 1 : 0;
+  const Comparison c = FT_TRY(compare_with(at(table_, Buf::y), y_ref_[f].ptr(), n));
+  if (!problem_.fp8()) return c;
+  // fp8: also within the sanity bound of the bf16 layer on the same weights.
+  return with_sanity(c, FT_TRY(compare_with(at(table_, Buf::y), y_bf16_layer_[f].ptr(), n, fp8_sanity_tolerance())),
+                     std::size_t(problem_.hidden));
 }
 
 Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt) {

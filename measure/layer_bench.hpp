@@ -110,7 +110,8 @@ class LayerBench {
   Status run_checked(const LayerProgram& p, std::span<const FunctionHandle> fns, const BufferTable& table);
   Status flush_l2(StreamHandle s = {});
   Result<std::vector<std::uint16_t>> download(DevicePtr p, std::size_t count);
-  Result<Comparison> compare_with(DevicePtr out, DevicePtr reference, std::size_t count);
+  Result<Comparison> compare_with(DevicePtr out, DevicePtr reference, std::size_t count,
+                                  std::optional<Tolerance> tolerance = std::nullopt);
   // fp8 problems (layer_bench_fp8.cpp): their support kernels and buffers, the
   // random codes and scales, the reference (the fp32 intermediate quantised as
   // stage 2 reads it), and stage 1's check on the dequantised intermediate.
@@ -137,6 +138,7 @@ class LayerBench {
   FunctionHandle quantise_x_, quantise_inter_, reference_quantise_;
   DeviceBuffer inter_ref_f32_;
   std::array<DeviceBuffer, 2> inter_ref_q_, inter_ref_scales_;
+  std::array<DeviceBuffer, 2> y_bf16_layer_;  // fp8: the bf16 layer on the dequantised weights (the sanity reference)
   std::array<bool, 2> reference_ready_{false, false};
   std::array<bool, 3> arranged_ready_{};  // by WeightLayout
   std::uint64_t seed_ = 0;

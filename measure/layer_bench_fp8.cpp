@@ -42,6 +42,7 @@ Status LayerBench::create_fp8(ModuleHandle m, std::size_t T) {
   }
   inter_ref_f32_ = FT_TRY(DeviceBuffer::allocate(dev_, T * k * I * 4));
   for (int f = 0; f < 2; ++f) {
+    y_bf16_layer_[f] = FT_TRY(DeviceBuffer::allocate(dev_, T * p.hidden * 2));
     inter_ref_q_[f] = FT_TRY(DeviceBuffer::allocate(dev_, T * k * I));
     inter_ref_scales_[f] = FT_TRY(DeviceBuffer::allocate(dev_, T * k * groups * 4));
   }
@@ -92,6 +93,14 @@ Status LayerBench::reference_fp8(MoeArgs& a, int f) {
   FT_CHECK(run_support(reference1_, reference_launch(StageRole::stage1, problem_, tokens_), &a, sizeof a));
   FT_CHECK(run_support(reference_quantise_, reference_quantise_launch(problem_, tokens_), &a, sizeof a));
   FT_CHECK(run_support(reference2_, reference_launch(StageRole::stage2, problem_, tokens_), &a, sizeof a));
+  // The sanity reference: the bf16 layer on the same weights (its fp32 intermediate replaces the one above,
+  // which is no longer needed once quantised).
+  MoeArgs b = a;
+  b.flags |= kFlagUnquantised;
+  b.y = device_pointer<u16>(y_bf16_layer_[f].ptr());
+  FT_CHECK(dev_.memset_u32(y_bf16_layer_[f].ptr(), 0xffffffffu, y_bf16_layer_[f].bytes() / 4));
+  FT_CHECK(run_support(reference1_, reference_launch(StageRole::stage1, problem_, tokens_), &b, sizeof b));
+  FT_CHECK(run_support(reference2_, reference_launch(StageRole::stage2, problem_, tokens_), &b, sizeof b));
   return dev_.synchronize();
 }
 

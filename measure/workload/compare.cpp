@@ -15,6 +15,8 @@ Tolerance tolerance_for(DType d) {
   return {1e-3, 0x1.0p-8, 0x1.0p-10};
 }
 
+Tolerance fp8_sanity_tolerance() { return {0.15, 1.0, 0x1.0p-7, 1e-2}; }
+
 Comparison compare_output(std::span<const std::uint16_t> got, std::span<const float> ref, DType dtype) {
   return compare_output(got, ref, dtype, tolerance_for(dtype));
 }
@@ -74,7 +76,14 @@ std::string Comparison::summary(std::size_t row_length) const {
   const std::string base = fmt::format("rel L2 {:.2e} (bound {:.1e}), max |err| {:.2e} at {} (bound {:.2e})", rel_l2,
                                        tolerance.rel_l2, max_abs, where(worst), max_abs_bound);
   if (tolerance.max_diff >= 1.0) return base;  // 16-bit layers: as before
-  return fmt::format("diff {:.2e} (bound {:.0e}), {}", diff, tolerance.max_diff, base);
+  const std::string fp8 = fmt::format("diff {:.2e} (bound {:.0e}), {}", diff, tolerance.max_diff, base);
+  return sanity.empty() ? fp8 : fp8 + "; against the bf16 layer: " + sanity;
+}
+
+Comparison with_sanity(Comparison c, const Comparison& against_bf16_layer, std::size_t row_length) {
+  c.passed = c.passed && against_bf16_layer.passed;
+  c.sanity = against_bf16_layer.summary(row_length) + (against_bf16_layer.passed ? "" : " (FAILED)");
+  return c;
 }
 
 }  // namespace ft

@@ -38,6 +38,11 @@ struct Tolerance {
   double max_diff = 1.0;  // 1 - 2<y, ref> / (|y|^2 + |ref|^2); 1: not checked (16-bit layers)
 };
 Tolerance tolerance_for(DType d);
+// An fp8 layer against the bf16 layer on the same dequantised weights (X and
+// the intermediate unquantised): a loose bound that the quantisation error of
+// e4m3 activations stays within, and a layer whose activations saturate or
+// vanish (a wrong activation scale that the fp8 reference shares) does not.
+Tolerance fp8_sanity_tolerance();
 
 struct Comparison {
   std::size_t count = 0;
@@ -51,10 +56,16 @@ struct Comparison {
   double diff = 0;                 // 1 - 2<y, ref> / (|y|^2 + |ref|^2), reported for every layer
   Tolerance tolerance;
   bool passed = false;
+  // fp8 layers: the summary of the comparison with the bf16 layer (fp8_sanity_tolerance), when one was made
+  // (with_sanity); empty otherwise.
+  std::string sanity;
   // "rel L2 1.2e-03 (bound 8.0e-03), max |err| 3.1e-03 at [5, 17] (bound 4.1e-02)"
   // or "12 NaN/Inf elements, first at [0, 3]"; `row_length` splits flat indices.
   std::string summary(std::size_t row_length = 0) const;
 };
+
+// `c` held to the sanity comparison too: passes when both do; its summary names both.
+Comparison with_sanity(Comparison c, const Comparison& against_bf16_layer, std::size_t row_length = 0);
 
 // `got`: 16-bit output bits of `dtype`; `ref`: the fp32 reference.
 Comparison compare_output(std::span<const std::uint16_t> got, std::span<const float> ref, DType dtype);

@@ -51,7 +51,9 @@ ReferenceOutput reference_layer_fp8(const Workload& w, const ReferenceOptions& o
   out.inter_scales.assign(std::size_t(T * k * G), 1.0f);
   out.y.assign(std::size_t(T * H), 0.0f);
   out.y16.assign(std::size_t(T * H), 0);
-  const std::vector<float> x = dequantised_x(w);
+  std::vector<float> x = dequantised_x(w);
+  if (!options.quantise_activations)
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = bf16_bits_to_f32(w.x[i]);
   const std::vector<float> w1 = dequantised_weights(w, w.w1q, w.w1_scales, 2 * I, H);
   const std::vector<float> w2 = dequantised_weights(w, w.w2q, w.w2_scales, H, I);
   parallel_for(T * k, options.threads, [&](long long pair) {
@@ -81,7 +83,9 @@ ReferenceOutput reference_layer_fp8(const Workload& w, const ReferenceOptions& o
         out.inter_q[std::size_t(pair * I + g * kScaleGroup + c)] = quantise(w.fp8_format, h[g * kScaleGroup + c], s);
     }
   });
-  const std::vector<float> a = dequantise_rows(out.inter_q, out.inter_scales, I, w.fp8_format);
+  std::vector<float> a = dequantise_rows(out.inter_q, out.inter_scales, I, w.fp8_format);
+  if (!options.quantise_activations)  // the bf16 layer's intermediate
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = bf16_bits_to_f32(f32_to_bf16_bits(out.inter_f32[i]));
   parallel_for(T, options.threads, [&](long long t) {
     for (long long s = 0; s < k; ++s) {
       const long long pair = t * k + s, e = w.topk_ids[std::size_t(pair)];

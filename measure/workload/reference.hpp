@@ -18,6 +18,10 @@ namespace ft {
 struct ReferenceOptions {
   bool weight_in_stage1 = false;  // the routed weight multiplies stage 1's output (else stage 2's)
   unsigned threads = 0;           // 0: the machine's cores
+  // fp8 problems: false gives the bf16 layer on the same dequantised weights
+  // (X unquantised, the intermediate rounded to bf16 instead of quantised): the
+  // sanity reference an fp8 layer is held to by fp8_sanity_tolerance.
+  bool quantise_activations = true;
 };
 
 struct ReferenceOutput {

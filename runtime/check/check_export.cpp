@@ -184,7 +184,7 @@ int launch_in_graph(ft_runtime* rt, const ft_plan* plan, ft_layer_buffers& b, vo
 // The reference on the sampled tokens alone: their x rows, ids and weights
 // copied into buffers of their own. An error text, empty when it launched.
 std::string sampled_reference(ft_runtime* rt, const ft_plan* plan, Allocations& mem, const ft_layer_buffers& b,
-                              const Routed& routed, const std::vector<int>& sampled, void* y_ref) {
+                              const Routed& routed, const std::vector<int>& sampled, void* y_ref, bool bf16_layer = false) {
   ft_problem_shape shape{};
   ft_plan_shape(plan, &shape);
   const std::size_t S = sampled.size(), H = std::size_t(shape.hidden), k = std::size_t(shape.topk), es = 2;
@@ -211,14 +211,16 @@ std::string sampled_reference(ft_runtime* rt, const ft_plan* plan, Allocations& 
   sb.x_scale = ptr(b.x_scale), sb.w1_scales = ptr(b.w1_scales), sb.w2_scales = ptr(b.w2_scales);
   sb.workspace = ptr(b.workspace);  // the runtime's reference writes the workspace's inter
   sb.workspace_bytes = b.workspace_bytes;
-  auto st = rt::runtime_of(rt)->reference(*rt::plan_of(plan), sb, ptr(y_ref), {}, int(S));
+  auto st = rt::runtime_of(rt)->reference(*rt::plan_of(plan), sb, ptr(y_ref), {}, int(S), bf16_layer);
   return st ? std::string() : "reference: " + st.error().describe();
 }
 
 // Y against the reference: every element written (finite), the sampled rows
 // within the search's bounds.
+// fp8 layers (`sane_bits` not empty): also within the sanity bound of the bf16
+// layer on the same dequantised weights.
 void judge(CheckRow& row, const std::vector<std::uint16_t>& all, const std::vector<std::uint16_t>& ref_bits,
-           const std::vector<int>& sampled, std::size_t H, DType dtype) {
+           const std::vector<int>& sampled, std::size_t H, DType dtype, const std::vector<std::uint16_t>& sane_bits = {}) {
   std::size_t nonfinite = 0;
   for (std::uint16_t v : all) nonfinite += std::isfinite(half_to_f32(dtype, v)) ? 0 : 1;
   if (nonfinite) {
@@ -228,9 +230,18 @@ void judge(CheckRow& row, const std::vector<std::uint16_t>& all, const std::vect
   const std::size_t S = sampled.size(), T = all.size() / H;
   std::vector<std::uint16_t> got(S * H);
   for (std::size_t i = 0; i < S; ++i) std::copy_n(all.begin() + long(std::size_t(sampled[i]) * H), H, got.begin() + long(i * H));
-  std::vector<float> ref(ref_bits.size());
-  for (std::size_t i = 0; i < ref.size(); ++i) ref[i] = half_to_f32(dtype, ref_bits[i]);
-  const Comparison c = compare_output(got, ref, dtype);
+  auto values = [&](const std::vector<std::uint16_t>& bits) {
+    std::vector<float> out(bits.size());
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] = half_to_f32(dtype, bits[i]);
+    return out;
+  };
+  Comparison c = compare_output(got, values(ref_bits), dtype);
+  // A support unit from before the bf16-layer reference ignores its flag and
+  // returns the fp8 reference itself: then there is no sanity check to make.
+  if (!sane_bits.empty() && sane_bits == ref_bits)
+    c.sanity = "not checked (the export's support unit predates the bf16-layer reference)";
+  else if (!sane_bits.empty())
+    c = with_sanity(c, compare_output(got, values(sane_bits), dtype, fp8_sanity_tolerance()), H);
   row.passed = c.passed;
   row.rel_l2 = c.rel_l2;
   row.summary = c.summary(H) + (S == T ? "" : fmt::format(" ({} of {} tokens against the reference)", S, T));
@@ -307,6 +318,16 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
     row.summary = e;
     return row;
   }
+  // fp8: the bf16 layer on the same weights, for the sanity bound.
+  void* y_sane = nullptr;
+  if (problem.fp8()) {
+    y_sane = mem.get(S * H * es);
+    if (!y_sane) return failed("alloc");
+    if (std::string e = sampled_reference(rt, plan, mem, b, *routed, sampled, y_sane, true); !e.empty()) {
+      row.summary = e;
+      return row;
+    }
+  }
   if (ft_runtime_synchronize(rt, nullptr) != FT_OK) return failed("reference sync");
   // Poison the output and every workspace buffer: the layer must write what it reads.
   if (!poison(rt, y, T * H * es) || !poison(rt, b.workspace, workspace_bytes)) return failed("poison");
@@ -318,11 +339,12 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   } else if (ft_plan_launch_checked(plan, &b, nullptr, &bad_ids) != FT_OK) {
     return failed("launch");
   }
-  std::vector<std::uint16_t> all(T * H), ref_bits(S * H);
+  std::vector<std::uint16_t> all(T * H), ref_bits(S * H), sane_bits(y_sane ? S * H : 0);
   if (ft_runtime_download(rt, all.data(), y, all.size() * 2) != FT_OK ||
-      ft_runtime_download(rt, ref_bits.data(), y_ref, ref_bits.size() * 2) != FT_OK)
+      ft_runtime_download(rt, ref_bits.data(), y_ref, ref_bits.size() * 2) != FT_OK ||
+      (y_sane && ft_runtime_download(rt, sane_bits.data(), y_sane, sane_bits.size() * 2) != FT_OK))
     return failed("download");
-  judge(row, all, ref_bits, sampled, H, problem.dtype);
+  judge(row, all, ref_bits, sampled, H, problem.dtype, sane_bits);
   return row;
 }
 

@@ -447,7 +447,8 @@ Status Runtime::fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed
   return launch_support(u->fill_fn, fill_launch(count), &a, sizeof a, {});
 }
 
-Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream, int tokens) {
+Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream, int tokens,
+                          bool bf16_layer) {
   const Problem& p = plan.problem->problem;
   const BufferTable table = FT_TRY(buffer_table(plan.program, b));
   const DevicePtr inter = at(table, Buf::inter);
@@ -468,7 +469,7 @@ Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_r
   a.experts = p.experts;
   a.topk = p.topk;
   a.flags = plan.bucket->recipe.stage1->contract().weight_in_stage1 ? kFlagWeightInStage1 : 0;
-  if (p.fp8()) return reference_fp8(plan, b, a, stream);
+  if (p.fp8()) return reference_fp8(plan, b, a, stream, bf16_layer);
   FT_CHECK(launch_support(plan.support->reference1_fn, reference_launch(StageRole::stage1, p, T), &a, sizeof a, stream));
   return launch_support(plan.support->reference2_fn, reference_launch(StageRole::stage2, p, T), &a, sizeof a, stream);
 }
@@ -476,7 +477,7 @@ Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_r
 // The fp8 reference (templates/ft/reference.hpp): the fp32 intermediate, its
 // 1 x 128 quantisation as stage 2 reads it, then Y -- in scratch of its own,
 // freed after the stream has run it.
-Status Runtime::reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& a, StreamHandle stream) {
+Status Runtime::reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& a, StreamHandle stream, bool bf16_layer) {
   const Problem& p = plan.problem->problem;
   if ((p.scales == Scales::per_tensor && !b.x_scale) || !b.w1_scales || !b.w2_scales)
     return fail(Errc::usage, "reference: an fp8 plan needs w1_scales, w2_scales and, per-tensor, x_scale");
@@ -491,6 +492,7 @@ Status Runtime::reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& 
   a.y_acc = device_pointer<float>(inter_f32.ptr());
   a.inter_q = device_pointer<u8>(inter_q.ptr());
   a.inter_scales = device_pointer<float>(inter_scales.ptr());
+  if (bf16_layer) a.flags |= kFlagUnquantised;
   const SupportUnit& u = *plan.support;
   FT_CHECK(launch_support(u.reference1_fn, reference_launch(StageRole::stage1, p, a.tokens), &a, sizeof a, stream));
   FT_CHECK(launch_support(u.reference_quantise_fn, reference_quantise_launch(p, a.tokens), &a, sizeof a, stream));

@@ -152,7 +152,10 @@ class Runtime {
   Status fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed, float scale, int kind = -1, int group = 0);
   // The support unit's reference kernels for the plan's problem and routed-weight
   // placement, on `tokens` tokens of the buffers (0: the plan's T).
-  Status reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream, int tokens = 0);
+  // fp8 plans with `bf16_layer`: the bf16 layer on the same dequantised
+  // weights instead (kFlagUnquantised), the sanity reference of check-export.
+  Status reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream, int tokens = 0,
+                   bool bf16_layer = false);
 
   Device& device() { return *device_; }
   const Manifest& manifest() const { return manifest_; }
@@ -160,7 +163,7 @@ class Runtime {
  private:
   Runtime() = default;
   Status load(const std::map<std::string, std::vector<std::byte>>& objects);
-  Status reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& a, StreamHandle stream);
+  Status reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& a, StreamHandle stream, bool bf16_layer);
   Status launch_support(FunctionHandle f, const LaunchShape& s, const void* args, std::size_t size, StreamHandle stream);
 
   Manifest manifest_;

@@ -45,7 +45,7 @@ struct MoeArgs {
   i32 topk;                   // k
   i32 align_block;            // rows per expert block in sorted_ids (>= the stages' tile_m)
   i32 max_padded_rows;        // capacity of sorted_ids
-  i32 flags;                  // bit 0 (kFlagWeightInStage1): read by the reference kernels only;
+  i32 flags;                  // bits 0 (kFlagWeightInStage1), 1 (kFlagUnquantised): read by the reference kernels only;
                               // the layer kernels fix the routed-weight placement at compile time
   i32* bad_ids;               // [1] or null: align writes how many topk_ids lie outside [-1, experts)
                               // (-1 is "no expert here": the slot contributes nothing)
@@ -138,6 +138,10 @@ struct FillArgs {
 };
 
 inline constexpr i32 kFlagWeightInStage1 = 1;
+// Bit 1, fp8 reference kernels only: the bf16 layer on the dequantised weights
+// (X unquantised; stage 2 reads the fp32 intermediate in y_acc rounded to
+// bf16, not inter_q): the sanity reference of an fp8 layer.
+inline constexpr i32 kFlagUnquantised = 2;
 
 // How stage 2 hands its sums to the reduce kernel: fp32 atomics into [T, H];
 // per-slot fp32 partials [T*k, H]; or per-slot partials in the layer's 16-bit

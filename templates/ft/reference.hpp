@@ -64,6 +64,9 @@ FT_DEVICE void reference_stage2(const MoeArgs& p) {
 //   reference_stage1_fp8:   the fp32 intermediate into y_acc [T*k, I]   grid as reference_stage1
 //   reference_quantise_fp8: y_acc -> inter_q, inter_scales              grid (T*k, ceil(I/128/256))
 //   reference_stage2_fp8:   y [T, H] in bf16                            grid as reference_stage2
+// With kFlagUnquantised (flags bit 1) stage 1 reads X unquantised and stage 2
+// the fp32 intermediate in y_acc rounded to bf16 (no reference_quantise_fp8):
+// the bf16 layer on the dequantised weights, the fp8 layer's sanity reference.
 
 // The scale of X row `x` [H] for the 128 values from k0 (per-tensor: the caller's;
 // per-token: of the whole row; block128: of those 128).
@@ -101,7 +104,7 @@ FT_DEVICE void reference_stage1_fp8(const MoeArgs& p) {
       const float gs = p.w1_scales[weight_scale_index(mode, e, n, k0, 2 * I, H)];
       const float us = p.w1_scales[weight_scale_index(mode, e, I + n, k0, 2 * I, H)];
       for (long long k = k0; k < k0 + kScaleGroup; ++k) {
-        const float xv = to_f32<Q>(fp8_quantise<Q>(bf16_to_f32(x[k]), xs)) * xs;
+        const float xv = (p.flags & kFlagUnquantised) ? bf16_to_f32(x[k]) : to_f32<Q>(fp8_quantise<Q>(bf16_to_f32(x[k]), xs)) * xs;
         gate += xv * (to_f32<Q>(w1[gate_row * H + k]) * gs);
         up += xv * (to_f32<Q>(w1[up_row * H + k]) * us);
       }
@@ -139,12 +142,17 @@ FT_DEVICE void reference_stage2_fp8(const MoeArgs& p) {
     const int e = p.topk_ids[pair];
     if (e < 0 || e >= p.experts) continue;
     const u8* a = p.inter_q + (long long)pair * I;
+    const float* a32 = p.y_acc + (long long)pair * I;  // kFlagUnquantised: the fp32 intermediate
     const u8* w = w2 + ((long long)e * H + h) * I;
+    const bool exact = p.flags & kFlagUnquantised;
     float acc = 0.0f;
     for (long long k0 = 0; k0 < I; k0 += kScaleGroup) {
-      const float as = p.inter_scales[(long long)pair * (I / kScaleGroup) + k0 / kScaleGroup];
+      const float as = exact ? 1.0f : p.inter_scales[(long long)pair * (I / kScaleGroup) + k0 / kScaleGroup];
       const float ws = p.w2_scales[weight_scale_index(mode, e, h, k0, H, I)];
-      for (long long k = k0; k < k0 + kScaleGroup; ++k) acc += (to_f32<Q>(a[k]) * as) * (to_f32<Q>(w[k]) * ws);
+      for (long long k = k0; k < k0 + kScaleGroup; ++k) {
+        const float av = exact ? bf16_to_f32(f32_to_bf16(a32[k])) : to_f32<Q>(a[k]) * as;
+        acc += av * (to_f32<Q>(w[k]) * ws);
+      }
     }
     y += (p.flags & kFlagWeightInStage1) ? acc : acc * p.topk_weights[pair];
   }

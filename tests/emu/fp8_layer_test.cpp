@@ -5,8 +5,10 @@
 // e4m3 atoms of gfx942 (fnuz) and gfx950 (OCP), at T = 1, 7, 33 with an expert that
 // gets no tokens, against the CPU reference from the dequantised inputs (the
 // check of fp8 GEMMs: diff = 1 - 2<y, ref> / (|y|^2 + |ref|^2) <= 1e-3, plus rel
-// L2 and max bounds, measure/workload/compare.hpp). Mutants must fail: W1's or
-// W2's scales read one index off.
+// L2 and max bounds, measure/workload/compare.hpp), and against the bf16 layer
+// on the same dequantised weights within the sanity bound. Mutants must fail:
+// W1's or W2's scales read one index off; a saturating activation scale (the
+// sanity bound's case).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -104,6 +106,9 @@ TEST_P(EmuFp8Layer, MatchesTheDequantisedReference) {
       EXPECT_EQ(run->bad_ids, 0);
       const Comparison y = compare_output(run->y, c.reference[ref].y, DType::e4m3);
       EXPECT_TRUE(y.passed) << plan_label(plan) << " T=" << tokens << ": " << y.summary(std::size_t(c.workload.problem.hidden));
+      // The sanity bound: the bf16 layer on the same dequantised weights.
+      const Comparison sane = compare_output(run->y, c.bf16_layer[ref].y, DType::e4m3, fp8_sanity_tolerance());
+      EXPECT_TRUE(sane.passed) << plan_label(plan) << " T=" << tokens << " against the bf16 layer: " << sane.summary();
       // The intermediate stage 2 read, dequantised, on the rows of pairs that have an expert.
       const Workload& w = c.workload;
       const long long I = w.problem.inter;
@@ -118,6 +123,7 @@ TEST_P(EmuFp8Layer, MatchesTheDequantisedReference) {
       const Comparison inter = compare_values(got_rows, want_rows, tolerance_for(DType::e4m3));
       EXPECT_TRUE(inter.passed) << plan_label(plan) << " T=" << tokens << " intermediate: " << inter.summary(std::size_t(I));
       RecordProperty(fmt::format("{}_T{}", plan.stage1.name(), tokens), y.summary());
+      RecordProperty(fmt::format("{}_T{}_bf16_layer", plan.stage1.name(), tokens), sane.summary());
     }
   }
 }
@@ -145,6 +151,31 @@ TEST_P(EmuFp8Mutant, WeightScalesOneIndexOffFail) {
   const Comparison y = compare_output(run->y, c.reference[0].y, DType::e4m3);
   EXPECT_FALSE(y.passed) << plan_label(plan) << ": W" << which << " scales one off still pass: " << y.summary();
   EXPECT_GT(y.diff, 1e-3) << y.summary();
+}
+
+// A static activation scale 64x too small saturates most of X: the kernel and
+// the fp8 reference agree (both quantise the same way), and only the sanity
+// bound against the bf16 layer catches it.
+TEST(EmuFp8Sanity, ASaturatingActivationScalePassesTheFp8CheckButNotTheBf16Bound) {
+  const Target& t = target("sm_90a");
+  const LayerPlan plan = fp8_plans(t, Scales::per_tensor).front();
+  TargetBench& bench = TargetBench::of(t);
+  auto kernels = bench.kernels(plan);
+  ASSERT_TRUE(kernels) << kernels.error().describe();
+  Workload w = fp8_case(t, Scales::per_tensor, 33).workload;
+  w.x_scale[0] /= 64;
+  const ReferenceOutput fp8_ref = reference_layer(w, {});
+  const ReferenceOutput bf16_ref = reference_layer(w, {.quantise_activations = false});
+  auto dw = DeviceWorkload::upload(bench.device(), w);
+  ASSERT_TRUE(dw) << dw.error().describe();
+  auto run = run_layer(*dw, *kernels, plan, {});
+  ASSERT_TRUE(run) << run.error().describe();
+  const Comparison y = compare_output(run->y, fp8_ref.y, DType::e4m3);
+  EXPECT_TRUE(y.passed) << y.summary();
+  const Comparison sane = compare_output(run->y, bf16_ref.y, DType::e4m3, fp8_sanity_tolerance());
+  EXPECT_FALSE(sane.passed) << "a saturated X stays within the sanity bound: " << sane.summary();
+  RecordProperty("fp8_check", y.summary());
+  RecordProperty("bf16_layer", sane.summary());
 }
 
 INSTANTIATE_TEST_SUITE_P(Sm90a, EmuFp8Mutant,

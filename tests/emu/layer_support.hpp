@@ -151,6 +151,7 @@ class TargetBench {
 struct Case {
   Workload workload;
   ReferenceOutput reference[2];  // [weight in stage 2, weight in stage 1]
+  ReferenceOutput bf16_layer[2];  // fp8 problems: the bf16 layer on the dequantised weights (the sanity reference)
 };
 
 inline const Case& case_for(DType dtype, int tokens, std::uint64_t seed = 5, Scales scales = Scales::none,
@@ -164,6 +165,9 @@ inline const Case& case_for(DType dtype, int tokens, std::uint64_t seed = 5, Sca
     c->workload = std::move(*w);
     c->reference[0] = reference_layer(c->workload, {.weight_in_stage1 = false});
     c->reference[1] = reference_layer(c->workload, {.weight_in_stage1 = true});
+    if (dtype == DType::e4m3)
+      for (int f = 0; f < 2; ++f)
+        c->bf16_layer[f] = reference_layer(c->workload, {.weight_in_stage1 = f == 1, .quantise_activations = false});
   }
   return *c;
 }

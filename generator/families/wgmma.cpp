@@ -54,6 +54,10 @@ class WgmmaFamily final : public Family {
     // fp8 only: the layer's scales (the problem's) and stage 1's quantise-on-store.
     axes_.push_back(axes::scales());
     axes_.push_back(axes::inter_store(Values{{int(InterStore::bf16), int(InterStore::fp8)}}));
+    // fp8 stage 1 with per-tensor / per-token scales: 0 keeps one accumulator
+    // set (the big tiles fit), 1 promotes each k-tile (bounds Hopper's
+    // reduced-precision fp8 accumulation); wide adds every 4.
+    axes_.push_back(axes::promote(Values{{0, 1}, {0, 1, 4}}));
   }
 
   std::string_view id() const override { return "wgmma"; }

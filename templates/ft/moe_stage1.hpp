@@ -107,8 +107,9 @@ struct Stage1 {
     } else if constexpr (kPromoteEvery > 0) {
       g.run_scaled(0, int(H), UnitScales{});
     } else {
-      g.run(0, int(H));  // fast accumulation: the scales are the epilogue's
+      g.run(0, int(H));  // fast accumulation: the scales are the epilogue's (or a producer warpgroup's copies)
     }
+    if (!Gemm::holds_results()) return;  // a producer warpgroup only copied
 
     float* staged = reinterpret_cast<float*>(shared_memory());
     if constexpr (kQuantiseOnStore) barrier();  // every warp is done with the ring the tile is staged in

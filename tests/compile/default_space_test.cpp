@@ -152,7 +152,8 @@ INSTANTIATE_TEST_SUITE_P(Mixtral, Fp8Space,
 // sm_90a's big fp8 stage-1 tiles: without promotion (promote = 0, one
 // accumulator set) m128n128 on two consumer warpgroups and m64n128 / m128n64
 // on one compile with no spills and unserialised wgmma (problems_of), with and
-// without quantise-on-store, per-tensor and per-token; promoting every k-tile
+// without quantise-on-store, m128n128 also with a producer warpgroup (one tile
+// and persistent), per-tensor and per-token; promoting every k-tile
 // they need a second set, which the legality's register estimate refuses.
 class Fp8BigTiles : public ::testing::TestWithParam<Scales> {};
 
@@ -168,7 +169,9 @@ TEST_P(Fp8BigTiles, FastAccumulationFitsWithoutSpills) {
       "ft_sm_90a_moe1_e4m3_m128n128k128_w8x1_wgmma_s4_" + tag + "_qstore_fastacc",
       "ft_sm_90a_moe1_e4m3_m64n128k128_w4x1_wgmma_s4_" + tag + "_fastacc",
       "ft_sm_90a_moe1_e4m3_m64n128k128_w4x1_wgmma_s4_" + tag + "_qstore_fastacc",
-      "ft_sm_90a_moe1_e4m3_m128n64k128_w4x1_wgmma_s4_" + tag + "_fastacc"};
+      "ft_sm_90a_moe1_e4m3_m128n64k128_w4x1_wgmma_s4_" + tag + "_fastacc",
+      "ft_sm_90a_moe1_e4m3_m128n128k128_w8x1_wgmma_s4_tiled_ws_" + tag + "_fastacc",
+      "ft_sm_90a_moe1_e4m3_m128n128k128_w8x1_wgmma_s4_tiled_ws_t8_" + tag + "_fastacc"};
   const std::string axes = "atom=wgmma_m64k32_f32_e4m3;kind=moe1;wgmma_tile_m=64,128;wgmma_tile_n=64,128;wgmma_stages=4";
   CompileSpaceOptions opt;
   opt.space = SpaceOptions::parse(axes + ";promote=0").value();

@@ -1,6 +1,7 @@
 // The fp8 promote axis (generator/families/standard_axes.cpp, axes::promote;
 // the kernels' templates/ft/moe_scales.hpp promote_every_of): where it is
-// searched, the legality of each value, names, JSON, --space spelling and the
+// searched, the legality of each value (also with a producer warpgroup,
+// whose consumers do not promote), names, JSON, --space spelling and the
 // register estimate that follows it.
 #include <gtest/gtest.h>
 
@@ -21,10 +22,12 @@ Problem fp8_problem(Scales scales) {
 }
 
 // A legal-shaped wgmma e4m3 variant: m64n64, one warpgroup, 4 stages.
-Variant wgmma_fp8(StageRole role, Scales scales, int promote) {
+// producer: a producer warpgroup reading tiled weights.
+Variant wgmma_fp8(StageRole role, Scales scales, int promote, bool producer = false) {
   Variant v = Variant::of(*find_target("sm_90a"), role, *find_atom("wgmma_m64k32_f32_e4m3"));
   v.set("tile_m", 64).set("tile_n", 64).set("tile_k", 128).set("warps_m", 4).set("warps_n", 1).set("stages", 4);
   v.set("scales", int(scales)).set("promote", promote);
+  if (producer) v.set("warp_specialized", 1).set("layout", int(WeightLayout::tiled));
   return v;
 }
 
@@ -34,13 +37,14 @@ struct LegalityCase {
   Scales scales;
   int promote;
   const char* rejection;  // a part of the reason, or nullptr: legal
+  bool producer = false;
 };
 
 class Fp8PromoteLegality : public ::testing::TestWithParam<LegalityCase> {};
 
 TEST_P(Fp8PromoteLegality, FollowsTheScales) {
   const LegalityCase& c = GetParam();
-  const Variant v = wgmma_fp8(c.role, c.scales, c.promote);
+  const Variant v = wgmma_fp8(c.role, c.scales, c.promote, c.producer);
   const auto why = why_illegal(v, fp8_problem(c.scales));
   if (!c.rejection) {
     EXPECT_FALSE(why) << v.name() << ": " << *why;
@@ -61,7 +65,13 @@ INSTANTIATE_TEST_SUITE_P(
                       LegalityCase{"s2_tensor_never", StageRole::stage2, Scales::per_tensor, 0, "change along k"},
                       LegalityCase{"s2_token_every4", StageRole::stage2, Scales::per_token, 4, "change along k"},
                       LegalityCase{"s2_tensor_every", StageRole::stage2, Scales::per_tensor, 1, nullptr},
-                      LegalityCase{"s1_tensor_negative", StageRole::stage1, Scales::per_tensor, -1, "not a count"}),
+                      LegalityCase{"s1_tensor_negative", StageRole::stage1, Scales::per_tensor, -1, "not a count"},
+                      // A producer warpgroup's consumers do not promote.
+                      LegalityCase{"ws_s1_tensor_never", StageRole::stage1, Scales::per_tensor, 0, nullptr, true},
+                      LegalityCase{"ws_s1_token_never", StageRole::stage1, Scales::per_token, 0, nullptr, true},
+                      LegalityCase{"ws_s1_tensor_every", StageRole::stage1, Scales::per_tensor, 1, "do not promote", true},
+                      LegalityCase{"ws_s1_block128", StageRole::stage1, Scales::block128, 1, "do not promote", true},
+                      LegalityCase{"ws_s2_tensor", StageRole::stage2, Scales::per_tensor, 1, "do not promote", true}),
     [](const auto& info) { return std::string(info.param.label); });
 
 TEST(Fp8Promote, SearchedOnlyWhereTheScalesAreConstantAlongK) {

@@ -62,11 +62,12 @@ std::string Axis::format(AxisValue v) const {
 
 namespace {
 
-Result<int> positive_int(std::string_view s, std::string_view axis) {
+Result<int> positive_int(std::string_view s, std::string_view axis, int least = 1) {
   int v = 0;
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || p != s.data() + s.size() || v <= 0 || v > 0xffff)
-    return fail(Errc::invalid_input, fmt::format("--space: '{}' is not a positive integer for {}", shorten(s), axis));
+  if (ec != std::errc{} || p != s.data() + s.size() || v < least || v > 0xffff)
+    return fail(Errc::invalid_input, least == 1 ? fmt::format("--space: '{}' is not a positive integer for {}", shorten(s), axis)
+                                                : fmt::format("--space: '{}' is not an integer >= {} for {}", shorten(s), least, axis));
   return v;
 }
 
@@ -84,7 +85,7 @@ std::string one_of(const std::vector<std::string_view>& names) {
 
 Result<AxisValue> Axis::parse(std::string_view text) const {
   switch (type) {
-    case AxisType::integer: return positive_int(text, spelling);
+    case AxisType::integer: return positive_int(text, spelling, least);
     case AxisType::pair: {
       auto bad = [&] { return fail(Errc::invalid_input, fmt::format("--space: {} '{}' is not MxN, e.g. 2x2", spelling, shorten(text))); };
       const auto x = text.find('x');

@@ -80,6 +80,7 @@ struct Axis {
   // the family takes, unless --space names some).
   std::vector<AxisValue> defaults, wide, small;
   AxisValue initial = 0;       // a new variant's value; a record without the key takes it
+  int least = 1;               // integer: the smallest value --space takes
   bool required = false;       // a record (JSON) must carry the key
   // An axis that does not apply to a variant (given the axes before it) takes
   // inactive(v) and is not enumerated. null: always applies / initial.

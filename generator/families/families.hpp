@@ -25,7 +25,7 @@ struct Values {
 
 // The kernel-name order of the standard tokens (Axis::name_rank).
 enum Rank : int { kTileM, kTileN, kTileK, kWarps, kAtom, kStages, kReduce, kSplitK, kWeight, kLayout, kProducer, kTiles,
-                  kScales, kInterStore };
+                  kScales, kInterStore, kPromote };
 
 Axis atom();
 // tile_m / tile_n / tile_k: "_m64", "n128", "k64" in the name.
@@ -54,6 +54,12 @@ Axis layout(std::string_view spelling, Values v, AxisValue (*derived)(const Vari
 // intermediate leaves the epilogue as e4m3 with its group scales).
 Axis scales();
 Axis inter_store(Values v);
+// fp8 only: how often the GEMM promotes its accumulators into a second fp32
+// set (templates/ft/moe_scales.hpp promote_every_of): every n k-tiles (1, no
+// token; "_promote<n>"), or 0, never ("_fastacc": one set, the scales applied
+// in the epilogue). Enumerated where fp8::promote_may_vary, else 1; must
+// follow scales() in a family's axes.
+Axis promote(Values v);
 // A wgmma k-tile: one 128-byte swizzle row of the operand type (64 16-bit
 // values, 128 fp8 codes); derived, not enumerated.
 AxisValue k_tile_of_row(const Variant& v);
@@ -64,8 +70,14 @@ AxisValue k_tile_of_row(const Variant& v);
 namespace fp8 {
 Scales scales(const Variant& v);
 bool quantise_on_store(const Variant& v);
-// Its GEMM promotes each 128-deep k group with the group's scales (a second
-// accumulator set): stage 2 always (the intermediate's group scales), stage 1 for block128.
+// Whether the variant's scales are constant along k, so its GEMM may promote
+// other than every k-tile: stage 1 with per-tensor or per-token scales (stage
+// 2's intermediate has 1 x 128 group scales, block128 changes with each group).
+bool promote_may_vary(const Variant& v);
+// How often its GEMM promotes the accumulators into the second fp32 set (a
+// second accumulator set): every n k-tiles, 0 never; the promote axis where
+// the family has it, else every k-tile (the kernels' default); 0 for 16-bit.
+int promote_every(const Variant& v);
 bool promotes(const Variant& v);
 // Shared-memory bytes of quantise-on-store's staging (the tile in fp32 and a
 // partial amax per 8 values: templates/ft/moe_stage1.hpp, kStagedBytes); 0 without it.

@@ -198,6 +198,21 @@ Axis inter_store(Values v) {
   return a;
 }
 
+Axis promote(Values v) {
+  Axis a = integer("promote", "promote", std::move(v), 1, kPromote, [](const Variant&, AxisValue x) {
+    if (x == 1) return std::string();  // the kernels' default: fp8 names from before the axis stay
+    return x == 0 ? std::string("_fastacc") : fmt::format("_promote{}", x);
+  });
+  a.least = 0;         // 0: never
+  a.required = false;  // a record from before the axis promoted every k-tile
+  a.present = fp8_variant;
+  // Searched only where the scales are constant along k (stage 1, per-tensor
+  // and per-token: the scales axis comes first); elsewhere every k-tile.
+  a.applies = [](const Variant& var) { return fp8::promote_may_vary(var); };
+  a.inactive = [](const Variant&) { return AxisValue(1); };
+  return a;
+}
+
 AxisValue k_tile_of_row(const Variant& v) {
   const AtomInfo* atom = v.atom();
   return atom ? 128 / atom->operand_bytes() : 64;
@@ -214,9 +229,15 @@ bool quantise_on_store(const Variant& v) {
   return scales(v) != Scales::none && v.role == StageRole::stage1 && v.has("inter_store") &&
          InterStore(v.get("inter_store")) == InterStore::fp8;
 }
-bool promotes(const Variant& v) {
-  return scales(v) != Scales::none && (v.role == StageRole::stage2 || scales(v) == Scales::block128);
+bool promote_may_vary(const Variant& v) {
+  const Scales s = scales(v);
+  return v.role == StageRole::stage1 && (s == Scales::per_tensor || s == Scales::per_token);
 }
+int promote_every(const Variant& v) {
+  if (scales(v) == Scales::none) return 0;
+  return v.has("promote") ? v.get("promote") : 1;  // templates/ft/moe_scales.hpp promote_every_of
+}
+bool promotes(const Variant& v) { return promote_every(v) > 0; }
 int staged_bytes(const Variant& v) {
   const int tile = v.get("tile_m") * v.get("tile_n");
   return quantise_on_store(v) ? tile * 4 + tile / 2 : 0;
@@ -231,6 +252,11 @@ std::optional<std::string> shape_rules(const Variant& v) {
     return fmt::format("block128 scales: tile_n {} must divide 128 (a tile's columns share one 128-row weight block)", tn);
   if (quantise_on_store(v) && tn % kScaleGroup != 0)
     return fmt::format("quantise-on-store writes whole 128-column scale groups; tile_n {} is not a multiple of 128", tn);
+  if (const int every = promote_every(v); every < 0)
+    return fmt::format("promote {} is not a count of k-tiles (0: never, n: every n k-tiles)", every);
+  else if (every != 1 && !promote_may_vary(v))
+    return fmt::format("promote {}: the {} scales of {} change along k, so it promotes every k-tile", every, to_string(s),
+                       to_string(v.role));
   if (promotes(v) && kScaleGroup % v.get("tile_k") != 0)
     return fmt::format("k-tiles of {} do not divide the 128-deep scale groups the kernel promotes", v.get("tile_k"));
   return std::nullopt;

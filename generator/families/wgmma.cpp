@@ -54,6 +54,10 @@ class WgmmaFamily final : public Family {
     // fp8 only: the layer's scales (the problem's) and stage 1's quantise-on-store.
     axes_.push_back(axes::scales());
     axes_.push_back(axes::inter_store(Values{{int(InterStore::bf16), int(InterStore::fp8)}}));
+    // fp8 stage 1 with per-tensor / per-token scales: 0 keeps one accumulator
+    // set (the big tiles fit), 1 promotes each k-tile (bounds Hopper's
+    // reduced-precision fp8 accumulation); wide adds every 4.
+    axes_.push_back(axes::promote(Values{{0, 1}, {0, 1, 4}}));
   }
 
   std::string_view id() const override { return "wgmma"; }
@@ -106,9 +110,15 @@ class WgmmaFamily final : public Family {
       return fmt::format("wgmma N = {} weight matrices x tile_n {} = {} is not 32, 64, 128 or 256", v.weight_matrices(), tn, n);
     if (const int tk = v.get("tile_k"); tk != axes::k_tile_of_row(v))
       return fmt::format("wgmma k-tiles are {} deep (one 128-byte swizzle row), not {}", axes::k_tile_of_row(v), tk);
-    if (v.dtype == DType::e4m3 && ws)
-      return std::string("fp8 wgmma kernels use the shared ring: the producer warpgroup's tiled fp8 weights and "
-                         "promotion in its consumers are not built");
+    // fp8 with a producer warpgroup: its consumers do not promote (fast
+    // accumulation only) and do not quantise on store (the producer leaves
+    // before the epilogue's block barriers); the tiled layout holds fp8 codes
+    // as 16-bit byte pairs, a 128-byte slice row of 128 codes (weight_layout.hpp).
+    if (v.dtype == DType::e4m3 && ws && fp8::promotes(v))
+      return std::string("fp8 with a producer warpgroup: its consumers do not promote (promote = 0 only, "
+                         "stage 1 with per-tensor or per-token scales)");
+    if (ws && fp8::quantise_on_store(v))
+      return std::string("quantise-on-store needs every thread in the epilogue, a producer warpgroup leaves before it");
     if (auto why = fp8::shape_rules(v)) return why;
     if (const int st = v.get("stages"); st < 3) return fmt::format("the wgmma ring needs at least 3 stages, not {}", st);
     const auto wanted = WeightLayout(layout_for_producer(v)), got = WeightLayout(v.get("layout"));

@@ -21,6 +21,19 @@ template <class Cfg>
 FT_HOST_DEVICE constexpr bool fp8_stage() {
   return sizeof(typename Cfg::Atom::storage) == 1;
 }
+// How often an fp8 stage's GEMM promotes its accumulators into the second
+// fp32 set: every `n` k-tiles (1: each 128-deep scale group), or 0: never
+// (fast accumulation: one set, the scales applied in the epilogue). Only
+// scales constant along k allow other than 1 (stage 1 per-tensor and
+// per-token; the family's legality, generator/families/standard_axes.cpp
+// fp8::shape_rules). 0 for 16-bit stages; 1 for fp8 Configs without the
+// member (the tiled family's, hand-written ones).
+template <class Cfg>
+FT_HOST_DEVICE constexpr int promote_every_of() {
+  if constexpr (!fp8_stage<Cfg>()) return 0;
+  else if constexpr (requires { Cfg::promote; }) return Cfg::promote;
+  else return 1;
+}
 
 // Quantise-on-store's needs (fp8, whole 128-column groups per tile, every
 // thread in the epilogue); true without it (and so for Configs that name no
@@ -48,13 +61,18 @@ struct Stage1BlockScales {
   FT_DEVICE float w(int nb, int g) const { return w_rows[nb][g]; }
 };
 
-// Stage 1 with per-tensor or per-token scales: promotion with unit scales
-// (the scales are applied in the epilogue). Promoting every 128-deep k-tile
-// into a second fp32 set bounds the error of Hopper's reduced-precision fp8
-// accumulation (tests/gpu/atom_crosscheck_test.cpp measured it), and the
-// non-promoting e4m3 main loop made ptxas serialise every wgmma (C7515) on
-// every stage-1 variant of those modes.
+// Stage 1 with per-tensor or per-token scales, promoting (promote_every_of
+// > 0): promotion with unit scales (the scales are applied in the epilogue).
+// Promoting into a second fp32 set bounds the error of Hopper's
+// reduced-precision fp8 accumulation (tests/gpu/atom_crosscheck_test.cpp
+// measured it) at the cost of a second accumulator set; promote = 0 keeps one
+// set and lets the verification decide whether the accumulation is exact
+// enough. (The C7515 serialisation once seen on the non-promoting e4m3 loop
+// came from its zero-tile path, not from fp8: wgmma_gemm.hpp run_together.)
+// Unit scales are the same for every group, so they may be promoted every
+// n > 1 k-tiles.
 struct UnitScales {
+  static constexpr bool kConstantAlongK = true;
   FT_DEVICE float a(int, int) const { return 1.0f; }
   FT_DEVICE float w(int, int) const { return 1.0f; }
 };

@@ -8,7 +8,8 @@
 // fp8 layers (tile_fp8): A is quantise_x's e4m3 rows of X, W1 holds e4m3
 // codes; the products are dequantised by the scales (templates/ft/moe_args.hpp:
 // block128 per 128-deep k group inside the GEMM, per-tensor and per-token in
-// the epilogue), and the intermediate leaves as bf16 (quantise_inter makes it
+// the epilogue, with the GEMM promoting every Cfg::promote k-tiles or never:
+// promote_every_of, moe_scales.hpp), and the intermediate leaves as bf16 (quantise_inter makes it
 // e4m3) or, with inter_store = fp8, quantised here: the tile's values are
 // staged in shared memory and each row's 128-column groups written as e4m3
 // codes with their scale (store_quantised).
@@ -19,12 +20,15 @@ struct Stage1 {
   static constexpr bool kFp8 = fp8_stage<Cfg>();
   static constexpr Scales kScales = scales_of<Cfg>();
   static constexpr bool kQuantiseOnStore = inter_store_of<Cfg>() == InterStore::fp8;
-  using Gemm = GemmFor<Cfg, 2, kFp8>;  // fp8 promotes every k-tile (moe_scales.hpp: UnitScales)
+  static constexpr int kPromoteEvery = promote_every_of<Cfg>();  // fp8: every n k-tiles, or 0: never
+  using Gemm = GemmFor<Cfg, 2, kPromoteEvery>;
   static constexpr int kThreads = Gemm::kThreads;
   // Quantise-on-store stages the tile (fp32) and one partial amax per 8 values.
   static constexpr int kStagedBytes = kQuantiseOnStore ? Cfg::tile_m * Cfg::tile_n * 4 + Cfg::tile_m * Cfg::tile_n / 2 : 0;
   static constexpr int kSmemBytes = Gemm::kSmemBytes > kStagedBytes ? Gemm::kSmemBytes : kStagedBytes;
   static_assert(kFp8 == (kScales != Scales::none), "fp8 stages, and only they, have scales");
+  static_assert(kScales != Scales::block128 || kPromoteEvery == 1, "block128 scales change with each k-tile: promote every one");
+  static_assert(Cfg::Atom::kWarpgroup || kPromoteEvery <= 1, "the tiled machinery promotes every scale group or never");
   static_assert(quantise_on_store_fits<Cfg>(),
                 "quantise-on-store: fp8, whole 128-column groups per tile, every thread in the epilogue");
 
@@ -100,9 +104,12 @@ struct Stage1 {
       const Stage1BlockScales ks{ids, pairs, p.topk, groups, p.x_scales,
                                  {p.w1_scales + gate_block * groups, p.w1_scales + (gate_block + I / kScaleGroup) * groups}};
       g.run_scaled(0, int(H), ks);
-    } else {
+    } else if constexpr (kPromoteEvery > 0) {
       g.run_scaled(0, int(H), UnitScales{});
+    } else {
+      g.run(0, int(H));  // fast accumulation: the scales are the epilogue's (or a producer warpgroup's copies)
     }
+    if (!Gemm::holds_results()) return;  // a producer warpgroup only copied
 
     float* staged = reinterpret_cast<float*>(shared_memory());
     if constexpr (kQuantiseOnStore) barrier();  // every warp is done with the ring the tile is staged in

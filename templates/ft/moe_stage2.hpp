@@ -17,11 +17,12 @@ template <class Cfg>
 struct Stage2 {
   static constexpr bool kFp8 = fp8_stage<Cfg>();
   static constexpr Scales kScales = scales_of<Cfg>();
-  using Gemm = GemmFor<Cfg, 1, kFp8>;
+  using Gemm = GemmFor<Cfg, 1, kFp8 ? 1 : 0>;  // the group scales change with each k-tile
   static constexpr int kThreads = Gemm::kThreads;
   static constexpr int kSmemBytes = Gemm::kSmemBytes;
   static_assert(Cfg::split_k == 1 || Cfg::reduce == Reduce::atomic, "split-K partial sums need atomic reduction");
   static_assert(kFp8 == (kScales != Scales::none), "fp8 stages, and only they, have scales");
+  static_assert(promote_every_of<Cfg>() == (kFp8 ? 1 : 0), "an fp8 stage 2 promotes every k-tile (its A scales change along k)");
 
   FT_DEVICE static void run(const MoeArgs& p) {
     Gemm g;

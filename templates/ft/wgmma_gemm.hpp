@@ -22,19 +22,23 @@
 // persistent block (Cfg::tiles_per_block > 1, tile_order.hpp).
 //
 // fp8 (e4m3 atoms): a 128-byte row holds 128 codes, so k-tiles are 128 deep
-// and one k32 wgmma reads the same 32 bytes of a row as a bf16 k16; with
-// Promote (scales that change along k) each k-tile is one 128-deep scale
-// group: after its wgmma retire (wait 0), its accumulators are multiplied by
-// the group's scales and added into a second set (run_scaled), which acc_at
-// reads. Promotion is built for the shared ring only.
+// and one k32 wgmma reads the same 32 bytes of a row as a bf16 k16. With
+// PromoteEvery = n > 0 each k-tile is one 128-deep scale group, and after
+// every n-th k-tile (and the last) its wgmma retire (wait 0) and the
+// accumulators are multiplied by the group's scales and added into a second
+// set (run_scaled), which acc_at reads; n > 1 only with scales constant along
+// k (UnitScales, moe_scales.hpp). PromoteEvery = 0: one set (run), the
+// scales applied by the epilogue ("fast accumulation"). Promotion is built for
+// the shared ring only.
 namespace ft {
 
-template <class Cfg, int NB, bool Promote = false>
+template <class Cfg, int NB, int PromoteEvery = 0>
 struct WgmmaGemm;
 
 #if defined(FT_FLAVOUR_CUDA) || defined(FT_FLAVOUR_EMU)
-template <class Cfg, int NB, bool Promote>
+template <class Cfg, int NB, int PromoteEvery>
 struct WgmmaGemm {
+  static constexpr bool Promote = PromoteEvery > 0;
   using Atom = typename Cfg::Atom;
   using Operand = typename Atom::storage;  // one operand element: u16, or u8 for fp8
   static constexpr int TM = Cfg::tile_m, TN = Cfg::tile_n, TK = Cfg::tile_k;
@@ -65,6 +69,7 @@ struct WgmmaGemm {
   static_assert(Atom::kWarpgroup, "WgmmaGemm takes a wgmma atom");
   static_assert(Cfg::warps_n == 1 && Cfg::warps_m % 4 == 0, "whole warpgroups stacked along M");
   static_assert(TK * int(sizeof(Operand)) == 128, "k-tiles are one 128-byte swizzle row deep");
+  static_assert(PromoteEvery >= 0, "promote every n >= 1 k-tiles, or never (0)");
   static_assert(!Promote || (TK == kScaleGroup && !kSpecialized), "promotion: one 128-deep group per k-tile, shared ring");
   static_assert(kGroupRows % 64 == 0, "each warpgroup owns whole 64-row wgmma blocks");
   static_assert(wgmma_n_supported(kN), "the wgmma atoms here take N = 32, 64, 128 or 256");
@@ -183,10 +188,14 @@ struct WgmmaGemm {
   }
 
   // With Promote: after k-tile t (128-deep group g = (k_begin + t TK) / 128)
-  // retires, total += acc x ks.a(row, g) x ks.w(nb, g), then acc = 0.
+  // retires, total += acc x ks.a(row, g) x ks.w(nb, g), then acc = 0; with
+  // PromoteEvery = n > 1 after every n-th k-tile and the last (the scales
+  // are the same for every group, so acc may hold n groups' sums).
   template <class KScales>
   FT_DEVICE void run_scaled(int k_begin, int k_end, const KScales& ks) {
     static_assert(Promote, "run_scaled promotes");
+    static_assert(PromoteEvery == 1 || requires { KScales::kConstantAlongK; },
+                  "promoting every n > 1 k-tiles needs scales constant along k");
     unsigned char* r = ring();
     zero_accumulators();
     FT_UNROLL for (int rm = 0; rm < RM; ++rm)
@@ -217,15 +226,24 @@ struct WgmmaGemm {
       if (s < tiles) load(ring + s * kStageBytes, k_begin + s * TK);
       copy_async_commit();  // empty groups keep the count uniform
     }
+    // K is at least one k-tile (legality): as in run_specialized, a zero-tile
+    // path would take its zeroed accumulators to the final wait past the
+    // in-flight wgmma, and ptxas would serialise every wgmma (C7515; seen on
+    // the non-promoting e4m3 stage 1).
+    if (tiles < 1) __builtin_unreachable();
     for (int t = 0; t < tiles; ++t) {
       copy_async_wait<S - 2>();  // this thread's copies of tile t have landed
       fence_async_proxy();
       barrier();                 // everyone's have
       mma_tile(ring_addr + u32((t % S) * kStageBytes));
       if constexpr (Promote) {
-        wgmma_wait<0>();  // tile t's wgmma are done: promote them
-        FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
-        promote(*ks, (k_begin + t * TK) / kScaleGroup);
+        if ((t + 1) % PromoteEvery == 0 || t + 1 == tiles) {
+          wgmma_wait<0>();  // tile t's wgmma are done: promote them
+          FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
+          promote(*ks, (k_begin + t * TK) / kScaleGroup);
+        } else {
+          wgmma_wait<1>();
+        }
       } else {
         wgmma_wait<1>();  // this warpgroup's tile t - 1 wgmma are done
       }
@@ -310,8 +328,10 @@ template <class First, class Second>
 struct SelectType<false, First, Second> {
   using type = Second;
 };
-template <class Cfg, int NB, bool Promote = false>
-using GemmFor =
-    typename SelectType<Cfg::Atom::kWarpgroup, WgmmaGemm<Cfg, NB, Promote>, TiledGemm<Cfg, NB, Promote>>::type;
+// PromoteEvery: as WgmmaGemm's; the tiled machinery promotes every 128-deep
+// group or never (1 or 0).
+template <class Cfg, int NB, int PromoteEvery = 0>
+using GemmFor = typename SelectType<Cfg::Atom::kWarpgroup, WgmmaGemm<Cfg, NB, PromoteEvery>,
+                                    TiledGemm<Cfg, NB, (PromoteEvery > 0)>>::type;
 
 }  // namespace ft

@@ -145,8 +145,61 @@ TEST_P(Fp8Space, EveryVariantCompilesDisassemblesAndFits) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Mixtral, Fp8Space,
-                         ::testing::Values(TargetBackend{"gfx942", Backend::clang}, TargetBackend{"gfx950", std::nullopt}),
+                         ::testing::Values(TargetBackend{"gfx942", Backend::clang}, TargetBackend{"gfx950", std::nullopt},
+                                           TargetBackend{"sm_90a", Backend::nvrtc}),
                          [](const auto& info) { return test::param_name(info.param); });
+
+// sm_90a's big fp8 stage-1 tiles: without promotion (promote = 0, one
+// accumulator set) m128n128 on two consumer warpgroups and m64n128 / m128n64
+// on one compile with no spills and unserialised wgmma (problems_of), with and
+// without quantise-on-store, m128n128 also with a producer warpgroup (one tile
+// and persistent), per-tensor and per-token; promoting every k-tile
+// they need a second set, which the legality's register estimate refuses.
+class Fp8BigTiles : public ::testing::TestWithParam<Scales> {};
+
+TEST_P(Fp8BigTiles, FastAccumulationFitsWithoutSpills) {
+  const Target& target = *find_target("sm_90a");
+  ASSERT_EQ(test::missing_toolchain(Backend::nvrtc, target), "") << "the compile suite needs NVRTC";
+  Problem problem = test::mixtral();
+  problem.dtype = DType::e4m3;
+  problem.scales = GetParam();
+  const std::string tag(GetParam() == Scales::per_tensor ? "tensor" : "token");
+  const std::set<std::string> wanted{
+      "ft_sm_90a_moe1_e4m3_m128n128k128_w8x1_wgmma_s4_" + tag + "_fastacc",
+      "ft_sm_90a_moe1_e4m3_m128n128k128_w8x1_wgmma_s4_" + tag + "_qstore_fastacc",
+      "ft_sm_90a_moe1_e4m3_m64n128k128_w4x1_wgmma_s4_" + tag + "_fastacc",
+      "ft_sm_90a_moe1_e4m3_m64n128k128_w4x1_wgmma_s4_" + tag + "_qstore_fastacc",
+      "ft_sm_90a_moe1_e4m3_m128n64k128_w4x1_wgmma_s4_" + tag + "_fastacc",
+      "ft_sm_90a_moe1_e4m3_m128n128k128_w8x1_wgmma_s4_tiled_ws_" + tag + "_fastacc",
+      "ft_sm_90a_moe1_e4m3_m128n128k128_w8x1_wgmma_s4_tiled_ws_t8_" + tag + "_fastacc"};
+  const std::string axes = "atom=wgmma_m64k32_f32_e4m3;kind=moe1;wgmma_tile_m=64,128;wgmma_tile_n=64,128;wgmma_stages=4";
+  CompileSpaceOptions opt;
+  opt.space = SpaceOptions::parse(axes + ";promote=0").value();
+  opt.compile = test::compile_options_for(test::current_test_id(), Backend::nvrtc);
+  opt.progress = false;
+  auto cs = compile_space(target, problem, opt);
+  ASSERT_TRUE(cs) << cs.error().describe();
+  std::set<std::string> seen;
+  for (const CompiledVariant& cv : cs->variants) {
+    if (!wanted.contains(cv.variant.name())) continue;
+    seen.insert(cv.variant.name());
+    for (const auto& p : problems_of(cv, target)) ADD_FAILURE() << cv.variant.name() << ": " << p;
+    ASSERT_TRUE(cv.resources) << cv.variant.name();
+    EXPECT_EQ(cv.resources->spill_bytes, 0) << cv.variant.name();
+    RecordProperty(cv.variant.name(), fmt::format("regs={}", cv.resources->regs));
+  }
+  EXPECT_EQ(seen, wanted) << "the fast-accumulation big tiles are not all in the space";
+
+  // Promoting every k-tile, the same tiles are refused before compiling.
+  Space promoting = enumerate_space(target, problem, SpaceOptions::parse(axes + ";promote=1").value());
+  for (const Variant& v : promoting.legal) {
+    const int per_group = v.get("tile_m") / (v.get("warps_m") / 4) * v.get("tile_n");
+    EXPECT_LT(per_group, 64 * 128) << v.name() << " promotes with 2 x " << per_group / 64 << " accumulators per lane";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sm90a, Fp8BigTiles, ::testing::Values(Scales::per_tensor, Scales::per_token),
+                         [](const auto& info) { return info.param == Scales::per_tensor ? "pertensor" : "pertoken"; });
 
 // The support unit on its own, per target (the f16 one too).
 class SupportUnit : public ::testing::TestWithParam<TargetBackend> {};

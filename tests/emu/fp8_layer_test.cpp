@@ -1,7 +1,9 @@
 // fp8 MoE layers through the emulator: quantise_x, align, stage 1 on e4m3 codes
 // (dequantised by each scale mode; the intermediate quantised on store or by the
 // quantise_inter step), stage 2 with the intermediate's group scales promoted
-// in its GEMM, reduce -- for sm_90a's wgmma and mma.sync atoms and the MFMA
+// in its GEMM, reduce -- for sm_90a's wgmma (stage 1 also with fast
+// accumulation, promote = 0, on the shared ring and with a producer
+// warpgroup, and promoting every 4 k-tiles) and mma.sync atoms and the MFMA
 // e4m3 atoms of gfx942 (fnuz) and gfx950 (OCP), at T = 1, 7, 33 with an expert that
 // gets no tokens, against the CPU reference from the dequantised inputs (the
 // check of fp8 GEMMs: diff = 1 - 2<y, ref> / (|y|^2 + |ref|^2) <= 1e-3, plus rel
@@ -25,6 +27,8 @@ struct Shape {
   bool quantise_on_store, weight_in_stage1, shuffled;
   Reduce reduce;
   int split_k;
+  int promote = 1;  // stage 1's promote axis (wgmma, per-tensor / per-token): every n k-tiles, 0 never
+  int producer_tiles = 0;  // wgmma stage 1 with a producer warpgroup (tiled weights), this many tiles per block; 0: none
 };
 
 Variant fp8_variant(const Target& t, StageRole role, const AtomInfo& atom, Scales scales, const Shape& s) {
@@ -36,6 +40,11 @@ Variant fp8_variant(const Target& t, StageRole role, const AtomInfo& atom, Scale
   v.set("layout", int(s.shuffled && !atom.warpgroup() ? WeightLayout::shuffled : WeightLayout::plain));
   if (role == StageRole::stage1) {
     v.set("inter_store", int(s.quantise_on_store ? InterStore::fp8 : InterStore::bf16));
+    if (v.has("promote")) v.set("promote", s.promote);
+    if (s.producer_tiles > 0) {
+      v.set("warp_specialized", 1).set("tiles_per_block", s.producer_tiles);
+      v.set("layout", int(WeightLayout::tiled));
+    }
   } else {
     v.set("reduce", int(s.reduce)).set("split_k", s.split_k);
   }
@@ -51,11 +60,24 @@ std::vector<LayerPlan> fp8_plans(const Target& t, Scales scales) {
   for (const AtomInfo* atom : atoms_for(t, DType::e4m3)) {
     std::vector<Shape> shapes;
     if (atom->warpgroup()) {
-      // block128 stage 1 promotes: 128 + 128 accumulators leave no room for N = 256 (quantise-on-store).
+      // A promoting stage 1 (block128 always) keeps 128 + 128 accumulators: no
+      // room for N = 256 (quantise-on-store); with scales constant along k it
+      // runs without promotion (promote = 0).
       const bool qstore = scales != Scales::block128;
-      shapes = {{64, qstore ? 128 : 64, 128, 128, 4, 1, 3, qstore, false, false, Reduce::atomic, 1},
+      shapes = {{64, qstore ? 128 : 64, 128, 128, 4, 1, 3, qstore, false, false, Reduce::atomic, 1, qstore ? 0 : 1},
                 {128, 64, 64, 128, 8, 1, 4, false, true, false, Reduce::partials16, 1},
                 {64, 32, 64, 128, 4, 1, 3, false, false, false, Reduce::atomic, 2}};
+      // Scales constant along k: the m128n128 stage 1 without promotion (one
+      // accumulator set; quantise-on-store), and promoting every 4 k-tiles
+      // (H = 256 is two k-tiles: only the last one promotes).
+      if (scales != Scales::block128) {
+        shapes.push_back({128, 128, 64, 128, 8, 1, 3, true, true, false, Reduce::atomic, 1, 0});
+        shapes.push_back({128, 64, 64, 128, 8, 1, 3, false, false, false, Reduce::atomic, 2, 4});
+        // Fast accumulation with a producer warpgroup (bulk copies of tiled
+        // fp8 weights): one tile per block, and a persistent block of 8.
+        shapes.push_back({128, 128, 64, 128, 8, 1, 4, false, false, false, Reduce::atomic, 1, 0, 1});
+        shapes.push_back({64, 64, 64, 128, 4, 1, 3, false, true, false, Reduce::partials16, 1, 0, 8});
+      }
     } else {
       const int m = atom->m;
       shapes = {{2 * m, 128, 64, 64, 2, 2, 2, true, false, false, Reduce::atomic, 1},

@@ -220,6 +220,42 @@ def _find_export(key: str) -> Export:
     return e
 
 
+SCALE_TENSORS = ("x_scale", "w1_scales", "w2_scales")
+
+
+def _scaled_problem(candidates: Sequence[Problem], context: str, given: dict) -> Problem:
+    """The fp8 problem among `candidates` (one shape, possibly several scale modes) whose w1_scales shape is the
+    given one, after checking every scale tensor against its shape (Problem.scale_shapes). `given`: name ->
+    None or (shape, dtype name), e.g. ("w1_scales": ((4,), "float32")). The torch op's and the JAX wrapper's
+    one check; ArgumentError naming the tensor and the shape expected."""
+    expected = " or ".join(f"{list(p.scale_shape('w1_scales'))} ({p.scales})" for p in candidates)
+    if given.get("w1_scales") is None:
+        raise ArgumentError(f"{context}: an fp8 layer needs its scales: w1_scales {expected} float32, "
+                            f"and w2_scales (x_scale per-tensor)")
+    w1_shape = tuple(given["w1_scales"][0])
+    chosen = [p for p in candidates if p.scale_shape("w1_scales") == w1_shape]
+    if not chosen:
+        raise ArgumentError(f"{context}: w1_scales {list(w1_shape)} fits no fp8 problem of the export for these "
+                            f"shapes: expected {expected}")
+    p = chosen[0]
+    for name in SCALE_TENSORS:
+        want, t = p.scale_shape(name), given.get(name)
+        if want is None:
+            if t is not None:
+                raise ArgumentError(f"{context}: {name} given, but {p.key} reads none ({p.scales}: the "
+                                    f"activations are scaled on the device)")
+            continue
+        if t is None:
+            raise ArgumentError(f"{context}: {p.key} needs {name} {list(want)} float32")
+        shape, dtype = tuple(t[0]), t[1]
+        if shape != want and not (name == "x_scale" and shape == ()):
+            raise ArgumentError(f"{context}: {name} must be {list(want)} ({p.scales} scales of {p.key}), "
+                                f"got {list(shape)}")
+        if dtype != "float32":
+            raise ArgumentError(f"{context}: {name} must be float32, got {dtype}")
+    return p
+
+
 def _host_array(a, name: str, dtypes: tuple):
     """(address, element count) of a C-contiguous, writable host array (numpy, or a torch CPU tensor)."""
     if hasattr(a, "data_ptr") and hasattr(a, "device"):  # a torch tensor (torch is not imported here)

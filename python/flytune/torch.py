@@ -94,31 +94,9 @@ def _fp8_problem(export: flytune.Export, context: str, shape: tuple, hidden_stat
     if hidden_states.dtype != torch.bfloat16:
         raise flytune.ArgumentError(f"{context}: fp8 layers take hidden_states in torch.bfloat16 (their y too), "
                                     f"got {hidden_states.dtype}")
-    expected = " or ".join(f"{list(p.scale_shape('w1_scales'))} ({p.scales})" for p in candidates)
-    w1_scales = scales["w1_scales"]
-    if w1_scales is None:
-        raise flytune.ArgumentError(f"{context}: an fp8 layer needs its scales: w1_scales {expected} float32, "
-                                    f"and w2_scales (x_scale per-tensor)")
-    chosen = [p for p in candidates if p.scale_shape("w1_scales") == tuple(w1_scales.shape)]
-    if not chosen:
-        raise flytune.ArgumentError(f"{context}: w1_scales {list(w1_scales.shape)} fits no fp8 problem of the "
-                                    f"export for these shapes: expected {expected}")
-    p = chosen[0]
-    for name, t in scales.items():
-        want = p.scale_shape(name)
-        if want is None:
-            if t is not None:
-                raise flytune.ArgumentError(f"{context}: {name} given, but {p.key} reads none ({p.scales}: the "
-                                            f"activations are scaled on the device)")
-            continue
-        if t is None:
-            raise flytune.ArgumentError(f"{context}: {p.key} needs {name} {list(want)} float32")
-        if tuple(t.shape) != want and not (name == "x_scale" and t.dim() == 0):
-            raise flytune.ArgumentError(f"{context}: {name} must be {list(want)} ({p.scales} scales of {p.key}), "
-                                        f"got {list(t.shape)}")
-        if t.dtype != torch.float32:
-            raise flytune.ArgumentError(f"{context}: {name} must be torch.float32, got {t.dtype}")
-    return p
+    given = {n: None if t is None else (tuple(t.shape), str(t.dtype).replace("torch.", ""))
+             for n, t in scales.items()}
+    return flytune._scaled_problem(candidates, context, given)
 
 
 def _check_devices(hidden_states, tensors: dict) -> None:

@@ -5,7 +5,7 @@ command buffer (JAX), under jit, vmap, shard_map and torch.compile.
 The export: $FLYTUNE_EXPORT_DIR, else the tool's export of tests/data/tiny_forms.db (sm_90a: an H200).
 Its first problem is tested; T = 1 and 5 read shuffled and tiled weights in the tiny export's plans.
 
-fp8 (torch): $FLYTUNE_FP8_EXPORT_DIR, else the tool searches the tiny problem in fp8 on this GPU in every
+fp8 (torch, and JAX with torch's inputs): $FLYTUNE_FP8_EXPORT_DIR, else the tool searches the tiny problem in fp8 on this GPU in every
 scale mode (one database, ~45 s a mode) and exports it; each mode the export holds is run against a
 dequantised fp32 reference, and with its weight scales doubled (a mutant the comparison must catch).
 """
@@ -411,6 +411,24 @@ def test_jax_shard_map_over_tokens(jax_mod, gpu_export):
     layer = shard_map(lambda a, b, c, m: fj.moe_layer(a, b, c, m), mesh=mesh,
                       in_specs=(P("tokens"), P("tokens"), P("tokens"), P()), out_specs=P("tokens"))
     y = jax_mod.jit(layer)(x, ids, weights, moe)
+    assert rel_l2(np.asarray(y, np.float32), want) < TOLERANCE
+
+
+@pytest.mark.parametrize("mode", FP8_MODES)
+def test_jax_fp8_matches_the_dequantised_reference(jax_mod, torch_mod, fp8_export, mode):
+    # The torch test's inputs and reference, the codes handed to JAX as uint8 (bit-exact).
+    import jax.numpy as jnp
+    import flytune.jax as fj
+    torch = torch_mod
+    p = _fp8_problem(fp8_export, mode)
+    x, w1, w2, ids, weights, scales = _fp8_inputs(torch, p, 33, "masked", seed=4)
+    want = fp8_reference(torch, p, x, w1, w2, ids, weights, scales).cpu().numpy()
+    host = lambda t: t.cpu().numpy()  # noqa: E731
+    moe = fj.prepare_weights(fp8_export, jnp.asarray(host(w1.view(torch.uint8))),
+                             jnp.asarray(host(w2.view(torch.uint8))),
+                             **{n: jnp.asarray(host(s)) for n, s in scales.items()})
+    y = jax_mod.jit(fj.moe_layer)(jnp.asarray(host(x.float()), jnp.bfloat16), jnp.asarray(host(ids)),
+                                  jnp.asarray(host(weights)), moe)
     assert rel_l2(np.asarray(y, np.float32), want) < TOLERANCE
 
 

@@ -23,6 +23,7 @@ from . import _core
 __all__ = [
     "load", "Export", "Problem", "FlytuneError", "ManifestError", "FileError", "HashError", "TargetError",
     "DeviceError", "NotFoundError", "ArgumentError", "InternalError", "library_path", "runtime_header",
+    "fp8_ocp_to_fnuz",
 ]
 __version__ = "0.1.0"
 
@@ -98,14 +99,29 @@ def _call(fn, *args, context: str = "", **kwargs):
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """One problem of an export: the MoE layer shape and its tuned token buckets."""
+    """One problem of an export: the MoE layer shape and its tuned token buckets.
+
+    fp8 problems (dtype "e4m3", or "e4m3fnuz" on gfx942): w1/w2 are one code byte per element
+    (element_bytes 1; x and y stay bf16), scaled as `scales` says ("per-tensor", "per-token",
+    "block128"); scale_shapes gives each fp32 scale tensor the layer reads, as (name, shape) pairs."""
     key: str
     experts: int
     hidden: int
     inter: int
     topk: int
-    dtype: str  # "bf16" or "f16"
+    dtype: str  # the weights' format: "bf16", "f16", "e4m3" or "e4m3fnuz"
     buckets: tuple
+    element_bytes: int = 2
+    scales: str = "none"
+    scale_shapes: tuple = ()  # (("x_scale", (1,)), ("w1_scales", (E,)), ...); () for 16-bit problems
+
+    @property
+    def fp8(self) -> bool:
+        return self.scales != "none"
+
+    def scale_shape(self, name: str) -> Optional[tuple]:
+        """The shape of scale tensor `name` ("x_scale", "w1_scales", "w2_scales"), None where the layer reads none."""
+        return dict(self.scale_shapes).get(name)
 
     @property
     def w1_shape(self):
@@ -134,7 +150,9 @@ class Export:
         self.target: str = core.target  # the GPU target it was tuned for ("sm_90a", "gfx942", ...)
         self.device: str = core.device  # the device opened at load ("cuda:0", "hip:0", or "none")
         self.problems = tuple(Problem(p["key"], p["experts"], p["hidden"], p["inter"], p["topk"], p["dtype"],
-                                      tuple(p["buckets"])) for p in core.problems())
+                                      tuple(p["buckets"]), p["element_bytes"], p["scales"],
+                                      tuple((n, tuple(s)) for n, s in p["scale_shapes"].items()))
+                              for p in core.problems())
         with _exports_lock:
             _exports[core.key] = self
 
@@ -149,13 +167,16 @@ class Export:
         _call(self._core.plan_info, key, 1)
         raise NotFoundError(f"no problem {key}")  # not reached: the runtime refused it above
 
-    def find_problem(self, experts: int, hidden: int, inter: int, topk: int, dtype: str, tokens: int = 1) -> Problem:
-        """The export's problem for these shapes, or the runtime's NotFoundError naming what it serves."""
-        key = _call(self._core.find_problem, experts, hidden, inter, topk, dtype, max(tokens, 1))
+    def find_problem(self, experts: int, hidden: int, inter: int, topk: int, dtype: str, tokens: int = 1,
+                     scales: str = "none") -> Problem:
+        """The export's problem for these shapes (and, fp8, scale mode), or the runtime's NotFoundError naming
+        what it serves."""
+        key = _call(self._core.find_problem, experts, hidden, inter, topk, dtype, max(tokens, 1), scales)
         return self.problem(key)
 
     def plan(self, problem: str, tokens: int) -> dict:
-        """What the layer for (problem, T) needs: the bucket, the weight copies each stage reads, the workspace."""
+        """What the layer for (problem, T) needs: the bucket, the weight copies each stage reads, the workspace,
+        the weights' dtype and element_bytes, the scale mode and the scale tensors' shapes (scale_shapes)."""
         return _call(self._core.plan_info, problem, tokens)
 
     def weight_copies(self, problem: str) -> list:
@@ -197,6 +218,81 @@ def _find_export(key: str) -> Export:
     if e is None:
         raise ArgumentError(f"no export '{key}' is loaded in this process (flytune.load it first)")
     return e
+
+
+SCALE_TENSORS = ("x_scale", "w1_scales", "w2_scales")
+
+
+def _scaled_problem(candidates: Sequence[Problem], context: str, given: dict) -> Problem:
+    """The fp8 problem among `candidates` (one shape, possibly several scale modes) whose w1_scales shape is the
+    given one, after checking every scale tensor against its shape (Problem.scale_shapes). `given`: name ->
+    None or (shape, dtype name), e.g. ("w1_scales": ((4,), "float32")). The torch op's and the JAX wrapper's
+    one check; ArgumentError naming the tensor and the shape expected."""
+    expected = " or ".join(f"{list(p.scale_shape('w1_scales'))} ({p.scales})" for p in candidates)
+    if given.get("w1_scales") is None:
+        raise ArgumentError(f"{context}: an fp8 layer needs its scales: w1_scales {expected} float32, "
+                            f"and w2_scales (x_scale per-tensor)")
+    w1_shape = tuple(given["w1_scales"][0])
+    chosen = [p for p in candidates if p.scale_shape("w1_scales") == w1_shape]
+    if not chosen:
+        raise ArgumentError(f"{context}: w1_scales {list(w1_shape)} fits no fp8 problem of the export for these "
+                            f"shapes: expected {expected}")
+    p = chosen[0]
+    for name in SCALE_TENSORS:
+        want, t = p.scale_shape(name), given.get(name)
+        if want is None:
+            if t is not None:
+                raise ArgumentError(f"{context}: {name} given, but {p.key} reads none ({p.scales}: the "
+                                    f"activations are scaled on the device)")
+            continue
+        if t is None:
+            raise ArgumentError(f"{context}: {p.key} needs {name} {list(want)} float32")
+        shape, dtype = tuple(t[0]), t[1]
+        if shape != want and not (name == "x_scale" and shape == ()):
+            raise ArgumentError(f"{context}: {name} must be {list(want)} ({p.scales} scales of {p.key}), "
+                                f"got {list(shape)}")
+        if dtype != "float32":
+            raise ArgumentError(f"{context}: {name} must be float32, got {dtype}")
+    return p
+
+
+def _host_array(a, name: str, dtypes: tuple):
+    """(address, element count) of a C-contiguous, writable host array (numpy, or a torch CPU tensor)."""
+    if hasattr(a, "data_ptr") and hasattr(a, "device"):  # a torch tensor (torch is not imported here)
+        dtype = str(a.dtype).replace("torch.", "")
+        if a.device.type != "cpu":
+            raise ArgumentError(f"flytune.fp8_ocp_to_fnuz: {name} must be in host memory (a CPU tensor), "
+                                f"got {a.device}")
+        if not a.is_contiguous():
+            raise ArgumentError(f"flytune.fp8_ocp_to_fnuz: {name} must be contiguous (it is converted in place)")
+        if dtype not in dtypes:
+            raise ArgumentError(f"flytune.fp8_ocp_to_fnuz: {name} must be {' or '.join(dtypes)}, got {dtype}")
+        return a.data_ptr(), a.numel()
+    import numpy as np
+    if not isinstance(a, np.ndarray):
+        raise ArgumentError(f"flytune.fp8_ocp_to_fnuz: {name} must be a numpy array or a torch CPU tensor, "
+                            f"got {type(a).__name__}")
+    if a.dtype.name not in dtypes:
+        raise ArgumentError(f"flytune.fp8_ocp_to_fnuz: {name} must be {' or '.join(dtypes)}, got {a.dtype.name}")
+    if not a.flags.c_contiguous or not a.flags.writeable:
+        raise ArgumentError(f"flytune.fp8_ocp_to_fnuz: {name} must be C-contiguous and writable "
+                            f"(it is converted in place)")
+    return a.ctypes.data, a.size
+
+
+def fp8_ocp_to_fnuz(codes, scales) -> int:
+    """Converts an OCP e4m3 checkpoint tensor for gfx942 (e4m3fnuz), in place, in host memory.
+
+    codes: the weights' e4m3 codes (numpy uint8 / float8_e4m3fn, or a torch CPU tensor of torch.float8_e4m3fn
+    or torch.uint8); scales: every float32 scale of that tensor (any granularity: per tensor, channel or block).
+    The same bits mean half the value in fnuz, so the codes are kept and every scale doubled; OCP -0 becomes +0
+    and OCP NaNs fnuz's NaN. Returns the count of NaN codes. Nothing is changed when it raises (ArgumentError:
+    a scale that would not be finite doubled). A torch tensor is then read as fnuz with
+    `codes.view(torch.float8_e4m3fnuz)`. The runtime's ft_fp8_ocp_to_fnuz.
+    """
+    code_ptr, count = _host_array(codes, "codes", ("uint8", "float8_e4m3fn"))
+    scale_ptr, scale_count = _host_array(scales, "scales", ("float32",))
+    return _call(_core.fp8_ocp_to_fnuz, code_ptr, count, scale_ptr, scale_count, context="flytune.fp8_ocp_to_fnuz")
 
 
 def library_path() -> str:

@@ -7,6 +7,9 @@
 
 x [T, H] bf16/f16 (the export's dtype), topk_ids [T, k] int32 (-1: no expert),
 topk_weights [T, k] float32, w1 [E, 2I, H] (gate rows, then up rows), w2 [E, H, I].
+fp8 exports: w1/w2 as e4m3 codes (jnp.float8_e4m3fn, float8_e4m3fnuz on gfx942, or
+uint8) and their float32 scales, given to prepare_weights (w1_scales=, w2_scales=,
+x_scale=; shapes: Problem.scale_shapes); x stays bf16.
 The call is the typed FFI target "flytune_moe_layer" (platforms CUDA and ROCm):
 it launches the runtime's layer program on XLA's stream, with its workspace a
 scratch result XLA allocates. Under vmap, leading batch dimensions of x and the
@@ -47,6 +50,13 @@ def register() -> None:
 
 
 _DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16}
+# fp8 weights by the export's format (Problem.dtype); uint8 holds either's codes.
+_FP8 = {"e4m3": jnp.float8_e4m3fn, "e4m3fnuz": jnp.float8_e4m3fnuz}
+
+
+def _is_fp8(dtype) -> bool:
+    d = jnp.dtype(dtype)
+    return d == jnp.dtype(jnp.uint8) or any(d == jnp.dtype(t) for t in _FP8.values())
 
 
 def _dtype_name(dtype) -> str:
@@ -60,7 +70,8 @@ def _dtype_name(dtype) -> str:
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass
 class MoeWeights:
-    """w1, w2 and the arranged copies the export's plans read (None where none does)."""
+    """w1, w2 and the arranged copies the export's plans read (None where none does); fp8 weights also carry
+    their float32 scales (None where the layer reads none) and the scale mode they fit."""
     w1: jax.Array
     w2: jax.Array
     w1_shuffled: Optional[jax.Array]
@@ -68,13 +79,18 @@ class MoeWeights:
     w1_tiled: Optional[jax.Array]
     w2_tiled: Optional[jax.Array]
     export: flytune.Export
+    x_scale: Optional[jax.Array] = None
+    w1_scales: Optional[jax.Array] = None
+    w2_scales: Optional[jax.Array] = None
+    scales: str = "none"  # Problem.scales of the problems these weights serve
 
     def tree_flatten(self):
-        return ((self.w1, self.w2, self.w1_shuffled, self.w2_shuffled, self.w1_tiled, self.w2_tiled), self.export)
+        return ((self.w1, self.w2, self.w1_shuffled, self.w2_shuffled, self.w1_tiled, self.w2_tiled, self.x_scale,
+                 self.w1_scales, self.w2_scales), (self.export, self.scales))
 
     @classmethod
-    def tree_unflatten(cls, export, children):
-        return cls(*children, export)
+    def tree_unflatten(cls, aux, children):
+        return cls(*children[:6], aux[0], *children[6:], aux[1])
 
 
 def _gpu_platform() -> Optional[str]:
@@ -111,22 +127,54 @@ def _arrange(export: flytune.Export, w: jax.Array, layout: int) -> jax.Array:
     return call(w, export=export.key, layout=np.int32(layout), rows=np.int32(rows), cols=np.int32(cols))
 
 
-def prepare_weights(export: flytune.Export, w1: jax.Array, w2: jax.Array) -> MoeWeights:
+def _fp8_problems(export: flytune.Export, context: str, w1, w2, scales: dict) -> list:
+    """The export's fp8 problems these codes and scales serve (any topk), after the checks of their dtype and
+    of every scale tensor (flytune._scaled_problem, the torch op's check)."""
+    experts, two_inter, hidden = w1.shape
+    candidates = [p for p in export.problems if p.fp8 and (p.experts, p.hidden, p.inter) ==
+                  (experts, hidden, two_inter // 2)]
+    if not candidates:
+        raise flytune.NotFoundError(f"{context}: the export has no fp8 problem of experts {experts}, hidden "
+                                    f"{hidden}, inter {two_inter // 2} (the export has: "
+                                    f"{', '.join(p.key for p in export.problems)})")
+    fmt = candidates[0].dtype  # the target's e4m3 flavour: one per export
+    if jnp.dtype(w1.dtype) not in (jnp.dtype(_FP8[fmt]), jnp.dtype(jnp.uint8)) or w2.dtype != w1.dtype:
+        hint = " (OCP checkpoints: flytune.fp8_ocp_to_fnuz converts them)" if fmt == "e4m3fnuz" else ""
+        raise flytune.ArgumentError(f"{context}: the export's fp8 weights are {fmt}: w1 and w2 must both be "
+                                    f"{jnp.dtype(_FP8[fmt]).name} (or their uint8 codes){hint}")
+    given = {n: None if t is None else (tuple(t.shape), jnp.dtype(t.dtype).name) for n, t in scales.items()}
+    mode = flytune._scaled_problem(candidates, context, given).scales
+    return [p for p in candidates if p.scales == mode]
+
+
+def prepare_weights(export: flytune.Export, w1: jax.Array, w2: jax.Array, w1_scales: Optional[jax.Array] = None,
+                    w2_scales: Optional[jax.Array] = None, x_scale: Optional[jax.Array] = None) -> MoeWeights:
     """Arranges w1 [E, 2I, H] and w2 [E, H, I] once in every layout the export's plans
     for these shapes read (shuffled or tiled copies, through the runtime's own
-    kernel), on the weights' device. Call it outside the hot path (at load)."""
+    kernel), on the weights' device. Call it outside the hot path (at load).
+    fp8 exports: w1/w2 are e4m3 codes and the float32 scales come along (shapes:
+    Problem.scale_shapes; checked here, ArgumentError naming the tensor); 16-bit
+    exports take none."""
     if w1.ndim != 3 or w2.ndim != 3:
         raise flytune.ArgumentError(f"flytune.jax.prepare_weights: w1 must be [E, 2I, H] and w2 [E, H, I], "
                                     f"got {tuple(w1.shape)} and {tuple(w2.shape)}")
     experts, two_inter, hidden = w1.shape
     inter = two_inter // 2
     dtype = _dtype_name(w1.dtype)
+    context = f"flytune.jax.prepare_weights: w1 {tuple(w1.shape)} {w1.dtype} and w2 {tuple(w2.shape)} {w2.dtype}"
     if tuple(w2.shape) != (experts, hidden, inter) or w2.dtype != w1.dtype or two_inter % 2:
-        raise flytune.ArgumentError(f"flytune.jax.prepare_weights: w1 {tuple(w1.shape)} {w1.dtype} and w2 "
-                                    f"{tuple(w2.shape)} {w2.dtype} are not [E, 2I, H] and [E, H, I] of one dtype")
-    problems = _problems_for(export, experts, hidden, inter, dtype)
-    if not problems:
-        export.find_problem(experts, hidden, inter, 1, dtype)  # raises the runtime's NotFoundError
+        raise flytune.ArgumentError(f"{context} are not [E, 2I, H] and [E, H, I] of one dtype")
+    scales = {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales}
+    if _is_fp8(w1.dtype):
+        problems = _fp8_problems(export, context, w1, w2, scales)
+    else:
+        given = [n for n, t in scales.items() if t is not None]
+        if given:
+            raise flytune.ArgumentError(f"{context}: {', '.join(given)} given, but {dtype} layers take no scales "
+                                        f"(only fp8 layers do)")
+        problems = _problems_for(export, experts, hidden, inter, dtype)
+        if not problems:
+            export.find_problem(experts, hidden, inter, 1, dtype)  # raises the runtime's NotFoundError
     copies = set()
     for p in problems:
         copies.update(export.weight_copies(p.key))
@@ -136,8 +184,10 @@ def prepare_weights(export: flytune.Export, w1: jax.Array, w2: jax.Array) -> Moe
         src = w1 if name.startswith("w1") else w2
         layout = _core.WEIGHT_LAYOUT_SHUFFLED if name.endswith("shuffled") else _core.WEIGHT_LAYOUT_TILED
         arranged[name] = jax.jit(_arrange, static_argnums=(0, 2))(export, src, layout)
+    f32 = lambda t: None if t is None else jnp.asarray(t, jnp.float32)  # noqa: E731
     return MoeWeights(w1, w2, arranged.get("w1_shuffled"), arranged.get("w2_shuffled"), arranged.get("w1_tiled"),
-                      arranged.get("w2_tiled"), export)
+                      arranged.get("w2_tiled"), export, f32(x_scale), f32(w1_scales), f32(w2_scales),
+                      problems[0].scales)
 
 
 def _empty(dtype):
@@ -161,8 +211,10 @@ def moe_layer(x: jax.Array, topk_ids: jax.Array, topk_weights: jax.Array, weight
             f"topk_weights {tuple(topk_weights.shape)}")
     if not jnp.issubdtype(topk_ids.dtype, jnp.integer):
         raise flytune.ArgumentError(f"flytune.jax.moe_layer: topk_ids must be integers, got {topk_ids.dtype}")
-    copies = [getattr(weights, n) if getattr(weights, n) is not None else _empty(x.dtype)
+    copies = [getattr(weights, n) if getattr(weights, n) is not None else _empty(weights.w1.dtype)
               for n in flytune._LAYOUT_SHAPES]
+    copies += [getattr(weights, n) if getattr(weights, n) is not None else _empty(jnp.float32)
+               for n in flytune.SCALE_TENSORS]
     return _layer(weights)(x, topk_ids.astype(jnp.int32), topk_weights.astype(jnp.float32), weights.w1, weights.w2,
                            *copies)
 
@@ -199,12 +251,16 @@ def _launch(weights: MoeWeights, x, ids, tw, w1, w2, copies):
     dtype = _dtype_name(x.dtype)
     context = (f"flytune.jax.moe_layer: x {tuple(x.shape)} {x.dtype}, topk {topk}, w1 {tuple(weights.w1.shape)} "
                f"{weights.w1.dtype}")
-    if x.shape[-1] != hidden or x.dtype != weights.w1.dtype:
+    if weights.scales != "none":  # fp8: bf16 x, the weights' format from the export's problems of their mode
+        if jnp.dtype(x.dtype) != jnp.dtype(jnp.bfloat16) or x.shape[-1] != hidden:
+            raise flytune.ArgumentError(f"{context}: fp8 layers take x [..., {hidden}] in bfloat16 (their y too)")
+        dtype = next(p.dtype for p in export.problems if p.scales == weights.scales)
+    elif x.shape[-1] != hidden or x.dtype != weights.w1.dtype:
         # The runtime's answer for the problem these shapes would be.
         flytune._call(export._core.find_problem, experts, int(x.shape[-1]), two_inter // 2, topk, dtype,
                       max(tokens, 1), context=context)
     problem = flytune._call(export._core.find_problem, experts, hidden, two_inter // 2, topk, dtype, max(tokens, 1),
-                            context=context)
+                            weights.scales, context=context)
     if tokens == 0:
         return jnp.zeros(x.shape, x.dtype)
     plan = flytune._call(export._core.plan_info, problem, tokens, context=context)

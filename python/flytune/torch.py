@@ -28,6 +28,9 @@ from flytune import _core
 __all__ = ["moe_layer", "fused_experts", "prepare_weights", "use"]
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+# fp8 weights by the export's format (Problem.dtype); torch.uint8 holds either's codes.
+_FP8_TORCH = {"e4m3": torch.float8_e4m3fn, "e4m3fnuz": torch.float8_e4m3fnuz}
+_FP8_WEIGHTS = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.uint8)
 _default_export: Optional[flytune.Export] = None
 
 
@@ -42,10 +45,11 @@ def _selector(device: torch.device) -> str:
     return f"{'hip' if torch.version.hip else 'cuda'}:{index}"
 
 
-def _problem(export: flytune.Export, hidden_states, w1, w2, topk_weights, topk_ids) -> flytune.Problem:
-    """Checks the vLLM argument shapes and finds the export's problem (the runtime's message where none fits)."""
+def _problem(export: flytune.Export, hidden_states, w1, w2, topk_weights, topk_ids, scales: dict) -> flytune.Problem:
+    """Checks the vLLM argument shapes and finds the export's problem (the runtime's message where none fits);
+    for fp8 weights also their dtype and the scale tensors (`scales`: x_scale, w1_scales, w2_scales or None)."""
     context = (f"flytune::moe_layer: hidden_states {tuple(hidden_states.shape)} {hidden_states.dtype}, "
-               f"w1 {tuple(w1.shape)}, w2 {tuple(w2.shape)}, topk_ids {tuple(topk_ids.shape)}")
+               f"w1 {tuple(w1.shape)} {w1.dtype}, w2 {tuple(w2.shape)}, topk_ids {tuple(topk_ids.shape)}")
     if hidden_states.dim() != 2 or w1.dim() != 3 or w2.dim() != 3 or topk_ids.dim() != 2 or \
             topk_weights.shape != topk_ids.shape or topk_ids.shape[0] != hidden_states.shape[0]:
         raise flytune.ArgumentError(f"{context}: expected hidden_states [T, H], w1 [E, 2I, H], w2 [E, H, I], "
@@ -53,16 +57,56 @@ def _problem(export: flytune.Export, hidden_states, w1, w2, topk_weights, topk_i
     experts, two_inter, hidden = w1.shape
     if tuple(w2.shape) != (experts, hidden, two_inter // 2) or hidden_states.shape[1] != hidden or two_inter % 2:
         raise flytune.ArgumentError(f"{context}: w1 [E, 2I, H] and w2 [E, H, I] do not fit hidden_states [T, H]")
-    if w1.dtype != hidden_states.dtype or w2.dtype != hidden_states.dtype:
-        raise flytune.ArgumentError(f"{context}: w1 {w1.dtype} and w2 {w2.dtype} must be of hidden_states' dtype")
     if topk_ids.dtype != torch.int32 or topk_weights.dtype != torch.float32:
         raise flytune.ArgumentError(f"{context}: topk_ids must be int32 and topk_weights float32 "
                                     f"(got {topk_ids.dtype}, {topk_weights.dtype}; fused_experts converts them)")
-    dtype = _DTYPES.get(hidden_states.dtype, str(hidden_states.dtype).replace("torch.", ""))
+    shape = (int(experts), int(hidden), int(two_inter) // 2, int(topk_ids.shape[1]))
     tokens = max(int(hidden_states.shape[0]), 1)
-    key = flytune._call(export._core.find_problem, int(experts), int(hidden), int(two_inter) // 2,
-                        int(topk_ids.shape[1]), dtype, tokens, context=context)
+    if w1.dtype in _FP8_WEIGHTS:
+        return _fp8_problem(export, context, shape, hidden_states, w1, w2, scales)
+    if w1.dtype != hidden_states.dtype or w2.dtype != hidden_states.dtype:
+        raise flytune.ArgumentError(f"{context}: w1 {w1.dtype} and w2 {w2.dtype} must be of hidden_states' dtype "
+                                    f"(or fp8 codes: {', '.join(map(str, _FP8_WEIGHTS))})")
+    dtype = _DTYPES.get(hidden_states.dtype, str(hidden_states.dtype).replace("torch.", ""))
+    given = [name for name, t in scales.items() if t is not None]
+    if given:
+        raise flytune.ArgumentError(f"{context}: {', '.join(given)} given, but a {dtype} layer takes no scales "
+                                    f"(only fp8 layers do)")
+    key = flytune._call(export._core.find_problem, *shape, dtype, tokens, context=context)
     return export.problem(key)
+
+
+def _fp8_problem(export: flytune.Export, context: str, shape: tuple, hidden_states, w1, w2,
+                 scales: dict) -> flytune.Problem:
+    """The export's fp8 problem of these shapes whose w1_scales shape is the given one; every scale tensor
+    checked against its shape (Problem.scale_shapes: the runtime's counts, the header's shapes)."""
+    candidates = [p for p in export.problems if p.fp8 and (p.experts, p.hidden, p.inter, p.topk) == shape]
+    if not candidates:
+        raise flytune.NotFoundError(f"{context}: the export has no fp8 problem of experts {shape[0]}, hidden "
+                                    f"{shape[1]}, inter {shape[2]}, topk {shape[3]} (the export has: "
+                                    f"{', '.join(p.key for p in export.problems)})")
+    fmt = candidates[0].dtype  # the target's e4m3 flavour: one per export
+    if w1.dtype not in (_FP8_TORCH[fmt], torch.uint8) or w2.dtype != w1.dtype:
+        hint = " (OCP checkpoints: flytune.fp8_ocp_to_fnuz converts them)" if fmt == "e4m3fnuz" else ""
+        raise flytune.ArgumentError(f"{context}: the export's fp8 weights are {fmt}: w1 and w2 must both be "
+                                    f"{_FP8_TORCH[fmt]} (or their torch.uint8 codes), got {w1.dtype} and "
+                                    f"{w2.dtype}{hint}")
+    if hidden_states.dtype != torch.bfloat16:
+        raise flytune.ArgumentError(f"{context}: fp8 layers take hidden_states in torch.bfloat16 (their y too), "
+                                    f"got {hidden_states.dtype}")
+    given = {n: None if t is None else (tuple(t.shape), str(t.dtype).replace("torch.", ""))
+             for n, t in scales.items()}
+    return flytune._scaled_problem(candidates, context, given)
+
+
+def _check_devices(hidden_states, tensors: dict) -> None:
+    """Every tensor of a launch on hidden_states' GPU (a kernel would fault on another device's memory)."""
+    if hidden_states.device.type != "cuda":
+        raise flytune.ArgumentError(f"flytune::moe_layer: tensors must be on a GPU, got {hidden_states.device}")
+    for name, t in tensors.items():
+        if t is not None and t.device != hidden_states.device:
+            raise flytune.ArgumentError(f"flytune::moe_layer: {name} is on {t.device}, hidden_states on "
+                                        f"{hidden_states.device}")
 
 
 # Arranged copies by (weight tensor, layout name): rebuilt when the tensor
@@ -83,12 +127,18 @@ def _arranged_copy(export: flytune.Export, selector: str, w: torch.Tensor, name:
     rows, cols = src.numel() // src.shape[-1], src.shape[-1]
     stream = torch.cuda.current_stream(src.device).cuda_stream
     flytune._call(export._core.arrange, selector, src.data_ptr(), dst.data_ptr(), rows, cols, layout, stream,
-                  context=f"flytune: arranging {name}")
+                  src.element_size(), context=f"flytune: arranging {name}")
     with _arranged_lock:
         if hit is None:
             weakref.finalize(w, _arranged.pop, key, None)
         _arranged[key] = (w._version, w.data_ptr(), dst)
     return dst
+
+
+def _weights_fit(p: flytune.Problem, w: torch.Tensor) -> bool:
+    if p.fp8:
+        return w.dtype in (_FP8_TORCH[p.dtype], torch.uint8)
+    return _DTYPES.get(w.dtype) == p.dtype
 
 
 def _ensure_open(export: flytune.Export, selector: str) -> None:
@@ -103,10 +153,14 @@ def prepare_weights(w1: torch.Tensor, w2: torch.Tensor, export: Optional[flytune
     if export is None:
         raise flytune.ArgumentError("flytune.torch.prepare_weights: no export (pass one, or flytune.torch.use it)")
     experts, two_inter, hidden = w1.shape
-    dtype = _DTYPES.get(w1.dtype, str(w1.dtype))
-    problems = [p for p in export.problems if (p.experts, p.hidden, p.inter, p.dtype) ==
-                (experts, hidden, two_inter // 2, dtype)]
+    dtype = _DTYPES.get(w1.dtype, str(w1.dtype).replace("torch.", ""))
+    problems = [p for p in export.problems if (p.experts, p.hidden, p.inter) == (experts, hidden, two_inter // 2)
+                and _weights_fit(p, w1)]
     if not problems:
+        if w1.dtype in _FP8_WEIGHTS:
+            raise flytune.NotFoundError(f"flytune.torch.prepare_weights: no fp8 problem of the export fits w1 "
+                                        f"{tuple(w1.shape)} {w1.dtype} (the export has: "
+                                        f"{', '.join(p.key for p in export.problems)})")
         export.find_problem(experts, hidden, two_inter // 2, 1, dtype)  # the runtime's NotFoundError
     selector = _selector(w1.device)
     _ensure_open(export, selector)
@@ -117,14 +171,21 @@ def prepare_weights(w1: torch.Tensor, w2: torch.Tensor, export: Optional[flytune
 
 @torch.library.custom_op("flytune::moe_layer", mutates_args=())
 def moe_layer(hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
-              topk_ids: torch.Tensor, export: str) -> torch.Tensor:
+              topk_ids: torch.Tensor, export: str, w1_scales: Optional[torch.Tensor] = None,
+              w2_scales: Optional[torch.Tensor] = None, x_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The MoE layer of the export whose key is `export` (flytune.Export.key), in vLLM's convention:
     hidden_states [T, H], w1 [E, 2I, H] (gate rows, then up rows), w2 [E, H, I], topk_weights [T, k]
-    float32, topk_ids [T, k] int32 (-1: no expert). Returns [T, H] of hidden_states' dtype."""
+    float32, topk_ids [T, k] int32 (-1: no expert). Returns [T, H] of hidden_states' dtype.
+
+    fp8 exports: w1/w2 are e4m3 codes (torch.float8_e4m3fn, torch.float8_e4m3fnuz on gfx942, or their
+    torch.uint8 view), hidden_states bf16, and the float32 scales (a weight value is code * scale) shaped as
+    the problem's scale_shapes: per-tensor x_scale [1] (x quantised as x / x_scale), w1_scales [E],
+    w2_scales [E]; per-token w1_scales [E, 2I], w2_scales [E, H]; block128 w1_scales [E, 2I/128, H/128],
+    w2_scales [E, H/128, I/128]. 16-bit exports take no scales."""
     e = flytune._find_export(export)
-    problem = _problem(e, hidden_states, w1, w2, topk_weights, topk_ids)
-    if hidden_states.device.type != "cuda":
-        raise flytune.ArgumentError(f"flytune::moe_layer: tensors must be on a GPU, got {hidden_states.device}")
+    scales = {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales}
+    problem = _problem(e, hidden_states, w1, w2, topk_weights, topk_ids, scales)
+    _check_devices(hidden_states, dict(w1=w1, w2=w2, topk_weights=topk_weights, topk_ids=topk_ids, **scales))
     y = torch.empty_like(hidden_states)
     tokens = int(hidden_states.shape[0])
     if tokens == 0:
@@ -139,18 +200,21 @@ def moe_layer(hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, t
     workspace = torch.empty(plan["workspace"]["total"], dtype=torch.uint8, device=hidden_states.device)
     x, ids, wts = hidden_states.contiguous(), topk_ids.contiguous(), topk_weights.contiguous()
     w1c, w2c = w1.contiguous(), w2.contiguous()
+    scale_ptrs = {n: t.contiguous() for n, t in scales.items() if t is not None}  # kept alive over the launch
     ptr = lambda name: copies[name].data_ptr() if name in copies else 0  # noqa: E731
+    sptr = lambda name: scale_ptrs[name].data_ptr() if name in scale_ptrs else 0  # noqa: E731
     stream = torch.cuda.current_stream(hidden_states.device).cuda_stream
     flytune._call(e._core.launch, selector, problem.key, tokens, x.data_ptr(), ids.data_ptr(), wts.data_ptr(),
                   w1c.data_ptr(), w2c.data_ptr(), ptr("w1_shuffled"), ptr("w2_shuffled"), ptr("w1_tiled"),
                   ptr("w2_tiled"), workspace.data_ptr(), workspace.numel(), y.data_ptr(), stream,
-                  context="flytune::moe_layer")
+                  sptr("x_scale"), sptr("w1_scales"), sptr("w2_scales"), context="flytune::moe_layer")
     return y
 
 
 @moe_layer.register_fake
-def _(hidden_states, w1, w2, topk_weights, topk_ids, export):
-    _problem(flytune._find_export(export), hidden_states, w1, w2, topk_weights, topk_ids)
+def _(hidden_states, w1, w2, topk_weights, topk_ids, export, w1_scales=None, w2_scales=None, x_scale=None):
+    _problem(flytune._find_export(export), hidden_states, w1, w2, topk_weights, topk_ids,
+             {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales})
     return torch.empty_like(hidden_states)
 
 

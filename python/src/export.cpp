@@ -17,6 +17,48 @@ std::mutex g_registry_mutex;
 std::map<std::string, std::weak_ptr<Export>> g_registry;
 std::atomic<int> g_serial{0};
 
+const char* scales_name(int mode) {
+  switch (mode) {
+    case FT_SCALES_NONE: return "none";
+    case FT_SCALES_PER_TENSOR: return "per-tensor";
+    case FT_SCALES_PER_TOKEN: return "per-token";
+    case FT_SCALES_BLOCK128: return "block128";
+    default: return "unknown";
+  }
+}
+
+// The plan's scale tensors with their shapes as flytune_runtime.h documents
+// them (ft_layer_buffers), each one's element count held to
+// ft_plan_scale_count: the runtime's counts and the header's shapes agree, or
+// this fails rather than letting a wrapper check tensors against a wrong shape.
+std::vector<ScaleTensor> scale_tensors(const ft_plan* p) {
+  ft_problem_shape s{};
+  ft_plan_shape(p, &s);
+  const long long E = s.experts, H = s.hidden, I = s.inter, G = 128;  // G: the header's 128 x 128 weight blocks
+  std::vector<ScaleTensor> out;
+  switch (const int mode = ft_plan_scales(p)) {
+    case FT_SCALES_NONE: break;
+    case FT_SCALES_PER_TENSOR: out = {{"x_scale", {1}}, {"w1_scales", {E}}, {"w2_scales", {E}}}; break;
+    case FT_SCALES_PER_TOKEN: out = {{"w1_scales", {E, 2 * I}}, {"w2_scales", {E, H}}}; break;
+    case FT_SCALES_BLOCK128: out = {{"w1_scales", {E, 2 * I / G, H / G}}, {"w2_scales", {E, H / G, I / G}}}; break;
+    default: throw Error(FT_ERR_INTERNAL, "the runtime reports scale mode " + std::to_string(mode) + ", unknown to the bindings");
+  }
+  const std::pair<const char*, int> which[] = {{"x_scale", FT_SCALE_X}, {"w1_scales", FT_SCALE_W1}, {"w2_scales", FT_SCALE_W2}};
+  for (const auto& [name, tensor] : which) {
+    long long expected = 0;
+    for (const ScaleTensor& t : out) {
+      if (t.name != name) continue;
+      expected = 1;
+      for (long long d : t.shape) expected *= d;
+    }
+    if (std::size_t(expected) != ft_plan_scale_count(p, tensor))
+      throw Error(FT_ERR_INTERNAL, std::string(name) + ": the runtime counts " + std::to_string(ft_plan_scale_count(p, tensor)) +
+                                       " scales, the header's shape for " + scales_name(ft_plan_scales(p)) + " gives " +
+                                       std::to_string(expected));
+  }
+  return out;
+}
+
 }  // namespace
 
 WorkspaceLayout workspace_layout(const ft_plan* p) {
@@ -65,6 +107,7 @@ std::shared_ptr<Export> Export::open(const std::string& dir, const std::string& 
     ft_plan_shape(plan, &s);
     r->plans[{p.key, ft_plan_tokens(plan)}] = plan;
     p.experts = s.experts, p.hidden = s.hidden, p.inter = s.inter, p.topk = s.topk, p.dtype = s.dtype;
+    p.element_bytes = s.element_bytes, p.scales = scales_name(ft_plan_scales(plan)), p.scale_tensors = scale_tensors(plan);
     e->problems_.push_back(std::move(p));
   }
   e->runtimes_[e->device_] = std::move(r);
@@ -103,12 +146,18 @@ ft_plan* Export::plan(Runtime& r, const std::string& problem, int tokens) {
   return r.plans[{problem, tokens}] = p;
 }
 
-std::string Export::find_problem(int experts, int hidden, int inter, int topk, const std::string& dtype, int tokens) {
+std::string Export::find_problem(int experts, int hidden, int inter, int topk, const std::string& dtype, int tokens,
+                                 const std::string& scales) {
+  const std::string mode = scales.empty() ? "none" : scales;
   for (const ProblemInfo& p : problems_)
-    if (p.experts == experts && p.hidden == hidden && p.inter == inter && p.topk == topk && p.dtype == dtype) return p.key;
-  // Ask the runtime for the key these shapes would have: its answer names what the export serves.
+    if (p.experts == experts && p.hidden == hidden && p.inter == inter && p.topk == topk && p.dtype == dtype &&
+        p.scales == mode)
+      return p.key;
+  // Ask the runtime for the key these shapes would have: its answer names what the export serves
+  // (keys spell an fp8 problem's type e4m3:<mode> in either e4m3 flavour).
+  const std::string spec = mode == "none" ? dtype : "e4m3:" + mode;
   const std::string key = "moe_e" + std::to_string(experts) + "_h" + std::to_string(hidden) + "_i" + std::to_string(inter) +
-                          "_k" + std::to_string(topk) + "_" + dtype + "_swiglu_uniform";
+                          "_k" + std::to_string(topk) + "_" + spec + "_swiglu_uniform";
   Runtime& r = runtime_for(device_);
   std::lock_guard lock(r.mutex);
   (void)plan(r, key, tokens < 1 ? 1 : tokens);  // throws the runtime's error
@@ -126,6 +175,10 @@ PlanInfo Export::plan_info(const std::string& problem, int tokens) {
   info.w1_shuffled = ft_plan_needs_shuffled(p, 1), info.w2_shuffled = ft_plan_needs_shuffled(p, 2);
   info.w1_tiled = ft_plan_needs_tiled(p, 1), info.w2_tiled = ft_plan_needs_tiled(p, 2);
   info.workspace = workspace_layout(p);
+  ft_problem_shape s{};
+  ft_plan_shape(p, &s);
+  info.element_bytes = s.element_bytes, info.dtype = s.dtype;
+  info.scales = scales_name(ft_plan_scales(p)), info.scale_tensors = scale_tensors(p);
   return info;
 }
 
@@ -183,17 +236,28 @@ void Export::launch(const std::string& selector, const std::string& problem, int
   b.workspace = reinterpret_cast<void*>(c.workspace);  // the runtime places every workspace buffer in it
   b.workspace_bytes = c.workspace_bytes;
   b.y = reinterpret_cast<void*>(c.y);
+  b.x_scale = static_cast<const float*>(ptr(c.x_scale));
+  b.w1_scales = static_cast<const float*>(ptr(c.w1_scales)), b.w2_scales = static_cast<const float*>(ptr(c.w2_scales));
   if (int st = ft_plan_launch(p, &b, stream); st != FT_OK) raise(r.rt, st, problem + " at T=" + std::to_string(tokens));
 }
 
 void Export::arrange(const std::string& selector, std::uintptr_t src, std::uintptr_t dst, int rows, int cols, int layout,
-                     void* stream) {
+                     void* stream, int element_bytes) {
   Runtime& r = runtime_for(selector);
   std::lock_guard lock(r.mutex);
-  if (int st = ft_runtime_arrange_weights(r.rt, reinterpret_cast<const void*>(src), reinterpret_cast<void*>(dst), rows,
-                                          cols, layout, stream);
+  if (int st = ft_runtime_arrange_weights_of(r.rt, reinterpret_cast<const void*>(src), reinterpret_cast<void*>(dst), rows,
+                                             cols, element_bytes, layout, stream);
       st != FT_OK)
     raise(r.rt, st);
+}
+
+std::size_t fp8_ocp_to_fnuz(std::uintptr_t codes, std::size_t count, std::uintptr_t scales, std::size_t scale_count) {
+  std::size_t nans = 0;
+  if (int st = ft_fp8_ocp_to_fnuz(reinterpret_cast<std::uint8_t*>(codes), count, reinterpret_cast<float*>(scales),
+                                  scale_count, &nans);
+      st != FT_OK)
+    raise(nullptr, st);
+  return nans;
 }
 
 }  // namespace ft::py

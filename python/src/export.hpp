@@ -46,10 +46,21 @@ struct WorkspaceLayout {
   std::size_t total = 0;
 };
 
+// A scale tensor the caller hands an fp8 layer: its ft_layer_buffers name
+// ("x_scale", "w1_scales", "w2_scales") and row-major shape (the header's rule
+// for the plan's mode, its element count checked against ft_plan_scale_count).
+struct ScaleTensor {
+  std::string name;
+  std::vector<long long> shape;
+};
+
 struct ProblemInfo {
   std::string key;
   int experts = 0, hidden = 0, inter = 0, topk = 0;
-  std::string dtype;  // "bf16" or "f16"
+  std::string dtype;  // the weights' format (ft_problem_shape): "bf16", "f16", "e4m3" or "e4m3fnuz"
+  int element_bytes = 2;  // of a weight element: 2, or 1 (fp8 codes; x and y are bf16 there)
+  std::string scales = "none";  // ft_plan_scales by name: "none", "per-tensor", "per-token", "block128"
+  std::vector<ScaleTensor> scale_tensors;  // those the layer reads (none in 16-bit layers)
   std::vector<int> buckets;
 };
 
@@ -60,6 +71,9 @@ struct PlanInfo {
   int tokens = 0, bucket = 0;
   bool w1_shuffled = false, w2_shuffled = false, w1_tiled = false, w2_tiled = false;
   WorkspaceLayout workspace;
+  int element_bytes = 2;
+  std::string dtype, scales = "none";
+  std::vector<ScaleTensor> scale_tensors;
 };
 
 // Device pointers of one layer call (0: absent). Shapes are the caller's to
@@ -70,6 +84,7 @@ struct LayerCall {
   std::uintptr_t workspace = 0;
   std::size_t workspace_bytes = 0;
   std::uintptr_t y = 0;
+  std::uintptr_t x_scale = 0, w1_scales = 0, w2_scales = 0;  // fp32 scales of fp8 layers (0 in 16-bit ones)
 };
 
 class Export {
@@ -90,11 +105,12 @@ class Export {
   const std::string& device() const { return device_; }
   const std::vector<ProblemInfo>& problems() const { return problems_; }
 
-  // The export's problem for these shapes (routing is a tuning-time
-  // distribution, not part of the call): its key, or Error with the runtime's
-  // own answer for the key these shapes would have (FT_ERR_NOT_FOUND, naming
-  // the problems the export has).
-  std::string find_problem(int experts, int hidden, int inter, int topk, const std::string& dtype, int tokens);
+  // The export's problem for these shapes and scale mode ("none" or "" for
+  // 16-bit layers; routing is a tuning-time distribution, not part of the
+  // call): its key, or Error with the runtime's own answer for the key these
+  // shapes would have (FT_ERR_NOT_FOUND, naming the problems the export has).
+  std::string find_problem(int experts, int hidden, int inter, int topk, const std::string& dtype, int tokens,
+                           const std::string& scales = "none");
   PlanInfo plan_info(const std::string& problem, int tokens);
   // The weight copies any bucket of `problem` reads ("w1_shuffled", ...).
   std::vector<std::string> weight_copies(const std::string& problem);
@@ -107,9 +123,9 @@ class Export {
   // names: the plan's steps (ft_plan_launch), workspace carved from
   // call.workspace. No allocation, no synchronisation.
   void launch(const std::string& selector, const std::string& problem, int tokens, const LayerCall& call, void* stream);
-  // ft_runtime_arrange_weights on that device.
+  // ft_runtime_arrange_weights_of on that device (element_bytes 2, or 1 for fp8 codes).
   void arrange(const std::string& selector, std::uintptr_t src, std::uintptr_t dst, int rows, int cols, int layout,
-               void* stream);
+               void* stream, int element_bytes = 2);
 
  private:
   struct Runtime;  // one ft_runtime and its plans
@@ -122,6 +138,10 @@ class Export {
   std::mutex mutex_;  // guards runtimes_
   std::map<std::string, std::unique_ptr<Runtime>> runtimes_;
 };
+
+// ft_fp8_ocp_to_fnuz on host memory: OCP e4m3 codes and their scales converted
+// in place for gfx942's fnuz; returns the count of OCP NaNs (now fnuz NaN).
+std::size_t fp8_ocp_to_fnuz(std::uintptr_t codes, std::size_t count, std::uintptr_t scales, std::size_t scale_count);
 
 // The registry: exports by key, held weakly (an export lives as long as its
 // Python object); a custom call of a closed export gets Error.

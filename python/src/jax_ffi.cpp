@@ -1,9 +1,10 @@
 // The typed XLA FFI handlers behind flytune.jax (docs/PYTHON.md):
 //
 //   flytune_moe_layer        x [..., H], topk_ids [..., k] s32, topk_weights [..., k] f32,
-//                            w1, w2 and the arranged copies (empty arrays where absent)
+//                            w1, w2 and the arranged copies (empty arrays where absent),
+//                            x_scale, w1_scales, w2_scales f32 (fp8 layers; empty where absent)
 //                            -> y (x's shape and type), workspace u8[N] (XLA's scratch result)
-//   flytune_arrange_weights  w (16-bit) -> the same bytes in the layout `layout`
+//   flytune_arrange_weights  w (16-bit, or 8-bit fp8 codes) -> the same bytes in the layout `layout`
 //
 // Attributes: `export` (the registry key of flytune.load's export) and `problem`
 // (the export's problem key). The stream is the platform stream of the call and
@@ -82,12 +83,34 @@ std::string selector(const Export& e, const char* runtime, std::int32_t ordinal)
   return runtime ? std::string(runtime) + ":" + std::to_string(ordinal) : e.device();
 }
 
+// The scales of an fp8 layer: each one the problem reads f32 of its shape's count, the others empty.
+void check_scales(const ProblemInfo& p, const ffi::AnyBuffer& x_scale, const ffi::AnyBuffer& w1_scales,
+                  const ffi::AnyBuffer& w2_scales) {
+  for (const auto& [name, b] : {std::pair{"x_scale", &x_scale}, std::pair{"w1_scales", &w1_scales},
+                                std::pair{"w2_scales", &w2_scales}}) {
+    std::int64_t expected = 0;
+    for (const ScaleTensor& t : p.scale_tensors) {
+      if (t.name != name) continue;
+      expected = 1;
+      for (long long d : t.shape) expected *= d;
+    }
+    if (count(*b) != expected || (expected && b->element_type() != ffi::DataType::F32))
+      throw Error(FT_ERR_ARGUMENT, std::string(name) + " " + dims(*b) + " does not fit " + p.key + " (" +
+                                       (expected ? std::to_string(expected) + " float32 scales" : "none") + ")");
+  }
+}
+
+struct Scales {
+  ffi::AnyBuffer x, w1, w2;
+};
+
 template <const char* Runtime>
-ffi::Error moe_layer(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::AnyBuffer ids,
-                     ffi::AnyBuffer weights, ffi::AnyBuffer w1, ffi::AnyBuffer w2,
-                     ffi::AnyBuffer w1_shuffled, ffi::AnyBuffer w2_shuffled, ffi::AnyBuffer w1_tiled,
-                     ffi::AnyBuffer w2_tiled, ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> workspace,
-                     std::string_view export_key, std::string_view problem) {
+ffi::Error moe_layer_scaled(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::AnyBuffer ids,
+                            ffi::AnyBuffer weights, ffi::AnyBuffer w1, ffi::AnyBuffer w2,
+                            ffi::AnyBuffer w1_shuffled, ffi::AnyBuffer w2_shuffled, ffi::AnyBuffer w1_tiled,
+                            ffi::AnyBuffer w2_tiled, const Scales& scales, ffi::Result<ffi::AnyBuffer> y,
+                            ffi::Result<ffi::AnyBuffer> workspace, std::string_view export_key,
+                            std::string_view problem) {
   return guarded("moe_layer", [&] {
     std::shared_ptr<Export> e = export_of(export_key);
     const auto rank = x.dimensions().size();
@@ -103,13 +126,20 @@ ffi::Error moe_layer(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::
     for (const ProblemInfo& q : e->problems())
       if (q.key == key) p = &q;
     if (!p) throw Error(FT_ERR_NOT_FOUND, "the export has no problem " + key);
+    // x and y: the problem's 16-bit type, bf16 in fp8 layers (whose weights are one code byte each).
     const ffi::DataType dtype = p->dtype == "f16" ? ffi::DataType::F16 : ffi::DataType::BF16;
+    const char* xy = p->dtype == "f16" ? "f16" : "bf16";
     if (x.element_type() != dtype || y->element_type() != dtype || ids.element_type() != ffi::DataType::S32 ||
-        weights.element_type() != ffi::DataType::F32)
-      throw Error(FT_ERR_ARGUMENT, key + " takes x and y of " + p->dtype + ", topk_ids of int32 and topk_weights of "
-                                   "float32 (XLA types " + std::to_string(int(x.element_type())) + ", " +
+        weights.element_type() != ffi::DataType::F32 ||
+        ffi::ByteWidth(w1.element_type()) != std::size_t(p->element_bytes) ||
+        ffi::ByteWidth(w2.element_type()) != std::size_t(p->element_bytes))
+      throw Error(FT_ERR_ARGUMENT, key + " takes x and y of " + xy + ", topk_ids of int32, topk_weights of "
+                                   "float32 and weights of " + std::to_string(p->element_bytes) + " byte(s) (XLA types " +
+                                   std::to_string(int(x.element_type())) + ", " +
                                    std::to_string(int(ids.element_type())) + ", " +
-                                   std::to_string(int(weights.element_type())) + " given)");
+                                   std::to_string(int(weights.element_type())) + ", " +
+                                   std::to_string(int(w1.element_type())) + " given)");
+    check_scales(*p, scales.x, scales.w1, scales.w2);
     // The shapes the wrapper checked at trace time, checked again where a wrong one would read out of bounds.
     const std::int64_t w1_count = std::int64_t(p->experts) * 2 * p->inter * p->hidden;
     const std::int64_t w2_count = std::int64_t(p->experts) * p->hidden * p->inter;
@@ -131,8 +161,20 @@ ffi::Error moe_layer(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::
     c.w1_tiled = data(w1_tiled), c.w2_tiled = data(w2_tiled);
     c.workspace = data(*workspace), c.workspace_bytes = std::size_t(count(*workspace));
     c.y = data(*y);
+    c.x_scale = data(scales.x), c.w1_scales = data(scales.w1), c.w2_scales = data(scales.w2);
     e->launch(selector(*e, Runtime, ordinal), key, int(tokens), c, stream);
   });
+}
+
+template <const char* Runtime>
+ffi::Error moe_layer(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::AnyBuffer ids,
+                     ffi::AnyBuffer weights, ffi::AnyBuffer w1, ffi::AnyBuffer w2,
+                     ffi::AnyBuffer w1_shuffled, ffi::AnyBuffer w2_shuffled, ffi::AnyBuffer w1_tiled,
+                     ffi::AnyBuffer w2_tiled, ffi::AnyBuffer x_scale, ffi::AnyBuffer w1_scales,
+                     ffi::AnyBuffer w2_scales, ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> workspace,
+                     std::string_view export_key, std::string_view problem) {
+  return moe_layer_scaled<Runtime>(stream, ordinal, x, ids, weights, w1, w2, w1_shuffled, w2_shuffled, w1_tiled,
+                                   w2_tiled, Scales{x_scale, w1_scales, w2_scales}, y, workspace, export_key, problem);
 }
 
 template <const char* Runtime>
@@ -143,7 +185,8 @@ ffi::Error arrange_weights(void* stream, std::int32_t ordinal, ffi::AnyBuffer sr
     if (count(src) != std::int64_t(rows) * cols || count(*dst) != count(src))
       throw Error(FT_ERR_ARGUMENT, "weights " + dims(src) + " are not [" + std::to_string(rows) + ", " +
                                        std::to_string(cols) + "]");
-    e->arrange(selector(*e, Runtime, ordinal), data(src), data(*dst), rows, cols, layout, stream);
+    e->arrange(selector(*e, Runtime, ordinal), data(src), data(*dst), rows, cols, layout, stream,
+               int(ffi::ByteWidth(src.element_type())));
   });
 }
 
@@ -154,10 +197,11 @@ ffi::Error arrange_weights(void* stream, std::int32_t ordinal, ffi::AnyBuffer sr
 // XLA raises -- without a GPU.
 ffi::Error moe_layer_cpu(ffi::AnyBuffer x, ffi::AnyBuffer ids, ffi::AnyBuffer weights, ffi::AnyBuffer w1,
                          ffi::AnyBuffer w2, ffi::AnyBuffer w1_shuffled, ffi::AnyBuffer w2_shuffled,
-                         ffi::AnyBuffer w1_tiled, ffi::AnyBuffer w2_tiled, ffi::Result<ffi::AnyBuffer> y,
+                         ffi::AnyBuffer w1_tiled, ffi::AnyBuffer w2_tiled, ffi::AnyBuffer x_scale,
+                         ffi::AnyBuffer w1_scales, ffi::AnyBuffer w2_scales, ffi::Result<ffi::AnyBuffer> y,
                          ffi::Result<ffi::AnyBuffer> workspace, std::string_view export_key, std::string_view problem) {
-  return moe_layer<nullptr>(nullptr, 0, x, ids, weights, w1, w2, w1_shuffled, w2_shuffled, w1_tiled, w2_tiled, y,
-                            workspace, export_key, problem);
+  return moe_layer_scaled<nullptr>(nullptr, 0, x, ids, weights, w1, w2, w1_shuffled, w2_shuffled, w1_tiled, w2_tiled,
+                                   Scales{x_scale, w1_scales, w2_scales}, y, workspace, export_key, problem);
 }
 
 constexpr char kCuda[] = "cuda";
@@ -173,6 +217,9 @@ auto bind_moe(auto ctx) {
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
       .template Arg<ffi::AnyBuffer>()
+      .template Arg<ffi::AnyBuffer>()  // x_scale
+      .template Arg<ffi::AnyBuffer>()  // w1_scales
+      .template Arg<ffi::AnyBuffer>()  // w2_scales
       .template Ret<ffi::AnyBuffer>()
       .template Ret<ffi::AnyBuffer>()
       .template Attr<std::string_view>("export")

@@ -29,6 +29,13 @@ nb::dict workspace_dict(const ft::py::WorkspaceLayout& w) {
   return d;
 }
 
+// {"x_scale": [1], "w1_scales": [E], ...}: the scale tensors an fp8 layer reads, by name (empty for 16-bit ones).
+nb::dict scale_shapes(const std::vector<ft::py::ScaleTensor>& tensors) {
+  nb::dict d;
+  for (const ft::py::ScaleTensor& t : tensors) d[t.name.c_str()] = t.shape;
+  return d;
+}
+
 void* stream_of(std::uintptr_t s) { return reinterpret_cast<void*>(s); }
 
 }  // namespace
@@ -75,12 +82,13 @@ NB_MODULE(_core, m) {
                nb::dict d;
                d["key"] = p.key, d["experts"] = p.experts, d["hidden"] = p.hidden, d["inter"] = p.inter;
                d["topk"] = p.topk, d["dtype"] = p.dtype, d["buckets"] = p.buckets;
+               d["element_bytes"] = p.element_bytes, d["scales"] = p.scales, d["scale_shapes"] = scale_shapes(p.scale_tensors);
                out.append(d);
              }
              return out;
            })
       .def("find_problem", &Export::find_problem, nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"),
-           nb::arg("topk"), nb::arg("dtype"), nb::arg("tokens"))
+           nb::arg("topk"), nb::arg("dtype"), nb::arg("tokens"), nb::arg("scales") = "none")
       .def("plan_info",
            [](Export& e, const std::string& problem, int tokens) {
              const ft::py::PlanInfo i = e.plan_info(problem, tokens);
@@ -89,6 +97,8 @@ NB_MODULE(_core, m) {
              d["w1_shuffled"] = i.w1_shuffled, d["w2_shuffled"] = i.w2_shuffled;
              d["w1_tiled"] = i.w1_tiled, d["w2_tiled"] = i.w2_tiled;
              d["workspace"] = workspace_dict(i.workspace);
+             d["dtype"] = i.dtype, d["element_bytes"] = i.element_bytes, d["scales"] = i.scales;
+             d["scale_shapes"] = scale_shapes(i.scale_tensors);
              return d;
            },
            nb::arg("problem"), nb::arg("tokens"))
@@ -99,24 +109,29 @@ NB_MODULE(_core, m) {
            [](Export& e, const std::string& selector, const std::string& problem, int tokens, std::uintptr_t x,
               std::uintptr_t topk_ids, std::uintptr_t topk_weights, std::uintptr_t w1, std::uintptr_t w2,
               std::uintptr_t w1_shuffled, std::uintptr_t w2_shuffled, std::uintptr_t w1_tiled, std::uintptr_t w2_tiled,
-              std::uintptr_t workspace, std::size_t workspace_bytes, std::uintptr_t y, std::uintptr_t stream) {
+              std::uintptr_t workspace, std::size_t workspace_bytes, std::uintptr_t y, std::uintptr_t stream,
+              std::uintptr_t x_scale, std::uintptr_t w1_scales, std::uintptr_t w2_scales) {
              ft::py::LayerCall c{x, topk_ids, topk_weights, w1, w2, w1_shuffled, w2_shuffled, w1_tiled, w2_tiled,
-                                 workspace, workspace_bytes, y};
+                                 workspace, workspace_bytes, y, x_scale, w1_scales, w2_scales};
              nb::gil_scoped_release release;
              e.launch(selector, problem, tokens, c, stream_of(stream));
            },
            nb::arg("selector"), nb::arg("problem"), nb::arg("tokens"), nb::arg("x"), nb::arg("topk_ids"),
            nb::arg("topk_weights"), nb::arg("w1"), nb::arg("w2"), nb::arg("w1_shuffled"), nb::arg("w2_shuffled"),
            nb::arg("w1_tiled"), nb::arg("w2_tiled"), nb::arg("workspace"), nb::arg("workspace_bytes"), nb::arg("y"),
-           nb::arg("stream"))
+           nb::arg("stream"), nb::arg("x_scale") = 0, nb::arg("w1_scales") = 0, nb::arg("w2_scales") = 0)
       .def("arrange",
            [](Export& e, const std::string& selector, std::uintptr_t src, std::uintptr_t dst, int rows, int cols,
-              int layout, std::uintptr_t stream) {
+              int layout, std::uintptr_t stream, int element_bytes) {
              nb::gil_scoped_release release;
-             e.arrange(selector, src, dst, rows, cols, layout, stream_of(stream));
+             e.arrange(selector, src, dst, rows, cols, layout, stream_of(stream), element_bytes);
            },
            nb::arg("selector"), nb::arg("src"), nb::arg("dst"), nb::arg("rows"), nb::arg("cols"), nb::arg("layout"),
-           nb::arg("stream"));
+           nb::arg("stream"), nb::arg("element_bytes") = 2);
+
+  // Host memory: flytune.fp8_ocp_to_fnuz checks the arrays and hands their addresses.
+  m.def("fp8_ocp_to_fnuz", &ft::py::fp8_ocp_to_fnuz, nb::arg("codes"), nb::arg("count"), nb::arg("scales"),
+        nb::arg("scale_count"));
 
   // The XLA FFI handlers, as capsules for jax.ffi.register_ffi_target.
   m.def("jax_handlers", [] {

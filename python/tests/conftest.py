@@ -4,6 +4,13 @@ The export they load is made by the flytune tool from tests/data/tiny_forms.db
 (H200 winners of one small problem covering shuffled and tiled weights, split-K,
 partials and persistent stages): $FLYTUNE_BIN, else build/release/cli/flytune.
 $FLYTUNE_EXPORT_DIR replaces it with an export of your own (GPU runs).
+
+The fp8 tests without a GPU load the export of tests/data/tiny_fp8.db: the CPU
+emulator's sm_90a winners of one fp8 problem (E 4, H 128, I 256, k 2) in each
+scale mode (per-tensor, per-token, block128), from `flytune search --emulate
+--target sm_90a --dtype fp8 --scales MODE --space "small;wgmma_tile_m=64;
+wgmma_tile_n=64;wgmma_stages=3;tile_m=32" --tokens 1 --no-baseline` per mode into
+one database; it holds host libraries, so it is only opened with device="none".
 """
 import importlib
 import os
@@ -35,6 +42,20 @@ def export_dir(tmp_path_factory) -> pathlib.Path:
     subprocess.run([str(_flytune_bin()), "export", "--db", str(REPO / "tests" / "data" / "tiny_forms.db"),
                     "--out", str(out), "--check", "none"], check=True, capture_output=True, text=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def fp8_export_dir(tmp_path_factory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("export") / "tiny_fp8"
+    subprocess.run([str(_flytune_bin()), "export", "--db", str(REPO / "tests" / "data" / "tiny_fp8.db"),
+                    "--out", str(out), "--check", "none"], check=True, capture_output=True, text=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def cpu_fp8_export(fp8_export_dir):
+    import flytune
+    return flytune.load(fp8_export_dir, device="none")
 
 
 @pytest.fixture()

@@ -4,15 +4,20 @@ command buffer (JAX), under jit, vmap, shard_map and torch.compile.
 
 The export: $FLYTUNE_EXPORT_DIR, else the tool's export of tests/data/tiny_forms.db (sm_90a: an H200).
 Its first problem is tested; T = 1 and 5 read shuffled and tiled weights in the tiny export's plans.
+
+fp8 (torch, and JAX with torch's inputs): $FLYTUNE_FP8_EXPORT_DIR, else the tool searches the tiny problem in fp8 on this GPU in every
+scale mode (one database, ~45 s a mode) and exports it; each mode the export holds is run against a
+dequantised fp32 reference, and with its weight scales doubled (a mutant the comparison must catch).
 """
 import os
+import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO, cuda_devices, framework
+from conftest import REPO, _flytune_bin, cuda_devices, framework
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(cuda_devices() == 0, reason="no NVIDIA GPU (libcuda.so.1 / cuDeviceGetCount)")]
@@ -171,6 +176,173 @@ def test_torch_expert_map(torch_mod, gpu_export):
     assert rel_l2(y.float().cpu().numpy(), want) < TOLERANCE
 
 
+# ---------------------------------------------------------------- torch, fp8
+
+FP8_MODES = ("per-tensor", "per-token", "block128")
+FP8_MAX = {"e4m3": 448.0, "e4m3fnuz": 240.0}  # numeric.hpp's fp8_max
+GROUP = 128  # the 1 x 128 activation / intermediate groups and 128 x 128 weight blocks
+
+
+@pytest.fixture(scope="module")
+def fp8_export(torch_mod, tmp_path_factory):
+    import flytune
+    given = os.environ.get("FLYTUNE_FP8_EXPORT_DIR")
+    if given:
+        path = pathlib.Path(given)
+    else:
+        tmp = tmp_path_factory.mktemp("fp8")
+        db, path = tmp / "fp8.db", tmp / "export"
+        for mode in FP8_MODES:
+            subprocess.run([str(_flytune_bin()), "search", "--problem", "tiny", "--dtype", "fp8", "--scales", mode,
+                            "--tokens", "1,16,128", "--db", str(db), "--seed", "42"], check=True,
+                           capture_output=True, text=True, timeout=300)
+        subprocess.run([str(_flytune_bin()), "export", "--db", str(db), "--out", str(path), "--check", "none"],
+                       check=True, capture_output=True, text=True, timeout=120)
+    try:
+        return flytune.load(path, device="cuda:0")
+    except flytune.TargetError as e:
+        pytest.skip(f"the fp8 export is for another GPU: {e}")
+
+
+def _fp8_dtype(torch, fmt):
+    return {"e4m3": torch.float8_e4m3fn, "e4m3fnuz": torch.float8_e4m3fnuz}[fmt]
+
+
+def _scale_of(torch, amax, fmt):
+    """numeric.hpp's scale: amax / max, 1 for an all-zero group."""
+    return torch.where(amax > 0, amax / FP8_MAX[fmt], torch.ones_like(amax))
+
+
+def _encode(torch, v, scale, fmt):
+    """The saturating nearest-even code of v / scale (torch's cast rounds to nearest even; it does not saturate)."""
+    return (v / scale).clamp(-FP8_MAX[fmt], FP8_MAX[fmt]).to(_fp8_dtype(torch, fmt))
+
+
+def _dequantised_groups(torch, v, group, fmt):
+    """v [..., n] quantised in 1 x group groups by amax and decoded (fp32)."""
+    g = v.reshape(*v.shape[:-1], v.shape[-1] // group, group)
+    s = _scale_of(torch, g.abs().amax(-1, keepdim=True), fmt)
+    return (_encode(torch, g, s, fmt).float() * s).reshape(v.shape)
+
+
+def _expand(torch, s, mode, n, k):
+    """A weight scale tensor [E], [E, N] or [E, N/128, K/128] as one scale per element [E, N, K]."""
+    if mode == "per-tensor":
+        return s[:, None, None].expand(-1, n, k)
+    if mode == "per-token":
+        return s[:, :, None].expand(-1, -1, k)
+    return s.repeat_interleave(GROUP, 1).repeat_interleave(GROUP, 2)
+
+
+def _quantise_weights(torch, w, mode, fmt):
+    """Codes and scales of float weights w [E, N, K] in the mode's granularity (amax / max)."""
+    e, n, k = w.shape
+    if mode == "per-tensor":
+        s = _scale_of(torch, w.abs().amax((1, 2)), fmt)
+    elif mode == "per-token":
+        s = _scale_of(torch, w.abs().amax(2), fmt)
+    else:
+        s = _scale_of(torch, w.reshape(e, n // GROUP, GROUP, k // GROUP, GROUP).abs().amax((2, 4)), fmt)
+    return _encode(torch, w, _expand(torch, s, mode, n, k), fmt), s.float().contiguous()
+
+
+def _fp8_inputs(torch, p, tokens, kind, seed, device="cuda"):
+    """bf16 x, routing, and the weights as codes and scales whose magnitudes differ between experts and
+    between 128 x 128 blocks (a scale read from the wrong expert or block is far off)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    ids, weights = routing(kind, tokens, p.experts, p.topk, seed)
+
+    def weights_of(n, k):
+        base = torch.randn(p.experts, n, k, device=device, generator=g) / k ** 0.5
+        spread = torch.exp2(torch.randint(-2, 3, (p.experts, n // GROUP, 1, k // GROUP, 1), device=device,
+                                          generator=g).float())
+        return (base.view(p.experts, n // GROUP, GROUP, k // GROUP, GROUP) * spread).view(p.experts, n, k)
+
+    x = torch.randn(tokens, p.hidden, device=device, generator=g).to(torch.bfloat16)
+    w1, s1 = _quantise_weights(torch, weights_of(2 * p.inter, p.hidden), p.scales, p.dtype)
+    w2, s2 = _quantise_weights(torch, weights_of(p.hidden, p.inter), p.scales, p.dtype)
+    scales = {"w1_scales": s1, "w2_scales": s2}
+    if p.scales == "per-tensor":  # a static scale calibrated on these activations
+        scales["x_scale"] = _scale_of(torch, x.float().abs().amax().reshape(1), p.dtype)
+    return x, w1, w2, torch.from_numpy(ids).to(device), torch.from_numpy(weights).to(device), scales
+
+
+def fp8_reference(torch, p, x, w1, w2, ids, weights, scales):
+    """templates/ft/reference.hpp's fp8 layer in fp32: x quantised by the mode (per-tensor: x_scale; per-token:
+    amax of the row; block128: of each 1 x 128 group), weights decoded as code * scale, the intermediate
+    silu(gate) * up quantised in 1 x 128 groups, y = sum over slots of topk_weights * W2 h."""
+    fmt, mode, inter = p.dtype, p.scales, p.inter
+    xf = x.float()
+    if mode == "per-tensor":
+        xd = _encode(torch, xf, scales["x_scale"], fmt).float() * scales["x_scale"]
+    else:
+        xd = _dequantised_groups(torch, xf, p.hidden if mode == "per-token" else GROUP, fmt)
+    W1 = w1.float() * _expand(torch, scales["w1_scales"], mode, 2 * inter, p.hidden)
+    W2 = w2.float() * _expand(torch, scales["w2_scales"], mode, p.hidden, inter)
+    y = torch.zeros(x.shape[0], p.hidden, device=x.device)
+    for e in range(p.experts):
+        t, s = torch.nonzero(ids == e, as_tuple=True)
+        if t.numel() == 0:
+            continue
+        gate, up = (xd[t] @ W1[e].T).split(inter, dim=1)
+        h = _dequantised_groups(torch, gate * torch.sigmoid(gate) * up, GROUP, fmt)
+        y.index_add_(0, t, (h @ W2[e].T) * weights[t, s][:, None])
+    return y
+
+
+def _fp8_problem(export, mode):
+    found = [p for p in export.problems if p.scales == mode]
+    if not found:
+        pytest.skip(f"the fp8 export has no {mode} problem ({', '.join(p.key for p in export.problems)})")
+    return found[0]
+
+
+def _torch_rel_l2(got, want):
+    return float((got.float() - want).norm() / want.norm().clamp(min=1e-30))
+
+
+@pytest.mark.parametrize("kind", ["uniform", "masked"])
+@pytest.mark.parametrize("tokens", [1, 5, 33, 300])
+@pytest.mark.parametrize("mode", FP8_MODES)
+def test_torch_fp8_matches_the_dequantised_reference(torch_mod, fp8_export, mode, tokens, kind):
+    torch = torch_mod
+    p = _fp8_problem(fp8_export, mode)
+    x, w1, w2, ids, weights, scales = _fp8_inputs(torch, p, tokens, kind, seed=tokens)
+    want = fp8_reference(torch, p, x, w1, w2, ids, weights, scales)
+    codes = (w1, w2) if tokens != 5 else (w1.view(torch.uint8), w2.view(torch.uint8))  # uint8 codes serve too
+    y = torch.ops.flytune.moe_layer(x, *codes, weights, ids, fp8_export.key, **scales)
+    torch.cuda.synchronize()
+    assert y.dtype == torch.bfloat16
+    assert _torch_rel_l2(y, want) < TOLERANCE
+    if float(want.norm()) == 0:  # every slot masked: nothing for a mutant to change
+        return
+    # the mutant: every scale doubled (weights twice as large) must not pass
+    doubled = {n: 2 * s for n, s in scales.items()}
+    y2 = torch.ops.flytune.moe_layer(x, w1, w2, weights, ids, fp8_export.key, **doubled)
+    torch.cuda.synchronize()
+    assert _torch_rel_l2(y2, want) > 0.5
+    assert _torch_rel_l2(y2, fp8_reference(torch, p, x, w1, w2, ids, weights, doubled)) < TOLERANCE
+
+
+def test_torch_fp8_in_a_cuda_graph(torch_mod, fp8_export):
+    torch = torch_mod
+    modes = [q.scales for q in fp8_export.problems if q.fp8]
+    p = _fp8_problem(fp8_export, "block128" if "block128" in modes else (modes or ["per-tensor"])[0])
+    x, w1, w2, ids, weights, scales = _fp8_inputs(torch, p, 33, "uniform", seed=1)
+    layer = lambda: torch.ops.flytune.moe_layer(x, w1, w2, weights, ids, fp8_export.key, **scales)  # noqa: E731
+    layer()  # warm-up: the plan and any arranged copies exist before capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = layer()
+    for seed in (2, 3):
+        new = _fp8_inputs(torch, p, 33, "masked" if seed == 3 else "uniform", seed=seed)
+        x.copy_(new[0]), ids.copy_(new[3]), weights.copy_(new[4])
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _torch_rel_l2(out, fp8_reference(torch, p, x, w1, w2, ids, weights, scales)) < TOLERANCE
+
+
 # ---------------------------------------------------------------- JAX
 
 @pytest.fixture(scope="module")
@@ -239,6 +411,24 @@ def test_jax_shard_map_over_tokens(jax_mod, gpu_export):
     layer = shard_map(lambda a, b, c, m: fj.moe_layer(a, b, c, m), mesh=mesh,
                       in_specs=(P("tokens"), P("tokens"), P("tokens"), P()), out_specs=P("tokens"))
     y = jax_mod.jit(layer)(x, ids, weights, moe)
+    assert rel_l2(np.asarray(y, np.float32), want) < TOLERANCE
+
+
+@pytest.mark.parametrize("mode", FP8_MODES)
+def test_jax_fp8_matches_the_dequantised_reference(jax_mod, torch_mod, fp8_export, mode):
+    # The torch test's inputs and reference, the codes handed to JAX as uint8 (bit-exact).
+    import jax.numpy as jnp
+    import flytune.jax as fj
+    torch = torch_mod
+    p = _fp8_problem(fp8_export, mode)
+    x, w1, w2, ids, weights, scales = _fp8_inputs(torch, p, 33, "masked", seed=4)
+    want = fp8_reference(torch, p, x, w1, w2, ids, weights, scales).cpu().numpy()
+    host = lambda t: t.cpu().numpy()  # noqa: E731
+    moe = fj.prepare_weights(fp8_export, jnp.asarray(host(w1.view(torch.uint8))),
+                             jnp.asarray(host(w2.view(torch.uint8))),
+                             **{n: jnp.asarray(host(s)) for n, s in scales.items()})
+    y = jax_mod.jit(fj.moe_layer)(jnp.asarray(host(x.float()), jnp.bfloat16), jnp.asarray(host(ids)),
+                                  jnp.asarray(host(weights)), moe)
     assert rel_l2(np.asarray(y, np.float32), want) < TOLERANCE
 
 

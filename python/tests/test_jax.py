@@ -1,7 +1,9 @@
 """flytune.jax without a GPU: the FFI handlers compile against jaxlib's headers and register, the call lowers
 to the typed custom call, runs through XLA's FFI on the CPU platform up to the runtime (which has no device
 there and says so), and shapes or dtypes the export does not serve raise the runtime's message."""
+import dataclasses
 import os
+import re
 import subprocess
 import sys
 
@@ -119,3 +121,69 @@ def test_the_handlers_compile_against_this_jaxlibs_headers(tmp_path):
            str(REPO / "python" / "src" / "jax_ffi.cpp")]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-4000:]
+
+
+# ---------------------------------------------------------------- fp8 (the export of tests/data/tiny_fp8.db)
+
+FP8_MODES = ["per-tensor", "per-token", "block128"]
+
+
+def _fp8_problem(export, mode):
+    (p,) = [p for p in export.problems if p.scales == mode]
+    return p
+
+
+def _fp8_weights(p, wdtype=jnp.float8_e4m3fn):
+    w1 = jnp.zeros(p.w1_shape, wdtype)
+    w2 = jnp.zeros(p.w2_shape, wdtype)
+    return w1, w2, {n: jnp.ones(s, jnp.float32) for n, s in p.scale_shapes}
+
+
+@pytest.mark.parametrize("mode", FP8_MODES)
+def test_fp8_layers_lower_with_their_scales_and_reach_the_runtime(cpu_fp8_export, mode):
+    p = _fp8_problem(cpu_fp8_export, mode)
+    w1, w2, scales = _fp8_weights(p, jnp.uint8 if mode == "per-token" else jnp.float8_e4m3fn)
+    weights = fj.prepare_weights(cpu_fp8_export, w1, w2, **scales)
+    assert weights.scales == mode
+    x, ids, w, _ = _inputs(p, 5)
+    text = jax.jit(fj.moe_layer).lower(x, ids, w, weights).as_text()
+    assert "stablehlo.custom_call @flytune_moe_layer" in text and f'problem = "{p.key}"' in text
+    for shape in dict(p.scale_shapes).values():
+        assert f"tensor<{'x'.join(map(str, shape))}xf32>" in text
+    # through XLA's FFI on the CPU platform: the handler checks the scales, the runtime's buffer check passes
+    # (every scale pointer given) and it answers that there is no device
+    with pytest.raises(Exception, match=f"{p.key} at T=5: no device: the export was opened without one"):
+        jax.block_until_ready(jax.jit(fj.moe_layer)(x, ids, w, weights))
+
+
+def test_fp8_scales_are_checked_by_prepare_weights_and_the_handler(cpu_fp8_export):
+    e = cpu_fp8_export
+    p = _fp8_problem(e, "per-tensor")
+    w1, w2, scales = _fp8_weights(p)
+    with pytest.raises(flytune.ArgumentError, match=r"an fp8 layer needs its scales: w1_scales \[4, 4, 1\] "
+                                                    r"\(block128\) or \[4\] \(per-tensor\) or \[4, 512\]"):
+        fj.prepare_weights(e, w1, w2)
+    with pytest.raises(flytune.ArgumentError, match=re.escape(f"{p.key} needs x_scale [1] float32")):
+        fj.prepare_weights(e, w1, w2, scales["w1_scales"], scales["w2_scales"])
+    with pytest.raises(flytune.ArgumentError, match=re.escape("w2_scales must be [4] (per-tensor")):
+        fj.prepare_weights(e, w1, w2, scales["w1_scales"], jnp.ones((4, 128), jnp.float32), scales["x_scale"])
+    with pytest.raises(flytune.ArgumentError, match="w1_scales must be float32, got bfloat16"):
+        fj.prepare_weights(e, w1, w2, scales["w1_scales"].astype(jnp.bfloat16), scales["w2_scales"],
+                           scales["x_scale"])
+    with pytest.raises(flytune.ArgumentError, match="must both be float8_e4m3fn"):
+        fj.prepare_weights(e, w1.astype(jnp.float8_e4m3fnuz), w2.astype(jnp.float8_e4m3fnuz), **scales)
+    weights = fj.prepare_weights(e, w1, w2, **scales)
+    x, ids, w, _ = _inputs(p, 3)
+    with pytest.raises(flytune.ArgumentError, match=r"fp8 layers take x \[\.\.\., 128\] in bfloat16"):
+        fj.moe_layer(x.astype(jnp.float16), ids, w, weights)
+    # scales that bypass prepare_weights: the handler's own check, before any pointer is used
+    bad = dataclasses.replace(weights, w2_scales=jnp.ones((3,), jnp.float32))
+    with pytest.raises(Exception, match=r"w2_scales \[3\] does not fit " + re.escape(p.key) + r" \(4 float32"):
+        jax.block_until_ready(jax.jit(fj.moe_layer)(x, ids, w, bad))
+
+
+def test_sixteen_bit_weights_take_no_scales(cpu_export):
+    p = cpu_export.problems[0]
+    w1, w2 = jnp.zeros(p.w1_shape, jnp.bfloat16), jnp.zeros(p.w2_shape, jnp.bfloat16)
+    with pytest.raises(flytune.ArgumentError, match="w1_scales given, but bf16 layers take no scales"):
+        fj.prepare_weights(cpu_export, w1, w2, w1_scales=jnp.ones((p.experts,), jnp.float32))

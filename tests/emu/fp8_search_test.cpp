@@ -170,7 +170,7 @@ TEST_P(EmuFp8Search, VerifiesTimesPairsExportsAndRunsThroughTheRuntime) {
   const test::ScopedEnv cache("FLYTUNE_CACHE_DIR", (std::string(FT_EMU_TEST_CACHE) + "/fp8-search").c_str());
   const std::string db = dir.file("fp8.db");
   auto r = test::run_flytune({"search", "--emulate", "--target", "sm_90a", "--experts", "4", "--hidden", "128", "--inter", "256", "--topk", "2", "--dtype", "fp8", "--scales",
-                              GetParam(), "--space", "small;wgmma_tile_m=64;wgmma_tile_n=64;wgmma_stages=3;tile_m=32", "--tokens", "1", "--seed",
+                              GetParam(), "--space", "small;wgmma_tile_m=64;wgmma_tile_n=64;wgmma_stages=3;tile_m=32;wgmma_producer=off", "--tokens", "1", "--seed",
                               "7", "--db", db, "--no-baseline", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json sum = summary_json(r.output);

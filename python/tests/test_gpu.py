@@ -94,6 +94,7 @@ def torch_mod():
     torch = framework("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch sees no CUDA device")
+    import flytune.torch  # noqa: F401  registers torch.ops.flytune, whichever tests are selected
     return torch
 
 
@@ -301,6 +302,19 @@ def _torch_rel_l2(got, want):
     return float((got.float() - want).norm() / want.norm().clamp(min=1e-30))
 
 
+# The project's fp8 bounds (measure/workload/compare.cpp, tolerance_for(e4m3)): 1 - 2<y,ref>/(|y|^2+|ref|^2) and
+# rel L2. A flipped rounding of one intermediate code moves an output by a few percent, so fp8 layers are held
+# to these, not to the 16-bit layers' 2e-2 (measured on the H200: rel L2 up to 2.4e-2 against this reference).
+FP8_MAX_DIFF, FP8_REL_L2 = 1e-3, 4e-2
+
+
+def _torch_fp8_close(got, want):
+    g, w = got.float().flatten(), want.flatten()
+    denom = float(g.dot(g) + w.dot(w))
+    diff = 1.0 - 2.0 * float(g.dot(w)) / denom if denom > 0 else 0.0
+    return diff <= FP8_MAX_DIFF and _torch_rel_l2(got, want) < FP8_REL_L2
+
+
 @pytest.mark.parametrize("kind", ["uniform", "masked"])
 @pytest.mark.parametrize("tokens", [1, 5, 33, 300])
 @pytest.mark.parametrize("mode", FP8_MODES)
@@ -313,7 +327,7 @@ def test_torch_fp8_matches_the_dequantised_reference(torch_mod, fp8_export, mode
     y = torch.ops.flytune.moe_layer(x, *codes, weights, ids, fp8_export.key, **scales)
     torch.cuda.synchronize()
     assert y.dtype == torch.bfloat16
-    assert _torch_rel_l2(y, want) < TOLERANCE
+    assert _torch_fp8_close(y, want), _torch_rel_l2(y, want)
     if float(want.norm()) == 0:  # every slot masked: nothing for a mutant to change
         return
     # the mutant: every scale doubled (weights twice as large) must not pass
@@ -321,7 +335,8 @@ def test_torch_fp8_matches_the_dequantised_reference(torch_mod, fp8_export, mode
     y2 = torch.ops.flytune.moe_layer(x, w1, w2, weights, ids, fp8_export.key, **doubled)
     torch.cuda.synchronize()
     assert _torch_rel_l2(y2, want) > 0.5
-    assert _torch_rel_l2(y2, fp8_reference(torch, p, x, w1, w2, ids, weights, doubled)) < TOLERANCE
+    assert not _torch_fp8_close(y2, want)
+    assert _torch_fp8_close(y2, fp8_reference(torch, p, x, w1, w2, ids, weights, doubled))
 
 
 def test_torch_fp8_in_a_cuda_graph(torch_mod, fp8_export):
@@ -340,7 +355,7 @@ def test_torch_fp8_in_a_cuda_graph(torch_mod, fp8_export):
         x.copy_(new[0]), ids.copy_(new[3]), weights.copy_(new[4])
         graph.replay()
         torch.cuda.synchronize()
-        assert _torch_rel_l2(out, fp8_reference(torch, p, x, w1, w2, ids, weights, scales)) < TOLERANCE
+        assert _torch_fp8_close(out, fp8_reference(torch, p, x, w1, w2, ids, weights, scales))
 
 
 # ---------------------------------------------------------------- JAX
@@ -429,7 +444,7 @@ def test_jax_fp8_matches_the_dequantised_reference(jax_mod, torch_mod, fp8_expor
                              **{n: jnp.asarray(host(s)) for n, s in scales.items()})
     y = jax_mod.jit(fj.moe_layer)(jnp.asarray(host(x.float()), jnp.bfloat16), jnp.asarray(host(ids)),
                                   jnp.asarray(host(weights)), moe)
-    assert rel_l2(np.asarray(y, np.float32), want) < TOLERANCE
+    assert _torch_fp8_close(torch.from_numpy(np.asarray(y, np.float32)), torch.from_numpy(want))
 
 
 SCRIPT = r"""

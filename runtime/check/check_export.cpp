@@ -289,7 +289,8 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   // fp8 problems' X: 128-value groups of differing magnitudes, so a layer
   // reading another group's activation scale fails.
   const Problem& problem = rt::plan_of(plan)->problem->problem;
-  if (ft_runtime_fill_random_as(rt, x, T * H, seed * 3 + 1, tensor_scale(problem, TensorStream::x), FT_FILL_BF16,
+  const int x_kind = problem.dtype == DType::f16 ? FT_FILL_F16 : FT_FILL_BF16;  // fp8 layers take bf16 X
+  if (ft_runtime_fill_random_as(rt, x, T * H, seed * 3 + 1, tensor_scale(problem, TensorStream::x), x_kind,
                                 magnitude_group(problem, TensorStream::x)) != FT_OK)
     return failed("fill");
   if (ft_runtime_upload(rt, ids, routed->ids.data(), routed->ids.size() * 4) != FT_OK ||

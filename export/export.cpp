@@ -120,24 +120,25 @@ json weight_layouts() {
 // weights' format, and each scale tensor's shape and meaning (the layer
 // program sizes them: layer/program.cpp size_fp8_buffers).
 json fp8_problem_json(const Problem& p, const Target& t) {
-  const long long E = p.experts, H = p.hidden, I = p.inter, G = kScaleGroup;
-  auto tensor = [](std::vector<long long> shape, const char* meaning) {
-    return json{{"dtype", "f32"}, {"shape", shape}, {"layout", "row-major"}, {"meaning", meaning}};
+  auto tensor = [&](Buf b, const char* meaning) {
+    const ScaleShape s = scale_shape(p, b);
+    return json{{"dtype", "f32"}, {"shape", std::vector<long long>(s.dims.begin(), s.dims.begin() + s.rank)},
+                {"layout", "row-major"}, {"meaning", meaning}};
   };
   json scales = json::object();
   switch (p.scales) {
     case Scales::per_tensor:
-      scales["x_scale"] = tensor({1}, "the static activation scale: x is quantised as code = sat(x / x_scale)");
-      scales["w1_scales"] = tensor({E}, "one scale per expert: W1 = code * w1_scales[e]");
-      scales["w2_scales"] = tensor({E}, "one scale per expert: W2 = code * w2_scales[e]");
+      scales["x_scale"] = tensor(Buf::x_scale, "the static activation scale: x is quantised as code = sat(x / x_scale)");
+      scales["w1_scales"] = tensor(Buf::w1_scales, "one scale per expert: W1 = code * w1_scales[e]");
+      scales["w2_scales"] = tensor(Buf::w2_scales, "one scale per expert: W2 = code * w2_scales[e]");
       break;
     case Scales::per_token:
-      scales["w1_scales"] = tensor({E, 2 * I}, "per output channel: W1[e, n, :] = code * w1_scales[e, n] (gate rows, then up rows)");
-      scales["w2_scales"] = tensor({E, H}, "per output channel: W2[e, n, :] = code * w2_scales[e, n]");
+      scales["w1_scales"] = tensor(Buf::w1_scales, "per output channel: W1[e, n, :] = code * w1_scales[e, n] (gate rows, then up rows)");
+      scales["w2_scales"] = tensor(Buf::w2_scales, "per output channel: W2[e, n, :] = code * w2_scales[e, n]");
       break;
     case Scales::block128:
-      scales["w1_scales"] = tensor({E, 2 * I / G, H / G}, "per 128 x 128 block: W1[e, n, k] = code * w1_scales[e, n / 128, k / 128]");
-      scales["w2_scales"] = tensor({E, H / G, I / G}, "per 128 x 128 block: W2[e, n, k] = code * w2_scales[e, n / 128, k / 128]");
+      scales["w1_scales"] = tensor(Buf::w1_scales, "per 128 x 128 block: W1[e, n, k] = code * w1_scales[e, n / 128, k / 128]");
+      scales["w2_scales"] = tensor(Buf::w2_scales, "per 128 x 128 block: W2[e, n, k] = code * w2_scales[e, n / 128, k / 128]");
       break;
     case Scales::none: break;
   }

@@ -107,6 +107,35 @@ bool is_workspace(Buf b) {
   }
 }
 
+long long ScaleShape::count() const {
+  if (rank == 0) return 0;
+  long long n = 1;
+  for (int i = 0; i < rank; ++i) n *= dims[std::size_t(i)];
+  return n;
+}
+
+ScaleShape scale_shape(const Problem& p, Buf b) {
+  const long long E = p.experts, H = p.hidden, I = p.inter, G = kScaleGroup;
+  if (!p.fp8()) return {};
+  const bool w1 = b == Buf::w1_scales, w2 = b == Buf::w2_scales;
+  switch (p.scales) {
+    case Scales::per_tensor:
+      if (b == Buf::x_scale) return {1, {1, 0, 0}};
+      if (w1 || w2) return {1, {E, 0, 0}};
+      return {};
+    case Scales::per_token:
+      if (w1) return {2, {E, 2 * I, 0}};
+      if (w2) return {2, {E, H, 0}};
+      return {};
+    case Scales::block128:
+      if (w1) return {3, {E, 2 * I / G, H / G}};
+      if (w2) return {3, {E, H / G, I / G}};
+      return {};
+    case Scales::none: break;
+  }
+  return {};
+}
+
 WorkspacePlacement workspace_placement(const LayerProgram& p) {
   WorkspacePlacement w;
   for (std::size_t i = 0; i < kBufCount; ++i) {
@@ -225,11 +254,11 @@ void push_align(LayerProgram& prog, const Target& t, const Problem& p, const Moe
 // fp8 layers: the caller's scales and the quantise steps' workspace.
 void size_fp8_buffers(LayerProgram& prog, const LayerRecipe& r) {
   const Problem& p = r.problem;
-  const std::uint64_t T = std::uint64_t(prog.tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk;
+  const std::uint64_t T = std::uint64_t(prog.tokens), H = p.hidden, I = p.inter, k = p.topk;
   auto& b = prog.bytes;
   if (r.stage1) {
-    if (p.scales == Scales::per_tensor) b[std::size_t(Buf::x_scale)] = 4;
-    b[std::size_t(Buf::w1_scales)] = std::uint64_t(weight_scale_count(p.scales, E, 2 * I, H)) * 4;
+    b[std::size_t(Buf::x_scale)] = std::uint64_t(scale_shape(p, Buf::x_scale).count()) * 4;
+    b[std::size_t(Buf::w1_scales)] = std::uint64_t(scale_shape(p, Buf::w1_scales).count()) * 4;
     b[std::size_t(Buf::xq)] = T * H;
     b[std::size_t(Buf::x_scales)] = std::uint64_t(activation_scale_count(p.scales, T, H)) * 4;
     if (!needs_quantise_inter(*r.stage1)) b[std::size_t(Buf::inter)] = 0;
@@ -237,7 +266,7 @@ void size_fp8_buffers(LayerProgram& prog, const LayerRecipe& r) {
     b[std::size_t(Buf::x)] = 0;
     b[std::size_t(Buf::inter)] = 0;
   }
-  if (r.stage2) b[std::size_t(Buf::w2_scales)] = std::uint64_t(weight_scale_count(p.scales, E, H, I)) * 4;
+  if (r.stage2) b[std::size_t(Buf::w2_scales)] = std::uint64_t(scale_shape(p, Buf::w2_scales).count()) * 4;
   b[std::size_t(Buf::inter_q)] = T * k * I;
   b[std::size_t(Buf::inter_scales)] = T * k * (I / kScaleGroup) * 4;
 }

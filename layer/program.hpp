@@ -96,6 +96,20 @@ Buf weight_buffer(int which, WeightLayout layout);
 // The buffers a layer needs only while it runs: the caller's workspace.
 bool is_workspace(Buf b);
 
+// The shape of an fp8 layer's scale tensor the caller passes (Buf::x_scale,
+// w1_scales, w2_scales; fp32, row-major): per-tensor [1] / [E] / [E];
+// per-token - / [E, 2I] / [E, H]; block128 - / [E, 2I/128, H/128] /
+// [E, H/128, I/128]. Rank 0 where the layer reads none (16-bit problems,
+// x_scale outside per-tensor, any other buffer). The one home of this rule:
+// the layer program sizes the buffers by it, the manifest and the C API
+// (ft_plan_scale_shape) report it.
+struct ScaleShape {
+  int rank = 0;
+  std::array<long long, 3> dims{};
+  long long count() const;  // elements (0 for rank 0)
+};
+ScaleShape scale_shape(const Problem& p, Buf b);
+
 // Which kernel a launch step runs.
 enum class Role : std::uint8_t {
   align, stage1, stage2, reduce_atomic, reduce_partials, reduce_partials16,

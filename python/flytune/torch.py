@@ -79,7 +79,7 @@ def _problem(export: flytune.Export, hidden_states, w1, w2, topk_weights, topk_i
 def _fp8_problem(export: flytune.Export, context: str, shape: tuple, hidden_states, w1, w2,
                  scales: dict) -> flytune.Problem:
     """The export's fp8 problem of these shapes whose w1_scales shape is the given one; every scale tensor
-    checked against its shape (Problem.scale_shapes: the runtime's counts, the header's shapes)."""
+    checked against its shape (Problem.scale_shapes: the runtime's ft_plan_scale_shape)."""
     candidates = [p for p in export.problems if p.fp8 and (p.experts, p.hidden, p.inter, p.topk) == shape]
     if not candidates:
         raise flytune.NotFoundError(f"{context}: the export has no fp8 problem of experts {shape[0]}, hidden "

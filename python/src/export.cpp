@@ -27,34 +27,21 @@ const char* scales_name(int mode) {
   }
 }
 
-// The plan's scale tensors with their shapes as flytune_runtime.h documents
-// them (ft_layer_buffers), each one's element count held to
-// ft_plan_scale_count: the runtime's counts and the header's shapes agree, or
-// this fails rather than letting a wrapper check tensors against a wrong shape.
+// The plan's scale tensors with their shapes, from the runtime (ft_plan_scale_shape:
+// the layer program's rule); each one's element count held to ft_plan_scale_count.
 std::vector<ScaleTensor> scale_tensors(const ft_plan* p) {
-  ft_problem_shape s{};
-  ft_plan_shape(p, &s);
-  const long long E = s.experts, H = s.hidden, I = s.inter, G = 128;  // G: the header's 128 x 128 weight blocks
   std::vector<ScaleTensor> out;
-  switch (const int mode = ft_plan_scales(p)) {
-    case FT_SCALES_NONE: break;
-    case FT_SCALES_PER_TENSOR: out = {{"x_scale", {1}}, {"w1_scales", {E}}, {"w2_scales", {E}}}; break;
-    case FT_SCALES_PER_TOKEN: out = {{"w1_scales", {E, 2 * I}}, {"w2_scales", {E, H}}}; break;
-    case FT_SCALES_BLOCK128: out = {{"w1_scales", {E, 2 * I / G, H / G}}, {"w2_scales", {E, H / G, I / G}}}; break;
-    default: throw Error(FT_ERR_INTERNAL, "the runtime reports scale mode " + std::to_string(mode) + ", unknown to the bindings");
-  }
   const std::pair<const char*, int> which[] = {{"x_scale", FT_SCALE_X}, {"w1_scales", FT_SCALE_W1}, {"w2_scales", FT_SCALE_W2}};
   for (const auto& [name, tensor] : which) {
-    long long expected = 0;
-    for (const ScaleTensor& t : out) {
-      if (t.name != name) continue;
-      expected = 1;
-      for (long long d : t.shape) expected *= d;
-    }
-    if (std::size_t(expected) != ft_plan_scale_count(p, tensor))
-      throw Error(FT_ERR_INTERNAL, std::string(name) + ": the runtime counts " + std::to_string(ft_plan_scale_count(p, tensor)) +
-                                       " scales, the header's shape for " + scales_name(ft_plan_scales(p)) + " gives " +
-                                       std::to_string(expected));
+    std::int64_t dims[3] = {0, 0, 0};
+    const int rank = ft_plan_scale_shape(p, tensor, dims);
+    if (rank == 0) continue;
+    ScaleTensor t{name, std::vector<long long>(dims, dims + rank)};
+    long long n = 1;
+    for (long long d : t.shape) n *= d;
+    if (std::size_t(n) != ft_plan_scale_count(p, tensor))
+      throw Error(FT_ERR_INTERNAL, std::string(name) + ": the runtime's shape and count disagree");
+    out.push_back(std::move(t));
   }
   return out;
 }

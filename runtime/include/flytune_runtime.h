@@ -147,6 +147,9 @@ int ft_plan_scales(const ft_plan* plan);
  * this plan (shapes: ft_layer_buffers); 0 where the layer reads none (16-bit
  * layers; x_scale outside per-tensor mode) or for a bad argument. */
 size_t ft_plan_scale_count(const ft_plan* plan, int which);
+/* Its shape (row-major, ft_layer_buffers lists them by mode): the rank (0, 1,
+ * 2 or 3; 0 as for ft_plan_scale_count) and that many dims in dims[0..2]. */
+int ft_plan_scale_shape(const ft_plan* plan, int which, int64_t dims[3]);
 /* 1 where that stage (1 or 2) reads pre-shuffled weights. */
 int ft_plan_needs_shuffled(const ft_plan* plan, int stage);
 /* 1 where that stage (1 or 2) reads tiled weights. */

@@ -208,16 +208,26 @@ void ft_plan_shape(const ft_plan* plan, ft_problem_shape* out) {
 
 int ft_plan_scales(const ft_plan* plan) { return plan ? int(plan->plan.problem->problem.scales) : FT_SCALES_NONE; }
 
-size_t ft_plan_scale_count(const ft_plan* plan, int which) {
-  if (!plan) return 0;
+namespace {
+ft::ScaleShape plan_scale_shape(const ft_plan* plan, int which) {
+  if (!plan) return {};
   const ft::Problem& p = plan->plan.problem->problem;
-  const long long E = p.experts, H = p.hidden, I = p.inter;
   switch (which) {
-    case FT_SCALE_X: return p.scales == ft::Scales::per_tensor ? 1 : 0;
-    case FT_SCALE_W1: return std::size_t(ft::weight_scale_count(p.scales, E, 2 * I, H));
-    case FT_SCALE_W2: return std::size_t(ft::weight_scale_count(p.scales, E, H, I));
-    default: return 0;
+    case FT_SCALE_X: return ft::scale_shape(p, ft::Buf::x_scale);
+    case FT_SCALE_W1: return ft::scale_shape(p, ft::Buf::w1_scales);
+    case FT_SCALE_W2: return ft::scale_shape(p, ft::Buf::w2_scales);
+    default: return {};
   }
+}
+}  // namespace
+
+size_t ft_plan_scale_count(const ft_plan* plan, int which) { return std::size_t(plan_scale_shape(plan, which).count()); }
+
+int ft_plan_scale_shape(const ft_plan* plan, int which, int64_t dims[3]) {
+  const ft::ScaleShape s = plan_scale_shape(plan, which);
+  if (dims)
+    for (int i = 0; i < 3; ++i) dims[i] = i < s.rank ? s.dims[std::size_t(i)] : 0;
+  return s.rank;
 }
 
 int ft_plan_needs_shuffled(const ft_plan* plan, int stage) {

@@ -103,6 +103,13 @@ void check_c_api(const std::string& dir, const std::string& mode) {
   EXPECT_EQ(n2, want2);
   EXPECT_EQ(ft_plan_scale_count(plan, FT_SCALE_X), want_mode == FT_SCALES_PER_TENSOR ? 1u : 0u);
   EXPECT_EQ(ft_plan_scale_count(plan, 7), 0u);
+  std::int64_t dims[3] = {-1, -1, -1};
+  const int rank = ft_plan_scale_shape(plan, FT_SCALE_W2, dims);
+  EXPECT_EQ(rank, want_mode == FT_SCALES_PER_TENSOR ? 1 : want_mode == FT_SCALES_PER_TOKEN ? 2 : 3);
+  EXPECT_EQ(dims[0], std::int64_t(E));
+  if (want_mode == FT_SCALES_PER_TOKEN) EXPECT_EQ(dims[1], std::int64_t(H));
+  if (want_mode == FT_SCALES_BLOCK128) EXPECT_EQ(dims[2], std::int64_t(I / 128));
+  EXPECT_EQ(ft_plan_scale_shape(plan, FT_SCALE_X, dims), want_mode == FT_SCALES_PER_TENSOR ? 1 : 0);
 
   Mem m{rt, {}};
   ft_layer_buffers b{};

@@ -181,36 +181,42 @@ int launch_in_graph(ft_runtime* rt, const ft_plan* plan, ft_layer_buffers& b, vo
   return st;
 }
 
-// The reference on the sampled tokens alone: their x rows, ids and weights
-// copied into buffers of their own. An error text, empty when it launched.
-std::string sampled_reference(ft_runtime* rt, const ft_plan* plan, Allocations& mem, const ft_layer_buffers& b,
-                              const Routed& routed, const std::vector<int>& sampled, void* y_ref, bool bf16_layer = false) {
+// The support unit's reference into y_ref (`bf16_layer`: the bf16 layer on the
+// same weights, fp8 problems' sanity reference): on the layer's own buffers
+// when every token is checked, else on the sampled tokens alone, their x rows,
+// ids and weights copied into buffers of their own. An error text, empty when
+// it launched.
+std::string reference_into(ft_runtime* rt, const ft_plan* plan, Allocations& mem, const ft_layer_buffers& b,
+                           const Routed& routed, const std::vector<int>& sampled, void* y_ref, bool bf16_layer = false) {
   ft_problem_shape shape{};
   ft_plan_shape(plan, &shape);
   const std::size_t S = sampled.size(), H = std::size_t(shape.hidden), k = std::size_t(shape.topk), es = 2;
-  std::vector<std::uint16_t> row_bits(H);
-  std::vector<std::int32_t> s_ids;
-  std::vector<float> s_weights;
-  void* sx = mem.get(S * H * es);
-  void* sids = mem.get(S * k * 4);
-  void* sw = mem.get(S * k * 4);
-  if (!sx || !sids || !sw) return std::string("alloc: ") + ft_runtime_last_error(rt);
-  for (std::size_t i = 0; i < S; ++i) {
-    const std::size_t t = std::size_t(sampled[i]);
-    if (ft_runtime_download(rt, row_bits.data(), static_cast<const char*>(b.x) + t * H * es, H * es) != FT_OK ||
-        ft_runtime_upload(rt, static_cast<char*>(sx) + i * H * es, row_bits.data(), H * es) != FT_OK)
-      return std::string("sample: ") + ft_runtime_last_error(rt);
-    s_ids.insert(s_ids.end(), routed.ids.begin() + long(t * k), routed.ids.begin() + long((t + 1) * k));
-    s_weights.insert(s_weights.end(), routed.weights.begin() + long(t * k), routed.weights.begin() + long((t + 1) * k));
-  }
-  if (ft_runtime_upload(rt, sids, s_ids.data(), s_ids.size() * 4) != FT_OK ||
-      ft_runtime_upload(rt, sw, s_weights.data(), s_weights.size() * 4) != FT_OK)
-    return std::string("sample: ") + ft_runtime_last_error(rt);
   rt::LayerBuffers sb{};
-  sb.x = ptr(sx), sb.topk_ids = ptr(sids), sb.topk_weights = ptr(sw), sb.w1 = ptr(b.w1), sb.w2 = ptr(b.w2);
+  sb.x = ptr(b.x), sb.topk_ids = ptr(b.topk_ids), sb.topk_weights = ptr(b.topk_weights), sb.w1 = ptr(b.w1), sb.w2 = ptr(b.w2);
   sb.x_scale = ptr(b.x_scale), sb.w1_scales = ptr(b.w1_scales), sb.w2_scales = ptr(b.w2_scales);
   sb.workspace = ptr(b.workspace);  // the runtime's reference writes the workspace's inter
   sb.workspace_bytes = b.workspace_bytes;
+  if (S != std::size_t(ft_plan_tokens(plan))) {
+    std::vector<std::uint16_t> row_bits(H);
+    std::vector<std::int32_t> s_ids;
+    std::vector<float> s_weights;
+    void* sx = mem.get(S * H * es);
+    void* sids = mem.get(S * k * 4);
+    void* sw = mem.get(S * k * 4);
+    if (!sx || !sids || !sw) return std::string("alloc: ") + ft_runtime_last_error(rt);
+    for (std::size_t i = 0; i < S; ++i) {
+      const std::size_t t = std::size_t(sampled[i]);
+      if (ft_runtime_download(rt, row_bits.data(), static_cast<const char*>(b.x) + t * H * es, H * es) != FT_OK ||
+          ft_runtime_upload(rt, static_cast<char*>(sx) + i * H * es, row_bits.data(), H * es) != FT_OK)
+        return std::string("sample: ") + ft_runtime_last_error(rt);
+      s_ids.insert(s_ids.end(), routed.ids.begin() + long(t * k), routed.ids.begin() + long((t + 1) * k));
+      s_weights.insert(s_weights.end(), routed.weights.begin() + long(t * k), routed.weights.begin() + long((t + 1) * k));
+    }
+    if (ft_runtime_upload(rt, sids, s_ids.data(), s_ids.size() * 4) != FT_OK ||
+        ft_runtime_upload(rt, sw, s_weights.data(), s_weights.size() * 4) != FT_OK)
+      return std::string("sample: ") + ft_runtime_last_error(rt);
+    sb.x = ptr(sx), sb.topk_ids = ptr(sids), sb.topk_weights = ptr(sw);
+  }
   auto st = rt::runtime_of(rt)->reference(*rt::plan_of(plan), sb, ptr(y_ref), {}, int(S), bf16_layer);
   return st ? std::string() : "reference: " + st.error().describe();
 }
@@ -313,22 +319,18 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   // element is still checked for NaN (unwritten) below.
   const std::vector<int> sampled = sample_tokens(tokens);
   const std::size_t S = sampled.size();
-  if (S == T) {
-    if (ft_plan_reference(plan, &b, y_ref, nullptr) != FT_OK) return failed("reference");
-  } else if (std::string e = sampled_reference(rt, plan, mem, b, *routed, sampled, y_ref); !e.empty()) {
+  if (std::string e = reference_into(rt, plan, mem, b, *routed, sampled, y_ref); !e.empty()) {
     row.summary = e;
     return row;
   }
   // fp8: the bf16 layer on the same weights, for the sanity bound.
-  void* y_sane = nullptr;
-  if (problem.fp8()) {
-    y_sane = mem.get(S * H * es);
-    if (!y_sane) return failed("alloc");
-    if (std::string e = sampled_reference(rt, plan, mem, b, *routed, sampled, y_sane, true); !e.empty()) {
+  void* y_sane = problem.fp8() ? mem.get(S * H * es) : nullptr;
+  if (problem.fp8() && !y_sane) return failed("alloc");
+  if (y_sane)
+    if (std::string e = reference_into(rt, plan, mem, b, *routed, sampled, y_sane, true); !e.empty()) {
       row.summary = e;
       return row;
     }
-  }
   if (ft_runtime_synchronize(rt, nullptr) != FT_OK) return failed("reference sync");
   // Poison the output and every workspace buffer: the layer must write what it reads.
   if (!poison(rt, y, T * H * es) || !poison(rt, b.workspace, workspace_bytes)) return failed("poison");

@@ -144,6 +144,15 @@ void check_c_api(const std::string& dir, const std::string& mode) {
   ASSERT_EQ(ft_runtime_fill_random_as(rt, const_cast<float*>(b.w1_scales), n1, 14, float(1.0 / (kFp8CodeSpread * std::sqrt(double(H)))), FT_FILL_F32_SCALES, 0), FT_OK);
   ASSERT_EQ(ft_runtime_fill_random_as(rt, const_cast<float*>(b.w2_scales), n2, 15, float(1.0 / (kFp8CodeSpread * std::sqrt(double(I)))), FT_FILL_F32_SCALES, 0), FT_OK);
   EXPECT_NE(ft_runtime_fill_random_as(rt, const_cast<void*>(b.x), 8, 1, 1.0f, 9, 0), FT_OK);
+  // The tiled copies a producer warpgroup's stages read (ignored by the others).
+  void* w1_tiled = m.get(E * 2 * I * H);
+  void* w2_tiled = m.get(E * H * I);
+  ASSERT_EQ(ft_runtime_arrange_weights_of(rt, b.w1, w1_tiled, int(E * 2 * I), int(H), 1, FT_WEIGHT_LAYOUT_TILED, nullptr), FT_OK)
+      << ft_runtime_last_error(rt);
+  ASSERT_EQ(ft_runtime_arrange_weights_of(rt, b.w2, w2_tiled, int(E * H), int(I), 1, FT_WEIGHT_LAYOUT_TILED, nullptr), FT_OK)
+      << ft_runtime_last_error(rt);
+  b.w1_tiled = w1_tiled;
+  b.w2_tiled = w2_tiled;
 
   ASSERT_EQ(ft_plan_reference(plan, &b, y_ref, nullptr), FT_OK) << ft_runtime_last_error(rt);
   ASSERT_EQ(ft_plan_launch_checked(plan, &b, nullptr, nullptr), FT_OK) << ft_runtime_last_error(rt);

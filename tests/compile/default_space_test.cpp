@@ -200,9 +200,11 @@ TEST_P(Fp8BigTiles, FastAccumulationFitsWithoutSpills) {
 
 // sm_90a's fp8 stages promoting in a producer warpgroup's consumers: stage 2
 // (every scale mode promotes its intermediate's group scales) m128n128 on two
-// consumer warpgroups, and block128's stage 1 m128n64, each with one tile and
-// persistent blocks of 8, compile with no spills and unserialised wgmma
-// (problems_of: ptxas's C7515 warning would prune them).
+// consumer warpgroups, and block128's stage 1 m128n64, with one tile and
+// (but block128's stage 2) persistent blocks of 8, compile with no spills and
+// unserialised wgmma (problems_of: ptxas's serialisation warnings prune a
+// variant; ptxas 13.0 serialises block128's persistent stage 2,
+// which the search therefore prunes).
 TEST(Fp8ProducerPromotion, CompilesWithoutSpillsOrSerialisedWgmma) {
   const Target& target = *find_target("sm_90a");
   ASSERT_EQ(test::missing_toolchain(Backend::nvrtc, target), "") << "the compile suite needs NVRTC";
@@ -217,8 +219,7 @@ TEST(Fp8ProducerPromotion, CompilesWithoutSpillsOrSerialisedWgmma) {
        {"ft_sm_90a_moe2_e4m3_m128n128k128_w8x1_wgmma_s4_atomic_tiled_ws_tensor",
         "ft_sm_90a_moe2_e4m3_m128n128k128_w8x1_wgmma_s4_atomic_tiled_ws_t8_tensor"}},
       {Scales::block128, "kind=moe2;wgmma_tile_m=128;wgmma_tile_n=128;wgmma_warps=8x1;split_k=1;reduce=atomic",
-       {"ft_sm_90a_moe2_e4m3_m128n128k128_w8x1_wgmma_s4_atomic_tiled_ws_block128",
-        "ft_sm_90a_moe2_e4m3_m128n128k128_w8x1_wgmma_s4_atomic_tiled_ws_t8_block128"}},
+       {"ft_sm_90a_moe2_e4m3_m128n128k128_w8x1_wgmma_s4_atomic_tiled_ws_block128"}},
       {Scales::block128, "kind=moe1;wgmma_tile_m=128;wgmma_tile_n=64;wgmma_warps=8x1",
        {"ft_sm_90a_moe1_e4m3_m128n64k128_w8x1_wgmma_s4_tiled_ws_block128",
         "ft_sm_90a_moe1_e4m3_m128n64k128_w8x1_wgmma_s4_tiled_ws_t8_block128"}}};

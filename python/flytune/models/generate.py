@@ -13,6 +13,7 @@ tokens are from the first one's. docs/PYTHON.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import os
@@ -87,6 +88,7 @@ class Progress:
 
     def __init__(self, enabled: bool):
         self.enabled = enabled
+        self.start = time.perf_counter()
 
     def bar(self, label: str, done: int, total: int) -> None:
         if not self.enabled:
@@ -99,9 +101,9 @@ class Progress:
         sys.stderr.flush()
 
     def note(self, text: str) -> None:
-        if self.enabled:
-            sys.stderr.write(text + "\n")
-            sys.stderr.flush()
+        """A line of what is being done (always: a log of a bounded run shows how far it got)."""
+        sys.stderr.write(f"[{time.perf_counter() - self.start:6.1f} s] {text}\n")
+        sys.stderr.flush()
 
 
 def _stats(times: list) -> dict:
@@ -112,20 +114,43 @@ def _stats(times: list) -> dict:
 
 
 def _timed(fn, args: tuple, repeats: int, feed=None) -> dict:
-    """Seconds per call of fn(*args) (blocked on its result), after one warm-up call; `feed(args, result)` gives
-    the next call's arguments (for donated buffers)."""
+    """Seconds per call of fn(*args): after a warm-up call, `repeats` rounds of back-to-back calls (as many as
+    fill ~0.1 s, one block at the end of a round, so the host's dispatch overlaps the device's work as it does
+    in the model), each round's time over its calls. `feed(args, result)` gives the next call's arguments (for
+    donated buffers)."""
     import jax
-    out = jax.block_until_ready(fn(*args))
-    if feed:
-        args = feed(args, out)
+
+    def call(a):
+        out = fn(*a)
+        return out, (feed(a, out) if feed else a)
+
+    out, args = call(args)
+    jax.block_until_ready(out)
+    t0 = time.perf_counter()
+    out, args = call(args)
+    jax.block_until_ready(out)
+    inner = max(1, min(50, int(0.1 / max(time.perf_counter() - t0, 1e-6))))
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
-        out = jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - t0)
-        if feed:
-            args = feed(args, out)
-    return _stats(times)
+        for _ in range(inner):
+            out, args = call(args)
+        jax.block_until_ready(out)
+        times.append((time.perf_counter() - t0) / inner)
+    result = _stats(times)
+    result["calls_per_round"] = inner
+    return result
+
+
+@functools.lru_cache(maxsize=None)
+def _attention_block(c):
+    """One layer's attention block (norm, attention, output projection) jitted alone, for the part timings; one
+    per config, shared by the implementations (it does not depend on the MoE)."""
+    import jax
+
+    from flytune.models import mixtral
+    return jax.jit(lambda p, x, ck, cv, pos: mixtral.attention(c, p, mixtral.rms_norm(x, p["attn_norm"], c.norm_eps),
+                                                              ck, cv, pos), donate_argnums=(2, 3))
 
 
 class Model:
@@ -150,8 +175,7 @@ class Model:
 
         self._prefill = jax.jit(prefill, static_argnums=(3,))
         self._step = jax.jit(step, donate_argnums=(3,))
-        self._attn = jax.jit(lambda p, x, ck, cv, pos: mixtral.attention(c, p, mixtral.rms_norm(
-            x, p["attn_norm"], c.norm_eps), ck, cv, pos), donate_argnums=(2, 3))
+        self._attn = _attention_block(c)
         self._moe = jax.jit(lambda p, w, x: mixtral.moe_block(c, p, impl, w, x))
 
     def prefill(self, tokens, length: int):
@@ -161,22 +185,27 @@ class Model:
         import jax.numpy as jnp
         return self._step(self.params, self.prepared, token, cache, jnp.int32(pos))
 
-    def generate(self, tokens, new_tokens: int, progress: Progress, label: str):
-        """(prefill logits [B, V], tokens [B, 1 + new_tokens] (the prefill's, then each step's), decode seconds)."""
+    def decode(self, nxt, cache, pos: int, steps: int, progress: Progress, label: str):
+        """Greedy decode of `steps` tokens from the prefill's token `nxt` and its cache at position `pos`:
+        (tokens [B, 1 + steps] (nxt, then each step's), seconds from the first step's dispatch to the last's end)."""
         import jax
         import jax.numpy as jnp
-        B, P = tokens.shape
-        nxt, logits, cache = self.prefill(tokens, P + new_tokens)
         jax.block_until_ready(nxt)
         out = [nxt]
         t0 = time.perf_counter()
-        for i in range(new_tokens):
-            nxt, _, cache = self.step(nxt, cache, P + i)
+        for i in range(steps):
+            nxt, _, cache = self.step(nxt, cache, pos + i)
             out.append(nxt)
-            progress.bar(label, i + 1, new_tokens)
+            progress.bar(label, i + 1, steps)
         jax.block_until_ready(nxt)
-        decode_s = time.perf_counter() - t0
-        return logits, jnp.stack(out, axis=1), decode_s
+        return jnp.stack(out, axis=1), time.perf_counter() - t0
+
+    def generate(self, tokens, new_tokens: int, progress: Progress, label: str):
+        """(prefill logits [B, V], tokens [B, 1 + new_tokens], decode seconds)."""
+        P = tokens.shape[1]
+        nxt, logits, cache = self.prefill(tokens, P + new_tokens)
+        generated, decode_s = self.decode(nxt, cache, P, new_tokens, progress, label)
+        return logits, generated, decode_s
 
     def parts(self, batch: int, prompt: int, new_tokens: int, repeats: int, seed: int) -> dict:
         """Seconds of one layer's attention block and MoE block at the prefill shape and at a decode step."""
@@ -231,6 +260,18 @@ def _param_bytes(tree) -> int:
     return sum(int(x.size) * x.dtype.itemsize for x in jax.tree_util.tree_leaves(tree) if hasattr(x, "dtype"))
 
 
+def _write_json(result: dict, path) -> None:
+    if not path:
+        return
+    text = json.dumps(result, indent=1)
+    if path == "-":
+        print(text)
+        return
+    with open(path + ".part", "w") as f:
+        f.write(text + "\n")
+    os.replace(path + ".part", path)
+
+
 def run(args) -> dict:
     import jax
     import numpy as np
@@ -258,39 +299,71 @@ def run(args) -> dict:
     prompts = {(b, p): rng.integers(0, c.vocab, size=(b, p), dtype=np.int32)
                for b in args.batch for p in args.prompt_len}
     reference = {}
+    result["errors"] = []
     for impl in args.impl:
         progress.note(f"{impl}: preparing the MoE weights of {c.layers} layers")
-        prepared = [moe.prepare(impl, layer["w1"], layer["w2"], export) for layer in params["layers"]]
-        jax.block_until_ready(prepared)
+        try:
+            prepared = [moe.prepare(impl, layer["w1"], layer["w2"], export) for layer in params["layers"]]
+            jax.block_until_ready(prepared)
+        except Exception as e:  # reported in the results and the exit code, and the next implementation runs
+            _failed(result, progress, impl, None, e)
+            continue
         model = Model(c, impl, params, prepared)
         for (b, p), prompt in prompts.items():
-            label = f"{impl} B={b} P={p}"
-            tokens = jax.numpy.asarray(prompt)
-            progress.note(f"{label}: compiling and warming up")
-            model.generate(tokens, args.new_tokens, Progress(False), label)       # compile, warm up
-            prefill = _timed(lambda t: model.prefill(t, p + args.new_tokens)[0], (tokens,), args.repeats)
-            logits, generated, decode_s = model.generate(tokens, args.new_tokens, progress, f"{label} decode")
-            row = {"impl": impl, "batch": b, "prompt_len": p, "new_tokens": args.new_tokens,
-                   "prefill_s": prefill, "prefill_tokens_per_s": b * p / prefill["median"],
-                   "decode_s": decode_s, "decode_tokens_per_s": b * args.new_tokens / decode_s,
-                   "decode_ms_per_step": 1e3 * decode_s / args.new_tokens}
-            if not args.no_parts:
-                parts = model.parts(b, p, args.new_tokens, args.repeats, args.seed)
-                whole = {"prefill": prefill["median"], "decode": decode_s / args.new_tokens}
-                for phase, t in parts.items():
-                    t["layers_s"] = c.layers * (t["attention_s"]["median"] + t["moe_s"]["median"])
-                    t["rest_s"] = whole[phase] - t["layers_s"]
-                row["parts"] = parts
+            try:
+                row, logits, generated = _measure(model, args, b, p, jax.numpy.asarray(prompt), progress)
+            except Exception as e:
+                _failed(result, progress, impl, (b, p), e)
+                continue
             if (b, p) in reference:
                 row["agreement"] = {"vs": reference[(b, p)][0], **_agreement(*reference[(b, p)][1:], logits, generated)}
             else:
                 reference[(b, p)] = (impl, logits, generated)
             result["runs"].append(row)
             progress.note(_line(row))
+            if args.json != "-":  # after every row: a run cut short keeps what it measured
+                result["speedups"] = _speedups(result["runs"])
+                _write_json(result, args.json)
         del model, prepared
         gc.collect()
     result["speedups"] = _speedups(result["runs"])
     return result
+
+
+def _failed(result: dict, progress: Progress, impl: str, shape, e: Exception) -> None:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    where = impl if shape is None else f"{impl} B={shape[0]} P={shape[1]}"
+    result["errors"].append({"impl": impl, "shape": shape, "error": f"{type(e).__name__}: {first}"})
+    progress.note(f"{where}: FAILED: {type(e).__name__}: {first}")
+
+
+def _measure(model: Model, args, b: int, p: int, tokens, progress: Progress):
+    """One implementation at one batch x prompt: (its row, the prefill's last logits, the greedy tokens)."""
+    import jax
+    label = f"{model.impl} B={b} P={p}"
+    progress.note(f"{label}: compiling and warming up")
+    length = p + args.new_tokens
+    nxt, logits, cache = model.prefill(tokens, length)                   # compile, warm up
+    model.decode(nxt, cache, p, min(2, args.new_tokens), Progress(False), label)
+    times = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        nxt, logits, cache = jax.block_until_ready(model.prefill(tokens, length))
+        times.append(time.perf_counter() - t0)
+    prefill = _stats(times)
+    generated, decode_s = model.decode(nxt, cache, p, args.new_tokens, progress, f"{label} decode")
+    row = {"impl": model.impl, "batch": b, "prompt_len": p, "new_tokens": args.new_tokens,
+           "prefill_s": prefill, "prefill_tokens_per_s": b * p / prefill["median"],
+           "decode_s": decode_s, "decode_tokens_per_s": b * args.new_tokens / decode_s,
+           "decode_ms_per_step": 1e3 * decode_s / args.new_tokens}
+    if not args.no_parts:
+        parts = model.parts(b, p, args.new_tokens, args.repeats, args.seed)
+        whole = {"prefill": prefill["median"], "decode": decode_s / args.new_tokens}
+        for phase, t in parts.items():
+            t["layers_s"] = model.c.layers * (t["attention_s"]["median"] + t["moe_s"]["median"])
+            t["rest_s"] = whole[phase] - t["layers_s"]
+        row["parts"] = parts
+    return row, logits, generated
 
 
 def _speedups(runs: list) -> list:
@@ -353,14 +426,11 @@ def main(argv=None) -> int:
         print(f"{NAME}: error: {e}", file=sys.stderr)
         return 1
     print(table(result))
-    if args.json:
-        text = json.dumps(result, indent=1)
-        if args.json == "-":
-            print(text)
-        else:
-            with open(args.json, "w") as f:
-                f.write(text + "\n")
-    return 0
+    _write_json(result, args.json)
+    for e in result["errors"]:
+        where = e["impl"] if e["shape"] is None else f"{e['impl']} B={e['shape'][0]} P={e['shape'][1]}"
+        print(f"{NAME}: error: {where}: {e['error']}", file=sys.stderr)
+    return 1 if result["errors"] else 0
 
 
 if __name__ == "__main__":

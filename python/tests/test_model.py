@@ -155,6 +155,26 @@ def test_the_driver_runs_every_xla_implementation_end_to_end(tmp_path):
     assert r["layers"] == 2 and r["config"]["experts"] == TINY.experts and r["dtype"] == "bf16"
 
 
+def test_a_failing_implementation_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
+    real = moe.prepare
+
+    def prepare(impl, *args, **kwargs):
+        if impl == "dense":
+            raise RuntimeError("RESOURCE_EXHAUSTED: out of memory allocating 99 GB\nmore lines")
+        return real(impl, *args, **kwargs)
+
+    monkeypatch.setattr(moe, "prepare", prepare)
+    out = tmp_path / "run.json"
+    rc = generate.main(["--config", "tiny", "--batch", "1", "--prompt-len", "8", "--new-tokens", "2", "--repeats", "1",
+                        "--impl", "dense,ragged_dot", "--no-parts", "--no-progress", "--json", str(out)])
+    assert rc == 1
+    r = json.loads(out.read_text())
+    assert [x["impl"] for x in r["runs"]] == ["ragged_dot"]
+    assert r["errors"] == [{"impl": "dense", "shape": None,
+                            "error": "RuntimeError: RESOURCE_EXHAUSTED: out of memory allocating 99 GB"}]
+    assert "flytune-mixtral: error: dense: RuntimeError: RESOURCE_EXHAUSTED" in capsys.readouterr().err
+
+
 def test_the_flytune_implementation_lowers_to_flytunes_call_in_every_layer(cpu_export):
     # Without a GPU the export opens with device="none": the model traces and lowers through flytune's FFI call
     # (one per layer), and running it reaches the runtime, which has no device and says so.

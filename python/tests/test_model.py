@@ -22,6 +22,7 @@ jax = framework("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import flytune  # noqa: E402
+import flytune.jax  # noqa: E402,F401
 from flytune.models import checkpoint, generate, mixtral, moe  # noqa: E402
 
 TINY = mixtral.TINY

@@ -100,10 +100,11 @@ def test_moe_implementations_match_the_per_token_reference(impl, f32_params):
     ids, w = _routing(rng, 37, TINY.experts, TINY.topk)
     want = ref_moe(x.astype(np.float64), ids, w, np.asarray(layer["w1"], np.float64), np.asarray(layer["w2"], np.float64))
     prepared = moe.prepare(impl, layer["w1"], layer["w2"])
-    got = jax.jit(lambda *a: moe.apply(impl, *a))(jnp.asarray(x), jnp.asarray(ids), jnp.asarray(w), prepared)
+    layer_fn = jax.jit(lambda *a: moe.apply(impl, *a))
+    got = layer_fn(jnp.asarray(x), jnp.asarray(ids), jnp.asarray(w), prepared)
     assert rel_l2(got, want) < 1e-5
     # A wrong expert is far outside the bound (the comparison can fail).
-    got_wrong = moe.apply(impl, jnp.asarray(x), jnp.asarray((ids + 1) % TINY.experts), jnp.asarray(w), prepared)
+    got_wrong = layer_fn(jnp.asarray(x), jnp.asarray((ids + 1) % TINY.experts), jnp.asarray(w), prepared)
     assert rel_l2(got_wrong, want) > 0.1
 
 
@@ -112,28 +113,30 @@ def test_a_decoder_layer_matches_the_reference(f32_params):
     p = f32_params["layers"][1]
     x = rng.standard_normal((1, 12, TINY.hidden)).astype(np.float32)
     (ck, cv), = mixtral.empty_cache(TINY.with_layers(1), 1, 20, jnp.float32)
-    got, _, _ = mixtral.decoder_layer(TINY, p, "dense", (p["w1"], p["w2"]), jnp.asarray(x), ck, cv, 0)
+    got, _, _ = jax.jit(lambda p, x, ck, cv: mixtral.decoder_layer(TINY, p, "dense", (p["w1"], p["w2"]), x, ck, cv, 0))(
+        p, jnp.asarray(x), ck, cv)
     want = ref_layer(TINY, {k: np.asarray(v, np.float64) for k, v in p.items()}, x[0].astype(np.float64))
     assert rel_l2(got[0], want) < 1e-5
 
 
 def test_prefill_then_decode_equals_the_whole_sequence(f32_params):
-    tokens = jnp.asarray(np.random.default_rng(4).integers(0, TINY.vocab, (2, 10)), jnp.int32)
-    weights = [(p["w1"], p["w2"]) for p in f32_params["layers"]]
+    c = TINY.with_layers(1)
+    params = {**f32_params, "layers": f32_params["layers"][:1]}
+    tokens = jnp.asarray(np.random.default_rng(4).integers(0, c.vocab, (2, 10)), jnp.int32)
+    weights = [(p["w1"], p["w2"]) for p in params["layers"]]
 
     @jax.jit
     def both(params, weights, tokens):
-        whole, _ = mixtral.forward(TINY, "dense", params, weights, tokens, mixtral.empty_cache(TINY, 2, 16, jnp.float32),
+        whole, _ = mixtral.forward(c, "dense", params, weights, tokens, mixtral.empty_cache(c, 2, 16, jnp.float32),
                                    0, last_only=False)
-        _, cache = mixtral.forward(TINY, "dense", params, weights, tokens[:, :6],
-                                   mixtral.empty_cache(TINY, 2, 16, jnp.float32), 0)
+        _, cache = mixtral.forward(c, "dense", params, weights, tokens[:, :7], mixtral.empty_cache(c, 2, 16, jnp.float32), 0)
         steps = []
-        for i in range(6, 10):
-            logits, cache = mixtral.forward(TINY, "dense", params, weights, tokens[:, i:i + 1], cache, i)
+        for i in range(7, 10):
+            logits, cache = mixtral.forward(c, "dense", params, weights, tokens[:, i:i + 1], cache, i)
             steps.append(logits)
-        return whole[:, 6:], jnp.stack(steps, 1)
+        return whole[:, 7:], jnp.stack(steps, 1)
 
-    whole, steps = both(f32_params, weights, tokens)
+    whole, steps = both(params, weights, tokens)
     assert rel_l2(steps, whole) < 1e-5
 
 

@@ -6,11 +6,17 @@
 #      variants), bounded; then `flytune export --check gpu` (the export re-checked through the runtime at
 #      T = 1, 31, 32, 512, 4097, 16384 under uniform and masked routing);
 #   3. flytune-mixtral on that export: random bf16 weights (seed 0), LAYERS decoder layers, batch 1 and 32,
-#      prompt 512, 32 new tokens, implementations flytune, ragged_dot, dense: $OUT/model-bf16.json;
-#   4. with what time is left, the model's GPU test on the tiny export (pytest -m gpu test_model.py).
+#      prompt 512, 32 new tokens, implementations dense, flytune, ragged_dot (the default order):
+#      $OUT/model-bf16.json;
+#   4. flytune alone again with flytune's call inside XLA's command buffers (XLA_FLAGS
+#      --xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL): does the decode step lose the
+#      ~0.2 ms a layer the 2026-12-03 run found outside its blocks? $OUT/model-bf16-cmdbuf.json (not run yet:
+#      the 2026-12-03 run had steps 1-3 and 5, with flytune first);
+#   5. with what time is left, the model's GPU test on the tiny export (pytest -m gpu test_model.py).
 # LAYERS (default 16): at full size a layer's experts are 2.82 GB in bf16 and flytune's tiled copies (or
 # ragged_dot's transposed ones) as much again, so 16 layers hold 45 GB of weights plus 45 GB of copies;
-# all 32 would need 180 GB with the copies. Files in $OUT: h200-model.log, model-bf16.json, mixtral-manifest.json.
+# all 32 would need 180 GB with the copies. Files in $OUT: h200-model.log, summary.txt, model-bf16.json,
+# model-bf16-cmdbuf.json, mixtral-manifest.json.
 #
 #   OUT=... bash h200-model.sh        (from the repository root; the tool, the wheel and test_model.py are looked
 #                                      for beside this script first, then in .dev/)
@@ -68,10 +74,19 @@ cp /tmp/mixtral-export/manifest.json "$OUT/mixtral-manifest.json" 2>/dev/null
 
 section "model"
 t0=$SECONDS
-bounded $(( $(left) - 45 )) python3 -m flytune.models.generate --export /tmp/mixtral-export --layers "$LAYERS" \
+bounded $(( $(left) - 90 )) python3 -m flytune.models.generate --export /tmp/mixtral-export --layers "$LAYERS" \
   --batch 1,32 --prompt-len 512 --new-tokens 32 --repeats 3 --json "$OUT/model-bf16.json" --no-progress
 say "model: rc $? in $((SECONDS - t0)) s"
 sed -n '/^| impl/,$p' "$LOG" | tee -a "$OUT/summary.txt"
+
+section "model, flytune inside XLA's command buffers"
+t0=$SECONDS
+XLA_FLAGS=--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL \
+  bounded $(( $(left) - 40 )) python3 -m flytune.models.generate --export /tmp/mixtral-export --layers "$LAYERS" \
+  --impl flytune --batch 1,32 --prompt-len 512 --new-tokens 32 --repeats 3 --json "$OUT/model-bf16-cmdbuf.json" \
+  --no-progress
+say "model (command buffers): rc $? in $((SECONDS - t0)) s"
+grep -E '^\| flytune' "$LOG" | tail -2 | tee -a "$OUT/summary.txt"
 
 section "pytest -m gpu test_model.py"
 t0=$SECONDS

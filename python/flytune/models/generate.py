@@ -2,7 +2,7 @@
 
     flytune-mixtral --export DIR --layers 16 --batch 1,32 --prompt-len 512 --new-tokens 64 --json run.json
 
-For every implementation asked for (--impl, default all three: flytune, ragged_dot, dense) and every batch x
+For every implementation asked for (--impl, default all three: dense, flytune, ragged_dot) and every batch x
 prompt length: a batch of random prompts (fixed seed), the prefill under jit, then greedy decode of
 --new-tokens tokens, one jitted step per token with the KV cache donated. The weights are the same for every
 implementation (random with --seed, or --checkpoint); only the MoE layer differs. Printed and in --json:
@@ -62,9 +62,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="mixtral-8x7b", choices=["mixtral-8x7b", "tiny"],
                    help="model shape (default mixtral-8x7b; tiny: the tests' 2-layer model)")
     p.add_argument("--layers", type=_positive, help="decoder layers to build (default: all of the config)")
-    p.add_argument("--impl", type=_impls, default=["flytune", "ragged_dot", "dense"],
-                   help="MoE implementations, comma-separated: flytune, ragged_dot, dense (default all; the first "
-                        "is the one the others are compared with)")
+    p.add_argument("--impl", type=_impls, default=["dense", "flytune", "ragged_dot"],
+                   help="MoE implementations, comma-separated: flytune, ragged_dot, dense (default all, dense first: "
+                        "its large temporaries come before the other two's weight copies have cut the GPU "
+                        "allocator's memory into pieces; the first is the one the others are compared with)")
     p.add_argument("--export", help="the flytune export folder (flytune search + flytune export) for the flytune "
                                     "implementation: it must hold the model's MoE problem")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "f32"],

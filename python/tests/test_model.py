@@ -169,7 +169,7 @@ def test_a_failing_implementation_is_reported_and_the_others_still_run(tmp_path,
 
     monkeypatch.setattr(moe, "prepare", prepare)
     out = tmp_path / "run.json"
-    rc = generate.main(["--config", "tiny", "--batch", "1", "--prompt-len", "8", "--new-tokens", "2", "--repeats", "1",
+    rc = generate.main(["--config", "tiny", "--batch", "2", "--prompt-len", "16", "--new-tokens", "8", "--repeats", "1",
                         "--impl", "dense,ragged_dot", "--no-parts", "--no-progress", "--json", str(out)])
     assert rc == 1
     r = json.loads(out.read_text())
@@ -252,7 +252,7 @@ def test_a_checkpoint_loads_into_the_same_model(tmp_path, f32_params):
     for name, want in f32_params["layers"][0].items():
         np.testing.assert_array_equal(np.asarray(loaded["layers"][0][name]), np.asarray(want), err_msg=name)
     np.testing.assert_array_equal(np.asarray(loaded["lm_head"]), np.asarray(f32_params["lm_head"]))
-    r = _run(tmp_path, "--impl", "dense", "--dtype", "f32", "--checkpoint", str(tmp_path), "--no-parts")
+    r = _run(tmp_path, "--impl", "dense", "--checkpoint", str(tmp_path), "--no-parts")  # the driver test's shapes
     assert r["weights"] == f"checkpoint {tmp_path}" and r["layers"] == TINY.layers
 
 

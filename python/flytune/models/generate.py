@@ -154,30 +154,35 @@ def _attention_block(c):
                                                               ck, cv, pos), donate_argnums=(2, 3))
 
 
+@functools.lru_cache(maxsize=None)
+def _jitted(c, impl: str):
+    """The jitted prefill, decode step and MoE block of (config, implementation): one set per process, so every
+    Model of the same config and implementation reuses their compilations."""
+    import jax
+    import jax.numpy as jnp
+
+    from flytune.models import mixtral
+
+    def prefill(params, prepared, tokens, length):
+        cache = mixtral.empty_cache(c, tokens.shape[0], length, params["embed"].dtype)
+        logits, cache = mixtral.forward(c, impl, params, prepared, tokens, cache, 0)
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32), logits, cache
+
+    def step(params, prepared, token, cache, pos):
+        logits, cache = mixtral.forward(c, impl, params, prepared, token[:, None], cache, pos)
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32), logits, cache
+
+    return (jax.jit(prefill, static_argnums=(3,)), jax.jit(step, donate_argnums=(3,)),
+            jax.jit(lambda p, w, x: mixtral.moe_block(c, p, impl, w, x)))
+
+
 class Model:
     """One implementation's jitted prefill and decode step over shared weights."""
 
     def __init__(self, c, impl: str, params: dict, prepared: list):
-        import jax
-        import jax.numpy as jnp
-
-        from flytune.models import mixtral
         self.c, self.impl, self.params, self.prepared = c, impl, params, prepared
-        dtype = params["embed"].dtype
-
-        def prefill(params, prepared, tokens, length):
-            cache = mixtral.empty_cache(c, tokens.shape[0], length, dtype)
-            logits, cache = mixtral.forward(c, impl, params, prepared, tokens, cache, 0)
-            return jnp.argmax(logits, axis=-1).astype(jnp.int32), logits, cache
-
-        def step(params, prepared, token, cache, pos):
-            logits, cache = mixtral.forward(c, impl, params, prepared, token[:, None], cache, pos)
-            return jnp.argmax(logits, axis=-1).astype(jnp.int32), logits, cache
-
-        self._prefill = jax.jit(prefill, static_argnums=(3,))
-        self._step = jax.jit(step, donate_argnums=(3,))
+        self._prefill, self._step, self._moe = _jitted(c, impl)
         self._attn = _attention_block(c)
-        self._moe = jax.jit(lambda p, w, x: mixtral.moe_block(c, p, impl, w, x))
 
     def prefill(self, tokens, length: int):
         return self._prefill(self.params, self.prepared, tokens, length)

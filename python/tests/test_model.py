@@ -179,6 +179,20 @@ def test_a_failing_implementation_is_reported_and_the_others_still_run(tmp_path,
     assert "flytune-mixtral: error: dense: RuntimeError: RESOURCE_EXHAUSTED" in capsys.readouterr().err
 
 
+def test_speedups_are_over_the_faster_other_implementation_per_shape():
+    def row(impl, b, prefill, decode):
+        return {"impl": impl, "batch": b, "prompt_len": 512, "prefill_tokens_per_s": prefill,
+                "decode_tokens_per_s": decode}
+    runs = [row("flytune", 1, 300.0, 60.0), row("ragged_dot", 1, 100.0, 30.0), row("dense", 1, 150.0, 20.0),
+            row("flytune", 32, 800.0, 90.0), row("ragged_dot", 32, 200.0, 100.0)]
+    assert generate._speedups(runs) == [
+        {"batch": 1, "prompt_len": 512, "prefill": {"vs": "dense", "speedup": 2.0},
+         "decode": {"vs": "ragged_dot", "speedup": 2.0}},
+        {"batch": 32, "prompt_len": 512, "prefill": {"vs": "ragged_dot", "speedup": 4.0},
+         "decode": {"vs": "ragged_dot", "speedup": 0.9}}]
+    assert generate._speedups(runs[1:3]) == []  # no flytune row: nothing to compare
+
+
 def test_the_flytune_implementation_lowers_to_flytunes_call_in_every_layer(cpu_export):
     # Without a GPU the export opens with device="none": the model traces and lowers through flytune's FFI call
     # (one per layer), and running it reaches the runtime, which has no device and says so.

@@ -206,13 +206,6 @@ class Model:
         jax.block_until_ready(nxt)
         return jnp.stack(out, axis=1), time.perf_counter() - t0
 
-    def generate(self, tokens, new_tokens: int, progress: Progress, label: str):
-        """(prefill logits [B, V], tokens [B, 1 + new_tokens], decode seconds)."""
-        P = tokens.shape[1]
-        nxt, logits, cache = self.prefill(tokens, P + new_tokens)
-        generated, decode_s = self.decode(nxt, cache, P, new_tokens, progress, label)
-        return logits, generated, decode_s
-
     def parts(self, batch: int, prompt: int, new_tokens: int, repeats: int, seed: int) -> dict:
         """Seconds of one layer's attention block and MoE block at the prefill shape and at a decode step."""
         import jax

@@ -42,6 +42,7 @@ int run_check_export(const CheckExportOptions& opt) {
   auto report = check::check_export(co);
   if (!report) return report_error(report.error());
   fmt::print("{}", report->table());
+  for (const std::string& n : report->coverage_notes) fmt::print("coverage: {}\n", n);
   const int failures = report->failures();
   // The emulator's device name already says its target ("CPU emulator (sm_90a)").
   const std::string target_note = fmt::format(" ({})", report->target);

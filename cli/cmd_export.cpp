@@ -11,6 +11,7 @@
 #include <string>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.hpp"
@@ -33,6 +34,7 @@ struct ExportOptions {
   bool check_coverage = false;
   std::string tokens = "1..16384";
   bool force = false;
+  bool allow_missing = false;  // export although buckets lack a layer winner
   std::string check = "auto";  // auto, gpu, emulate, none
   bool no_check = false;
   std::string check_tokens;    // empty: check-export's default T values
@@ -62,11 +64,15 @@ int run_coverage(const ExportOptions& opt) {
     }
     if (!l.bucket) fmt::print("  T={:<6} NOT TUNED: no layer winner; the runtime refuses this problem\n", l.tokens);
     else if (l.rule == "tuned") fmt::print("  T={:<6} tuned\n", l.tokens);
+    else if (l.missing_bucket)
+      fmt::print("  T={:<6} MISSING LAYER: bucket T={} has stage winners but no layer winner; runtime uses bucket T={}\n",
+                 l.tokens, *l.missing_bucket, *l.bucket);
     else
       fmt::print("  T={:<6} NOT TUNED: runtime uses bucket T={} ({})\n", l.tokens, *l.bucket,
                  l.rule == "next bucket up" ? "next bucket up" : "largest bucket; T is above every tuned bucket");
   }
-  for (const std::string& s : rep->incomplete_buckets) fmt::print("incomplete: {} (not exported)\n", s);
+  for (const std::string& s : rep->incomplete_buckets)
+    fmt::print("missing layer: {} (export refuses it unless --allow-missing)\n", s);
   fmt::print("coverage: {} of {} requested (problem, T) have a tuned layer winner; {} use the rule "
              "'smallest tuned bucket >= T, else the largest'\n",
              rep->lines.size() - std::size_t(rep->untuned()), rep->lines.size(), rep->untuned());
@@ -120,11 +126,15 @@ int run_export(const ExportOptions& opt) {
   std::string outcome;
   db::ExportOptions eo{opt.db, opt.out, optional_text(opt.target), optional_text(opt.device), opt.force,
                        export_check(opt, outcome)};
+  eo.allow_missing = opt.allow_missing;
   // A preset's name stands for its key (with the default dtype and routing).
   if (!opt.problem.empty()) eo.problem = problem_from_preset(opt.problem) ? problem_from_preset(opt.problem)->key() : opt.problem;
   auto s = db::export_winners(eo);
   if (!s) return report_error(s.error());
   for (const std::string& n : s->notes) fmt::print("note: {}\n", n);
+  if (!s->missing.empty())
+    fmt::print("missing layers (--allow-missing): {}; the runtime serves their T with another bucket's kernels and says so "
+               "(ft_plan_coverage)\n", fmt::join(s->missing, ", "));
   fmt::print("exported {} problem(s), {} bucket(s), {} code object(s) for {} on {}\n", s->problems, s->buckets,
              s->code_objects, s->target, s->device);
   fmt::print("  {}\n  {}\n  {}\n", s->manifest_path, s->header_path, outcome);
@@ -146,6 +156,9 @@ Command setup_export(CLI::App& app) {
       ->check(CLI::IsMember({"auto", "gpu", "emulate", "none"}))
       ->capture_default_str();
   sub->add_flag("--no-check", opt->no_check, "Same as --check none");
+  sub->add_flag("--allow-missing", opt->allow_missing,
+                "Export although token buckets have stage winners but no layer winner (refused otherwise; the manifest "
+                "lists them as missing_buckets)");
   sub->add_option("--check-tokens", opt->check_tokens, "Token counts of the check (default: as check-export)");
   sub->add_option("--check-routing", opt->check_routings, "Routings of the check (default: all five)")
       ->delimiter(',')

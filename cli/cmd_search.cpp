@@ -50,6 +50,7 @@ struct SearchOptions {
   std::string device;
   std::string devices;  // "all" or "cuda:0,cuda:1"
   bool allow_mixed = false;
+  bool allow_missing = false;  // buckets without a layer winner do not fail the search
   std::string ceilings;
   std::uint64_t seed = 0;
   std::string command_line;
@@ -158,6 +159,13 @@ void print_summary(const SearchSummary& s, const Problem& p) {
                  w.speedup_vs_default ? fmt::format("{:.2f}x", *w.speedup_vs_default) : "-", w.kernel);
   }
   for (const auto& n : s.notes) fmt::print("note: {}\n", n);
+  if (!s.missing_layers.empty()) {
+    std::vector<std::string> buckets;
+    for (const MissingLayer& m : s.missing_layers) buckets.push_back(fmt::format("T={}", m.tokens));
+    fmt::print("\nmissing layers: {} ended without a layer winner (the notes say why); an export would serve {} with "
+               "another bucket's kernels\n",
+               fmt::join(buckets, ", "), buckets.size() == 1 ? "it" : "them");
+  }
   if (s.interrupted) {
     fmt::print("interrupted: everything finished before the interrupt is saved in {}; run the same command to resume\n",
                s.db_path);
@@ -324,7 +332,14 @@ int run(SearchOptions opt) {
   if (!summary) return report_error(summary.error());
   if (opt.json) fmt::print("{}\n", summary->to_json().dump(2));
   else print_summary(*summary, cfg.problem);
-  return summary->interrupted ? kExitInterrupted : kExitOk;
+  if (summary->interrupted) return kExitInterrupted;
+  if (!summary->missing_layers.empty() && !opt.allow_missing) {
+    std::fflush(stdout);  // the summary first, also when both streams go to one file
+    fmt::print(stderr, "flytune: error: {} token bucket(s) without a layer winner (listed above); exit {}, or pass "
+                       "--allow-missing to accept them\n", summary->missing_layers.size(), kExitMissingLayers);
+    return kExitMissingLayers;
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -360,6 +375,8 @@ Command setup_search(CLI::App& app) {
                   "variants and token buckets are dealt among them");
   sub->add_flag("--allow-mixed", opt->allow_mixed,
                 "With --devices: allow GPUs of different models (each model gets winners of its own)");
+  sub->add_flag("--allow-missing", opt->allow_missing,
+                "Exit 0 even when token buckets end without a layer winner (otherwise exit 4; the summary lists them)");
   sub->add_option("--ceilings", opt->ceilings, "Roofline ceilings TFLOPS,TBPS (default: measured table for known GPUs)");
   sub->add_option("--seed", opt->seed, "Seed of the random inputs (default: fresh)")->check(whole_number_at_least(0));
   sub->add_flag("--no-baseline", opt->no_baseline,

@@ -9,12 +9,14 @@
 namespace ft::cli {
 
 // Exit codes: 0 ok, 1 error, 2 usage (an unknown command or flag, or a bad
-// option value), 3 a regression found by `report`, 130 a search stopped by
-// Ctrl-C (its results kept).
+// option value), 3 a regression found by `report`, 4 a search that left token
+// buckets without a layer winner (its results kept; `--allow-missing`
+// accepts it), 130 a search stopped by Ctrl-C (its results kept).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitError = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitRegression = 3;
+inline constexpr int kExitMissingLayers = 4;
 inline constexpr int kExitInterrupted = 130;
 
 // Prints "flytune: error: <context>: <message>" (control characters escaped,

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "store/store.hpp"
 #include "generator/emitter.hpp"
@@ -399,6 +400,36 @@ int select_bucket(const std::vector<int>& buckets, int tokens) {
   return it != buckets.end() ? *it : buckets.back();
 }
 
+std::string MissingLayers::describe() const {
+  std::vector<std::string> parts;
+  for (const auto& [key, buckets] : by_problem) {
+    std::vector<std::string> t;
+    for (int b : buckets) t.push_back(fmt::format("T={}", b));
+    parts.push_back(fmt::format("{} {}", key, fmt::join(t, ", ")));
+  }
+  return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+namespace {
+
+// Buckets of the exported device (and problem filter) with stage winners but
+// none of `exported`'s layers: what a search left without a layer winner.
+Status add_stage_only_buckets(Store& store, const ExportOptions& opt, std::int64_t device_id,
+                              const std::map<std::string, std::set<int>>& exported, MissingLayers& missing) {
+  WinnerFilter f;
+  f.device_id = device_id;
+  f.arch = opt.target;
+  f.problem_key = opt.problem;
+  for (const WinnerRow& r : FT_TRY(store.winners(f))) {
+    if (r.winner.kind == "layer") continue;
+    const auto it = exported.find(r.problem.key);
+    if (it == exported.end() || !it->second.contains(r.winner.tokens)) missing.by_problem[r.problem.key].insert(r.winner.tokens);
+  }
+  return {};
+}
+
+}  // namespace
+
 Result<ExportContents> build_export(const ExportOptions& opt) {
   Store store = FT_TRY(Store::open(opt.db_path, OpenMode::read_only));
   auto rows = FT_TRY(layer_winners(store, opt.target, opt.device, opt.problem));
@@ -422,6 +453,8 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
   for (RunRecord& r : FT_TRY(store.list_runs())) runs[r.id] = std::move(r);
 
   std::map<std::string, SupportUnit> supports;  // by dtype
+  std::map<std::string, std::set<int>> exported;  // layer buckets written, by problem key
+  MissingLayers missing;
   json problems = json::array();
   std::string current_key;
   for (const WinnerRow& row : rows) {
@@ -453,6 +486,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     if (v2.contract().output == Reduce::partials16 && !support.partials16) {
       out.summary.notes.push_back(fmt::format("{}: not exported: its stage 2 writes 16-bit partials, which the database's support "
                                               "unit cannot reduce; search this bucket again", what));
+      missing.by_problem[row.problem.key].insert(row.winner.tokens);
       continue;
     }
     // A winner recorded before the program's rules (a pair whose row blocks
@@ -462,6 +496,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     auto built = build_program(recipe, row.winner.tokens);
     if (!built) {
       out.summary.notes.push_back(fmt::format("{}: not exported: {}; search this bucket again", what, built.error().message));
+      missing.by_problem[row.problem.key].insert(row.winner.tokens);
       continue;
     }
     const LayerProgram& prog = *built;
@@ -499,7 +534,25 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
       ++out.summary.problems;
     }
     problems.back()["buckets"].push_back(std::move(bucket));
+    exported[row.problem.key].insert(row.winner.tokens);
     ++out.summary.buckets;
+  }
+  FT_CHECK(add_stage_only_buckets(store, opt, device.id, exported, missing));
+  if (!missing.empty() && !opt.allow_missing)
+    return fail(Errc::not_found,
+                fmt::format("token buckets without a layer winner: {}; the runtime would serve them with another bucket's "
+                            "kernels. Search them again, or pass --allow-missing to export the rest (the manifest then "
+                            "lists them as missing_buckets)",
+                            missing.describe()),
+                opt.db_path);
+  for (const auto& [key, buckets] : missing.by_problem) {
+    for (int b : buckets) out.summary.missing.push_back(fmt::format("{} T={}", key, b));
+    if (!exported.contains(key))
+      out.summary.notes.push_back(fmt::format("{}: not exported: none of its buckets has a layer winner", key));
+  }
+  for (json& pj : problems) {
+    const auto it = missing.by_problem.find(pj["key"].get<std::string>());
+    pj["missing_buckets"] = it == missing.by_problem.end() ? std::vector<int>{} : std::vector<int>(it->second.begin(), it->second.end());
   }
   if (problems.empty())
     return fail(Errc::not_found, "no layer winner could be exported (see the notes); search again", opt.db_path);
@@ -611,14 +664,21 @@ Result<CoverageReport> check_coverage(const std::string& db_path, const std::vec
     for (int b : buckets)
       if (!tuned.contains(b))
         rep.incomplete_buckets.push_back(fmt::format("{} on {}: T={} has stage winners but no layer winner", key.first, key.second, b));
-    const std::vector<int> sorted(tuned.begin(), tuned.end());
+    const std::vector<int> sorted(tuned.begin(), tuned.end()), searched(buckets.begin(), buckets.end());
     for (int t : tokens) {
-      CoverageLine l{key.first, key.second, t, std::nullopt, ""};
+      CoverageLine l{key.first, key.second, t, std::nullopt, "", std::nullopt};
       if (sorted.empty()) {
         l.rule = "no layer winner: refused";
       } else {
         l.bucket = select_bucket(sorted, t);
-        l.rule = *l.bucket == t ? "tuned" : *l.bucket > t ? "next bucket up" : "largest bucket";
+        // The bucket that would serve T had its search found a layer for every bucket.
+        const int meant = select_bucket(searched, t);
+        if (meant >= t && !tuned.contains(meant)) {
+          l.rule = "missing layer";
+          l.missing_bucket = meant;
+        } else {
+          l.rule = *l.bucket == t ? "tuned" : *l.bucket > t ? "next bucket up" : "largest bucket";
+        }
       }
       rep.lines.push_back(std::move(l));
     }

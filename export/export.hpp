@@ -4,7 +4,9 @@
 // objects named by content hash, and flytune_dispatch.h (the same dispatch
 // table as a C header). runtime/ loads such a folder.
 #include <functional>
+#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,11 @@ struct ExportOptions {
   // place; an error leaves out_dir as it was (check-export through the runtime).
   std::function<Status(const std::string& staged_dir)> check;
   std::optional<std::string> problem;  // only winners of this problem key (a database may hold several)
+  // Export even when token buckets of an exported problem have stage winners
+  // but no layer winner (the manifest's missing_buckets lists them, and the
+  // runtime says when it serves a T with another bucket's kernels because of
+  // one); without it such a database is refused, naming the buckets.
+  bool allow_missing = false;
 };
 
 struct ExportSummary {
@@ -38,6 +45,9 @@ struct ExportSummary {
   int code_objects = 0;   // files written, the support unit included
   bool support_compiled = false;  // the database lacked the support unit; export compiled it
   std::vector<std::string> notes; // what the user should know (toolchain differences, ...)
+  // "<problem key> T=<tokens>" of every bucket without a layer in the export
+  // (only with allow_missing; otherwise the export is refused).
+  std::vector<std::string> missing;
 };
 
 // Reads the database read-only; writes nothing unless every winner's code
@@ -68,7 +78,10 @@ struct CoverageLine {
   std::string device;        // device name and arch
   int tokens = 0;            // requested token count
   std::optional<int> bucket; // the bucket the runtime uses; nullopt: no layer winner at all
-  std::string rule;          // "tuned", "next bucket up", "largest bucket", "no layer winner: refused"
+  std::string rule;          // "tuned", "next bucket up", "largest bucket", "missing layer", "no layer winner: refused"
+  // "missing layer": the bucket that would serve T has stage winners but no
+  // layer winner; the runtime serves T with `bucket`, another bucket's kernels.
+  std::optional<int> missing_bucket;
 };
 struct CoverageReport {
   std::vector<int> requested;
@@ -84,5 +97,14 @@ Result<CoverageReport> check_coverage(const std::string& db_path, const std::vec
 // The bucket the runtime serves `tokens` with: the smallest tuned bucket that
 // is >= tokens, else the largest. `buckets` sorted ascending, non-empty.
 int select_bucket(const std::vector<int>& buckets, int tokens);
+
+// The token buckets of (problem, device) rows that have stage winners but no
+// layer winner, by problem key (the buckets a search left without a layer).
+struct MissingLayers {
+  std::map<std::string, std::set<int>> by_problem;
+  bool empty() const { return by_problem.empty(); }
+  // "mixtral-... T=16384, T=4096; other-key T=1"
+  std::string describe() const;
+};
 
 }  // namespace ft::db

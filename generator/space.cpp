@@ -56,7 +56,7 @@ void expand(Variant& v, std::size_t i, const SpaceOptions& o, const Problem& p, 
     v.values[i] = a.from_problem(p);
     return expand(v, i + 1, o, p, out);
   }
-  for (AxisValue x : o.values(a)) {
+  for (AxisValue x : o.values(a, v.role)) {
     v.values[i] = x;
     expand(v, i + 1, o, p, out);
   }
@@ -91,6 +91,15 @@ const std::vector<AxisValue>& SpaceOptions::values(const Axis& a) const {
   return a.preset(preset);
 }
 
+const std::vector<AxisValue>& SpaceOptions::values(const Axis& a, StageRole role) const {
+  if (!a.spelling.empty()) {
+    const std::string of_kind = fmt::format("{}.{}", to_string(role), a.spelling);
+    for (const auto& [spelling, vals] : overrides)
+      if (spelling == of_kind) return vals;
+  }
+  return values(a);
+}
+
 const std::vector<AxisValue>* SpaceOptions::atoms() const {
   for (const auto& [spelling, vals] : overrides)
     if (spelling == "atom") return &vals;
@@ -114,14 +123,24 @@ Result<SpaceOptions> SpaceOptions::parse(std::string_view text) {
       FT_CHECK(parse_roles(values, o.roles));
       continue;
     }
-    const Axis* axis = axis_spelled(name);
+    // "moe1.tile_m=192": the values for that stage kind's variants only.
+    const auto dot = name.find('.');
+    const std::string_view axis_name = dot == std::string_view::npos ? name : name.substr(dot + 1);
+    if (dot != std::string_view::npos) {
+      if (!parse_stage_role(name.substr(0, dot)))
+        return fail(Errc::invalid_input, fmt::format("--space: '{}': the kind before the dot is not moe1 or moe2", shorten(name)));
+      if (axis_name == "kind" || axis_name == "atom")
+        return fail(Errc::invalid_input, fmt::format("--space: '{}': the {} axis is for every kind, give it without a kind",
+                                                     shorten(name), axis_name));
+    }
+    const Axis* axis = axis_spelled(axis_name);
     if (!axis)
-      return fail(Errc::invalid_input, fmt::format("--space: unknown axis '{}'; axes: {}", shorten(name),
+      return fail(Errc::invalid_input, fmt::format("--space: unknown axis '{}'; axes: {}", shorten(axis_name),
                                                    fmt::join(space_axis_spellings(), ", ")));
     std::vector<AxisValue> parsed;
     for (auto v : split(values, ',')) parsed.push_back(FT_TRY(axis->parse(v)));
     std::erase_if(o.overrides, [&](const auto& ov) { return ov.first == name; });
-    o.overrides.emplace_back(std::string(name), std::move(parsed));
+    o.overrides.emplace_back(std::string(name), std::move(parsed));  // "moe1" / "moe2" as to_string(StageRole) spells them
   }
   return o;
 }

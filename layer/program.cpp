@@ -319,6 +319,13 @@ Result<int> align_block_of(const LayerRecipe& r) {
   return block;
 }
 
+Status pair_fits(const Target& t, const Problem& p, const Variant& stage1, const Variant& stage2) {
+  const LayerRecipe r{&t, p, stage1, stage2};
+  FT_CHECK(validate(r));
+  if (auto block = align_block_of(r); !block) return std::unexpected(block.error());
+  return {};
+}
+
 Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
   FT_CHECK(validate(r));
   if (tokens < 1 || tokens > kMaxTokens) return bad(fmt::format("token count {} outside 1..{}", tokens, kMaxTokens));

@@ -164,6 +164,13 @@ struct LayerProgram {
 // The row block of a recipe: the least common multiple of its stages' tile_m
 // (Errc::invalid_input above kMaxAlignBlock, with the tiles named).
 Result<int> align_block_of(const LayerRecipe& r);
+// Whether a layer of these two stages can run at all (any T): the rule
+// build_program applies to a recipe -- kinds, dtypes, each stage's problem
+// rules, the routed weight applied in the same stage by both, a row block (the
+// least common multiple of the tiles) of at most kMaxAlignBlock rows. The one
+// home of "which stage pairs fit": the search pairs stages by it.
+// Errc::invalid_input saying why not.
+Status pair_fits(const Target& t, const Problem& p, const Variant& stage1, const Variant& stage2);
 // Errc::invalid_input for a recipe that cannot run (kinds, dtypes, the routed
 // weight's placement, tiles that do not divide the problem) or a token count
 // outside 1..kMaxTokens.

@@ -1,5 +1,7 @@
 #include "search/recorder.hpp"
 
+#include <fmt/format.h>
+
 namespace ft {
 
 std::vector<db::StaleRun> Recorder::stale_runs() {
@@ -74,6 +76,12 @@ Status Recorder::winner(const db::WinnerRecord& w, BucketResult line) {
 void Recorder::note(std::string text) {
   std::lock_guard lock(mu_);
   summary_.notes.push_back(std::move(text));
+}
+
+void Recorder::missing_layer(MissingLayer missing) {
+  std::lock_guard lock(mu_);
+  summary_.notes.push_back(fmt::format("T={}: no layer winner: {}", missing.tokens, missing.reason));
+  summary_.missing_layers.push_back(std::move(missing));
 }
 
 Status Recorder::read(const std::function<Status(db::Store&)>& body) {

@@ -47,6 +47,9 @@ class Recorder {
   // A winner row and its line in the summary.
   Status winner(const db::WinnerRecord& w, BucketResult line);
   void note(std::string text);
+  // A bucket that ended without a layer winner: its note, and its entry in
+  // the summary's missing layers.
+  void missing_layer(MissingLayer missing);
   // Runs `body` with the store, between the writes (the cost model reads the timings so far).
   Status read(const std::function<Status(db::Store&)>& body);
 

@@ -570,6 +570,8 @@ Result<db::RunStatus> device_search(const SearchConfig& cfg, Recorder& rec, Sear
   // (each bucket's stage winners, then its layer, as one device recorded them).
   std::stable_sort(summary.winners.begin(), summary.winners.end(),
                    [](const BucketResult& a, const BucketResult& b) { return a.tokens < b.tokens; });
+  std::stable_sort(summary.missing_layers.begin(), summary.missing_layers.end(),
+                   [](const MissingLayer& a, const MissingLayer& b) { return a.tokens < b.tokens; });
   FT_CHECK(searched);
   return g_interrupted.load() ? db::RunStatus::interrupted : db::RunStatus::finished;
 }
@@ -608,6 +610,9 @@ nlohmann::json SearchSummary::to_json() const {
     j["winners"].push_back(r);
   }
   j["notes"] = notes;
+  j["missing_layers"] = nlohmann::json::array();
+  for (const auto& m : missing_layers)
+    j["missing_layers"].push_back({{"tokens", m.tokens}, {"device", m.device}, {"reason", m.reason}});
   j["gpus"] = nlohmann::json::array();
   for (const auto& g : gpus)
     j["gpus"].push_back({{"device", g.selector}, {"name", g.name}, {"pci_bus_id", g.pci_bus_id}, {"buckets", g.buckets},

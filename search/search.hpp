@@ -72,6 +72,14 @@ struct BucketResult {
   nlohmann::json stages;       // layer: per-stage medians
 };
 
+// A token bucket that ended without a layer winner (its stages may have
+// winners): the runtime could not serve it with its own kernels.
+struct MissingLayer {
+  int tokens = 0;
+  std::string device;  // the device model it was searched on
+  std::string reason;
+};
+
 // What one GPU of a search did.
 struct GpuSummary {
   std::string selector;        // "cuda:1"
@@ -97,6 +105,9 @@ struct SearchSummary {
   // killed search that opening the database closed, buckets that ended
   // without a layer winner and why.
   std::vector<std::string> notes;
+  // Buckets of this run without a layer winner, by token count (the search
+  // fails with kExitMissingLayers unless --allow-missing).
+  std::vector<MissingLayer> missing_layers;
   double seconds = 0;
   nlohmann::json to_json() const;
 };

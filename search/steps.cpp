@@ -226,25 +226,51 @@ Status StageStep::record_winner(StageRole kind, int tokens, const Ranked& timed,
                             std::nullopt, speedup, {}});
 }
 
-std::vector<std::pair<const Candidate*, const Candidate*>> layer_pairs(const Target& target, const Problem& problem,
-                                                                       const Ranked& s1, const Ranked& s2,
-                                                                       std::string& skipped) {
+LayerPairs layer_pairs(const Target& target, const Problem& problem, const Ranked& s1, const Ranked& s2) {
   constexpr std::size_t kTopPerStage = 5, kPairs = 9;
-  std::vector<std::tuple<double, const Candidate*, const Candidate*>> all;
+  LayerPairs out;
+  std::vector<std::tuple<double, std::size_t, std::size_t>> all;  // (summed time, index in s1, index in s2)
+  auto fits = [&](std::size_t i, std::size_t j) {
+    auto st = pair_fits(target, problem, s1[i].second->cv->variant, s2[j].second->cv->variant);
+    if (!st) out.skipped = st.error().message;
+    return st.has_value();
+  };
+  auto add = [&](std::size_t i, std::size_t j) {
+    for (const auto& [t, a, b] : all)
+      if (a == i && b == j) return;
+    all.emplace_back(s1[i].first + s2[j].first, i, j);
+  };
   for (std::size_t i = 0; i < std::min(kTopPerStage, s1.size()); ++i)
-    for (std::size_t j = 0; j < std::min(kTopPerStage, s2.size()); ++j) {
-      const Variant &a = s1[i].second->cv->variant, &b = s2[j].second->cv->variant;
-      if (a.contract().weight_in_stage1 != b.contract().weight_in_stage1) continue;
-      if (auto block = align_block_of(LayerRecipe{&target, problem, a, b}); !block) {
-        skipped = block.error().message;
-        continue;
+    for (std::size_t j = 0; j < std::min(kTopPerStage, s2.size()); ++j)
+      if (fits(i, j)) add(i, j);
+  // The best of each row-block class of one stage with the best of the other
+  // stage that fits it (the first of each list that does: they are fastest first).
+  auto class_of = [](const Candidate* c) {
+    const StageContract k = c->cv->variant.contract();
+    return std::pair{k.rows_per_tile, k.weight_in_stage1};
+  };
+  auto best_of_each_class = [&](const Ranked& r) {
+    std::vector<std::size_t> firsts;
+    for (std::size_t i = 0; i < r.size(); ++i)
+      if (std::none_of(firsts.begin(), firsts.end(), [&](std::size_t f) { return class_of(r[f].second) == class_of(r[i].second); }))
+        firsts.push_back(i);
+    return firsts;
+  };
+  for (std::size_t i : best_of_each_class(s1))
+    for (std::size_t j = 0; j < s2.size(); ++j)
+      if (fits(i, j)) {
+        add(i, j);
+        break;
       }
-      all.emplace_back(s1[i].first + s2[j].first, s1[i].second, s2[j].second);
-    }
-  std::sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
-  std::vector<std::pair<const Candidate*, const Candidate*>> out;
-  for (const auto& [t, a, b] : all)
-    if (out.size() < kPairs) out.emplace_back(a, b);
+  for (std::size_t j : best_of_each_class(s2))
+    for (std::size_t i = 0; i < s1.size(); ++i)
+      if (fits(i, j)) {
+        add(i, j);
+        break;
+      }
+  std::stable_sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
+  for (const auto& [t, i, j] : all)
+    if (out.pairs.size() < kPairs) out.pairs.emplace_back(s1[i].second, s2[j].second);
   return out;
 }
 
@@ -254,8 +280,14 @@ Result<bool> LayerStep::run(int tokens, const Ranked& s1, const Ranked& s2, cons
     no_layer(tokens, s1.empty() ? "no stage-1 variant was timed" : "no stage-2 variant was timed");
     return true;
   }
+  const LayerPairs pairs = layer_pairs(target, cfg.problem, s1, s2);
+  if (pairs.pairs.empty()) {
+    no_layer(tokens, fmt::format("no timed stage-1 variant fits any timed stage-2 variant ({} and {} timed): {}", s1.size(),
+                                 s2.size(), pairs.skipped));
+    return true;
+  }
   std::vector<std::tuple<double, const Candidate*, const Candidate*>> paired;
-  for (const auto& [a, b] : layer_pairs(target, cfg.problem, s1, s2, why)) {
+  for (const auto& [a, b] : pairs.pairs) {
     if (gpu.m.stopped()) return false;
     protocol::TimeLayerRequest probe{a->kernel, b->kernel};
     probe.reps = kAbReps;
@@ -284,7 +316,7 @@ Result<bool> LayerStep::run(int tokens, const Ranked& s1, const Ranked& s2, cons
 }
 
 void LayerStep::no_layer(int tokens, const std::string& reason) {
-  gpu.rec.note(fmt::format("T={}: no layer winner: {}", tokens, reason));
+  gpu.rec.missing_layer({tokens, gpu.info.name, reason});
   if (cfg.progress) fmt::print(stderr, "{}T={}: no layer winner: {}\n", gpu_prefix(), tokens, reason);
 }
 

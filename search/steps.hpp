@@ -87,12 +87,18 @@ struct LayerStep {
                         std::string& why);
 };
 
-// The stage pairs worth timing as a layer: from the best few of each stage,
-// in order of their summed stage times, those the layer program can run (the
-// routed weight placed alike, row blocks that line up); why the last one left
-// out was left out goes to `skipped`.
-std::vector<std::pair<const Candidate*, const Candidate*>> layer_pairs(const Target& target, const Problem& problem,
-                                                                       const Ranked& s1, const Ranked& s2,
-                                                                       std::string& skipped);
+// The stage pairs worth timing as a layer, in order of their summed stage
+// times, at most nine: the best five of each stage crossed, and -- so that a
+// bucket whose fastest stages do not fit together still gets a layer -- the
+// best variant of each row-block class (rows per tile, where the routed
+// weight is applied) of either stage with the fastest variant of the other
+// stage that fits it. Which pairs fit is the layer program's rule
+// (pair_fits). Empty only when no ranked pair fits; `skipped` then says why
+// the last one tried did not.
+struct LayerPairs {
+  std::vector<std::pair<const Candidate*, const Candidate*>> pairs;
+  std::string skipped;
+};
+LayerPairs layer_pairs(const Target& target, const Problem& problem, const Ranked& s1, const Ranked& s2);
 
 }  // namespace ft

@@ -90,9 +90,12 @@ class Strategy {
  public:
   virtual ~Strategy() = default;
   // `pool` (every verified candidate of the kind, in the space's order)
-  // ranked fastest first by the times the strategy settled on; candidates it
-  // did not time, or whose timing failed, are left out. nullopt when the
-  // device stopped before the ranking was done.
+  // ranked fastest first by the times the strategy settled on -- the first is
+  // the winner; candidates a strategy timed further come before those it
+  // dropped, which follow by their own times (the layer step looks down the
+  // list for stages that fit together) --; candidates it did not time, or
+  // whose timing failed, are left out. nullopt when the device stopped before
+  // the ranking was done.
   virtual std::optional<Ranked> rank(const std::vector<const Candidate*>& pool, const StageQuery& query,
                                      StageTimer& timer) = 0;
 };

@@ -4,6 +4,9 @@
 //   3. the best three of those in 3 interleaved A/B rounds of 10 repetitions
 //      ("ab"), so drift hits all of them alike; the winner is the best median
 //      of the rounds.
+// The ranking is those three, then the rest of the best quarter by their long
+// times, then the rest by their screen: the winner is the first, and the layer
+// step finds a partner stage that fits further down when the first ones do not.
 #include <algorithm>
 
 #include "search/strategy.hpp"
@@ -18,15 +21,21 @@ class Halving final : public Strategy {
     if (!screened) return std::nullopt;
     Ranked timed = std::move(*screened);
     if (timed.size() <= 1) return timed;
-    timed.resize(std::max<std::size_t>(2, (timed.size() + 3) / 4));
+    const std::size_t quarter = std::max<std::size_t>(2, (timed.size() + 3) / 4);
+    Ranked screened_rest(timed.begin() + std::ptrdiff_t(std::min(quarter, timed.size())), timed.end());
+    timed.resize(std::min(quarter, timed.size()));
     for (auto& [t, c] : timed)
       if (auto long_time = timer.time(*c, "long", kLongReps)) t = *long_time;
     if (timer.stopped()) return std::nullopt;
     sort_fastest_first(timed);
-    timed.resize(std::min<std::size_t>(3, timed.size()));
+    const std::size_t top = std::min<std::size_t>(3, timed.size());
+    Ranked long_rest(timed.begin() + std::ptrdiff_t(top), timed.end());
+    timed.resize(top);
     timer.interleaved(timed, kAbRounds, kAbReps);
     if (timer.stopped()) return std::nullopt;
     sort_fastest_first(timed);
+    timed.insert(timed.end(), long_rest.begin(), long_rest.end());
+    timed.insert(timed.end(), screened_rest.begin(), screened_rest.end());
     return timed;
   }
 };

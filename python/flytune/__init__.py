@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import warnings
 import weakref
 from typing import Optional, Sequence
 
@@ -23,7 +24,7 @@ from . import _core
 __all__ = [
     "load", "Export", "Problem", "FlytuneError", "ManifestError", "FileError", "HashError", "TargetError",
     "DeviceError", "NotFoundError", "ArgumentError", "InternalError", "library_path", "runtime_header",
-    "fp8_ocp_to_fnuz",
+    "fp8_ocp_to_fnuz", "CoverageWarning",
 ]
 __version__ = "0.1.0"
 
@@ -97,6 +98,12 @@ def _call(fn, *args, context: str = "", **kwargs):
         raise _error(e, context) from None
 
 
+class CoverageWarning(UserWarning):
+    """A layer whose T the export serves with another bucket's kernels: T above its largest tuned bucket, or
+    the bucket meant for T has no layer (its search found none; exported with --allow-missing). Issued once
+    per (problem, T); Export.plan(...)["coverage"] and ["coverage_note"] say the same (ft_plan_coverage)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """One problem of an export: the MoE layer shape and its tuned token buckets.
@@ -153,6 +160,7 @@ class Export:
                                       tuple(p["buckets"]), p["element_bytes"], p["scales"],
                                       tuple((n, tuple(s)) for n, s in p["scale_shapes"].items()))
                               for p in core.problems())
+        self._coverage_warned = set()  # (problem, T) already warned about
         with _exports_lock:
             _exports[core.key] = self
 
@@ -176,8 +184,22 @@ class Export:
 
     def plan(self, problem: str, tokens: int) -> dict:
         """What the layer for (problem, T) needs: the bucket, the weight copies each stage reads, the workspace,
-        the weights' dtype and element_bytes, the scale mode and the scale tensors' shapes (scale_shapes)."""
-        return _call(self._core.plan_info, problem, tokens)
+        the weights' dtype and element_bytes, the scale mode and the scale tensors' shapes (scale_shapes), and
+        how T is served: coverage ("tuned", "above_largest", "missing_bucket") with its coverage_note. Other
+        than "tuned", a CoverageWarning once per (problem, T)."""
+        plan = _call(self._core.plan_info, problem, tokens)
+        self._warn_coverage(plan)
+        return plan
+
+    def _warn_coverage(self, plan: dict) -> None:
+        if plan["coverage"] == "tuned":
+            return
+        key = (plan["problem"], plan["tokens"])
+        with _exports_lock:
+            if key in self._coverage_warned:
+                return
+            self._coverage_warned.add(key)
+        warnings.warn(f"flytune: {plan['problem']}: {plan['coverage_note']}", CoverageWarning, stacklevel=3)
 
     def weight_copies(self, problem: str) -> list:
         """The arranged copies of w1/w2 any bucket of `problem` reads ("w1_shuffled", "w2_tiled", ...)."""

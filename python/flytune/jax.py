@@ -264,6 +264,7 @@ def _launch(weights: MoeWeights, x, ids, tw, w1, w2, copies):
     if tokens == 0:
         return jnp.zeros(x.shape, x.dtype)
     plan = flytune._call(export._core.plan_info, problem, tokens, context=context)
+    export._warn_coverage(plan)
     for name in flytune._LAYOUT_SHAPES:
         if plan[name] and getattr(weights, name) is None:
             raise flytune.ArgumentError(f"{context}: the layer at T={tokens} reads {name}: prepare the weights "

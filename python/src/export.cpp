@@ -160,6 +160,9 @@ PlanInfo Export::plan_info(const std::string& problem, int tokens) {
   ft_plan_shape(p, &s);
   info.element_bytes = s.element_bytes, info.dtype = s.dtype;
   info.scales = scales_name(ft_plan_scales(p)), info.scale_tensors = scale_tensors(p);
+  const int coverage = ft_plan_coverage(p);
+  info.coverage = coverage == FT_COVERAGE_ABOVE_LARGEST ? "above_largest" : coverage == FT_COVERAGE_MISSING_BUCKET ? "missing_bucket" : "tuned";
+  info.coverage_note = ft_plan_coverage_note(p);
   return info;
 }
 

@@ -74,6 +74,8 @@ struct PlanInfo {
   int element_bytes = 2;
   std::string dtype, scales = "none";
   std::vector<ScaleTensor> scale_tensors;
+  // ft_plan_coverage as "tuned", "above_largest" or "missing_bucket", and its note ("" when tuned).
+  std::string coverage = "tuned", coverage_note;
 };
 
 // Device pointers of one layer call (0: absent). Shapes are the caller's to

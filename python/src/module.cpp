@@ -99,6 +99,7 @@ NB_MODULE(_core, m) {
              d["workspace"] = workspace_dict(i.workspace);
              d["dtype"] = i.dtype, d["element_bytes"] = i.element_bytes, d["scales"] = i.scales;
              d["scale_shapes"] = scale_shapes(i.scale_tensors);
+             d["coverage"] = i.coverage, d["coverage_note"] = i.coverage_note;
              return d;
            },
            nb::arg("problem"), nb::arg("tokens"))

@@ -2,6 +2,7 @@
 import ctypes
 import json
 import subprocess
+import warnings
 
 import pytest
 
@@ -79,6 +80,41 @@ def test_unknown_shapes_get_the_runtimes_answer(cpu_export):
     assert cpu_export.find_problem(p.experts, p.hidden, p.inter, p.topk, p.dtype) == p
     with pytest.raises(flytune.ArgumentError, match="token count 0 < 1"):
         cpu_export.plan(p.key, 0)
+
+
+def test_plan_info_says_how_each_T_is_served(cpu_export):
+    p = cpu_export.problems[0]
+    top = p.buckets[-1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", flytune.CoverageWarning)  # a tuned T warns about nothing
+        for t in (1, top - 1, top):
+            plan = cpu_export.plan(p.key, t)
+            assert plan["coverage"] == "tuned" and plan["coverage_note"] == "", t
+    with pytest.warns(flytune.CoverageWarning, match=f"T={top + 3} is above the largest tuned bucket, T={top}"):
+        above = cpu_export.plan(p.key, top + 3)
+    assert above["coverage"] == "above_largest" and above["bucket"] == top
+    assert above["coverage_note"].startswith(f"T={top + 3} is above the largest tuned bucket")
+    with warnings.catch_warnings(record=True) as again:
+        warnings.simplefilter("always")
+        cpu_export.plan(p.key, top + 3)
+    assert not [w for w in again if issubclass(w.category, flytune.CoverageWarning)], "warned twice for one plan"
+
+
+def test_a_missing_bucket_is_served_by_another_and_says_so(export_copy):
+    """An export written with --allow-missing: its largest bucket has no layer (missing_buckets)."""
+    m = json.loads((export_copy / "manifest.json").read_text())
+    buckets = m["problems"][0]["buckets"]
+    top, below = buckets[-1]["tokens"], buckets[-2]["tokens"]
+    del buckets[-1]
+    m["problems"][0]["missing_buckets"] = [top]
+    (export_copy / "manifest.json").write_text(json.dumps(m))
+    e = flytune.load(export_copy, device="none")
+    key = m["problems"][0]["key"]
+    with pytest.warns(flytune.CoverageWarning, match=f"T={top} is served by the T={below} bucket's kernels"):
+        plan = e.plan(key, top)
+    assert plan["coverage"] == "missing_bucket" and plan["bucket"] == below
+    assert f"bucket T={top} has no layer in this export" in plan["coverage_note"]
+    assert e.plan(key, below)["coverage"] == "tuned"
 
 
 @pytest.mark.parametrize("damage, error, message", [

@@ -445,9 +445,16 @@ Result<CheckReport> check_export(const CheckOptions& o) {
     ft_plan_free(first);
     ProblemWeights weights(h.rt, problem, o.seed);
     if (!weights.error().empty()) return fail(Errc::device, weights.error(), key);
-    for (int t : tokens)
+    for (int t : tokens) {
+      ft_plan* plan = nullptr;
+      if (ft_runtime_select(h.rt, key.c_str(), t, &plan) == FT_OK) {
+        if (ft_plan_coverage(plan) != FT_COVERAGE_TUNED)
+          report.coverage_notes.push_back(key + ": " + ft_plan_coverage_note(plan));
+        ft_plan_free(plan);
+      }
       for (const std::string& routing : o.routings)
         report.rows.push_back(check_one(h.rt, weights, key, t, routing, o.seed + std::uint64_t(t), o.graph));
+    }
   }
   if (!found) return fail(Errc::not_found, "the export has no problem '" + *o.problem + "'", o.dir);
   return report;

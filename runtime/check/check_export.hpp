@@ -48,6 +48,9 @@ struct CheckReport {
   std::string device;  // what ran it ("NVIDIA H200", "CPU emulator (sm_90a)")
   bool own_objects = true;  // the export's own code objects ran (false: kernels rebuilt for the emulator)
   std::vector<CheckRow> rows;
+  // "<problem>: <ft_plan_coverage_note>" for each checked T the runtime serves
+  // with another bucket's kernels (above the largest, or a missing bucket).
+  std::vector<std::string> coverage_notes;
   int failures() const;
   std::string table() const;  // one line per row, aligned
 };

@@ -222,6 +222,20 @@ int ft_plan_reference(const ft_plan* plan, const ft_layer_buffers* buffers, void
  * pointers or a scale that is not finite when doubled (nothing is changed then). */
 int ft_fp8_ocp_to_fnuz(uint8_t* codes, size_t count, float* scales, size_t scale_count, size_t* nans_out);
 
+/* How a plan's T is served (ft_plan_coverage). */
+typedef enum ft_coverage {
+  FT_COVERAGE_TUNED = 0,          /* by the bucket meant for it: the smallest tuned bucket >= T */
+  FT_COVERAGE_ABOVE_LARGEST = 1,  /* T is above every bucket of the export: by the largest tuned bucket */
+  FT_COVERAGE_MISSING_BUCKET = 2  /* the bucket meant for T has no layer (the search found none; the export was
+                                     written with --allow-missing, manifest missing_buckets): by another bucket */
+} ft_coverage;
+/* The plan's ft_coverage; -1 for a null plan. Decided once, at ft_runtime_select. */
+int ft_plan_coverage(const ft_plan* plan);
+/* One line saying how the plan's T is served when it is not FT_COVERAGE_TUNED
+ * ("T=16384 is served by the T=4096 bucket's kernels: bucket T=16384 has no
+ * layer ..."); "" when tuned or for a null plan. Valid while the plan is. */
+const char* ft_plan_coverage_note(const ft_plan* plan);
+
 #ifdef __cplusplus
 }
 #endif

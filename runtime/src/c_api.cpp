@@ -197,6 +197,8 @@ int ft_runtime_select(ft_runtime* rt, const char* problem_key, int tokens, ft_pl
 void ft_plan_free(ft_plan* plan) { delete plan; }
 int ft_plan_bucket(const ft_plan* plan) { return plan ? plan->plan.bucket->tokens : 0; }
 int ft_plan_tokens(const ft_plan* plan) { return plan ? plan->plan.tokens : 0; }
+int ft_plan_coverage(const ft_plan* plan) { return plan ? int(plan->plan.coverage.coverage) : -1; }
+const char* ft_plan_coverage_note(const ft_plan* plan) { return plan ? plan->plan.coverage.note.c_str() : ""; }
 
 void ft_plan_shape(const ft_plan* plan, ft_problem_shape* out) {
   if (!plan || !out) return;

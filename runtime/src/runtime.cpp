@@ -161,6 +161,16 @@ Result<Manifest> parse(const json& j) {
     for (const json& bj : pj.at("buckets")) p.buckets.push_back(FT_TRY(parse_bucket(bj, m, p)));
     if (p.buckets.empty()) return fail(Errc::invalid_input, where + " has no buckets");
     std::sort(p.buckets.begin(), p.buckets.end(), [](const Bucket& a, const Bucket& b) { return a.tokens < b.tokens; });
+    if (pj.contains("missing_buckets")) {  // exports before it have none
+      for (const json& t : pj.at("missing_buckets")) {
+        const int tokens = t.get<int>();
+        if (tokens < 1) return fail(Errc::invalid_input, where + ": missing_buckets holds " + std::to_string(tokens) + " < 1");
+        if (std::any_of(p.buckets.begin(), p.buckets.end(), [&](const Bucket& b) { return b.tokens == tokens; }))
+          return fail(Errc::invalid_input, where + ": T=" + std::to_string(tokens) + " is both a bucket and a missing bucket");
+        p.missing_buckets.push_back(tokens);
+      }
+      std::sort(p.missing_buckets.begin(), p.missing_buckets.end());
+    }
     if (std::none_of(m.supports.begin(), m.supports.end(), [&](const SupportUnit& u) { return u.dtype == pj.at("dtype"); }))
       return fail(Errc::invalid_input, where + ": no support unit for dtype " + pj.at("dtype").get<std::string>());
     m.problems.push_back(std::move(p));
@@ -223,6 +233,25 @@ int select_bucket(const ProblemEntry& p, int tokens) {
   for (std::size_t i = 0; i < p.buckets.size(); ++i)
     if (p.buckets[i].tokens >= tokens) return int(i);
   return int(p.buckets.size()) - 1;
+}
+
+CoverageNote coverage_of(const ProblemEntry& p, int tokens) {
+  const int served = p.buckets[std::size_t(select_bucket(p, tokens))].tokens;
+  const auto& missing = p.missing_buckets;
+  // The bucket meant for T: the smallest bucket >= T, tuned or missing.
+  const auto missing_up = std::lower_bound(missing.begin(), missing.end(), tokens);
+  if (missing_up != missing.end() && (served < tokens || *missing_up < served))
+    return {Coverage::missing_bucket,
+            "T=" + std::to_string(tokens) + " is served by the T=" + std::to_string(served) + " bucket's kernels: bucket T=" +
+                std::to_string(*missing_up) + " has no layer in this export (its search found none; manifest missing_buckets)"};
+  if (served < tokens) {
+    std::string note = "T=" + std::to_string(tokens) + " is above the largest tuned bucket, T=" + std::to_string(served) +
+                       "; served by its kernels";
+    if (!missing.empty() && missing.back() > served)
+      note += " (bucket T=" + std::to_string(missing.back()) + " has no layer in this export)";
+    return {Coverage::above_largest, note};
+  }
+  return {};
 }
 
 Result<BufferTable> buffer_table(const LayerProgram& program, const LayerBuffers& b) {
@@ -387,6 +416,7 @@ Result<Plan> Runtime::select(const std::string& key, int tokens) {
   plan.problem = &*it;
   plan.bucket = &it->buckets[std::size_t(select_bucket(*it, tokens))];
   plan.tokens = tokens;
+  plan.coverage = coverage_of(*it, tokens);
   plan.runtime = this;
   const std::string dtype(to_string(it->problem.dtype));
   for (const SupportUnit& u : manifest_.supports)

@@ -59,6 +59,9 @@ struct ProblemEntry {
   std::string key;
   Problem problem;
   std::vector<Bucket> buckets;  // ascending tokens
+  // Buckets the search left without a layer winner (manifest missing_buckets,
+  // exported with --allow-missing), ascending; empty in older manifests.
+  std::vector<int> missing_buckets;
 };
 
 struct Manifest {
@@ -83,6 +86,17 @@ Status check_target(const Manifest& m, const DeviceInfo& device);
 
 int select_bucket(const ProblemEntry& p, int tokens);  // index into p.buckets
 
+// How a plan's T is served (the C API's ft_coverage): by the bucket meant for
+// it (the smallest tuned bucket >= T); above the largest tuned or missing
+// bucket, by the largest; or by another bucket because the one meant for it
+// has no layer (a missing bucket). `note` says so in one line ("" when tuned).
+enum class Coverage { tuned = 0, above_largest = 1, missing_bucket = 2 };
+struct CoverageNote {
+  Coverage coverage = Coverage::tuned;
+  std::string note;
+};
+CoverageNote coverage_of(const ProblemEntry& p, int tokens);
+
 class Runtime;
 
 // A layer for one (problem, T): the program built for T, bound to the loaded
@@ -92,6 +106,7 @@ struct Plan {
   const Bucket* bucket = nullptr;
   const SupportUnit* support = nullptr;
   int tokens = 0;
+  CoverageNote coverage;
   LayerProgram program;
   std::vector<FunctionHandle> functions;  // one per step
   Runtime* runtime = nullptr;

@@ -299,8 +299,13 @@ TEST(Export, LeavesOutAPairTheProgramCannotRunAndSaysSo) {
   fs::copy_file(test::h200_db(), db);
   test::raw_sql(db, "UPDATE variants SET params_json = json_set(params_json, '$.stage1.tile_m', 192) "
                     "WHERE kind = 'layer' AND id = (SELECT variant_id FROM winners WHERE kind = 'layer' AND tokens = 4096);");
-  auto c = db::build_export({db, "", {}, {}});
-  if (!c && c.error().code == Errc::toolchain) GTEST_SKIP() << c.error().describe();
+  db::ExportOptions o{db, "", {}, {}};
+  auto refused = db::build_export(o);
+  if (!refused && refused.error().code == Errc::toolchain) GTEST_SKIP() << refused.error().describe();
+  ASSERT_FALSE(refused);  // a bucket left out is a missing layer: refused unless allowed
+  EXPECT_NE(refused.error().message.find("T=4096"), std::string::npos) << refused.error().describe();
+  o.allow_missing = true;
+  auto c = db::build_export(o);
   ASSERT_TRUE(c) << c.error().describe();
   std::set<int> exported;
   for (const json& b : c->manifest["problems"][0]["buckets"]) exported.insert(b["tokens"].get<int>());
@@ -314,6 +319,56 @@ TEST(Export, LeavesOutAPairTheProgramCannotRunAndSaysSo) {
       noted |= n.find(fmt::format("T={}: not exported", t)) != std::string::npos && n.find("384") != std::string::npos;
     EXPECT_TRUE(noted) << "T=" << t;
   }
+}
+
+// A bucket the search left without a layer winner (stage winners only):
+// export refuses the database naming it; with allow_missing the manifest
+// lists it as missing_buckets and the summary names it; coverage reports it.
+TEST(Export, RefusesABucketWithoutALayerUnlessAllowed) {
+  test::ScratchDir dir;
+  const std::string db = dir.file("no_16384.db");
+  fs::copy_file(test::h200_db(), db);
+  test::raw_sql(db, "DELETE FROM winners WHERE kind = 'layer' AND tokens = 16384;");
+  db::ExportOptions o{db, "", {}, {}};
+  auto refused = db::build_export(o);
+  if (!refused && refused.error().code == Errc::toolchain) GTEST_SKIP() << refused.error().describe();
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::not_found);
+  EXPECT_NE(refused.error().message.find("token buckets without a layer winner: moe_"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find(" T=16384;"), std::string::npos) << refused.error().message;
+  EXPECT_NE(refused.error().message.find("--allow-missing"), std::string::npos) << refused.error().message;
+  EXPECT_FALSE(db::export_winners({db, dir.file("out"), {}, {}}));
+  EXPECT_FALSE(fs::exists(dir.file("out")));
+
+  o.allow_missing = true;
+  auto c = db::build_export(o);
+  ASSERT_TRUE(c) << c.error().describe();
+  const json& p = c->manifest["problems"][0];
+  EXPECT_EQ(p["missing_buckets"], json::array({16384}));
+  EXPECT_EQ(p["buckets"].size(), 5u);
+  ASSERT_EQ(c->summary.missing.size(), 1u);
+  EXPECT_EQ(c->summary.missing[0], p["key"].get<std::string>() + " T=16384");
+
+  auto rep = db::check_coverage(db, {4096, 8192, 16384, 20000});
+  ASSERT_TRUE(rep) << rep.error().describe();
+  ASSERT_EQ(rep->lines.size(), 4u);
+  struct Line {
+    int tokens, bucket;
+    std::string rule;
+    std::optional<int> missing;
+  };
+  const std::vector<Line> want{{4096, 4096, "tuned", {}}, {8192, 4096, "missing layer", 16384},
+                               {16384, 4096, "missing layer", 16384}, {20000, 4096, "largest bucket", {}}};
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(want[i].tokens);
+    EXPECT_EQ(rep->lines[i].tokens, want[i].tokens);
+    EXPECT_EQ(rep->lines[i].bucket, want[i].bucket);
+    EXPECT_EQ(rep->lines[i].rule, want[i].rule);
+    EXPECT_EQ(rep->lines[i].missing_bucket, want[i].missing);
+  }
+  ASSERT_EQ(rep->incomplete_buckets.size(), 1u);
+  EXPECT_NE(rep->incomplete_buckets[0].find("T=16384 has stage winners but no layer winner"), std::string::npos);
 }
 
 TEST(Export, CorruptDatabaseIsRefused) {

@@ -610,6 +610,68 @@ TEST(RuntimeC, NullArgumentsAndMissingFolder) {
   EXPECT_EQ(ft_runtime_bucket_tokens(nullptr, 0, 0), 0);
 }
 
+// An export written with --allow-missing: bucket 16384 has no layer
+// (missing_buckets). The runtime serves T near it with the 4096 bucket's
+// kernels and says so through the plan's coverage, as it does for a T above
+// every bucket; other T are tuned. Malformed missing_buckets are refused.
+TEST_F(RuntimeTest, CoverageSaysWhenAnotherBucketServesT) {
+  json m = manifest_;
+  json& p = m["problems"][0];
+  ASSERT_EQ(p["buckets"].back()["tokens"], 16384);
+  p["buckets"].erase(p["buckets"].size() - 1);
+  p["missing_buckets"] = json::array({16384});
+  write_manifest(m);
+  auto r = open();
+  ASSERT_TRUE(r) << r.error().describe();
+  ft_runtime* rt = rt::adopt_runtime(std::move(*r));
+  const std::string key = p["key"];
+  struct Case {
+    int tokens, bucket, coverage;
+    const char* note;
+  };
+  for (const Case& c : {Case{1, 1, FT_COVERAGE_TUNED, ""}, Case{700, 4096, FT_COVERAGE_TUNED, ""},
+                        Case{4096, 4096, FT_COVERAGE_TUNED, ""},
+                        Case{4097, 4096, FT_COVERAGE_MISSING_BUCKET,
+                             "T=4097 is served by the T=4096 bucket's kernels: bucket T=16384 has no layer in this export"},
+                        Case{16384, 4096, FT_COVERAGE_MISSING_BUCKET, "T=16384 is served by the T=4096 bucket's kernels"},
+                        Case{20000, 4096, FT_COVERAGE_ABOVE_LARGEST,
+                             "T=20000 is above the largest tuned bucket, T=4096; served by its kernels (bucket T=16384 has "
+                             "no layer in this export)"}}) {
+    SCOPED_TRACE(c.tokens);
+    ft_plan* plan = nullptr;
+    ASSERT_EQ(ft_runtime_select(rt, key.c_str(), c.tokens, &plan), FT_OK) << ft_runtime_last_error(rt);
+    EXPECT_EQ(ft_plan_bucket(plan), c.bucket);
+    EXPECT_EQ(ft_plan_coverage(plan), c.coverage);
+    const std::string note = ft_plan_coverage_note(plan);
+    if (c.coverage == FT_COVERAGE_TUNED) {
+      EXPECT_EQ(note, "");
+    } else {
+      EXPECT_NE(note.find(c.note), std::string::npos) << note;
+    }
+    ft_plan_free(plan);
+  }
+  ft_runtime_close(rt);
+  EXPECT_EQ(ft_plan_coverage(nullptr), -1);
+  EXPECT_STREQ(ft_plan_coverage_note(nullptr), "");
+  for (const json& bad : {json::array({0}), json::array({4096}), json::array({"x"}), json("16384")}) {
+    SCOPED_TRACE(bad.dump());
+    p["missing_buckets"] = bad;
+    write_manifest(m);
+    EXPECT_FALSE(open());
+  }
+  // Without missing buckets (older exports), only a T above the largest is not tuned.
+  p.erase("missing_buckets");
+  write_manifest(m);
+  auto plain = open();
+  ASSERT_TRUE(plain) << plain.error().describe();
+  auto below = (*plain)->select(key, 16384);
+  ASSERT_TRUE(below);
+  EXPECT_EQ(below->coverage.coverage, rt::Coverage::above_largest);
+  auto tuned = (*plain)->select(key, 4000);
+  ASSERT_TRUE(tuned);
+  EXPECT_EQ(tuned->coverage.coverage, rt::Coverage::tuned);
+}
+
 TEST_F(RuntimeTest, CApiListsBucketsOfEachProblem) {
   auto r = open();
   ASSERT_TRUE(r) << r.error().describe();

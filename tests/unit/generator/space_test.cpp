@@ -203,6 +203,35 @@ TEST(Space, ParseOverridesAndErrors) {
   EXPECT_FALSE(SpaceOptions::parse("huge"));
 }
 
+// "moe1.axis=..." narrows one stage kind only, ahead of the axis for every
+// kind; the kind before the dot must be a stage kind, and kind / atom take none.
+TEST(Space, PerKindOverridesApplyToThatKindOnly) {
+  auto o = SpaceOptions::parse("small;tile_m=32;moe1.tile_m=64;moe2.wgmma_tile_m=128");
+  ASSERT_TRUE(o) << o.error().describe();
+  const Family& t = tiled_family();
+  const Axis& tile_m = t.axes()[t.index_of("tile_m")];
+  EXPECT_EQ(o->values(tile_m, StageRole::stage1), (std::vector<AxisValue>{64}));
+  EXPECT_EQ(o->values(tile_m, StageRole::stage2), (std::vector<AxisValue>{32}));
+  EXPECT_EQ(o->values(tile_m), (std::vector<AxisValue>{32}));
+  const Space sp = enumerate_space(*find_target("sm_90a"), mixtral(), *SpaceOptions::parse(
+                                       "small;atom=wgmma_m64k16_f32_bf16;moe1.wgmma_tile_m=192;moe1.wgmma_warps=12x1;"
+                                       "moe2.wgmma_tile_m=128;moe2.wgmma_warps=8x1"));
+  std::set<std::pair<StageRole, int>> seen;
+  for (const Variant& v : sp.legal) seen.insert({v.role, v.get("tile_m")});
+  EXPECT_EQ(seen, (std::set<std::pair<StageRole, int>>{{StageRole::stage1, 192}, {StageRole::stage2, 128}}));
+  struct Bad {
+    const char* text;
+    const char* says;
+  };
+  for (const Bad& b : {Bad{"moe3.tile_m=64", "not moe1 or moe2"}, Bad{"moe1.kind=moe2", "without a kind"},
+                       Bad{"moe1.atom=mma_m16n8k16_f32_bf16", "without a kind"}, Bad{"moe1.tile_q=1", "unknown axis 'tile_q'"},
+                       Bad{"moe2.tile_m=0", ""}, Bad{".tile_m=64", "not moe1 or moe2"}}) {
+    auto r = SpaceOptions::parse(b.text);
+    ASSERT_FALSE(r) << b.text;
+    EXPECT_NE(r.error().message.find(b.says), std::string::npos) << b.text << ": " << r.error().message;
+  }
+}
+
 TEST(Space, NarrowingShrinksAndWideningGrows) {
   const Target& t = *find_target("gfx942");
   auto def = enumerate_space(t, mixtral(), SpaceOptions{}).legal.size();

@@ -174,10 +174,17 @@ TEST_F(StrategyTest, HalvingScreensShortThenTimesTheBestQuarterThenInterleavesTh
                                                           {c, 10}, {a, 10}, {b, 10}}));
   EXPECT_EQ(fake_.calls.size(), 10u + 3u + 9u);
   // The winner is the best of the rounds (not the screen's best), each recorded once as "ab".
-  ASSERT_EQ((*r)->size(), 3u);
+  // Then the other seven by their screen, so the layer step can reach further
+  // down for a stage that fits the other's.
+  ASSERT_EQ((*r)->size(), 10u);
   EXPECT_EQ((*r)->front().second->kernel.entry, name(4));
   EXPECT_DOUBLE_EQ((*r)->front().first, 5.0);
-  EXPECT_EQ((*r)->back().second->kernel.entry, name(8));
+  EXPECT_EQ((*r)->at(2).second->kernel.entry, name(8));
+  std::set<std::string> rest;
+  for (std::size_t i = 3; i < 10; ++i) rest.insert((*r)->at(i).second->kernel.entry);
+  EXPECT_EQ(rest.size(), 7u);
+  for (const std::string& top : {a, b, c}) EXPECT_FALSE(rest.contains(top)) << top;
+  EXPECT_TRUE(std::is_sorted((*r)->begin() + 3, (*r)->end(), [](auto& x, auto& y) { return x.first < y.first; }));
   EXPECT_EQ(rows("ab").size(), 3u);
   EXPECT_EQ(rows("short").size(), 10u);
   EXPECT_EQ(rows("long").size(), 3u);

@@ -79,7 +79,8 @@ def short(e):
 # --- the runtime's C API through ctypes -------------------------------------------------------------------------
 
 class LayerBuffers(ctypes.Structure):
-    """ft_layer_buffers (runtime/include/flytune_runtime.h), field for field."""
+    """ft_layer_buffers (runtime/include/flytune_runtime.h), field for field; passed with its size
+    (ft_plan_launch_sized), so the fields after bad_ids may be left out here and read as NULL."""
     _fields_ = [(name, ctypes.c_void_p) for name in (
         "x", "topk_ids", "topk_weights", "w1", "w2", "w1_shuffled", "w2_shuffled", "inter", "y_acc", "sorted_ids",
         "block_experts", "padded_rows", "y", "w1_tiled", "w2_tiled", "bad_ids")]
@@ -104,7 +105,7 @@ class CRuntime:
         lib.ft_plan_needs_tiled.argtypes = [vp, ci]
         lib.ft_plan_workspace.argtypes = [vp, ctypes.POINTER(WorkspaceSizes)]
         lib.ft_plan_workspace.restype = None
-        lib.ft_plan_launch.argtypes = [vp, ctypes.POINTER(LayerBuffers), vp]
+        lib.ft_plan_launch_sized.argtypes = [vp, ctypes.POINTER(LayerBuffers), ctypes.c_size_t, vp]
         lib.ft_runtime_arrange_weights.argtypes = [vp, vp, vp, ci, ci, ci, vp]
         lib.ft_plan_free.argtypes = [vp]
         lib.ft_plan_free.restype = None
@@ -132,7 +133,8 @@ class CRuntime:
                    "ft_runtime_arrange_weights")
 
     def launch(self, plan, buffers, stream):
-        self.check(self.lib.ft_plan_launch(plan, ctypes.byref(buffers), stream), "ft_plan_launch")
+        self.check(self.lib.ft_plan_launch_sized(plan, ctypes.byref(buffers), ctypes.sizeof(buffers), stream),
+                   "ft_plan_launch_sized")
 
 
 def ragged_layer(x, ids, wts, w1t, w2t):

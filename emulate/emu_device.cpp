@@ -78,6 +78,11 @@ struct EmuDevice::State {
     return p >= it->first && p + bytes <= it->first + it->second;
   }
   bool captures(StreamHandle s) const { return capture && (s.p ? s.p == capturing : capturing_default); }
+  // The default stream or one created and not destroyed: a driver answers a
+  // destroyed stream with an invalid-handle error, and so does the emulator.
+  bool live(StreamHandle s) const {
+    return !s.p || std::any_of(streams.begin(), streams.end(), [&](const auto& p) { return p.get() == s.p; });
+  }
 };
 
 Result<std::unique_ptr<EmuDevice>> EmuDevice::create(const Target& target, EmuDeviceOptions options) {
@@ -133,11 +138,17 @@ Status bad_range(const std::string& device, const char* what, DevicePtr p, std::
   return fail(Errc::device, fmt::format("{}: [0x{:x}, +{}) is not inside one allocation", what, p, bytes), device);
 }
 
+Status dead_stream(const std::string& device, const char* what, StreamHandle s) {
+  return fail(Errc::device, fmt::format("{} on stream {}, which is not a live stream of this device (destroyed?)", what, s.p),
+              device);
+}
+
 }  // namespace
 
 Status EmuDevice::copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, StreamHandle s) {
   {
     std::lock_guard lock(state_->mutex);
+    if (!state_->live(s)) return dead_stream(info_.name, "copy to device", s);
     if (!state_->inside(dst, bytes)) return bad_range(info_.name, "copy to device", dst, bytes);
     if (state_->captures(s)) {
       // Like a graph memcpy node from pageable memory: the source is read at replay.
@@ -155,6 +166,7 @@ Status EmuDevice::copy_to_device(DevicePtr dst, const void* src, std::size_t byt
 Status EmuDevice::copy_to_host(void* dst, DevicePtr src, std::size_t bytes, StreamHandle s) {
   {
     std::lock_guard lock(state_->mutex);
+    if (!state_->live(s)) return dead_stream(info_.name, "copy to host", s);
     if (!state_->inside(src, bytes)) return bad_range(info_.name, "copy to host", src, bytes);
     if (state_->captures(s)) {
       state_->capture->ops.push_back([=] {
@@ -171,6 +183,7 @@ Status EmuDevice::copy_to_host(void* dst, DevicePtr src, std::size_t bytes, Stre
 Status EmuDevice::copy_device(DevicePtr dst, DevicePtr src, std::size_t bytes, StreamHandle s) {
   {
     std::lock_guard lock(state_->mutex);
+    if (!state_->live(s)) return dead_stream(info_.name, "device copy", s);
     if (!state_->inside(dst, bytes)) return bad_range(info_.name, "device copy destination", dst, bytes);
     if (!state_->inside(src, bytes)) return bad_range(info_.name, "device copy source", src, bytes);
     if (state_->captures(s)) {
@@ -193,6 +206,7 @@ Status EmuDevice::memset_u32(DevicePtr dst, std::uint32_t value, std::size_t cou
   };
   {
     std::lock_guard lock(state_->mutex);
+    if (!state_->live(s)) return dead_stream(info_.name, "memset", s);
     if (dst % 4 != 0 || !state_->inside(dst, count * 4)) return bad_range(info_.name, "memset", dst, count * 4);
     if (state_->captures(s)) {
       state_->capture->ops.push_back(fill);
@@ -317,6 +331,7 @@ Status EmuDevice::launch(FunctionHandle f, Dim3 grid, Dim3 block, int dynamic_sh
   };
   {
     std::lock_guard lock(state_->mutex);
+    if (!state_->live(s)) return dead_stream(info_.name, "launch", s);
     if (state_->captures(s)) {
       state_->capture->ops.push_back(std::move(run));
       return {};
@@ -334,11 +349,16 @@ Result<StreamHandle> EmuDevice::create_stream() {
 
 Status EmuDevice::destroy_stream(StreamHandle s) {
   std::lock_guard lock(state_->mutex);
+  if (!s.p || !state_->live(s)) return dead_stream(info_.name, "destroy", s);
   std::erase_if(state_->streams, [&](const auto& p) { return p.get() == s.p; });
   return {};
 }
 
-Status EmuDevice::synchronize(StreamHandle) { return {}; }
+Status EmuDevice::synchronize(StreamHandle s) {
+  std::lock_guard lock(state_->mutex);
+  if (!state_->live(s)) return dead_stream(info_.name, "synchronize", s);
+  return {};
+}
 
 Result<EventHandle> EmuDevice::create_event() {
   std::lock_guard lock(state_->mutex);
@@ -385,9 +405,13 @@ Result<GraphHandle> EmuDevice::end_capture(StreamHandle s) {
   return GraphHandle{state_->graphs.back().get()};
 }
 
-Status EmuDevice::launch_graph(GraphHandle g, StreamHandle) {
+Status EmuDevice::launch_graph(GraphHandle g, StreamHandle s) {
   auto* graph = static_cast<EmuGraph*>(g.p);
   if (!graph) return fail(Errc::device, "launch of a null graph", info_.name);
+  {
+    std::lock_guard lock(state_->mutex);
+    if (!state_->live(s)) return dead_stream(info_.name, "graph launch", s);
+  }
   for (auto& op : graph->ops)
     if (auto r = op(); !r) return std::unexpected(with_context(r.error(), std::string(target_->name)));
   return {};

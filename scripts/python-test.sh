@@ -5,8 +5,8 @@
 #   2. the wheel built against the oldest jaxlib supported (JAX_OLDEST), tested
 #      with that jax;
 #   3. the same wheel with the newest jax and torch (CPU use of the PyPI wheels)
-#      and safetensors (the Mixtral model's checkpoint test), every test (GPU
-#      tests skip with their reason).
+#      with safetensors (the Mixtral model's checkpoint test) and hypothesis (the
+#      property tests of bad input), every test (GPU tests skip with their reason).
 # Wheels are kept in $FLYTUNE_CACHE_DIR/python-wheels (offline once fetched) and
 # the environments of steps 2 and 3 in $FLYTUNE_CACHE_DIR/python (remade when
 # their requirements change). Needs build/release/cli/flytune (the test export).
@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 JAX_OLDEST=0.6.0   # the first jaxlib whose FFI has DeviceOrdinal
 JAX_NEWEST=0.10.2
 TORCH=2.11.0       # the H200 machine's
+HYPOTHESIS=6.155.2 # property-based tests of bad input (python/tests/test_bad_input_properties.py)
 cache="${FLYTUNE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/flytune}"
 wheels="$cache/python-wheels"
 py="${FLYTUNE_PYTHON:-python3}"
@@ -73,8 +74,9 @@ say "2. jax $JAX_OLDEST: $((SECONDS - started)) s"
 
 # 3. The same wheel with the newest jax and torch.
 newest="$cache/python/newest-py$("$py" -c 'import sys; print("%d%d" % sys.version_info[:2])')"
-environment "$newest" "jax==$JAX_NEWEST" "jaxlib==$JAX_NEWEST" "torch==$TORCH" numpy pytest safetensors
+environment "$newest" "jax==$JAX_NEWEST" "jaxlib==$JAX_NEWEST" "torch==$TORCH" numpy pytest safetensors \
+  "hypothesis==$HYPOTHESIS"
 "$newest/bin/pip" install -q --force-reinstall --no-deps "$wheel"
-FLYTUNE_EXPECT_JAX=1 FLYTUNE_EXPECT_TORCH=1 FLYTUNE_EXPECT_SAFETENSORS=1 "$newest/bin/python" -m pytest -q -rs \
-  --durations=5 python/tests
+FLYTUNE_EXPECT_JAX=1 FLYTUNE_EXPECT_TORCH=1 FLYTUNE_EXPECT_SAFETENSORS=1 FLYTUNE_EXPECT_HYPOTHESIS=1 \
+  "$newest/bin/python" -m pytest -q -rs --durations=5 python/tests
 say "3. jax $JAX_NEWEST, torch $TORCH: $((SECONDS - started)) s"

@@ -15,6 +15,7 @@ packages=(
   slurm-wlm munge        # tests/slurm: a one-node Slurm cluster runs scripts/slurm/'s array and merge jobs
   shellcheck             # tests/slurm: scripts/slurm/ and the test itself are shellcheck-clean
   python3-venv python3-dev  # the Python package (pyproject.toml, scripts/python-test.sh)
+  abigail-tools          # tests/abi: abidw/abidiff hold libflytune_runtime.so to its ABI baseline (scripts/check-abi.py)
 )
 
 missing=()

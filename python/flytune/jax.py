@@ -211,6 +211,11 @@ def moe_layer(x: jax.Array, topk_ids: jax.Array, topk_weights: jax.Array, weight
             f"topk_weights {tuple(topk_weights.shape)}")
     if not jnp.issubdtype(topk_ids.dtype, jnp.integer):
         raise flytune.ArgumentError(f"flytune.jax.moe_layer: topk_ids must be integers, got {topk_ids.dtype}")
+    w1, w2 = weights.w1, weights.w2
+    if w1.ndim != 3 or w2.ndim != 3 or tuple(w2.shape) != (w1.shape[0], w1.shape[2], w1.shape[1] // 2) or \
+            w1.shape[1] % 2:
+        raise flytune.ArgumentError(f"flytune.jax.moe_layer: the weights must be w1 [E, 2I, H] and w2 [E, H, I]; "
+                                    f"got w1 {tuple(w1.shape)}, w2 {tuple(w2.shape)}")
     copies = [getattr(weights, n) if getattr(weights, n) is not None else _empty(weights.w1.dtype)
               for n in flytune._LAYOUT_SHAPES]
     copies += [getattr(weights, n) if getattr(weights, n) is not None else _empty(jnp.float32)

@@ -26,7 +26,7 @@ def test_ships_the_runtime_with_its_c_api():
     assert header == (REPO / "runtime" / "include" / "flytune_runtime.h").read_text()
     symbols = subprocess.run(["nm", "-D", "--defined-only", flytune.library_path()], check=True,
                              capture_output=True, text=True).stdout.split()
-    exported = {s for s in symbols if s.startswith("ft_")}
+    exported = {s.split("@")[0] for s in symbols if s.startswith("ft_")}  # each under its version (ft_x@@FLYTUNE_...)
     declared = {line.split("(")[0].split()[-1].lstrip("*") for line in header.splitlines()
                 if line.startswith(("int ft_", "void ft_", "const char* ft_"))}
     assert declared and declared <= exported, declared - exported

@@ -14,11 +14,19 @@
 // of a search on the emulator (code_object_format "so") holds host libraries:
 // with `emulate` those very files run.
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "generator/error.hpp"
+
+struct ft_runtime;  // flytune_runtime.h
+
+namespace ft {
+class Device;
+}
 
 namespace ft::check {
 
@@ -62,5 +70,14 @@ std::vector<int> check_tokens(const std::vector<int>& buckets);
 // Errc::usage for an unknown routing; an export the runtime refuses keeps the
 // runtime's error. A failing comparison is a row, not an error.
 Result<CheckReport> check_export(const CheckOptions& options);
+
+// The export opened through the C API on the CPU emulator of its target, as
+// check_export's `emulate` does (an export of a search on the emulator runs
+// its own host libraries; a GPU export's kernels are rebuilt from the
+// manifest). `wrap`, when given, receives the emulator and returns the Device
+// the runtime runs on (the tests' fault-injecting and counting devices). Close
+// it with ft_runtime_close.
+using DeviceWrap = std::function<std::unique_ptr<Device>(std::unique_ptr<Device>)>;
+Result<struct ::ft_runtime*> open_on_emulator(const std::string& dir, const DeviceWrap& wrap = {});
 
 }  // namespace ft::check

@@ -13,7 +13,17 @@
  * here" (expert-parallel serving masks the slots of other ranks this way);
  * such a slot contributes nothing to y. Any other value is left out as well
  * and counted into ft_layer_buffers.bad_ids when given (ft_plan_launch_checked
- * reports it); it is never used to index memory. */
+ * reports it); it is never used to index memory.
+ *
+ * ABI (docs/EXPORT.md, "The runtime's promises"): libflytune_runtime.so.1
+ * (soname), symbols versioned FLYTUNE_RUNTIME_1.0 (flytune_runtime.map). Within
+ * one major version nothing is removed or changed: functions and fields are
+ * only added. The one struct the caller fills, ft_layer_buffers, reaches the
+ * library with its size (ft_plan_launch below passes sizeof), so fields
+ * appended later read as zero from a caller built before them; the structs the
+ * library fills (ft_workspace_sizes, ft_problem_shape) never change -- new
+ * facts come as new functions. tests/abi/ holds every earlier header and runs
+ * a caller of each against this library. */
 #ifndef FLYTUNE_RUNTIME_H
 #define FLYTUNE_RUNTIME_H
 
@@ -26,6 +36,15 @@ extern "C" {
 
 typedef struct ft_runtime ft_runtime;
 typedef struct ft_plan ft_plan;
+
+/* The ABI this header describes: major (the soname's number) and minor (what
+ * was added within it). A caller may check ft_runtime_abi_version() at start:
+ * the same major and a minor at least its own. */
+#define FT_RUNTIME_ABI_MAJOR 1
+#define FT_RUNTIME_ABI_MINOR 0
+#define FT_RUNTIME_ABI_VERSION ((FT_RUNTIME_ABI_MAJOR << 16) | FT_RUNTIME_ABI_MINOR)
+/* The library's FT_RUNTIME_ABI_VERSION (it may be newer than the header's). */
+uint32_t ft_runtime_abi_version(void);
 
 typedef enum ft_status {
   FT_OK = 0,
@@ -46,8 +65,13 @@ typedef enum ft_weight_layout {
   FT_WEIGHT_LAYOUT_TILED = 2      /* 64-column slices, 128-byte swizzle (sm_90a producer-warpgroup kernels) */
 } ft_weight_layout;
 
-/* Device pointers of one layer call. Fields are only ever appended (ABI):
- * zero-initialise the struct. The workspace comes either as one buffer
+/* Device pointers of one layer call. Fields are only ever appended, and the
+ * launch calls pass sizeof(ft_layer_buffers) to the library, which reads that
+ * many bytes and takes every field beyond them as NULL / 0 (so a program built
+ * against an earlier header keeps working when fields are added; a program
+ * built against a newer header than the library is refused if it set a field
+ * the library does not know). Zero-initialise the struct ({0} / {}) so the
+ * fields you do not use are NULL. The workspace comes either as one buffer
  * (`workspace`, at least ft_plan_workspace_bytes, 256-byte aligned; the
  * runtime carves every workspace buffer of the plan from it -- the way to
  * call layers whose plans need buffers added after your code was written) or,
@@ -95,6 +119,12 @@ typedef struct ft_workspace_sizes {
   size_t inter, y_acc, sorted_ids, block_experts, padded_rows; /* bytes */
 } ft_workspace_sizes;
 
+/* Threads: one runtime (and its plans) may be used by several host threads at
+ * once, on streams of their own or shared; no call keeps state in the handle
+ * that another call writes. Only closing is exclusive: ft_plan_free and
+ * ft_runtime_close must not overlap a call on that plan or runtime, and no plan
+ * of a closed runtime may be used (free it, before or after). */
+
 /* Opens an export folder on the first GPU (HIP first, then CUDA), or on the
  * device FLYTUNE_DEVICE names ("cuda:0", "hip:1"). Refuses -- with one line in
  * err and nothing loaded -- a manifest naming files outside the folder, code
@@ -103,9 +133,10 @@ int ft_runtime_open(const char* export_dir, ft_runtime** out, char* err, size_t 
 /* The same on a named device ("cuda:0"; NULL or "" as ft_runtime_open). */
 int ft_runtime_open_on(const char* export_dir, const char* device, ft_runtime** out, char* err, size_t errlen);
 void ft_runtime_close(ft_runtime* rt);
-/* The message of the last failing call on `rt`; with NULL, of the last
- * failing call on this thread that had no runtime handle (null arguments,
- * ft_runtime_open). Never NULL. */
+/* The message of this thread's last failing call, when that call was on `rt`
+ * ("" otherwise: read it on the failing thread, before its next failing call);
+ * with NULL, of this thread's last failing call that had no runtime handle
+ * (null arguments, ft_runtime_open). Never NULL. */
 const char* ft_runtime_last_error(const ft_runtime* rt);
 const char* ft_runtime_target(const ft_runtime* rt);
 /* The problems the export serves (keys as Problem::key(), docs/EXPORT.md). */
@@ -161,14 +192,36 @@ size_t ft_plan_workspace_bytes(const ft_plan* plan);
 /* Workspace buffer `index` (0, 1, ... while it returns 1) of the plan: its
  * name ("inter", "y_acc", ...), offset in the workspace and size in bytes. */
 int ft_plan_workspace_buffer(const ft_plan* plan, int index, const char** name, size_t* offset, size_t* bytes);
+/* The calls that take ft_layer_buffers, with the size of the caller's struct
+ * (`buffers_size`: sizeof(ft_layer_buffers) as the caller was compiled; at
+ * least the 104 bytes of the first release's 13 pointers, a multiple of 8, at
+ * most 4096; bytes beyond the fields this library knows must be zero). Call
+ * them through the inline functions below, which pass the size; from other
+ * languages (ctypes, ...) call these with the size of your struct. The
+ * unsized symbols ft_plan_launch, ft_plan_launch_checked and ft_plan_reference
+ * stay in the library for programs built against a header before ABI 1: they
+ * read only the first 13 pointers (every such header had them; a plan needing
+ * a later field -- tiled weights, one workspace, fp8 scales -- is then refused
+ * with FT_ERR_ARGUMENT: rebuild such a program against this header). */
+int ft_plan_launch_sized(const ft_plan* plan, const ft_layer_buffers* buffers, size_t buffers_size, void* stream);
+int ft_plan_launch_checked_sized(const ft_plan* plan, const ft_layer_buffers* buffers, size_t buffers_size, void* stream,
+                                 int32_t* bad_ids_out);
+int ft_plan_reference_sized(const ft_plan* plan, const ft_layer_buffers* buffers, size_t buffers_size, void* y_ref,
+                            void* stream);
+
 /* Enqueues the layer on `stream` (CUstream / hipStream_t; NULL: the default stream). */
-int ft_plan_launch(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream);
+static inline int ft_plan_launch(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream) {
+  return ft_plan_launch_sized(plan, buffers, sizeof(ft_layer_buffers), stream);
+}
 /* The same, then waits for `stream` and checks the routing: FT_ERR_ARGUMENT
  * when any topk id lies outside [-1, experts) (their count in *bad_ids_out
- * when not NULL). Uses buffers->bad_ids when given, else a word of the
- * runtime (then calls on one runtime must not overlap in time). For
- * debugging and tests: it synchronises, so it is not graph-capturable. */
-int ft_plan_launch_checked(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream, int32_t* bad_ids_out);
+ * when not NULL). Uses buffers->bad_ids when given, else a word it allocates
+ * for the call. For debugging and tests: it synchronises, so it is not
+ * graph-capturable. */
+static inline int ft_plan_launch_checked(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream,
+                                         int32_t* bad_ids_out) {
+  return ft_plan_launch_checked_sized(plan, buffers, sizeof(ft_layer_buffers), stream, bad_ids_out);
+}
 
 /* Writes src [rows, cols] (row-major, 16-bit elements) to dst in the shuffled
  * layout (docs/EXPORT.md); asynchronous on `stream`. For w1: rows =
@@ -211,7 +264,9 @@ int ft_runtime_fill_random_as(ft_runtime* rt, void* dst, size_t count, uint64_t 
  * fp32 reference (activations quantised as the layer does, the intermediate
  * quantised in 1 x 128 groups as stage 2 reads it); it needs the scales,
  * allocates its scratch itself and waits for `stream` before returning. */
-int ft_plan_reference(const ft_plan* plan, const ft_layer_buffers* buffers, void* y_ref, void* stream);
+static inline int ft_plan_reference(const ft_plan* plan, const ft_layer_buffers* buffers, void* y_ref, void* stream) {
+  return ft_plan_reference_sized(plan, buffers, sizeof(ft_layer_buffers), y_ref, stream);
+}
 
 /* Host memory, no runtime needed: converts an OCP e4m3 checkpoint tensor
  * (float8_e4m3fn codes) in place for gfx942, which reads e4m3fnuz. The same

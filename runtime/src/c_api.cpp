@@ -2,6 +2,8 @@
 // and the last error message. Every entry point runs inside `guarded`, so no
 // C++ exception (a bad allocation, a library's throw) reaches the C caller.
 #include <algorithm>
+#include <atomic>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -15,10 +17,17 @@
 #include "device/runtimes.hpp"
 #include "device/device_buffer.hpp"
 
+// A runtime may be shared by threads (docs/EXPORT.md, "The runtime's
+// promises"): the handle holds nothing a call writes. The last error is the
+// calling thread's (below), and ft_plan_launch_checked's bad-id word is the
+// call's own.
 struct ft_runtime {
   std::unique_ptr<ft::rt::Runtime> rt;
-  std::string last_error;
-  ft::DeviceBuffer bad_ids;  // ft_plan_launch_checked's word, made on first use (freed before rt)
+  std::uint64_t serial = next_serial();  // tells this handle from an earlier one at the same address
+  static std::uint64_t next_serial() {
+    static std::atomic<std::uint64_t> n{0};
+    return ++n;
+  }
 };
 
 struct ft_plan {
@@ -30,8 +39,16 @@ namespace {
 
 using ft::Errc;
 
-// The last error of calls that have no runtime handle to hold it.
+// The message of this thread's last failing call: of calls without a runtime
+// handle, and of calls on a handle (with the handle it was on). Per thread, so
+// threads sharing a runtime never read or overwrite each other's.
 thread_local std::string g_last_error;
+struct HandleError {
+  const ft_runtime* rt = nullptr;
+  std::uint64_t serial = 0;
+  std::string message;
+};
+thread_local HandleError g_handle_error;
 
 ft_status status_of(const ft::Error& e) {
   switch (e.code) {
@@ -54,7 +71,10 @@ void copy_message(const std::string& msg, char* err, size_t errlen) {
 }
 
 int record(ft_runtime* rt, const ft::Error& e) {
-  (rt ? rt->last_error : g_last_error) = e.describe();
+  if (rt)
+    g_handle_error = {rt, rt->serial, e.describe()};
+  else
+    g_last_error = e.describe();
   return status_of(e);
 }
 
@@ -80,12 +100,49 @@ int guarded(ft_runtime* rt, const char* function, F&& body) noexcept {
 
 ft::DevicePtr ptr(const void* p) { return ft::DevicePtr(reinterpret_cast<std::uintptr_t>(p)); }
 
-ft::rt::LayerBuffers buffers_of(const ft_layer_buffers& b) {
-  return {ptr(b.x),        ptr(b.topk_ids),    ptr(b.topk_weights), ptr(b.w1),         ptr(b.w2),
-          ptr(b.w1_shuffled), ptr(b.w2_shuffled), ptr(b.inter),     ptr(b.y_acc),      ptr(b.sorted_ids),
-          ptr(b.block_experts), ptr(b.padded_rows), ptr(b.y),        ptr(b.w1_tiled),   ptr(b.w2_tiled),
-          ptr(b.bad_ids),      ptr(b.workspace),   b.workspace_bytes,   ptr(b.x_scale),    ptr(b.w1_scales),
-          ptr(b.w2_scales)};
+// The sizes of the caller's ft_layer_buffers this library reads (flytune_runtime.h):
+// the first release's 13 pointers at least, at most a page.
+constexpr std::size_t kFirstBuffersBytes = 13 * sizeof(void*);
+constexpr std::size_t kMaxBuffersBytes = 4096;
+static_assert(offsetof(ft_layer_buffers, w1_tiled) == kFirstBuffersBytes, "the first release's fields come first");
+
+// The caller's ft_layer_buffers of `size` bytes: exactly those bytes are read,
+// the fields beyond them are null. Bytes beyond the fields this library knows
+// must be zero (a newer caller's field that this library would ignore).
+ft::Result<ft::rt::LayerBuffers> buffers_of(const ft_layer_buffers* buffers, std::size_t size) {
+  if (size < kFirstBuffersBytes || size > kMaxBuffersBytes || size % sizeof(void*) != 0)
+    return std::unexpected(ft::Error{
+        Errc::usage,
+        "ft_layer_buffers of " + std::to_string(size) + " bytes: not a size of this struct (a multiple of " +
+            std::to_string(sizeof(void*)) + " from " + std::to_string(kFirstBuffersBytes) + " to " +
+            std::to_string(kMaxBuffersBytes) + "; pass sizeof(ft_layer_buffers))",
+        {}});
+  const auto* bytes = reinterpret_cast<const unsigned char*>(buffers);
+  for (std::size_t i = sizeof(ft_layer_buffers); i < size; ++i)
+    if (bytes[i] != 0)
+      return std::unexpected(ft::Error{
+          Errc::usage,
+          "ft_layer_buffers of " + std::to_string(size) + " bytes sets a field at byte " + std::to_string(i) +
+              " that this library (ABI " + std::to_string(FT_RUNTIME_ABI_MAJOR) + "." + std::to_string(FT_RUNTIME_ABI_MINOR) +
+              ", " + std::to_string(sizeof(ft_layer_buffers)) + " bytes) does not know: use a newer libflytune_runtime",
+          {}});
+  ft_layer_buffers b{};
+  std::memcpy(&b, buffers, std::min(size, sizeof b));
+  return ft::rt::LayerBuffers{ptr(b.x),        ptr(b.topk_ids),    ptr(b.topk_weights), ptr(b.w1),         ptr(b.w2),
+                              ptr(b.w1_shuffled), ptr(b.w2_shuffled), ptr(b.inter),     ptr(b.y_acc),      ptr(b.sorted_ids),
+                              ptr(b.block_experts), ptr(b.padded_rows), ptr(b.y),        ptr(b.w1_tiled),   ptr(b.w2_tiled),
+                              ptr(b.bad_ids),      ptr(b.workspace),   b.workspace_bytes,   ptr(b.x_scale),    ptr(b.w1_scales),
+                              ptr(b.w2_scales)};
+}
+
+// A launch refused for a buffer that a caller of an earlier header could not
+// pass (its struct ends before that field) says so.
+ft::Status with_size_note(ft::Status s, std::size_t size) {
+  if (s || s.error().code != Errc::usage || size >= sizeof(ft_layer_buffers)) return s;
+  ft::Error e = s.error();
+  e.message += " (the caller passed ft_layer_buffers of " + std::to_string(size / sizeof(void*)) +
+               " fields: a program built against an earlier flytune_runtime.h; rebuild it against this one to pass the others)";
+  return std::unexpected(std::move(e));
 }
 
 // The C enums are ft::Scales and FillArgs::elem.
@@ -112,7 +169,7 @@ namespace ft::rt {
 Runtime* runtime_of(::ft_runtime* handle) { return handle ? handle->rt.get() : nullptr; }
 const Plan* plan_of(const ::ft_plan* handle) { return handle ? &handle->plan : nullptr; }
 ::ft_runtime* adopt_runtime(std::unique_ptr<Runtime> runtime) {
-  return runtime ? new (std::nothrow) ::ft_runtime{std::move(runtime), {}, {}} : nullptr;
+  return runtime ? new (std::nothrow) ::ft_runtime{std::move(runtime)} : nullptr;
 }
 
 int open_without_device(const char* export_dir, ::ft_runtime** out) {
@@ -121,7 +178,7 @@ int open_without_device(const char* export_dir, ::ft_runtime** out) {
     *out = nullptr;
     auto rt = Runtime::open_without_device(export_dir);
     if (!rt) return record(nullptr, rt.error());
-    *out = new ::ft_runtime{std::move(*rt), {}, {}};
+    *out = new ::ft_runtime{std::move(*rt)};
     return FT_OK;
   });
 }
@@ -149,7 +206,7 @@ int ft_runtime_open_on(const char* export_dir, const char* device, ft_runtime** 
     };
     auto rt = ft::rt::Runtime::open(export_dir, opener);
     if (!rt) return record(nullptr, rt.error());
-    *out = new ft_runtime{std::move(*rt), {}, {}};
+    *out = new ft_runtime{std::move(*rt)};
     return FT_OK;
   });
   if (st != FT_OK) copy_message(g_last_error, err, errlen);
@@ -162,7 +219,10 @@ int ft_runtime_open(const char* export_dir, ft_runtime** out, char* err, size_t 
 
 void ft_runtime_close(ft_runtime* rt) { delete rt; }
 
-const char* ft_runtime_last_error(const ft_runtime* rt) { return rt ? rt->last_error.c_str() : g_last_error.c_str(); }
+const char* ft_runtime_last_error(const ft_runtime* rt) {
+  if (!rt) return g_last_error.c_str();
+  return g_handle_error.rt == rt && g_handle_error.serial == rt->serial ? g_handle_error.message.c_str() : "";
+}
 
 const char* ft_runtime_target(const ft_runtime* rt) { return rt ? rt->rt->manifest().target.c_str() : ""; }
 
@@ -266,30 +326,37 @@ int ft_plan_workspace_buffer(const ft_plan* plan, int index, const char** name, 
   return 0;
 }
 
-int ft_plan_launch(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream) {
+uint32_t ft_runtime_abi_version(void) { return FT_RUNTIME_ABI_VERSION; }
+
+int ft_plan_launch_sized(const ft_plan* plan, const ft_layer_buffers* buffers, size_t buffers_size, void* stream) {
   ft_runtime* rt = plan ? plan->owner : nullptr;
   return guarded(rt, "ft_plan_launch", [&]() -> int {
     if (!plan || !buffers) return bad_argument(rt, "ft_plan_launch", "plan and buffers must not be null");
-    return record(rt, rt->rt->launch(plan->plan, buffers_of(*buffers), ft::StreamHandle{stream}));
+    auto b = buffers_of(buffers, buffers_size);
+    if (!b) return record(rt, b.error());
+    return record(rt, with_size_note(rt->rt->launch(plan->plan, *b, ft::StreamHandle{stream}), buffers_size));
   });
 }
 
-int ft_plan_launch_checked(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream, int32_t* bad_ids_out) {
+int ft_plan_launch_checked_sized(const ft_plan* plan, const ft_layer_buffers* buffers, size_t buffers_size, void* stream,
+                                 int32_t* bad_ids_out) {
   ft_runtime* rt = plan ? plan->owner : nullptr;
   return guarded(rt, "ft_plan_launch_checked", [&]() -> int {
     if (!plan || !buffers) return bad_argument(rt, "ft_plan_launch_checked", "plan and buffers must not be null");
+    auto sized = buffers_of(buffers, buffers_size);
+    if (!sized) return record(rt, sized.error());
+    ft::rt::LayerBuffers b = *sized;
+    if (!rt->rt->has_device()) return record(rt, rt->rt->launch(plan->plan, b, ft::StreamHandle{stream}));
     ft::Device& dev = rt->rt->device();
-    ft::rt::LayerBuffers b = buffers_of(*buffers);
+    ft::DeviceBuffer word;  // this call's bad-id count, when the caller gives none
     if (!b.bad_ids) {
-      if (!rt->bad_ids) {
-        auto word = ft::DeviceBuffer::allocate(dev, 4);
-        if (!word) return record(rt, word.error());
-        rt->bad_ids = std::move(*word);
-      }
-      b.bad_ids = rt->bad_ids.ptr();
+      auto w = ft::DeviceBuffer::allocate(dev, 4);
+      if (!w) return record(rt, w.error());
+      word = std::move(*w);
+      b.bad_ids = word.ptr();
     }
     const ft::StreamHandle s{stream};
-    if (int st = record(rt, rt->rt->launch(plan->plan, b, s)); st != FT_OK) return st;
+    if (int st = record(rt, with_size_note(rt->rt->launch(plan->plan, b, s), buffers_size)); st != FT_OK) return st;
     if (int st = record(rt, dev.synchronize(s)); st != FT_OK) return st;
     std::int32_t bad = 0;
     if (int st = record(rt, dev.copy_to_host(&bad, b.bad_ids, 4)); st != FT_OK) return st;
@@ -304,11 +371,14 @@ int ft_plan_launch_checked(const ft_plan* plan, const ft_layer_buffers* buffers,
   });
 }
 
-int ft_plan_reference(const ft_plan* plan, const ft_layer_buffers* buffers, void* y_ref, void* stream) {
+int ft_plan_reference_sized(const ft_plan* plan, const ft_layer_buffers* buffers, size_t buffers_size, void* y_ref,
+                            void* stream) {
   ft_runtime* rt = plan ? plan->owner : nullptr;
   return guarded(rt, "ft_plan_reference", [&]() -> int {
     if (!plan || !buffers) return bad_argument(rt, "ft_plan_reference", "plan and buffers must not be null");
-    return record(rt, rt->rt->reference(plan->plan, buffers_of(*buffers), ptr(y_ref), ft::StreamHandle{stream}));
+    auto b = buffers_of(buffers, buffers_size);
+    if (!b) return record(rt, b.error());
+    return record(rt, with_size_note(rt->rt->reference(plan->plan, *b, ptr(y_ref), ft::StreamHandle{stream}), buffers_size));
   });
 }
 

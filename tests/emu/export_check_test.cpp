@@ -12,9 +12,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "export/export.hpp"
 #include "runtime/check/check_export.hpp"
-#include "tests/unit/store/db_test_support.hpp"
+#include "tests/support/forms_export.hpp"
 
 namespace ft {
 namespace {
@@ -22,34 +21,11 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string forms_db() { return std::string(FT_TEST_DATA_DIR) + "/tiny_forms.db"; }
-
-struct FormsExport {
-  test::ScratchDir scratch;
-  std::string dir;
-  std::string error;
-  json manifest;
-};
-
-const FormsExport& forms_export() {
-  static FormsExport e;
-  static bool done = false;
-  if (done) return e;
-  done = true;
-  e.dir = e.scratch.file("export");
-  auto s = db::export_winners({forms_db(), e.dir, {}, {}});
-  if (!s) {
-    e.error = s.error().describe();
-    return e;
-  }
-  std::ifstream f(e.dir + "/manifest.json");
-  e.manifest = json::parse(f);
-  return e;
-}
+using test::forms_export;
 
 // The winners of the recorded database cover every launch form.
 TEST(ExportCheck, RecordedWinnersCoverEveryLaunchForm) {
-  const FormsExport& e = forms_export();
+  const test::FormsExport& e = forms_export();
   ASSERT_TRUE(e.error.empty()) << e.error;
   std::set<std::string> forms;
   for (const json& b : e.manifest["problems"][0]["buckets"]) {
@@ -68,7 +44,7 @@ TEST(ExportCheck, RecordedWinnersCoverEveryLaunchForm) {
 }
 
 TEST(ExportCheck, RecordedExportPassesThroughTheRuntimeOnTheEmulator) {
-  const FormsExport& e = forms_export();
+  const test::FormsExport& e = forms_export();
   ASSERT_TRUE(e.error.empty()) << e.error;
   check::CheckOptions o;
   o.dir = e.dir;
@@ -94,7 +70,7 @@ TEST(ExportCheck, RecordedExportPassesThroughTheRuntimeOnTheEmulator) {
 // The mutant: the persistent stage's grid written the way exports once
 // computed it (rows / tile_m, N / tile_n, split_k: one tile per block).
 TEST(ExportCheck, PersistentGridOfTheOldRuleIsRefused) {
-  const FormsExport& e = forms_export();
+  const test::FormsExport& e = forms_export();
   ASSERT_TRUE(e.error.empty()) << e.error;
   test::ScratchDir scratch;
   const std::string dir = scratch.file("mutant");

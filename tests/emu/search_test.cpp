@@ -6,12 +6,15 @@
 // selectors emu:<target>[:<n>] open, malformed ones fail with one line. And
 // the same whole search through the in-process measurer (run_search with
 // in_process: the measuring service called in this process, no worker).
+// While the whole search runs, flytune export reads the same database over
+// and over: each export is complete or refused with one line.
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -187,11 +190,48 @@ void expect_emulated_search_recorded(const std::string& path) {
     for (const char* kind : {"moe1", "moe2", "layer"}) EXPECT_TRUE(seen.contains({t, kind})) << "T=" << t << " " << kind;
 }
 
+// flytune export on the database while the search writes it (a server's
+// deploy job beside a tuning run): each export either writes a complete
+// export of the winners recorded by then or refuses with one line (exit 1:
+// no database yet, no layer winner yet); never a database lock, a partial
+// folder or another exit code. Returns how many wrote an export.
+int export_while(const std::string& db, const std::string& scratch, const std::atomic<bool>& searching) {
+  int written = 0;
+  for (int i = 0; searching.load(); ++i) {
+    const std::string out = scratch + "/during-" + std::to_string(i);
+    auto e = test::run_flytune({"export", "--db", db, "--out", out, "--check", "none"});
+    EXPECT_TRUE(e.exit_code == 0 || e.exit_code == 1) << e.exit_code << ": " << e.output;
+    EXPECT_EQ(e.output.find("locked"), std::string::npos) << e.output;
+    EXPECT_EQ(e.output.find("busy"), std::string::npos) << e.output;
+    if (e.exit_code == 0) {
+      std::ifstream mf(out + "/manifest.json");
+      const json m = json::parse(mf, nullptr, false);
+      EXPECT_TRUE(m.is_object() && m["problems"].size() == 1u) << e.output;
+      for (const json& b : m.value("problems", json::array()).at(0).value("buckets", json::array()))
+        for (const json& st : b["steps"])
+          if (st.contains("code_object")) EXPECT_TRUE(fs::exists(out + "/" + st["code_object"].get<std::string>()));
+      ++written;
+    } else {
+      EXPECT_FALSE(fs::exists(out + "/manifest.json")) << "a refused export left a manifest: " << e.output;
+    }
+    std::this_thread::sleep_for(500ms);
+  }
+  return written;
+}
+
 TEST(EmuSearch, WholeSearchVerifiesTimesPairsAndRecordsWinners) {
   test::ScratchDir dir;
   const test::ScopedEnv cache("FLYTUNE_CACHE_DIR", shared_cache().c_str());
   const std::string db = dir.file("emu.db");
-  auto r = test::run_flytune(search_args(db));
+  std::atomic<bool> searching{true};
+  ProcessOutput r;
+  std::thread search([&] {
+    r = test::run_flytune(search_args(db));
+    searching = false;
+  });
+  const int written = export_while(db, dir.file(""), searching);
+  search.join();
+  std::printf("%d exports written while the search ran\n", written);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json sum = summary_of(r.output);
   ASSERT_TRUE(sum.is_object()) << r.output;

@@ -1,0 +1,111 @@
+#pragma once
+// The parts of a layer check through the C API that check-export and the soak
+// share: device memory released through the runtime, a problem's weights (and
+// their arranged copies), the routings, the reference and the judgement.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flytune_runtime.h"
+#include "generator/error.hpp"
+#include "generator/problem.hpp"
+#include "measure/workload/workload.hpp"
+#include "runtime/check/check_export.hpp"
+
+namespace ft::check {
+
+// Device memory of one check, released through the runtime on scope exit.
+class Allocations {
+ public:
+  explicit Allocations(ft_runtime* rt) : rt_(rt) {}
+  ~Allocations() {
+    for (void* p : ptrs_) ft_runtime_free(rt_, p);
+  }
+  Allocations(const Allocations&) = delete;
+  Allocations& operator=(const Allocations&) = delete;
+  void* get(std::size_t bytes) {
+    void* p = nullptr;
+    if (ft_runtime_alloc(rt_, bytes ? bytes : 4, &p) != FT_OK) return nullptr;
+    ptrs_.push_back(p);
+    return p;
+  }
+
+ private:
+  ft_runtime* rt_;
+  std::vector<void*> ptrs_;
+};
+
+// A problem's weights, filled once and shared by all its checks (a layer of
+// DeepSeek-V3 holds 22 GB of them), with the arranged copies made on first
+// use: plain W1/W2 for the reference, shuffled or tiled copies for stages
+// that read them. An fp8 problem's weights are e4m3 codes with fp32 scales
+// (and per-tensor a static activation scale), drawn as the search's
+// workloads draw theirs (measure/workload/workload.hpp) from other seeds.
+class ProblemWeights {
+ public:
+  ProblemWeights(ft_runtime* rt, const Problem& p, std::uint64_t seed);
+  const std::string& error() const { return error_; }
+  const void* plain(int stage) const { return plain_[stage - 1]; }
+  // The caller's scale buffers of an fp8 layer (null for 16-bit problems).
+  void bind_scales(ft_layer_buffers& b) const {
+    b.x_scale = x_scale_;
+    b.w1_scales = scales_[0];
+    b.w2_scales = scales_[1];
+  }
+  // The copy a plan's stage reads (plain, shuffled or tiled); null on failure.
+  const void* arranged(int stage, int layout);
+
+ private:
+  std::size_t element_bytes() const { return fp8_ ? 1 : 2; }
+  ft_runtime* rt_;
+  Allocations mem_;
+  bool fp8_ = false;
+  void* plain_[2] = {nullptr, nullptr};
+  float* scales_[2] = {nullptr, nullptr};
+  float* x_scale_ = nullptr;
+  void* copies_[2][3] = {};
+  std::size_t rows_[2] = {}, cols_[2] = {};
+  std::string error_;
+};
+
+// A runtime handle, closed on scope exit.
+struct RuntimeHandle {
+  ft_runtime* rt = nullptr;
+  ~RuntimeHandle() { ft_runtime_close(rt); }
+};
+
+// The routing of a check or soak launch (uniform, hot, zipf, one-empty, masked):
+// ids [T, k] (-1 for masked slots) and weights.
+Result<Routed> routing_for(const std::string& name, const ft_problem_shape& shape, int tokens, std::uint64_t seed);
+
+// Tokens checked against the reference: all up to kFullReference, else that
+// many -- the first, the last and the rest spread evenly between them.
+inline constexpr int kFullReference = 1024;
+std::vector<int> sample_tokens(int tokens);
+
+// Fills a device buffer with the all-ones pattern: NaN in 16-bit and fp32
+// data, a huge index in sorted_ids / block_experts.
+bool poison(ft_runtime* rt, void* p, std::size_t bytes);
+
+// The support unit's reference into y_ref (`bf16_layer`: the bf16 layer on the
+// same weights, fp8 problems' sanity reference): on the layer's own buffers
+// when every token is checked, else on the sampled tokens alone, their x rows,
+// ids and weights copied into buffers of their own; on `stream`. An error
+// text, empty when it launched.
+std::string reference_into(ft_runtime* rt, const ft_plan* plan, Allocations& mem, const ft_layer_buffers& b,
+                           const Routed& routed, const std::vector<int>& sampled, void* y_ref, bool bf16_layer = false,
+                           void* stream = nullptr);
+
+// Y against the reference: every element written (finite), the sampled rows
+// within the search's bounds. fp8 layers (`sane_bits` not empty): also within
+// the sanity bound of the bf16 layer on the same dequantised weights.
+void judge(CheckRow& row, const std::vector<std::uint16_t>& all, const std::vector<std::uint16_t>& ref_bits,
+           const std::vector<int>& sampled, std::size_t H, DType dtype, const std::vector<std::uint16_t>& sane_bits = {});
+
+// One row of check-export on an open runtime: the layer at `tokens` under a
+// routing through ft_plan_launch_checked on poisoned output and workspace,
+// against the reference (`graph`: captured and replayed).
+CheckRow check_one(ft_runtime* rt, ProblemWeights& weights, const std::string& key, int tokens, const std::string& routing,
+                   std::uint64_t seed, bool graph = false);
+
+}  // namespace ft::check

@@ -1,0 +1,377 @@
+#include "runtime/check/soak.hpp"
+
+#include <dirent.h>
+#include <malloc.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "flytune_runtime.h"
+#include "runtime/check/check_export.hpp"
+#include "runtime/check/layer_check.hpp"
+#include "runtime/check/observed_device.hpp"
+#include "runtime/src/runtime_impl.hpp"
+#include "device/runtimes.hpp"
+#include "measure/workload/half.hpp"
+
+namespace ft::check {
+namespace {
+
+// Routing sets each thread cycles through, uploaded once (a launch reads the
+// first T rows of one: a routing of T tokens), so no upload races a launch
+// still running on the stream.
+constexpr int kRoutingSets = 5;
+const char* const kRoutings[kRoutingSets] = {"uniform", "zipf", "masked", "hot", "one-empty"};
+constexpr std::size_t kMaxFailureLines = 8;
+
+long open_files() {
+  long n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d)) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+std::size_t rss_bytes() {
+  long pages = 0, resident = 0;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return std::size_t(resident) * std::size_t(sysconf(_SC_PAGESIZE));
+}
+
+Result<ft_runtime*> open_observed(const SoakOptions& o, const std::shared_ptr<Observed>& seen) {
+  auto wrap = [seen](std::unique_ptr<Device> d) -> std::unique_ptr<Device> {
+    return std::make_unique<ObservedDevice>(std::move(d), seen);
+  };
+  if (o.emulate) return open_on_emulator(o.dir, wrap);
+  auto opener = [&]() -> Result<std::unique_ptr<Device>> {
+    auto d = open_device(o.device);
+    if (!d) return fail(Errc::no_device, d.error().message, d.error().context);
+    return wrap(std::move(*d));
+  };
+  auto runtime = FT_TRY(rt::Runtime::open(o.dir, opener));
+  return rt::adopt_runtime(std::move(runtime));
+}
+
+// One thread's share: its stream, inputs for the largest T and the routing sets.
+struct Lane {
+  StreamHandle stream;
+  void* x = nullptr;
+  void* y = nullptr;
+  void* y_ref = nullptr;
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  void* ids[kRoutingSets] = {};
+  void* weights[kRoutingSets] = {};
+  Routed routed[kRoutingSets];
+  long launches = 0, checks = 0, check_failures = 0, errors = 0;
+  int t_min = 1 << 30, t_max = 0;
+  std::set<int> buckets;
+  std::vector<std::string> failures;
+};
+
+struct Shared {
+  ft_runtime* rt;
+  std::string key;
+  Problem problem;
+  ft_problem_shape shape{};
+  ProblemWeights* weights;
+  const SoakOptions* o;
+};
+
+// The largest workspace any T in [tokens_min, tokens_max] needs: a bucket's
+// grows with T up to the bucket, the last one's up to tokens_max.
+Result<std::size_t> largest_workspace(ft_runtime* rt, const std::string& key, int problem_index, const SoakOptions& o) {
+  std::vector<int> candidates{o.tokens_min, o.tokens_max};
+  for (int b = 0; b < ft_runtime_bucket_count(rt, problem_index); ++b) {
+    const int t = ft_runtime_bucket_tokens(rt, problem_index, b);
+    if (t >= o.tokens_min && t <= o.tokens_max) candidates.push_back(t);
+  }
+  std::size_t most = 0;
+  for (int t : candidates) {
+    ft_plan* plan = nullptr;
+    if (ft_runtime_select(rt, key.c_str(), t, &plan) != FT_OK) return fail(Errc::internal, ft_runtime_last_error(rt), key);
+    most = std::max(most, ft_plan_workspace_bytes(plan));
+    ft_plan_free(plan);
+  }
+  return most;
+}
+
+// Each stage's copies in every layout some bucket reads, made before the
+// threads start (ProblemWeights makes them on first use).
+Status arrange_all(ft_runtime* rt, const std::string& key, int problem_index, ProblemWeights& w) {
+  for (int b = 0; b < ft_runtime_bucket_count(rt, problem_index); ++b) {
+    ft_plan* plan = nullptr;
+    if (ft_runtime_select(rt, key.c_str(), ft_runtime_bucket_tokens(rt, problem_index, b), &plan) != FT_OK)
+      return fail(Errc::internal, ft_runtime_last_error(rt), key);
+    for (int stage : {1, 2}) {
+      const int layout = ft_plan_needs_shuffled(plan, stage) ? FT_WEIGHT_LAYOUT_SHUFFLED
+                         : ft_plan_needs_tiled(plan, stage)  ? FT_WEIGHT_LAYOUT_TILED
+                                                              : FT_WEIGHT_LAYOUT_PLAIN;
+      if (!w.arranged(stage, layout)) {
+        ft_plan_free(plan);
+        return fail(Errc::device, fmt::format("arranging w{}: {}", stage, ft_runtime_last_error(rt)), key);
+      }
+    }
+    ft_plan_free(plan);
+  }
+  return {};
+}
+
+Status prepare_lane(const Shared& s, Lane& lane, Allocations& mem, int index) {
+  const SoakOptions& o = *s.o;
+  Device& dev = rt::runtime_of(s.rt)->device();
+  lane.stream = FT_TRY(dev.create_stream());
+  const std::size_t T = std::size_t(o.tokens_max), H = std::size_t(s.shape.hidden), k = std::size_t(s.shape.topk);
+  lane.x = mem.get(T * H * 2);
+  lane.y = mem.get(T * H * 2);
+  lane.y_ref = mem.get(std::min<std::size_t>(T, kFullReference) * H * 2);
+  lane.workspace_bytes = FT_TRY(largest_workspace(s.rt, s.key, 0, o));
+  lane.workspace = mem.get(lane.workspace_bytes);
+  if (!lane.x || !lane.y || !lane.y_ref || !lane.workspace) return fail(Errc::device, ft_runtime_last_error(s.rt), "soak inputs");
+  const int x_kind = s.problem.dtype == DType::f16 ? FT_FILL_F16 : FT_FILL_BF16;
+  if (ft_runtime_fill_random_as(s.rt, lane.x, T * H, o.seed * 31 + std::uint64_t(index), tensor_scale(s.problem, TensorStream::x),
+                                x_kind, magnitude_group(s.problem, TensorStream::x)) != FT_OK)
+    return fail(Errc::device, ft_runtime_last_error(s.rt), "soak inputs");
+  for (int r = 0; r < kRoutingSets; ++r) {
+    lane.routed[r] = FT_TRY(routing_for(kRoutings[r], s.shape, o.tokens_max, o.seed * 97 + std::uint64_t(index * kRoutingSets + r)));
+    lane.ids[r] = mem.get(T * k * 4);
+    lane.weights[r] = mem.get(T * k * 4);
+    if (!lane.ids[r] || !lane.weights[r] ||
+        ft_runtime_upload(s.rt, lane.ids[r], lane.routed[r].ids.data(), T * k * 4) != FT_OK ||
+        ft_runtime_upload(s.rt, lane.weights[r], lane.routed[r].weights.data(), T * k * 4) != FT_OK)
+      return fail(Errc::device, ft_runtime_last_error(s.rt), "soak routing");
+  }
+  return {};
+}
+
+void note(Lane& lane, std::string line) {
+  if (lane.failures.size() < kMaxFailureLines) lane.failures.push_back(std::move(line));
+}
+
+// The launch just made, against the reference on the sampled tokens.
+void check(const Shared& s, Lane& lane, const ft_plan* plan, const ft_layer_buffers& b, int T, int r) {
+  ++lane.checks;
+  Allocations mem(s.rt);  // the reference's copies of the sampled rows
+  const std::size_t H = std::size_t(s.shape.hidden), k = std::size_t(s.shape.topk);
+  Routed routed;
+  routed.ids.assign(lane.routed[r].ids.begin(), lane.routed[r].ids.begin() + long(std::size_t(T) * k));
+  routed.weights.assign(lane.routed[r].weights.begin(), lane.routed[r].weights.begin() + long(std::size_t(T) * k));
+  const std::vector<int> sampled = sample_tokens(T);
+  std::vector<std::uint16_t> all(std::size_t(T) * H), ref(sampled.size() * H);
+  std::string e;
+  if (ft_runtime_synchronize(s.rt, lane.stream.p) != FT_OK || ft_runtime_download(s.rt, all.data(), lane.y, all.size() * 2) != FT_OK)
+    e = std::string("download: ") + ft_runtime_last_error(s.rt);
+  if (e.empty()) e = reference_into(s.rt, plan, mem, b, routed, sampled, lane.y_ref, false, lane.stream.p);
+  if (e.empty() && (ft_runtime_synchronize(s.rt, lane.stream.p) != FT_OK ||
+                    ft_runtime_download(s.rt, ref.data(), lane.y_ref, ref.size() * 2) != FT_OK))
+    e = std::string("reference download: ") + ft_runtime_last_error(s.rt);
+  CheckRow row{s.key, ft_plan_bucket(plan), T, kRoutings[r], false, 0, e};
+  if (e.empty()) judge(row, all, ref, sampled, H, s.problem.dtype);
+  if (!row.passed) {
+    ++lane.check_failures;
+    note(lane, fmt::format("T={} bucket {} {}: {}", T, row.bucket, row.routing, row.summary));
+  }
+}
+
+// One launch at T: select, bind this lane's buffers, launch (poisoned output
+// and a check on every check_every-th), free the plan. False on an error.
+bool launch_one(const Shared& s, Lane& lane, int T, long i) {
+  const SoakOptions& o = *s.o;
+  const int r = int(i % kRoutingSets);
+  ft_plan* plan = nullptr;
+  if (ft_runtime_select(s.rt, s.key.c_str(), T, &plan) != FT_OK) {
+    ++lane.errors;
+    note(lane, fmt::format("select T={}: {}", T, ft_runtime_last_error(s.rt)));
+    return false;
+  }
+  ft_layer_buffers b{};
+  b.x = lane.x;
+  b.topk_ids = static_cast<const std::int32_t*>(lane.ids[r]);
+  b.topk_weights = static_cast<const float*>(lane.weights[r]);
+  b.w1 = s.weights->plain(1);
+  b.w2 = s.weights->plain(2);
+  b.y = lane.y;
+  b.workspace = lane.workspace;
+  b.workspace_bytes = lane.workspace_bytes;
+  s.weights->bind_scales(b);
+  for (int stage : {1, 2}) {
+    if (ft_plan_needs_shuffled(plan, stage)) (stage == 1 ? b.w1_shuffled : b.w2_shuffled) = s.weights->arranged(stage, FT_WEIGHT_LAYOUT_SHUFFLED);
+    if (ft_plan_needs_tiled(plan, stage)) (stage == 1 ? b.w1_tiled : b.w2_tiled) = s.weights->arranged(stage, FT_WEIGHT_LAYOUT_TILED);
+  }
+  const bool checked = i % o.check_every == 0;
+  bool ok = true;
+  if (checked && (ft_runtime_synchronize(s.rt, lane.stream.p) != FT_OK || !poison(s.rt, lane.y, std::size_t(T) * std::size_t(s.shape.hidden) * 2))) {
+    ok = false;
+    note(lane, fmt::format("poison T={}: {}", T, ft_runtime_last_error(s.rt)));
+  }
+  if (ok && ft_plan_launch(plan, &b, lane.stream.p) != FT_OK) {
+    ok = false;
+    note(lane, fmt::format("launch T={}: {}", T, ft_runtime_last_error(s.rt)));
+  }
+  if (ok) {
+    ++lane.launches;
+    lane.t_min = std::min(lane.t_min, T);
+    lane.t_max = std::max(lane.t_max, T);
+    lane.buckets.insert(ft_plan_bucket(plan));
+    if (checked) check(s, lane, plan, b, T, r);
+  } else {
+    ++lane.errors;
+  }
+  ft_plan_free(plan);
+  return ok;
+}
+
+}  // namespace
+
+SoakSample sample_now(Observed& seen, long launches) {
+  const struct mallinfo2 m = mallinfo2();
+  std::lock_guard l(seen.mutex);
+  return {launches,     rss_bytes(),  m.uordblks + m.hblkhd, seen.allocations.size(), seen.allocated_bytes,
+          seen.streams, seen.events,  seen.graphs,           seen.modules,            open_files()};
+}
+
+std::vector<std::string> SoakReport::growth(std::size_t heap_slack, std::size_t rss_slack) const {
+  return check::growth(after_warmup, at_end, heap_slack, rss_slack);
+}
+
+std::vector<std::string> growth(const SoakSample& a, const SoakSample& b, std::size_t heap_slack, std::size_t rss_slack) {
+  std::vector<std::string> out;
+  auto exact = [&](const char* what, long long before, long long after) {
+    if (after != before) out.push_back(fmt::format("{}: {} before, {} after", what, before, after));
+  };
+  exact("live device allocations", (long long)a.device_allocations, (long long)b.device_allocations);
+  exact("device bytes allocated", (long long)a.device_bytes, (long long)b.device_bytes);
+  exact("streams", a.streams, b.streams);
+  exact("events", a.events, b.events);
+  exact("graphs", a.graphs, b.graphs);
+  exact("modules", a.modules, b.modules);
+  exact("open files", a.open_files, b.open_files);
+  if (b.heap_bytes > a.heap_bytes + heap_slack)
+    out.push_back(fmt::format("host heap in use grew by {} bytes (allowed {})", b.heap_bytes - a.heap_bytes, heap_slack));
+  if (b.rss_bytes > a.rss_bytes + rss_slack)
+    out.push_back(fmt::format("RSS grew by {} bytes (allowed {})", b.rss_bytes - a.rss_bytes, rss_slack));
+  return out;
+}
+
+std::string SoakReport::json() const {
+  auto s = [](const SoakSample& x) {
+    return nlohmann::json{{"launches", x.launches},       {"rss_bytes", x.rss_bytes},
+                          {"heap_bytes", x.heap_bytes},   {"device_allocations", x.device_allocations},
+                          {"device_bytes", x.device_bytes}, {"streams", x.streams},
+                          {"events", x.events},           {"graphs", x.graphs},
+                          {"modules", x.modules},         {"open_files", x.open_files}};
+  };
+  nlohmann::json j{{"device", device},
+                   {"problem", problem},
+                   {"launches", launches},
+                   {"checks", checks},
+                   {"check_failures", check_failures},
+                   {"errors", errors},
+                   {"failures", failures},
+                   {"tokens_seen", {tokens_min_seen, tokens_max_seen}},
+                   {"buckets_seen", buckets_seen},
+                   {"after_warmup", s(after_warmup)},
+                   {"at_end", s(at_end)},
+                   {"seconds", seconds},
+                   {"launches_per_second", seconds > 0 ? double(launches) / seconds : 0.0}};
+  return j.dump(1);
+}
+
+Result<SoakReport> soak_export(const SoakOptions& o) {
+  if (o.threads < 1 || o.launches < 2 * o.threads || o.tokens_min < 1 || o.tokens_max < o.tokens_min || o.check_every < 1 ||
+      o.warmup < 0 || o.warmup >= 1)
+    return fail(Errc::usage, "soak: threads >= 1, launches >= 2 * threads, 1 <= tokens_min <= tokens_max, "
+                             "check_every >= 1, 0 <= warmup < 1");
+  auto seen = std::make_shared<Observed>();
+  RuntimeHandle h;
+  h.rt = FT_TRY(open_observed(o, seen));
+  SoakReport report;
+  report.device = rt::runtime_of(h.rt)->device().info().name;
+  int problem_index = 0;
+  if (o.problem) {
+    problem_index = -1;
+    for (int p = 0; p < ft_runtime_problem_count(h.rt); ++p)
+      if (*o.problem == ft_runtime_problem_key(h.rt, p)) problem_index = p;
+    if (problem_index < 0) return fail(Errc::not_found, "the export has no problem '" + *o.problem + "'", o.dir);
+  }
+  if (ft_runtime_problem_count(h.rt) == 0) return fail(Errc::not_found, "the export has no problem", o.dir);
+  Shared s{h.rt, ft_runtime_problem_key(h.rt, problem_index), {}, {}, nullptr, &o};
+  report.problem = s.key;
+  {
+    ft_plan* first = nullptr;
+    if (ft_runtime_select(h.rt, s.key.c_str(), 1, &first) != FT_OK) return fail(Errc::internal, ft_runtime_last_error(h.rt), s.key);
+    s.problem = rt::plan_of(first)->problem->problem;
+    ft_plan_shape(first, &s.shape);
+    ft_plan_free(first);
+  }
+  auto weights = std::make_unique<ProblemWeights>(h.rt, s.problem, o.seed);
+  if (!weights->error().empty()) return fail(Errc::device, weights->error(), s.key);
+  FT_CHECK(arrange_all(h.rt, s.key, problem_index, *weights));
+  s.weights = weights.get();
+  Allocations mem(h.rt);
+  std::vector<Lane> lanes(std::size_t(o.threads));
+  for (int t = 0; t < o.threads; ++t) FT_CHECK(prepare_lane(s, lanes[std::size_t(t)], mem, t));
+  if (ft_runtime_synchronize(h.rt, nullptr) != FT_OK) return fail(Errc::device, ft_runtime_last_error(h.rt), "soak setup");
+
+  const long per_thread = o.launches / o.threads;
+  const long warm = std::clamp(long(double(per_thread) * o.warmup), 1L, per_thread - 1);  // every thread reaches it
+  std::atomic<long> done{0};
+  // After the warm-up every thread waits for its stream; the last to arrive samples.
+  std::barrier warmed(o.threads, [&]() noexcept { report.after_warmup = sample_now(*seen, done.load()); });
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < o.threads; ++t)
+    threads.emplace_back([&, t] {
+      Lane& lane = lanes[std::size_t(t)];
+      std::mt19937_64 rng(o.seed * 7919 + std::uint64_t(t));
+      std::uniform_real_distribution<double> u(std::log(double(o.tokens_min)), std::log(double(o.tokens_max) + 1));
+      bool ok = true;
+      for (long i = 0; i < per_thread; ++i) {
+        if (i == warm) {
+          (void)ft_runtime_synchronize(s.rt, lane.stream.p);
+          warmed.arrive_and_wait();
+        }
+        if (!ok) continue;  // stopped at its first error; still arrives at the barrier
+        const int T = std::clamp(int(std::exp(u(rng))), o.tokens_min, o.tokens_max);
+        ok = launch_one(s, lane, T, i);
+        done.fetch_add(1, std::memory_order_relaxed);
+      }
+      (void)ft_runtime_synchronize(s.rt, lane.stream.p);
+    });
+  for (std::thread& th : threads) th.join();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.at_end = sample_now(*seen, done.load());
+  std::set<int> buckets;
+  report.tokens_min_seen = 1 << 30;
+  for (Lane& lane : lanes) {
+    report.launches += lane.launches, report.checks += lane.checks, report.check_failures += lane.check_failures;
+    report.errors += lane.errors;
+    report.tokens_min_seen = std::min(report.tokens_min_seen, lane.t_min);
+    report.tokens_max_seen = std::max(report.tokens_max_seen, lane.t_max);
+    buckets.insert(lane.buckets.begin(), lane.buckets.end());
+    for (std::string& f : lane.failures)
+      if (report.failures.size() < kMaxFailureLines) report.failures.push_back(std::move(f));
+    (void)rt::runtime_of(h.rt)->device().destroy_stream(lane.stream);
+  }
+  report.buckets_seen.assign(buckets.begin(), buckets.end());
+  return report;
+}
+
+}  // namespace ft::check

@@ -1,0 +1,109 @@
+/* flytune runtime: loads a folder written by `flytune export` (manifest.json,
+ * code objects, docs/EXPORT.md) and launches a whole MoE layer on a stream with
+ * CUDA or HIP (both opened with dlopen). C API; every function returns 0 on
+ * success or a nonzero ft_status, with the message in ft_runtime_last_error.
+ *
+ * Launching (ft_plan_launch) does no host synchronisation and no allocation:
+ * one asynchronous memset and four kernel launches on the given stream, so it
+ * can be captured into a CUDA/HIP graph. */
+#ifndef FLYTUNE_RUNTIME_H
+#define FLYTUNE_RUNTIME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ft_runtime ft_runtime;
+typedef struct ft_plan ft_plan;
+
+typedef enum ft_status {
+  FT_OK = 0,
+  FT_ERR_MANIFEST = 1,    /* missing, malformed or unsupported manifest */
+  FT_ERR_FILE = 2,        /* a file outside the export folder, missing or unreadable */
+  FT_ERR_HASH = 3,        /* a code object whose bytes do not hash to its recorded name */
+  FT_ERR_TARGET = 4,      /* the export's target is not the device's */
+  FT_ERR_DEVICE = 5,      /* no GPU, or the GPU runtime failed */
+  FT_ERR_NOT_FOUND = 6,   /* unknown problem key */
+  FT_ERR_ARGUMENT = 7     /* a bad argument (null buffer, T < 1, ...) */
+} ft_status;
+
+/* Device pointers of one layer call. Workspace sizes: ft_plan_workspace. */
+typedef struct ft_layer_buffers {
+  const void* x;              /* [T, hidden] bf16/f16 */
+  const int32_t* topk_ids;    /* [T, topk] */
+  const float* topk_weights;  /* [T, topk] */
+  const void* w1;             /* [experts, 2*inter, hidden] plain (row-major) */
+  const void* w2;             /* [experts, hidden, inter] plain */
+  const void* w1_shuffled;    /* w1 after ft_runtime_shuffle_weights; needed where a plan's stage 1 says shuffled */
+  const void* w2_shuffled;    /* w2 likewise for stage 2 */
+  void* inter;                /* workspace */
+  float* y_acc;               /* workspace */
+  int32_t* sorted_ids;        /* workspace */
+  int32_t* block_experts;     /* workspace */
+  int32_t* padded_rows;       /* workspace */
+  void* y;                    /* [T, hidden] output */
+} ft_layer_buffers;
+
+typedef struct ft_workspace_sizes {
+  size_t inter, y_acc, sorted_ids, block_experts, padded_rows; /* bytes */
+} ft_workspace_sizes;
+
+/* Opens an export folder on the first GPU (HIP first, then CUDA), or on the
+ * device FLYTUNE_DEVICE names ("cuda:0", "hip:1"). Refuses -- with one line in
+ * err and nothing loaded -- a manifest naming files outside the folder, code
+ * objects that do not hash to their names, an export for another target. */
+int ft_runtime_open(const char* export_dir, ft_runtime** out, char* err, size_t errlen);
+/* The same on a named device ("cuda:0"; NULL or "" as ft_runtime_open). */
+int ft_runtime_open_on(const char* export_dir, const char* device, ft_runtime** out, char* err, size_t errlen);
+void ft_runtime_close(ft_runtime* rt);
+const char* ft_runtime_last_error(const ft_runtime* rt);
+const char* ft_runtime_target(const ft_runtime* rt);
+/* The problems the export serves (keys as Problem::key(), docs/EXPORT.md). */
+int ft_runtime_problem_count(const ft_runtime* rt);
+const char* ft_runtime_problem_key(const ft_runtime* rt, int index);
+
+typedef struct ft_problem_shape {
+  int experts, hidden, inter, topk;
+  int element_bytes;   /* 2 */
+  const char* dtype;   /* "bf16" or "f16" */
+} ft_problem_shape;
+
+/* The kernels for (problem, T): the smallest tuned bucket >= T, else the
+ * largest. The plan stays valid until ft_plan_free or ft_runtime_close. */
+int ft_runtime_select(ft_runtime* rt, const char* problem_key, int tokens, ft_plan** out);
+void ft_plan_free(ft_plan* plan);
+int ft_plan_bucket(const ft_plan* plan);             /* the tuned bucket chosen */
+int ft_plan_tokens(const ft_plan* plan);
+void ft_plan_shape(const ft_plan* plan, ft_problem_shape* out);
+/* 1 where that stage (1 or 2) reads pre-shuffled weights. */
+int ft_plan_needs_shuffled(const ft_plan* plan, int stage);
+void ft_plan_workspace(const ft_plan* plan, ft_workspace_sizes* out);
+/* Enqueues the layer on `stream` (CUstream / hipStream_t; NULL: the default stream). */
+int ft_plan_launch(const ft_plan* plan, const ft_layer_buffers* buffers, void* stream);
+
+/* Writes src [rows, cols] (row-major, 16-bit elements) to dst in the shuffled
+ * layout (docs/EXPORT.md); asynchronous on `stream`. For w1: rows =
+ * experts*2*inter, cols = hidden; for w2: rows = experts*hidden, cols = inter. */
+int ft_runtime_shuffle_weights(ft_runtime* rt, const void* src, void* dst, int rows, int cols, void* stream);
+
+/* Helpers for programs without their own GPU runtime code (examples, checks). */
+int ft_runtime_alloc(ft_runtime* rt, size_t bytes, void** out);
+int ft_runtime_free(ft_runtime* rt, void* p);
+int ft_runtime_upload(ft_runtime* rt, void* dst, const void* src, size_t bytes);
+int ft_runtime_download(ft_runtime* rt, void* dst, const void* src, size_t bytes);
+int ft_runtime_synchronize(ft_runtime* rt, void* stream);
+/* Seeded random 16-bit values (the search's fill kernel), scaled by `scale`. */
+int ft_runtime_fill_random(ft_runtime* rt, void* dst, size_t count, uint64_t seed, float scale);
+/* The support unit's reference kernels for the plan's problem and T: writes
+ * the reference intermediate to buffers->inter and the output to y_ref
+ * (plain weights; no workspace other than inter). */
+int ft_plan_reference(const ft_plan* plan, const ft_layer_buffers* buffers, void* y_ref, void* stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FLYTUNE_RUNTIME_H */

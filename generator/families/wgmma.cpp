@@ -115,6 +115,12 @@ class WgmmaFamily final : public Family {
     // producer leaves before the epilogue's block barriers); the tiled layout
     // holds fp8 codes as 16-bit byte pairs, a 128-byte slice row of 128 codes
     // (weight_layout.hpp).
+    // Persistent blocks whose consumers promote: ptxas 13.0 serialises the
+    // wgmma of several of them (C7518 / C7520, a compiler-inserted warpgroup
+    // wait in a divergent path), so none is built.
+    if (ws && fp8::promotes(v) && v.get("tiles_per_block") > 1)
+      return fmt::format("{} tiles per block with promoting consumers: ptxas serialises their wgmma (one tile per block only)",
+                         v.get("tiles_per_block"));
     if (ws && fp8::quantise_on_store(v))
       return std::string("quantise-on-store needs every thread in the epilogue, a producer warpgroup leaves before it");
     if (auto why = fp8::shape_rules(v)) return why;

@@ -4,7 +4,7 @@
 // in its GEMM, reduce -- for sm_90a's wgmma (stage 1 also with fast
 // accumulation, promote = 0, on the shared ring and with a producer
 // warpgroup, and promoting every 4 k-tiles; both stages promoting in a
-// producer warpgroup's consumers, one tile and 8 tiles per block, split-K
+// producer warpgroup's consumers, on one and two consumer warpgroups, split-K
 // slices included) and mma.sync atoms and the MFMA
 // e4m3 atoms of gfx942 (fnuz) and gfx950 (OCP), at T = 1, 7, 33 with an expert that
 // gets no tokens, against the CPU reference from the dequantised inputs (the
@@ -90,10 +90,11 @@ std::vector<LayerPlan> fp8_plans(const Target& t, Scales scales) {
       // Promotion in a producer warpgroup's consumers, both stages (stage 1
       // promoting every k-tile, every 4 where the scales allow; block128's
       // W1 block scales): two consumer warpgroups with stage 2 in split-K
-      // slices (groups counted from the slice's k), and persistent blocks of 8.
+      // slices (groups counted from the slice's k), and one warpgroup.
+      // (Persistent blocks do not promote: the legality refuses them.)
       const int every = scales == Scales::block128 ? 1 : 4;
       shapes.push_back({128, 64, 64, 128, 8, 1, 4, false, false, false, Reduce::atomic, 2, 1, 1, 1});
-      shapes.push_back({64, 64, 128, 128, 4, 1, 3, false, true, false, Reduce::partials16, 1, every, 8, 8});
+      shapes.push_back({64, 64, 128, 128, 4, 1, 3, false, true, false, Reduce::partials16, 1, every, 1, 1});
     } else {
       const int m = atom->m;
       shapes = {{2 * m, 128, 64, 64, 2, 2, 2, true, false, false, Reduce::atomic, 1},
@@ -194,13 +195,13 @@ TEST_P(EmuFp8Mutant, WeightScalesOneIndexOffFail) {
   expect_rotated_weight_scales_fail(fp8_plans(target("sm_90a"), scales).front(), scales, which);
 }
 
-// block128: both stages promote in a producer warpgroup's consumers (persistent
-// blocks), so W1's and W2's block scales are read only by that promotion; one
-// index off (the next k group's scale) must fail.
+// block128: both stages promote in a producer warpgroup's consumers (two
+// consumer warpgroups, split-K stage 2), so W1's and W2's block scales are read
+// only by that promotion; one index off (the next k group's scale) must fail.
 TEST(EmuFp8ProducerPromotion, WeightBlockScalesOneIndexOffFail) {
   const std::vector<LayerPlan> plans = fp8_plans(target("sm_90a"), Scales::block128);
   const auto plan = std::ranges::find_if(plans, [](const LayerPlan& p) {
-    return p.stage1.get("warp_specialized") && p.stage2.get("warp_specialized") && p.stage2.get("tiles_per_block") > 1;
+    return p.stage1.get("warp_specialized") && p.stage2.get("warp_specialized");
   });
   ASSERT_NE(plan, plans.end()) << "no block128 layer promotes in producer warpgroups";
   for (int which : {1, 2}) expect_rotated_weight_scales_fail(*plan, Scales::block128, which);

@@ -78,6 +78,19 @@ INSTANTIATE_TEST_SUITE_P(
                       LegalityCase{"ws_s2_tensor_never", StageRole::stage2, Scales::per_tensor, 0, "change along k", true}),
     [](const auto& info) { return std::string(info.param.label); });
 
+// Persistent producer blocks do not promote (ptxas serialised their wgmma);
+// without promotion they stay legal.
+TEST(Fp8Promote, PersistentProducerBlocksDoNotPromote) {
+  Variant every = wgmma_fp8(StageRole::stage2, Scales::per_tensor, 1, true);
+  every.set("tiles_per_block", 8);
+  const auto why = why_illegal(every, fp8_problem(Scales::per_tensor));
+  ASSERT_TRUE(why) << every.name() << " is legal";
+  EXPECT_NE(why->find("promoting consumers"), std::string::npos) << *why;
+  Variant never = wgmma_fp8(StageRole::stage1, Scales::per_tensor, 0, true);
+  never.set("tiles_per_block", 8);
+  EXPECT_FALSE(why_illegal(never, fp8_problem(Scales::per_tensor)));
+}
+
 TEST(Fp8Promote, SearchedOnlyWhereTheScalesAreConstantAlongK) {
   const Target& t = *find_target("sm_90a");
   for (Scales scales : {Scales::per_tensor, Scales::per_token, Scales::block128}) {

@@ -23,9 +23,11 @@ from . import _core
 __all__ = [
     "load", "Export", "Problem", "FlytuneError", "ManifestError", "FileError", "HashError", "TargetError",
     "DeviceError", "NotFoundError", "ArgumentError", "InternalError", "library_path", "runtime_header",
-    "fp8_ocp_to_fnuz",
+    "fp8_ocp_to_fnuz", "PLAN_CACHE_PLANS",
 ]
 __version__ = "0.1.0"
+# The plans an Export keeps per device, least recently used freed first (Export.cached_plans).
+PLAN_CACHE_PLANS: int = _core.PLAN_CACHE_PLANS
 
 
 class FlytuneError(RuntimeError):
@@ -189,6 +191,11 @@ class Export:
 
     def is_open_on(self, device: str) -> bool:
         return self._core.is_open_on(device)
+
+    def cached_plans(self, device: Optional[str] = None) -> int:
+        """How many plans (one per problem and token count) the export keeps on `device` (default: the one
+        opened at load): at most PLAN_CACHE_PLANS, the least recently used freed first."""
+        return _call(self._core.cached_plans, device or self.device)
 
 
 def load(export_dir: os.PathLike | str, device: Optional[str] = None,

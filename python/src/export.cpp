@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <list>
 
 #include "runtime/src/handles.hpp"
 
@@ -51,13 +52,34 @@ WorkspaceLayout workspace_layout(const ft_plan* p) {
   return w;
 }
 
-// One ft_runtime on one device and the plans it has built, by (problem, T).
+// One ft_runtime on one device and the plans it has built, by (problem, T):
+// at most kPlanCachePlans of them, the least recently used freed first (a
+// server sees a new T on most calls; a plan is host memory only and a launch
+// copies what it needs, so freeing one after its launch is safe).
 struct Export::Runtime {
+  using PlanKey = std::pair<std::string, int>;
   ft_runtime* rt = nullptr;
-  std::mutex mutex;  // guards plans and calls that set rt's last error
-  std::map<std::pair<std::string, int>, ft_plan*> plans;
+  std::mutex mutex;  // guards plans, order and calls that set rt's last error
+  std::list<std::pair<PlanKey, ft_plan*>> order;  // most recently used first
+  std::map<PlanKey, decltype(order)::iterator> plans;
+  ft_plan* find(const PlanKey& key) {
+    auto it = plans.find(key);
+    if (it == plans.end()) return nullptr;
+    order.splice(order.begin(), order, it->second);
+    return it->second->second;
+  }
+  ft_plan* insert(const PlanKey& key, ft_plan* p) {
+    order.emplace_front(key, p);
+    plans[key] = order.begin();
+    while (order.size() > std::size_t(kPlanCachePlans)) {
+      ft_plan_free(order.back().second);
+      plans.erase(order.back().first);
+      order.pop_back();
+    }
+    return p;
+  }
   ~Runtime() {
-    for (auto& [k, p] : plans) ft_plan_free(p);
+    for (auto& [k, p] : order) ft_plan_free(p);
     ft_runtime_close(rt);
   }
 };
@@ -86,7 +108,7 @@ std::shared_ptr<Export> Export::open(const std::string& dir, const std::string& 
       raise(r->rt, st, p.key);
     ft_problem_shape s{};
     ft_plan_shape(plan, &s);
-    r->plans[{p.key, ft_plan_tokens(plan)}] = plan;
+    r->insert({p.key, ft_plan_tokens(plan)}, plan);
     p.experts = s.experts, p.hidden = s.hidden, p.inter = s.inter, p.topk = s.topk, p.dtype = s.dtype;
     p.element_bytes = s.element_bytes, p.scales = scales_name(ft_plan_scales(plan)), p.scale_tensors = scale_tensors(plan);
     e->problems_.push_back(std::move(p));
@@ -119,12 +141,17 @@ Export::Runtime& Export::runtime_for(const std::string& selector) {
 }
 
 ft_plan* Export::plan(Runtime& r, const std::string& problem, int tokens) {
-  // Callers hold r.mutex.
-  auto it = r.plans.find({problem, tokens});
-  if (it != r.plans.end()) return it->second;
+  // Callers hold r.mutex and use the plan before their next call of plan().
+  if (ft_plan* hit = r.find({problem, tokens})) return hit;
   ft_plan* p = nullptr;
   if (int st = ft_runtime_select(r.rt, problem.c_str(), tokens, &p); st != FT_OK) raise(r.rt, st);
-  return r.plans[{problem, tokens}] = p;
+  return r.insert({problem, tokens}, p);
+}
+
+int Export::cached_plans(const std::string& selector) {
+  Runtime& r = runtime_for(selector);
+  std::lock_guard lock(r.mutex);
+  return int(r.plans.size());
 }
 
 std::string Export::find_problem(int experts, int hidden, int inter, int topk, const std::string& dtype, int tokens,

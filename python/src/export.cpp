@@ -5,6 +5,8 @@
 #include <list>
 
 #include "runtime/src/handles.hpp"
+#include "emulate/emu_device.hpp"
+#include "generator/target.hpp"
 
 namespace ft::py {
 namespace {
@@ -39,6 +41,23 @@ std::vector<ScaleTensor> scale_tensors(const ft_plan* p) {
       out.push_back({name, std::vector<long long>(dims, dims + rank)});
   }
   return out;
+}
+
+// The export on the CPU emulator of its target: its own host libraries (an
+// export of `flytune search --emulate`); launches run on this process's CPU
+// on host memory, synchronously.
+ft_runtime* open_emulated(const std::string& dir) {
+  ft_runtime* probe = nullptr;  // the manifest's target, from the runtime's checks
+  if (int st = ft::rt::open_without_device(dir.c_str(), &probe); st != FT_OK) raise(nullptr, st);
+  const std::string name = ft_runtime_target(probe);
+  ft_runtime_close(probe);
+  const Target* target = find_target(name);
+  if (!target) throw Error(FT_ERR_TARGET, dir + ": the CPU emulator has no target " + name);
+  auto device = ft::emu::EmuDevice::create(*target);
+  if (!device) throw Error(FT_ERR_DEVICE, dir + ": the CPU emulator: " + device.error().describe());
+  ft_runtime* rt = nullptr;
+  if (int st = ft::rt::open_with_device(dir.c_str(), std::move(*device), &rt); st != FT_OK) raise(nullptr, st);
+  return rt;
 }
 
 }  // namespace
@@ -92,6 +111,9 @@ std::shared_ptr<Export> Export::open(const std::string& dir, const std::string& 
   if (device == "none") {
     if (int st = ft::rt::open_without_device(dir.c_str(), &r->rt); st != FT_OK) raise(nullptr, st);
     e->device_ = "none";
+  } else if (device == kEmulate) {
+    r->rt = open_emulated(dir);
+    e->device_ = kEmulate;
   } else {
     if (int st = ft_runtime_open_on(dir.c_str(), device.c_str(), &r->rt, err, sizeof err); st != FT_OK)
       throw Error(st, err);

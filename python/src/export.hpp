@@ -29,6 +29,10 @@ namespace ft::py {
 // prefill/decode mix of a few batch sizes and a few hundred prompt lengths.
 inline constexpr int kPlanCachePlans = 256;
 
+// The device selector of the CPU emulator: Export::open(dir, kEmulate) runs an
+// export of `flytune search --emulate` (its host libraries) on this CPU.
+inline constexpr const char* kEmulate = "emulate";
+
 // A failure with the runtime's status (ft_status) and message.
 class Error : public std::runtime_error {
  public:

@@ -192,7 +192,8 @@ ffi::Error arrange_weights(void* stream, std::int32_t ordinal, ffi::AnyBuffer sr
 
 // Platform "cpu": no GPU kernel can run there; the call goes to the device the
 // export was opened on, which for an export opened without one (device="none")
-// answers with the runtime's error. This lets a CPU-only process check the
+// answers with the runtime's error, and on the CPU emulator (device="emulate")
+// runs the kernels on XLA's host buffers. This lets a CPU-only process check the
 // whole path -- lowering, attribute and buffer decoding, the plan, the error
 // XLA raises -- without a GPU.
 ffi::Error moe_layer_cpu(ffi::AnyBuffer x, ffi::AnyBuffer ids, ffi::AnyBuffer weights, ffi::AnyBuffer w1,

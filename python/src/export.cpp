@@ -53,7 +53,9 @@ ft_runtime* open_emulated(const std::string& dir) {
   ft_runtime_close(probe);
   const Target* target = find_target(name);
   if (!target) throw Error(FT_ERR_TARGET, dir + ": the CPU emulator has no target " + name);
-  auto device = ft::emu::EmuDevice::create(*target);
+  ft::emu::EmuDeviceOptions options;
+  options.host_memory = true;  // XLA's host buffers are the layer's memory
+  auto device = ft::emu::EmuDevice::create(*target, options);
   if (!device) throw Error(FT_ERR_DEVICE, dir + ": the CPU emulator: " + device.error().describe());
   ft_runtime* rt = nullptr;
   if (int st = ft::rt::open_with_device(dir.c_str(), std::move(*device), &rt); st != FT_OK) raise(nullptr, st);

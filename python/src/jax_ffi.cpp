@@ -205,6 +205,12 @@ ffi::Error moe_layer_cpu(ffi::AnyBuffer x, ffi::AnyBuffer ids, ffi::AnyBuffer we
                                    Scales{x_scale, w1_scales, w2_scales}, y, workspace, export_key, problem);
 }
 
+// Platform "cpu" too: on the emulator the runtime's arrangement kernel runs on XLA's host buffers.
+ffi::Error arrange_weights_cpu(ffi::AnyBuffer src, ffi::Result<ffi::AnyBuffer> dst, std::string_view export_key,
+                               std::int32_t layout, std::int32_t rows, std::int32_t cols) {
+  return arrange_weights<nullptr>(nullptr, 0, src, dst, export_key, layout, rows, cols);
+}
+
 constexpr char kCuda[] = "cuda";
 constexpr char kHip[] = "hip";
 
@@ -249,13 +255,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneArrangeWeightsCuda, arrange_weights<kCuda>,
                               bind_arrange(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::DeviceOrdinal>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneArrangeWeightsRocm, arrange_weights<kHip>,
                               bind_arrange(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::DeviceOrdinal>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneArrangeWeightsCpu, arrange_weights_cpu, bind_arrange(ffi::Ffi::Bind()));
 
 std::vector<JaxHandler> jax_handlers() {
   return {{"flytune_moe_layer", "CUDA", reinterpret_cast<void*>(&FlytuneMoeLayerCuda)},
           {"flytune_moe_layer", "ROCM", reinterpret_cast<void*>(&FlytuneMoeLayerRocm)},
           {"flytune_moe_layer", "cpu", reinterpret_cast<void*>(&FlytuneMoeLayerCpu)},
           {"flytune_arrange_weights", "CUDA", reinterpret_cast<void*>(&FlytuneArrangeWeightsCuda)},
-          {"flytune_arrange_weights", "ROCM", reinterpret_cast<void*>(&FlytuneArrangeWeightsRocm)}};
+          {"flytune_arrange_weights", "ROCM", reinterpret_cast<void*>(&FlytuneArrangeWeightsRocm)},
+          {"flytune_arrange_weights", "cpu", reinterpret_cast<void*>(&FlytuneArrangeWeightsCpu)}};
 }
 
 std::pair<int, int> jax_ffi_api_version() { return {XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR}; }

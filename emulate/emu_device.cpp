@@ -145,11 +145,15 @@ Status dead_stream(const std::string& device, const char* what, StreamHandle s) 
 
 }  // namespace
 
+bool EmuDevice::inside(DevicePtr p, std::size_t bytes) const {
+  return options_.host_memory || state_->inside(p, bytes);
+}
+
 Status EmuDevice::copy_to_device(DevicePtr dst, const void* src, std::size_t bytes, StreamHandle s) {
   {
     std::lock_guard lock(state_->mutex);
     if (!state_->live(s)) return dead_stream(info_.name, "copy to device", s);
-    if (!state_->inside(dst, bytes)) return bad_range(info_.name, "copy to device", dst, bytes);
+    if (!inside(dst, bytes)) return bad_range(info_.name, "copy to device", dst, bytes);
     if (state_->captures(s)) {
       // Like a graph memcpy node from pageable memory: the source is read at replay.
       state_->capture->ops.push_back([=] {
@@ -167,7 +171,7 @@ Status EmuDevice::copy_to_host(void* dst, DevicePtr src, std::size_t bytes, Stre
   {
     std::lock_guard lock(state_->mutex);
     if (!state_->live(s)) return dead_stream(info_.name, "copy to host", s);
-    if (!state_->inside(src, bytes)) return bad_range(info_.name, "copy to host", src, bytes);
+    if (!inside(src, bytes)) return bad_range(info_.name, "copy to host", src, bytes);
     if (state_->captures(s)) {
       state_->capture->ops.push_back([=] {
         std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
@@ -184,8 +188,8 @@ Status EmuDevice::copy_device(DevicePtr dst, DevicePtr src, std::size_t bytes, S
   {
     std::lock_guard lock(state_->mutex);
     if (!state_->live(s)) return dead_stream(info_.name, "device copy", s);
-    if (!state_->inside(dst, bytes)) return bad_range(info_.name, "device copy destination", dst, bytes);
-    if (!state_->inside(src, bytes)) return bad_range(info_.name, "device copy source", src, bytes);
+    if (!inside(dst, bytes)) return bad_range(info_.name, "device copy destination", dst, bytes);
+    if (!inside(src, bytes)) return bad_range(info_.name, "device copy source", src, bytes);
     if (state_->captures(s)) {
       state_->capture->ops.push_back([=] {
         std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), bytes);
@@ -207,7 +211,7 @@ Status EmuDevice::memset_u32(DevicePtr dst, std::uint32_t value, std::size_t cou
   {
     std::lock_guard lock(state_->mutex);
     if (!state_->live(s)) return dead_stream(info_.name, "memset", s);
-    if (dst % 4 != 0 || !state_->inside(dst, count * 4)) return bad_range(info_.name, "memset", dst, count * 4);
+    if (dst % 4 != 0 || !inside(dst, count * 4)) return bad_range(info_.name, "memset", dst, count * 4);
     if (state_->captures(s)) {
       state_->capture->ops.push_back(fill);
       return {};

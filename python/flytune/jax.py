@@ -107,7 +107,7 @@ def _gpu_platform() -> Optional[str]:
 def _open_local_gpus(export: flytune.Export) -> None:
     """Opens the export on every local GPU of JAX's GPU backend (so shard_map's shards find a runtime)."""
     prefix = _gpu_platform()
-    if prefix is None or export.device == "none":
+    if prefix is None or export.device in ("none", "emulate"):
         return
     for d in jax.local_devices(backend="gpu"):
         sel = f"{prefix}:{d.local_hardware_id if d.local_hardware_id is not None else d.id}"

@@ -2,8 +2,11 @@
 
 #include <atomic>
 #include <filesystem>
+#include <list>
 
 #include "runtime/src/handles.hpp"
+#include "emulate/emu_device.hpp"
+#include "generator/target.hpp"
 
 namespace ft::py {
 namespace {
@@ -40,6 +43,25 @@ std::vector<ScaleTensor> scale_tensors(const ft_plan* p) {
   return out;
 }
 
+// The export on the CPU emulator of its target: its own host libraries (an
+// export of `flytune search --emulate`); launches run on this process's CPU
+// on host memory, synchronously.
+ft_runtime* open_emulated(const std::string& dir) {
+  ft_runtime* probe = nullptr;  // the manifest's target, from the runtime's checks
+  if (int st = ft::rt::open_without_device(dir.c_str(), &probe); st != FT_OK) raise(nullptr, st);
+  const std::string name = ft_runtime_target(probe);
+  ft_runtime_close(probe);
+  const Target* target = find_target(name);
+  if (!target) throw Error(FT_ERR_TARGET, dir + ": the CPU emulator has no target " + name);
+  ft::emu::EmuDeviceOptions options;
+  options.host_memory = true;  // XLA's host buffers are the layer's memory
+  auto device = ft::emu::EmuDevice::create(*target, options);
+  if (!device) throw Error(FT_ERR_DEVICE, dir + ": the CPU emulator: " + device.error().describe());
+  ft_runtime* rt = nullptr;
+  if (int st = ft::rt::open_with_device(dir.c_str(), std::move(*device), &rt); st != FT_OK) raise(nullptr, st);
+  return rt;
+}
+
 }  // namespace
 
 WorkspaceLayout workspace_layout(const ft_plan* p) {
@@ -51,13 +73,34 @@ WorkspaceLayout workspace_layout(const ft_plan* p) {
   return w;
 }
 
-// One ft_runtime on one device and the plans it has built, by (problem, T).
+// One ft_runtime on one device and the plans it has built, by (problem, T):
+// at most kPlanCachePlans of them, the least recently used freed first (a
+// server sees a new T on most calls; a plan is host memory only and a launch
+// copies what it needs, so freeing one after its launch is safe).
 struct Export::Runtime {
+  using PlanKey = std::pair<std::string, int>;
   ft_runtime* rt = nullptr;
-  std::mutex mutex;  // guards plans and calls that set rt's last error
-  std::map<std::pair<std::string, int>, ft_plan*> plans;
+  std::mutex mutex;  // guards plans, order and calls that set rt's last error
+  std::list<std::pair<PlanKey, ft_plan*>> order;  // most recently used first
+  std::map<PlanKey, decltype(order)::iterator> plans;
+  ft_plan* find(const PlanKey& key) {
+    auto it = plans.find(key);
+    if (it == plans.end()) return nullptr;
+    order.splice(order.begin(), order, it->second);
+    return it->second->second;
+  }
+  ft_plan* insert(const PlanKey& key, ft_plan* p) {
+    order.emplace_front(key, p);
+    plans[key] = order.begin();
+    while (order.size() > std::size_t(kPlanCachePlans)) {
+      ft_plan_free(order.back().second);
+      plans.erase(order.back().first);
+      order.pop_back();
+    }
+    return p;
+  }
   ~Runtime() {
-    for (auto& [k, p] : plans) ft_plan_free(p);
+    for (auto& [k, p] : order) ft_plan_free(p);
     ft_runtime_close(rt);
   }
 };
@@ -70,6 +113,9 @@ std::shared_ptr<Export> Export::open(const std::string& dir, const std::string& 
   if (device == "none") {
     if (int st = ft::rt::open_without_device(dir.c_str(), &r->rt); st != FT_OK) raise(nullptr, st);
     e->device_ = "none";
+  } else if (device == kEmulate) {
+    r->rt = open_emulated(dir);
+    e->device_ = kEmulate;
   } else {
     if (int st = ft_runtime_open_on(dir.c_str(), device.c_str(), &r->rt, err, sizeof err); st != FT_OK)
       throw Error(st, err);
@@ -86,7 +132,7 @@ std::shared_ptr<Export> Export::open(const std::string& dir, const std::string& 
       raise(r->rt, st, p.key);
     ft_problem_shape s{};
     ft_plan_shape(plan, &s);
-    r->plans[{p.key, ft_plan_tokens(plan)}] = plan;
+    r->insert({p.key, ft_plan_tokens(plan)}, plan);
     p.experts = s.experts, p.hidden = s.hidden, p.inter = s.inter, p.topk = s.topk, p.dtype = s.dtype;
     p.element_bytes = s.element_bytes, p.scales = scales_name(ft_plan_scales(plan)), p.scale_tensors = scale_tensors(plan);
     e->problems_.push_back(std::move(p));
@@ -119,12 +165,17 @@ Export::Runtime& Export::runtime_for(const std::string& selector) {
 }
 
 ft_plan* Export::plan(Runtime& r, const std::string& problem, int tokens) {
-  // Callers hold r.mutex.
-  auto it = r.plans.find({problem, tokens});
-  if (it != r.plans.end()) return it->second;
+  // Callers hold r.mutex and use the plan before their next call of plan().
+  if (ft_plan* hit = r.find({problem, tokens})) return hit;
   ft_plan* p = nullptr;
   if (int st = ft_runtime_select(r.rt, problem.c_str(), tokens, &p); st != FT_OK) raise(r.rt, st);
-  return r.plans[{problem, tokens}] = p;
+  return r.insert({problem, tokens}, p);
+}
+
+int Export::cached_plans(const std::string& selector) {
+  Runtime& r = runtime_for(selector);
+  std::lock_guard lock(r.mutex);
+  return int(r.plans.size());
 }
 
 std::string Export::find_problem(int experts, int hidden, int inter, int topk, const std::string& dtype, int tokens,

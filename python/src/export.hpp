@@ -1,7 +1,7 @@
 #pragma once
 // The Python package's view of one export folder, shared by the nanobind module
 // (flytune._core) and the JAX FFI handlers: one libflytune_runtime handle per
-// GPU it runs on, the plans per (problem, T), the workspace carved from one
+// GPU it runs on, the plans per (problem, T) (an LRU of kPlanCachePlans), the workspace carved from one
 // caller-owned buffer, and a process-wide registry so that an XLA custom call,
 // which can only carry strings and numbers, finds the export by its key.
 //
@@ -22,6 +22,16 @@
 #include "runtime/include/flytune_runtime.h"
 
 namespace ft::py {
+
+// The plans an Export keeps per device: a serving loop calls with a new token
+// count T on most steps, and a plan is per T, so the least recently used is
+// freed past this many (docs/PYTHON.md, "Plans"); 256 covers every T of a
+// prefill/decode mix of a few batch sizes and a few hundred prompt lengths.
+inline constexpr int kPlanCachePlans = 256;
+
+// The device selector of the CPU emulator: Export::open(dir, kEmulate) runs an
+// export of `flytune search --emulate` (its host libraries) on this CPU.
+inline constexpr const char* kEmulate = "emulate";
 
 // A failure with the runtime's status (ft_status) and message.
 class Error : public std::runtime_error {
@@ -120,6 +130,8 @@ class Export {
   // Opens the export on another device ("cuda:1"); a no-op when open there.
   void open_on(const std::string& selector);
   bool is_open_on(const std::string& selector);
+  // The plans cached on that device (at most kPlanCachePlans: an LRU by (problem, T)).
+  int cached_plans(const std::string& selector);
 
   // Enqueues the layer for (problem, T) on `stream` of the device `selector`
   // names: the plan's steps (ft_plan_launch), workspace carved from

@@ -192,7 +192,8 @@ ffi::Error arrange_weights(void* stream, std::int32_t ordinal, ffi::AnyBuffer sr
 
 // Platform "cpu": no GPU kernel can run there; the call goes to the device the
 // export was opened on, which for an export opened without one (device="none")
-// answers with the runtime's error. This lets a CPU-only process check the
+// answers with the runtime's error, and on the CPU emulator (device="emulate")
+// runs the kernels on XLA's host buffers. This lets a CPU-only process check the
 // whole path -- lowering, attribute and buffer decoding, the plan, the error
 // XLA raises -- without a GPU.
 ffi::Error moe_layer_cpu(ffi::AnyBuffer x, ffi::AnyBuffer ids, ffi::AnyBuffer weights, ffi::AnyBuffer w1,
@@ -202,6 +203,12 @@ ffi::Error moe_layer_cpu(ffi::AnyBuffer x, ffi::AnyBuffer ids, ffi::AnyBuffer we
                          ffi::Result<ffi::AnyBuffer> workspace, std::string_view export_key, std::string_view problem) {
   return moe_layer_scaled<nullptr>(nullptr, 0, x, ids, weights, w1, w2, w1_shuffled, w2_shuffled, w1_tiled, w2_tiled,
                                    Scales{x_scale, w1_scales, w2_scales}, y, workspace, export_key, problem);
+}
+
+// Platform "cpu" too: on the emulator the runtime's arrangement kernel runs on XLA's host buffers.
+ffi::Error arrange_weights_cpu(ffi::AnyBuffer src, ffi::Result<ffi::AnyBuffer> dst, std::string_view export_key,
+                               std::int32_t layout, std::int32_t rows, std::int32_t cols) {
+  return arrange_weights<nullptr>(nullptr, 0, src, dst, export_key, layout, rows, cols);
 }
 
 constexpr char kCuda[] = "cuda";
@@ -248,13 +255,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneArrangeWeightsCuda, arrange_weights<kCuda>,
                               bind_arrange(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::DeviceOrdinal>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneArrangeWeightsRocm, arrange_weights<kHip>,
                               bind_arrange(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::DeviceOrdinal>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneArrangeWeightsCpu, arrange_weights_cpu, bind_arrange(ffi::Ffi::Bind()));
 
 std::vector<JaxHandler> jax_handlers() {
   return {{"flytune_moe_layer", "CUDA", reinterpret_cast<void*>(&FlytuneMoeLayerCuda)},
           {"flytune_moe_layer", "ROCM", reinterpret_cast<void*>(&FlytuneMoeLayerRocm)},
           {"flytune_moe_layer", "cpu", reinterpret_cast<void*>(&FlytuneMoeLayerCpu)},
           {"flytune_arrange_weights", "CUDA", reinterpret_cast<void*>(&FlytuneArrangeWeightsCuda)},
-          {"flytune_arrange_weights", "ROCM", reinterpret_cast<void*>(&FlytuneArrangeWeightsRocm)}};
+          {"flytune_arrange_weights", "ROCM", reinterpret_cast<void*>(&FlytuneArrangeWeightsRocm)},
+          {"flytune_arrange_weights", "cpu", reinterpret_cast<void*>(&FlytuneArrangeWeightsCpu)}};
 }
 
 std::pair<int, int> jax_ffi_api_version() { return {XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR}; }

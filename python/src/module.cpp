@@ -67,6 +67,7 @@ NB_MODULE(_core, m) {
   m.attr("WEIGHT_LAYOUT_SHUFFLED") = int(FT_WEIGHT_LAYOUT_SHUFFLED);
   m.attr("WEIGHT_LAYOUT_TILED") = int(FT_WEIGHT_LAYOUT_TILED);
   m.attr("WORKSPACE_ALIGN") = std::size_t(FT_WORKSPACE_ALIGN);
+  m.attr("PLAN_CACHE_PLANS") = ft::py::kPlanCachePlans;
 
   nb::class_<Export>(m, "Export")
       .def_static("open", &Export::open, nb::arg("dir"), nb::arg("device"),
@@ -106,6 +107,7 @@ NB_MODULE(_core, m) {
       .def("weight_copies", &Export::weight_copies, nb::arg("problem"))
       .def("open_on", &Export::open_on, nb::arg("selector"), nb::call_guard<nb::gil_scoped_release>())
       .def("is_open_on", &Export::is_open_on, nb::arg("selector"))
+      .def("cached_plans", &Export::cached_plans, nb::arg("selector"))
       .def("launch",
            [](Export& e, const std::string& selector, const std::string& problem, int tokens, std::uintptr_t x,
               std::uintptr_t topk_ids, std::uintptr_t topk_weights, std::uintptr_t w1, std::uintptr_t w2,

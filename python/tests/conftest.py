@@ -10,7 +10,12 @@ emulator's sm_90a winners of one fp8 problem (E 4, H 128, I 256, k 2) in each
 scale mode (per-tensor, per-token, block128), from `flytune search --emulate
 --target sm_90a --dtype fp8 --scales MODE --space "small;wgmma_tile_m=64;
 wgmma_tile_n=64;wgmma_stages=3;tile_m=32" --tokens 1 --no-baseline` per mode into
-one database; it holds host libraries, so it is only opened with device="none".
+one database; it holds host libraries, so it is opened with device="none" or "emulate".
+
+The tiny model's test on the CPU emulator loads the export of tests/data/tiny_emu_bf16.db: the emulator's
+sm_90a winners of the tiny Mixtral's MoE problem (E 4, H 256, I 512, k 2, bf16), from `flytune search
+--emulate --target sm_90a --dtype bf16 --experts 4 --hidden 256 --inter 512 --topk 2 --space "small;
+wgmma_tile_m=64;wgmma_tile_n=64;wgmma_stages=3;tile_m=32" --tokens 1,8 --no-baseline`.
 """
 import importlib
 import os
@@ -48,6 +53,16 @@ def export_dir(tmp_path_factory) -> pathlib.Path:
 def fp8_export_dir(tmp_path_factory) -> pathlib.Path:
     out = tmp_path_factory.mktemp("export") / "tiny_fp8"
     subprocess.run([str(_flytune_bin()), "export", "--db", str(REPO / "tests" / "data" / "tiny_fp8.db"),
+                    "--out", str(out), "--check", "none"], check=True, capture_output=True, text=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def emu_export_dir(tmp_path_factory) -> pathlib.Path:
+    """The tiny Mixtral's MoE problem (E 4, H 256, I 512, k 2, bf16) searched on the CPU emulator (host libraries:
+    opened with device="emulate" or "none")."""
+    out = tmp_path_factory.mktemp("export") / "tiny_emu"
+    subprocess.run([str(_flytune_bin()), "export", "--db", str(REPO / "tests" / "data" / "tiny_emu_bf16.db"),
                     "--out", str(out), "--check", "none"], check=True, capture_output=True, text=True)
     return out
 

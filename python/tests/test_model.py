@@ -7,7 +7,9 @@ Bounds (stated in docs/PYTHON.md):
   with its reference to 1e-5, prefill + decode with the whole sequence's logits to 1e-5;
 - bfloat16: the driver's logits within 3e-2 relative L2 of the first implementation's, greedy tokens equal for
   the first 4 of the 9 generated (bf16 rounding in another summation order can flip a near tie later);
-- GPU, flytune vs ragged_dot on the tiny export, bf16: the same 3e-2 and 4 steps.
+- GPU, flytune vs ragged_dot on the tiny export, bf16: the same 3e-2 and 4 steps;
+- CPU emulator (device="emulate"), flytune vs ragged_dot on the tiny problem's emulator export, bf16: 3e-2 on
+  the prefill and the first decode step's logits, the same greedy token.
 """
 import json
 import math
@@ -206,6 +208,26 @@ def test_the_flytune_implementation_lowers_to_flytunes_call_in_every_layer(cpu_e
     assert text.count("stablehlo.custom_call @flytune_moe_layer") == TINY.layers
     with pytest.raises(Exception, match="at T=5: no device: the export was opened without one"):
         jax.block_until_ready(fwd(params, weights, tokens))
+
+
+def test_flytune_in_the_model_on_the_cpu_emulator_agrees_with_ragged_dot(emu_export_dir):
+    # The tiny problem's emulator export (device="emulate"): the model's flytune path runs the real kernels on
+    # the CPU through JAX's CPU handler, prefill (T=5) then one decode step (T=1), against ragged_dot's logits.
+    export = flytune.load(emu_export_dir, device="emulate")
+    params = mixtral.random_params(TINY, 0, jnp.bfloat16)
+    prompt = jnp.asarray(np.random.default_rng(0).integers(0, TINY.vocab, (1, 5)), jnp.int32)
+    logits = {}
+    for impl in ("flytune", "ragged_dot"):
+        step = jax.jit(lambda params, w, t, cache, pos, impl=impl: mixtral.forward(TINY, impl, params, w, t, cache,
+                                                                                   pos), static_argnums=4)
+        w = [moe.prepare(impl, p["w1"], p["w2"], export) for p in params["layers"]]
+        first, cache = step(params, w, prompt, mixtral.empty_cache(TINY, 1, 8, jnp.bfloat16), 0)
+        nxt = jnp.argmax(first, axis=-1).astype(jnp.int32)[:, None]
+        second, _ = step(params, w, nxt, cache, 5)
+        logits[impl] = (first, second, nxt)
+    f, r = logits["flytune"], logits["ragged_dot"]
+    assert int(f[2][0, 0]) == int(r[2][0, 0])
+    assert rel_l2(f[0], r[0]) < 3e-2 and rel_l2(f[1], r[1]) < 3e-2
 
 
 @pytest.mark.parametrize("args, message", [

@@ -71,6 +71,22 @@ def test_plans_follow_the_selection_rule_and_size_the_workspace(cpu_export, expo
         assert set(cpu_export.weight_copies(p.key)) == {c for c in layouts if not c.endswith("plain")}
 
 
+def test_the_plan_cache_is_bounded_over_many_token_counts(export_dir):
+    """A server calls with a new T on most steps: the plans kept stay at PLAN_CACHE_PLANS (least recently
+    used freed first), and a plan made again after its eviction answers as the first one did."""
+    export = flytune.load(export_dir, device="none")  # its own cache
+    bound = flytune.PLAN_CACHE_PLANS
+    assert 16 <= bound <= 4096
+    key = export.problems[0].key
+    first = export.plan(key, 1)
+    for t in range(1, 3 * bound + 1):
+        export.plan(key, t)
+        assert export.cached_plans() <= bound, f"{export.cached_plans()} plans cached after T=1..{t}"
+    assert export.cached_plans() == bound
+    assert export.plan(key, 1) == first  # evicted long ago, made again
+    assert export.cached_plans() == bound
+
+
 def test_unknown_shapes_get_the_runtimes_answer(cpu_export):
     p = cpu_export.problems[0]
     with pytest.raises(flytune.NotFoundError) as e:

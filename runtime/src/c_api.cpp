@@ -183,6 +183,17 @@ int open_without_device(const char* export_dir, ::ft_runtime** out) {
   });
 }
 
+int open_with_device(const char* export_dir, std::unique_ptr<Device> device, ::ft_runtime** out) {
+  return guarded(nullptr, "ft_runtime_open", [&]() -> int {
+    if (!out || !export_dir || !device) return bad_argument(nullptr, "ft_runtime_open", "export_dir, device and out must not be null");
+    *out = nullptr;
+    auto rt = Runtime::open(export_dir, [&]() -> Result<std::unique_ptr<Device>> { return std::move(device); });
+    if (!rt) return record(nullptr, rt.error());
+    *out = new ::ft_runtime{std::move(*rt), {}, {}};
+    return FT_OK;
+  });
+}
+
 std::string device_selector_of(const ::ft_runtime* rt) {
   if (!rt || !rt->rt->has_device()) return "none";
   const DeviceInfo& d = rt->rt->device().info();

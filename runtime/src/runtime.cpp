@@ -296,6 +296,10 @@ Result<std::unique_ptr<Runtime>> Runtime::open(const std::string& dir, const Dev
     return fail(Errc::no_device, "the export holds host libraries for the CPU emulator (code_object_format 'so', from "
                                  "flytune search --emulate), not code objects for " + rt->device_->info().name +
                                  "; check it with flytune check-export --emulate, or search on the GPU and export that", dir);
+  if (rt->manifest_.format != "so" && !source && rt->device_->info().runtime == "emu")
+    return fail(Errc::no_device, "the export holds " + rt->manifest_.format + " code objects for " + rt->manifest_.target +
+                                 ", not host libraries for the CPU emulator (code_object_format 'so', from flytune search "
+                                 "--emulate); flytune check-export --emulate rebuilds a GPU export's kernels for it", dir);
   FT_CHECK(rt->load(objects));
   return rt;
 }

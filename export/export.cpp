@@ -21,142 +21,13 @@
 #include "compile/analyze/elf_image.hpp"
 #include "system/hash.hpp"
 #include "layer/program.hpp"
+#include "manifest/manifest.hpp"
 
 namespace ft::db {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-// The byte layout of ft::MoeArgs (templates/ft/moe_args.hpp, the struct itself).
-json moe_args_layout() {
-  struct Field {
-    const char* name;
-    std::size_t offset, size;
-    const char* type;
-    const char* meaning;
-  };
-#define FT_FIELD(name, type, meaning) Field{#name, offsetof(MoeArgs, name), sizeof(MoeArgs::name), type, meaning}
-  const Field fields[] = {
-      FT_FIELD(x, "const u16*", "[T, hidden] activations"),
-      FT_FIELD(topk_ids, "const i32*", "[T, topk] expert of each (token, slot)"),
-      FT_FIELD(topk_weights, "const f32*", "[T, topk] routed weight of each (token, slot)"),
-      FT_FIELD(w1, "const u16*", "[experts, 2*inter, hidden] gate rows then up rows, in stage 1's weight layout"),
-      FT_FIELD(w2, "const u16*", "[experts, hidden, inter], in stage 2's weight layout"),
-      FT_FIELD(inter, "u16*", "[T*topk, inter] stage-1 output (workspace)"),
-      FT_FIELD(y_acc, "f32*", "atomic: [T, hidden]; partials: [T*topk, hidden] (workspace)"),
-      FT_FIELD(y, "u16*", "[T, hidden] output"),
-      FT_FIELD(sorted_ids, "i32*", "[max_padded_rows] (workspace)"),
-      FT_FIELD(block_experts, "i32*", "[max_padded_rows / align_block] (workspace)"),
-      FT_FIELD(padded_rows, "i32*", "[1] (workspace)"),
-      FT_FIELD(tokens, "i32", "T"),
-      FT_FIELD(hidden, "i32", "hidden"),
-      FT_FIELD(inter_size, "i32", "inter"),
-      FT_FIELD(experts, "i32", "experts"),
-      FT_FIELD(topk, "i32", "topk"),
-      FT_FIELD(align_block, "i32", "align_block of the bucket"),
-      FT_FIELD(max_padded_rows, "i32", "max_padded_rows for T and align_block"),
-      FT_FIELD(flags, "i32", "0 (bit 0 is read by the reference kernels only)"),
-      FT_FIELD(bad_ids, "i32*", "[1] or null: align writes the count of topk_ids outside [-1, experts)"),
-      // fp8 layers (appended; null / 0 in 16-bit layers): templates/ft/moe_args.hpp, ft::Scales
-      FT_FIELD(x_scale, "const f32*", "fp8 per-tensor: [1] the static activation scale"),
-      FT_FIELD(w1_scales, "const f32*", "fp8: W1 scales, per-tensor [experts], per-token [experts, 2*inter], block128 [experts, 2*inter/128, hidden/128]"),
-      FT_FIELD(w2_scales, "const f32*", "fp8: W2 scales, per-tensor [experts], per-token [experts, hidden], block128 [experts, hidden/128, inter/128]"),
-      FT_FIELD(xq, "u8*", "fp8: [T, hidden] e4m3 activations (workspace)"),
-      FT_FIELD(x_scales, "f32*", "fp8: activation scales, per-tensor [1], per-token [T], block128 [T, hidden/128] (workspace)"),
-      FT_FIELD(inter_q, "u8*", "fp8: [T*topk, inter] e4m3 intermediate (workspace)"),
-      FT_FIELD(inter_scales, "f32*", "fp8: [T*topk, inter/128] its group scales (workspace)"),
-      FT_FIELD(scales, "i32", "fp8: 1 per-tensor, 2 per-token, 3 block128; 0 in 16-bit layers"),
-      FT_FIELD(reserved, "i32", "0"),
-  };
-#undef FT_FIELD
-  json out{{"struct", "ft::MoeArgs"}, {"size", sizeof(MoeArgs)}, {"alignment", alignof(MoeArgs)},
-           {"passed_as", "the kernel's single by-value parameter"}, {"fields", json::array()}};
-  for (const Field& f : fields)
-    out["fields"].push_back({{"name", f.name}, {"offset", f.offset}, {"size", f.size}, {"type", f.type}, {"meaning", f.meaning}});
-  return out;
-}
-
-json shuffle_args_layout() {
-  return {{"struct", "ft::ShuffleArgs"},
-          {"size", sizeof(ShuffleArgs)},
-          {"fields",
-           {{{"name", "src"}, {"offset", offsetof(ShuffleArgs, src)}, {"size", 8}, {"type", "const u16*"}},
-            {{"name", "dst"}, {"offset", offsetof(ShuffleArgs, dst)}, {"size", 8}, {"type", "u16*"}},
-            {{"name", "rows"}, {"offset", offsetof(ShuffleArgs, rows)}, {"size", 4}, {"type", "i32"}},
-            {{"name", "cols"}, {"offset", offsetof(ShuffleArgs, cols)}, {"size", 4}, {"type", "i32"}},
-            {{"name", "layout"},
-             {"offset", offsetof(ShuffleArgs, layout)},
-             {"size", sizeof(ShuffleArgs::layout)},
-             {"type", "i32"},
-             {"meaning", "the layout dst receives: 1 shuffled, 2 tiled (0 is read as shuffled)"}},
-            {{"name", "reserved"},
-             {"offset", offsetof(ShuffleArgs, reserved)},
-             {"size", sizeof(ShuffleArgs::reserved)},
-             {"type", "i32"},
-             {"meaning", "0"}}}}};
-}
-
-json weight_layouts() {
-  return {{"plain", {{"offset", "row * cols + k"}, {"meaning", "row-major [rows, cols]"}}},
-          {"shuffled",
-           {{"offset", "(((row >> 4) * (cols >> 3) + (k >> 3)) * 16 + (row & 15)) * 8 + (k & 7)"},
-            {"meaning", "16-row x 8-column blocks stored contiguously, row-block-major (templates/ft/weight_layout.hpp)"},
-            {"requires", "rows a multiple of 16, cols a multiple of 8"},
-            {"w1", {{"rows", "experts * 2 * inter"}, {"cols", "hidden"}}},
-            {"w2", {{"rows", "experts * hidden"}, {"cols", "inter"}}}}},
-          {"tiled",
-           {{"offset", "((k >> 6) * rows + row) * 64 + ((((k >> 3) & 7) ^ (row & 7)) << 3) + (k & 7)"},
-            {"meaning",
-             "64-column slices of all rows, slice after slice; in a slice each row's 16-byte chunks sit in the 128-byte "
-             "swizzle (chunk c at c ^ (row % 8)) (templates/ft/weight_layout.hpp); read by the sm_90a wgmma kernels "
-             "with a producer warpgroup (names ending _tiled_ws)"},
-            {"requires", "rows a multiple of 16, cols a multiple of 64"},
-            {"w1", {{"rows", "experts * 2 * inter"}, {"cols", "hidden"}}},
-            {"w2", {{"rows", "experts * hidden"}, {"cols", "inter"}}}}}};
-}
-
-// What an fp8 problem's caller passes besides codes: the scale mode, the
-// weights' format, and each scale tensor's shape and meaning (the layer
-// program sizes them: layer/program.cpp size_fp8_buffers).
-json fp8_problem_json(const Problem& p, const Target& t) {
-  auto tensor = [&](Buf b, const char* meaning) {
-    const ScaleShape s = scale_shape(p, b);
-    return json{{"dtype", "f32"}, {"shape", std::vector<long long>(s.dims.begin(), s.dims.begin() + s.rank)},
-                {"layout", "row-major"}, {"meaning", meaning}};
-  };
-  json scales = json::object();
-  switch (p.scales) {
-    case Scales::per_tensor:
-      scales["x_scale"] = tensor(Buf::x_scale, "the static activation scale: x is quantised as code = sat(x / x_scale)");
-      scales["w1_scales"] = tensor(Buf::w1_scales, "one scale per expert: W1 = code * w1_scales[e]");
-      scales["w2_scales"] = tensor(Buf::w2_scales, "one scale per expert: W2 = code * w2_scales[e]");
-      break;
-    case Scales::per_token:
-      scales["w1_scales"] = tensor(Buf::w1_scales, "per output channel: W1[e, n, :] = code * w1_scales[e, n] (gate rows, then up rows)");
-      scales["w2_scales"] = tensor(Buf::w2_scales, "per output channel: W2[e, n, :] = code * w2_scales[e, n]");
-      break;
-    case Scales::block128:
-      scales["w1_scales"] = tensor(Buf::w1_scales, "per 128 x 128 block: W1[e, n, k] = code * w1_scales[e, n / 128, k / 128]");
-      scales["w2_scales"] = tensor(Buf::w2_scales, "per 128 x 128 block: W2[e, n, k] = code * w2_scales[e, n / 128, k / 128]");
-      break;
-    case Scales::none: break;
-  }
-  const char* activations = p.scales == Scales::per_tensor  ? "quantised on the device with x_scale"
-                            : p.scales == Scales::per_token ? "quantised on the device, one dynamic scale per token (amax / max)"
-                                                            : "quantised on the device, one dynamic scale per 1 x 128 group of a token (amax / max)";
-  const bool fnuz = t.fp8 == Fp8Flavour::fnuz;
-  return {{"scales", std::string(to_string(p.scales))},
-          {"fp8",
-           {{"weights_format", fnuz ? "e4m3fnuz (max 240, 0x80 the one NaN, no -0)" : "e4m3 OCP float8_e4m3fn (max 448)"},
-            {"weights", "w1 [experts, 2*inter, hidden] and w2 [experts, hidden, inter] as one code byte per element"},
-            {"activations", std::string("x and y are bf16; x is ") + activations},
-            {"intermediate", "stage 2 reads e4m3 codes with one fp32 scale per 1 x 128 group (workspace inter_q, inter_scales)"},
-            {"scale_tensors", std::move(scales)},
-            {"fnuz_checkpoints", fnuz ? "the same bits as OCP mean half the value: convert OCP weights by zeroing the 0x80 "
-                                        "pattern and doubling the scales (ft_fp8_ocp_to_fnuz in flytune_runtime.h)"
-                                      : "OCP codes as stored by torch.float8_e4m3fn"}}}};
-}
 
 struct LoadedObject {
   std::string file;  // <hash><ext>
@@ -203,18 +74,6 @@ class ObjectSet {
   std::map<std::string, LoadedObject> files_;
 };
 
-// The layer program's steps at the bucket's T, each launch with the file of
-// its code object.
-json recorded_steps(const LayerProgram& prog, const std::string& support, const std::string& stage1, const std::string& stage2) {
-  json steps = steps_json(prog);
-  for (json& st : steps) {
-    if (st["op"] != "launch") continue;
-    const std::string role = st["role"];
-    st["code_object"] = role == "stage1" ? stage1 : role == "stage2" ? stage2 : support;
-  }
-  return steps;
-}
-
 // The code objects' format (and file extension): the toolchain's. A search
 // on the CPU emulator (backend emulate) built host libraries, which only the
 // emulator runs.
@@ -247,26 +106,18 @@ Result<std::vector<WinnerRow>> layer_winners(Store& store, const std::optional<s
 
 // The support unit (align, reduce, shuffle, reference, fill) of a target and
 // dtype: from the database when the search recorded it, else compiled here.
-struct SupportUnit {
-  std::string file;
-  std::string toolchain;
+// Entries added to the support unit after its first version (16-bit
+// partials, the wide align): a unit a database recorded earlier lacks them, so
+// the export looks in its symbol table; the manifest names what is there, and
+// layers use only that (the one-block align at every size without the wide
+// align's kernels).
+struct FoundSupport {
+  manifest::SupportUnit unit;
   bool compiled_here = false;
-  // Entries added to the support unit after its first version: a unit a
-  // database recorded earlier lacks them, so the export looks in its symbol
-  // table; the manifest names what is there, and layers use only that (the
-  // one-block align at every size without the wide align's kernels).
-  bool partials16 = false, wide_align = false;
 };
 
-void find_optional_entries(SupportUnit& s, const ObjectSet& objects, const Target& t, DType d) {
-  auto elf = ElfImage::parse(objects.bytes_of(s.file));
-  if (!elf) return;  // then neither is named; the runtime's open checks the unit itself
-  s.partials16 = elf->symbol(reduce_entry(t, Reduce::partials16, d)) != nullptr;
-  s.wide_align = elf->symbol(align_count_entry(t)) && elf->symbol(align_scatter_entry(t));
-}
-
-Result<SupportUnit> support_unit(Store& store, ObjectSet& objects, const Target& target, DType dtype,
-                                 const ToolchainRecord& toolchain, std::int64_t toolchain_id) {
+Result<FoundSupport> support_unit(Store& store, ObjectSet& objects, const Target& target, DType dtype,
+                                  const ToolchainRecord& toolchain, std::int64_t toolchain_id) {
   const std::string name = support_unit_name(target, dtype);
   VariantFilter f;
   f.kernel_name = name;
@@ -275,19 +126,27 @@ Result<SupportUnit> support_unit(Store& store, ObjectSet& objects, const Target&
   auto rows = FT_TRY(store.variants(f));
   std::erase_if(rows, [](const VariantRecord& v) { return v.code_object_hash.empty(); });
   auto same_toolchain = std::find_if(rows.begin(), rows.end(), [&](const VariantRecord& v) { return v.toolchain_id == toolchain_id; });
+  FoundSupport out;
+  std::string file, built_by = toolchain.version;
   if (same_toolchain != rows.end()) {
-    SupportUnit out{FT_TRY(objects.from_store(same_toolchain->code_object_hash, name)), "", false};
-    find_optional_entries(out, objects, target, dtype);
-    return out;
+    file = FT_TRY(objects.from_store(same_toolchain->code_object_hash, name));
+  } else {
+    CompileOptions options;
+    if (toolchain.backend == to_string(Backend::emulate)) options.backend = Backend::emulate;  // the winners' kind of build
+    CodeObject co = FT_TRY(compile(emit_support(target, dtype), target, options));
+    built_by = co.toolchain_version;
+    out.compiled_here = true;
+    file = FT_TRY(objects.add(co.hash, std::move(co.binary), name));
   }
-  CompileOptions options;
-  if (toolchain.backend == to_string(Backend::emulate)) options.backend = Backend::emulate;  // the winners' kind of build
-  CodeObject co = FT_TRY(compile(emit_support(target, dtype), target, options));
-  SupportUnit out;
-  out.toolchain = co.toolchain_version;
-  out.compiled_here = true;
-  out.file = FT_TRY(objects.add(co.hash, std::move(co.binary), name));
-  find_optional_entries(out, objects, target, dtype);
+  bool partials16 = false, wide_align = false;
+  if (auto elf = ElfImage::parse(objects.bytes_of(file))) {  // else neither is named; the runtime's open checks the unit itself
+    partials16 = elf->symbol(reduce_entry(target, Reduce::partials16, dtype)) != nullptr;
+    wide_align = elf->symbol(align_count_entry(target)) && elf->symbol(align_scatter_entry(target));
+  }
+  out.unit = manifest::SupportUnit::of(target, dtype, partials16, wide_align);
+  out.unit.code_object = file;
+  out.unit.source = out.compiled_here ? "compiled by flytune export" : "database";
+  out.unit.toolchain = built_by;
   return out;
 }
 
@@ -299,105 +158,31 @@ Status write_file(const fs::path& path, const void* data, std::size_t size) {
   return {};
 }
 
-// The manifest around its problems: target, device, toolchain, the argument
-// and weight layouts, the support units.
-// One bucket of the manifest: the layer winner's stages, the program's
-// steps at the bucket's T, the measured time and where it came from.
-json bucket_json(const WinnerRow& row, const LayerProgram& prog, const Variant& v1, const Variant& v2, json steps,
-                 const std::map<std::int64_t, RunRecord>& runs) {
-  json provenance{{"variant_id", row.variant.id}, {"run_id", row.winner.run_id}, {"chosen_at", row.winner.chosen_at}};
+// One bucket of the manifest: the layer winner's stages, the program at the
+// bucket's T with each launch's code object, the measured time and where it
+// came from.
+manifest::Bucket bucket_of(const WinnerRow& row, LayerRecipe recipe, LayerProgram prog, const std::string& support,
+                           const std::string& stage1, const std::string& stage2, const std::map<std::int64_t, RunRecord>& runs) {
+  manifest::Bucket b;
+  b.tokens = row.winner.tokens;
+  b.kernel_name = row.variant.kernel_name;
+  b.recipe = std::move(recipe);
+  b.program = std::move(prog);
+  for (const Step& st : b.program.steps)
+    if (st.op == Step::Op::launch)
+      b.code_objects[st.symbol] = st.role == Role::stage1 ? stage1 : st.role == Role::stage2 ? stage2 : support;
+  b.time_us = {row.winner.median_us, row.winner.p10_us, row.winner.p90_us};
+  b.provenance.variant_id = row.variant.id;
+  b.provenance.run_id = row.winner.run_id;
+  b.provenance.chosen_at = row.winner.chosen_at;
   if (auto it = runs.find(row.winner.run_id); it != runs.end())
-    provenance.update({{"flytune_version", it->second.flytune_version},
-                       {"git_commit", it->second.git_commit},
-                       {"templates_commit", it->second.templates_commit},
-                       {"hostname", it->second.hostname}});
-  json bucket{{"tokens", row.winner.tokens},
-              {"kernel_name", row.variant.kernel_name},
-              {"stages", {{"stage1", v1.to_json()}, {"stage2", v2.to_json()}}},
-              {"align_block", prog.align_block},
-              {"max_padded_rows_formula", "ceil((T*topk + min(experts, T*topk) * (align_block - 1)) / align_block) * align_block"},
-              {"reduction", std::string(to_string(v2.contract().output))},
-              {"weight_in_stage1", v1.contract().weight_in_stage1},
-              {"weights", {{"w1", std::string(to_string(v1.contract().weights))}, {"w2", std::string(to_string(v2.contract().weights))}}},
-              {"workspace_bytes",
-               {{"inter", "T*topk*inter*2"},
-                {"y_acc", v2.contract().output == Reduce::atomic     ? "T*hidden*4"
-                          : v2.contract().output == Reduce::partials ? "T*topk*hidden*4"
-                                                                     : "T*topk*hidden*2"},
-                {"sorted_ids", "max_padded_rows*4"},
-                {"block_experts", "max_padded_rows/align_block*4"},
-                {"padded_rows", "4"}}},
-              {"buffers_at_bucket", buffers_json(prog)},
-              {"steps", std::move(steps)},
-              {"time_us", {{"median", row.winner.median_us}, {"p10", row.winner.p10_us ? json(*row.winner.p10_us) : json()},
-                           {"p90", row.winner.p90_us ? json(*row.winner.p90_us) : json()}}},
-              {"provenance", std::move(provenance)}};
-  if (row.winner.speedup_vs_default) bucket["speedup_vs_default"] = *row.winner.speedup_vs_default;
-  return bucket;
-}
-
-json manifest_json(const ExportOptions& opt, const Target& t, const DeviceRecord& device, const ToolchainRecord& toolchain,
-                   const std::map<std::string, SupportUnit>& supports, json problems) {
-  json support_units = json::array();
-  for (const auto& [dtype, s] : supports) {
-    auto dt = *parse_dtype(dtype);
-    json symbols{{"align", align_entry(t)},
-                 {"reduce_atomic", reduce_entry(t, Reduce::atomic, dt)},
-                 {"reduce_partials", reduce_entry(t, Reduce::partials, dt)},
-                 {"shuffle", shuffle_entry(t)},
-                 {"reference1", reference_entry(t, StageRole::stage1, dt)},
-                 {"reference2", reference_entry(t, StageRole::stage2, dt)},
-                 {"fill", fill_entry(t)}};
-    if (s.partials16) symbols["reduce_partials16"] = reduce_entry(t, Reduce::partials16, dt);
-    if (s.wide_align) {
-      symbols["align_count"] = align_count_entry(t);
-      symbols["align_scatter"] = align_scatter_entry(t);
-    }
-    if (dt == DType::e4m3) {  // the fp8 unit's quantise steps (every e4m3 unit has them)
-      symbols["quantise_x"] = quantise_x_entry(t);
-      symbols["quantise_inter"] = quantise_inter_entry(t);
-      symbols["reference_quantise"] = reference_quantise_entry(t);
-    }
-    support_units.push_back({{"dtype", dtype},
-                             {"code_object", s.file},
-                             {"source", s.compiled_here ? "compiled by flytune export" : "database"},
-                             {"toolchain", s.compiled_here ? s.toolchain : toolchain.version},
-                             {"symbols", std::move(symbols)}});
-  }
-  return {{"schema_version", kManifestSchemaVersion},
-          {"target", t.name},
-          {"vendor", std::string(to_string(t.vendor))},
-          {"code_object_format", object_format(t, toolchain)},
-          {"exported_at", utc_now()},
-          {"source_database", fs::path(opt.db_path).filename().string()},
-          {"device",
-           {{"runtime", device.runtime},
-            {"name", device.name},
-            {"arch", device.arch},
-            {"compute_units", device.compute_units},
-            {"memory_bytes", device.memory_bytes},
-            {"driver_version", device.driver_version},
-            {"runtime_version", device.runtime_version}}},
-          {"toolchain", {{"backend", toolchain.backend}, {"version", toolchain.version}}},
-          {"selection_rule", "the smallest tuned bucket >= T, else the largest bucket"},
-          {"args", moe_args_layout()},
-          {"shuffle",
-           {{"args", shuffle_args_layout()},
-            {"grid_formula", fmt::format("[ceil(rows*cols/8 / {0}), 1, 1]", kReduceThreads)},
-            {"block", {kReduceThreads, 1, 1}}}},
-          {"routing_ids", "topk_ids in [0, experts) name an expert; -1 is an empty slot (it contributes nothing); "
-                          "any other value is left out and counted into bad_ids"},
-          {"weight_layouts", weight_layouts()},
-          {"support_units", std::move(support_units)},
-          {"problems", std::move(problems)}};
+    b.provenance.run = manifest::Provenance::Run{it->second.flytune_version, it->second.git_commit,
+                                                 it->second.templates_commit, it->second.hostname};
+  b.speedup_vs_default = row.winner.speedup_vs_default;
+  return b;
 }
 
 }  // namespace
-
-int select_bucket(const std::vector<int>& buckets, int tokens) {
-  auto it = std::lower_bound(buckets.begin(), buckets.end(), tokens);
-  return it != buckets.end() ? *it : buckets.back();
-}
 
 Result<ExportContents> build_export(const ExportOptions& opt) {
   Store store = FT_TRY(Store::open(opt.db_path, OpenMode::read_only));
@@ -421,9 +206,15 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
   std::map<std::int64_t, RunRecord> runs;
   for (RunRecord& r : FT_TRY(store.list_runs())) runs[r.id] = std::move(r);
 
-  std::map<std::string, SupportUnit> supports;  // by dtype
-  json problems = json::array();
-  std::string current_key;
+  manifest::Manifest man;
+  man.target = target;
+  man.code_object_format = object_format(*target, toolchain);
+  man.exported_at = utc_now();
+  man.source_database = fs::path(opt.db_path).filename().string();
+  man.device = {device.runtime,     device.name,           device.arch,           device.compute_units,
+                device.memory_bytes, device.driver_version, device.runtime_version};
+  man.toolchain = {toolchain.backend, toolchain.version};
+  std::map<std::string, FoundSupport> supports;  // by dtype
   for (const WinnerRow& row : rows) {
     if (row.variant.toolchain_id != toolchain_id)
       return fail(Errc::database, "layer winners were built by different toolchains; export one device and toolchain at a time",
@@ -440,17 +231,17 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     const Variant v2 = FT_TRY(Variant::from_json(params["stage2"]));
     const std::string dtype(to_string(p.dtype));
     if (!supports.contains(dtype)) {
-      SupportUnit s = FT_TRY(support_unit(store, objects, *target, p.dtype, toolchain, toolchain_id));
+      FoundSupport s = FT_TRY(support_unit(store, objects, *target, p.dtype, toolchain, toolchain_id));
       if (s.compiled_here) {
         out.summary.support_compiled = true;
         out.summary.notes.push_back(fmt::format(
             "the database holds no support unit for {} {}; export compiled it with {} (the winners were built with {})",
-            target->name, dtype, s.toolchain, toolchain.version));
+            target->name, dtype, s.unit.toolchain, toolchain.version));
       }
       supports[dtype] = s;
     }
-    const SupportUnit& support = supports[dtype];
-    if (v2.contract().output == Reduce::partials16 && !support.partials16) {
+    const manifest::SupportUnit& support = supports[dtype].unit;
+    if (v2.contract().output == Reduce::partials16 && support.reduce_partials16.empty()) {
       out.summary.notes.push_back(fmt::format("{}: not exported: its stage 2 writes 16-bit partials, which the database's support "
                                               "unit cannot reduce; search this bucket again", what));
       continue;
@@ -458,13 +249,12 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     // A winner recorded before the program's rules (a pair whose row blocks
     // do not line up) cannot be run as timed: it is left out, and said so.
     LayerRecipe recipe{target, p, v1, v2};
-    recipe.wide_align = support.wide_align;
+    recipe.wide_align = support.wide_align();
     auto built = build_program(recipe, row.winner.tokens);
     if (!built) {
       out.summary.notes.push_back(fmt::format("{}: not exported: {}; search this bucket again", what, built.error().message));
       continue;
     }
-    const LayerProgram& prog = *built;
     // Each stage's code object: the variants row of that kernel by the same toolchain.
     auto stage_file = [&](const Variant& v, const std::string& kernel) -> Result<std::string> {
       if (v.name() != kernel)
@@ -480,37 +270,24 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     };
     const std::string file1 = FT_TRY(stage_file(v1, params["stage1_kernel"].get<std::string>()));
     const std::string file2 = FT_TRY(stage_file(v2, params["stage2_kernel"].get<std::string>()));
-
-
-    json bucket = bucket_json(row, prog, v1, v2, recorded_steps(prog, support.file, file1, file2), runs);
-    if (problems.empty() || current_key != row.problem.key) {
-      current_key = row.problem.key;
-      problems.push_back({{"key", row.problem.key},
-                          {"experts", p.experts},
-                          {"hidden", p.hidden},
-                          {"inter", p.inter},
-                          {"topk", p.topk},
-                          {"dtype", dtype},
-                          {"activation", row.problem.activation},
-                          {"routing", row.problem.routing},
-                          {"support_code_object", support.file},
-                          {"buckets", json::array()}});
-      if (p.fp8()) problems.back().update(fp8_problem_json(p, *target));
+    if (man.problems.empty() || man.problems.back().key != row.problem.key) {
+      man.problems.push_back({row.problem.key, p, row.problem.activation, row.problem.routing, {}});
       ++out.summary.problems;
     }
-    problems.back()["buckets"].push_back(std::move(bucket));
+    man.problems.back().buckets.push_back(
+        bucket_of(row, std::move(recipe), std::move(*built), support.code_object, file1, file2, runs));
     ++out.summary.buckets;
   }
-  if (problems.empty())
+  if (man.problems.empty())
     return fail(Errc::not_found, "no layer winner could be exported (see the notes); search again", opt.db_path);
-  for (json& pj : problems)
-    std::sort(pj["buckets"].begin(), pj["buckets"].end(),
-              [](const json& a, const json& b) { return a["tokens"].get<int>() < b["tokens"].get<int>(); });
+  for (manifest::ProblemEntry& pe : man.problems)
+    std::sort(pe.buckets.begin(), pe.buckets.end(), [](const manifest::Bucket& a, const manifest::Bucket& b) { return a.tokens < b.tokens; });
+  for (auto& [dtype, s] : supports) man.supports.push_back(std::move(s.unit));
 
-  out.manifest = manifest_json(opt, *target, device, toolchain, supports, std::move(problems));
+  out.manifest = manifest::encode(man);
   out.objects = objects.take();
   out.summary.code_objects = int(out.objects.size());
-  out.dispatch_header = dispatch_header(out.manifest);
+  out.dispatch_header = dispatch_header(man);
   return out;
 }
 
@@ -617,7 +394,7 @@ Result<CoverageReport> check_coverage(const std::string& db_path, const std::vec
       if (sorted.empty()) {
         l.rule = "no layer winner: refused";
       } else {
-        l.bucket = select_bucket(sorted, t);
+        l.bucket = sorted[manifest::select_bucket(sorted, t)];
         l.rule = *l.bucket == t ? "tuned" : *l.bucket > t ? "next bucket up" : "largest bucket";
       }
       rep.lines.push_back(std::move(l));

@@ -256,6 +256,7 @@ struct SupportUnit {
   // table; the manifest names what is there, and layers use only that (the
   // one-block align at every size without the wide align's kernels).
   bool partials16 = false, wide_align = false;
+  bool decode = false;  // the one-launch decode layer's entries (16-bit units)
 };
 
 void find_optional_entries(SupportUnit& s, const ObjectSet& objects, const Target& t, DType d) {
@@ -263,6 +264,8 @@ void find_optional_entries(SupportUnit& s, const ObjectSet& objects, const Targe
   if (!elf) return;  // then neither is named; the runtime's open checks the unit itself
   s.partials16 = elf->symbol(reduce_entry(t, Reduce::partials16, d)) != nullptr;
   s.wide_align = elf->symbol(align_count_entry(t)) && elf->symbol(align_scatter_entry(t));
+  s.decode = d != DType::e4m3;
+  for (int cols : kDecodeCols) s.decode = s.decode && elf->symbol(decode_entry(t, d, cols));
 }
 
 Result<SupportUnit> support_unit(Store& store, ObjectSet& objects, const Target& target, DType dtype,
@@ -353,6 +356,8 @@ json manifest_json(const ExportOptions& opt, const Target& t, const DeviceRecord
       symbols["align_count"] = align_count_entry(t);
       symbols["align_scatter"] = align_scatter_entry(t);
     }
+    if (s.decode)
+      for (int cols : kDecodeCols) symbols[fmt::format("decode_c{}", cols)] = decode_entry(t, dt, cols);
     if (dt == DType::e4m3) {  // the fp8 unit's quantise steps (every e4m3 unit has them)
       symbols["quantise_x"] = quantise_x_entry(t);
       symbols["quantise_inter"] = quantise_inter_entry(t);
@@ -459,6 +464,12 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     // do not line up) cannot be run as timed: it is left out, and said so.
     LayerRecipe recipe{target, p, v1, v2};
     recipe.wide_align = support.wide_align;
+    recipe.decode_cols = params.value("decode_cols", 0);
+    if (recipe.decode_cols && !support.decode) {
+      out.summary.notes.push_back(fmt::format("{}: not exported: its layer is the one-launch decode form, which the database's "
+                                              "support unit lacks; search this bucket again", what));
+      continue;
+    }
     auto built = build_program(recipe, row.winner.tokens);
     if (!built) {
       out.summary.notes.push_back(fmt::format("{}: not exported: {}; search this bucket again", what, built.error().message));
@@ -478,11 +489,12 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
         return fail(Errc::database, fmt::format("no compiled code object for {}", kernel), what);
       return objects.from_store(vs.front().code_object_hash, kernel);
     };
-    const std::string file1 = FT_TRY(stage_file(v1, params["stage1_kernel"].get<std::string>()));
-    const std::string file2 = FT_TRY(stage_file(v2, params["stage2_kernel"].get<std::string>()));
-
+    // The one-launch form runs no stage kernel: its record's pair ships no code object.
+    const std::string file1 = recipe.decode_cols ? "" : FT_TRY(stage_file(v1, params["stage1_kernel"].get<std::string>()));
+    const std::string file2 = recipe.decode_cols ? "" : FT_TRY(stage_file(v2, params["stage2_kernel"].get<std::string>()));
 
     json bucket = bucket_json(row, prog, v1, v2, recorded_steps(prog, support.file, file1, file2), runs);
+    if (recipe.decode_cols) bucket["decode_cols"] = recipe.decode_cols;
     if (problems.empty() || current_key != row.problem.key) {
       current_key = row.problem.key;
       problems.push_back({{"key", row.problem.key},

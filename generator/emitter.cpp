@@ -75,6 +75,9 @@ std::string fill_entry(const Target& t) { return fmt::format("ft_{}_fill", t.nam
 std::string quantise_x_entry(const Target& t) { return fmt::format("ft_{}_quantise_x", t.name); }
 std::string quantise_inter_entry(const Target& t) { return fmt::format("ft_{}_quantise_inter", t.name); }
 std::string reference_quantise_entry(const Target& t) { return fmt::format("ft_{}_reference_quantise_e4m3", t.name); }
+std::string decode_entry(const Target& t, DType d, int cols) {
+  return fmt::format("ft_{}_decode_{}_c{}", t.name, to_string(d), cols);
+}
 std::string reference_entry(const Target& t, StageRole stage, DType d) {
   return fmt::format("ft_{}_reference{}_{}", t.name, stage == StageRole::stage1 ? 1 : 2, to_string(d));
 }
@@ -134,6 +137,12 @@ KernelSource emit_support(const Target& t, DType d) {
     entries.push_back(reduce_entry(t, r, d));
     reduces += fmt::format("FT_KERNEL(ft::kReduceThreads, {})(ft::MoeArgs args) {{ ft::moe_reduce<ft::Reduce::{}, {}>(args); }}\n",
                            entries.back(), to_string(r), elem_of(d));
+  }
+  // The one-launch decode layer, one entry per searched column count (templates/ft/moe_decode.hpp).
+  for (int cols : kDecodeCols) {
+    entries.push_back(decode_entry(t, d, cols));
+    reduces += fmt::format("FT_KERNEL(ft::kDecodeThreads, {})(ft::MoeArgs args) {{ ft::DecodeLayer<{}, {}>::run(args); }}\n",
+                           entries.back(), elem_of(d), cols);
   }
   std::string text = fmt::format(
       R"(// {unit}

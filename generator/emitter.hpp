@@ -13,7 +13,7 @@ KernelSource emit_variant(const Variant& v);
 // The layer's support kernels for a target and dtype, in one unit: align (one
 // block, or the wide align's count and scatter launches), reduce (one per
 // ft::Reduce), the weight pre-shuffle, and the reference and random-fill
-// kernels verification uses. Names: ft_<target>_align{,_count,_scatter},
+// kernels verification uses, and for 16-bit types the one-launch decode layer. Names: ft_<target>_align{,_count,_scatter},
 // ft_<target>_reduce_{atomic,partials,partials16}_<dtype>, ft_<target>_shuffle,
 // ft_<target>_reference{1,2}_<dtype>, ft_<target>_fill. For e4m3 (fp8 layers,
 // the target's flavour) also the quantise steps, ft_<target>_quantise_x and
@@ -34,5 +34,10 @@ std::string fill_entry(const Target& target);  // seeded random fill (templates/
 std::string quantise_x_entry(const Target& target);
 std::string quantise_inter_entry(const Target& target);
 std::string reference_quantise_entry(const Target& target);
+// The one-launch decode layer (templates/ft/moe_decode.hpp) of a 16-bit
+// support unit, for each column count it is searched with:
+// ft_<target>_decode_<dtype>_c<cols>.
+inline constexpr int kDecodeCols[] = {8, 16, 32};
+std::string decode_entry(const Target& target, DType dtype, int cols);
 
 }  // namespace ft

@@ -67,6 +67,7 @@ Result<std::vector<FunctionHandle>> bind(const LayerProgram& p, const RoleKernel
       case Role::align_scatter: out[i] = k.align_scatter; break;
       case Role::quantise_x: out[i] = k.quantise_x; break;
       case Role::quantise_inter: out[i] = k.quantise_inter; break;
+      case Role::decode: out[i] = k.decode; break;
     }
     if (!out[i].p) return fail(Errc::internal, fmt::format("layer program: no {} kernel was loaded for step {}", to_string(s.role), s.name));
   }

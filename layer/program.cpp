@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "generator/emitter.hpp"
+#include "templates/ft/decode_shape.hpp"
 #include "generator/families/families.hpp"
 
 namespace ft {
@@ -68,6 +69,24 @@ LaunchShape reference_launch(StageRole stage, const Problem& p, int tokens) {
 LaunchShape reference_quantise_launch(const Problem& p, int tokens) {
   const int groups = p.inter / kScaleGroup;
   return {tokens * p.topk, (groups + kReferenceThreads - 1) / kReferenceThreads, 1, kReferenceThreads, 0};
+}
+
+LaunchShape decode_launch(const Problem& p, int tokens, int cols) {
+  const long long units = (long long)decode_slots(tokens * p.topk, p.experts) * (p.inter / cols) + p.hidden / cols;
+  return {int(std::min<long long>(units, kDecodeMaxBlocks)), 1, 1, kDecodeThreads,
+          decode_lds_bytes(tokens, p.topk, p.experts, cols)};
+}
+
+std::optional<std::string> decode_rules(const Problem& p, int tokens, int cols) {
+  if (p.dtype != DType::bf16 && p.dtype != DType::f16)
+    return fmt::format("the one-launch decode layer is built for bf16 and f16, not {}", to_string(p.dtype));
+  if (tokens > kDecodeMaxTokens) return fmt::format("the one-launch decode layer takes up to {} tokens, not {}", kDecodeMaxTokens, tokens);
+  if (std::find(std::begin(kDecodeCols), std::end(kDecodeCols), cols) == std::end(kDecodeCols))
+    return fmt::format("the one-launch decode layer has no {}-column form (8, 16 or 32)", cols);
+  if (p.inter % cols || p.hidden % cols || p.inter % 8 || p.hidden % 8)
+    return fmt::format("the one-launch decode layer with {} columns needs I and H multiples of {} and of 8 (I={}, H={})", cols, cols,
+                       p.inter, p.hidden);
+  return std::nullopt;
 }
 
 LaunchShape fill_launch(std::uint64_t count) {
@@ -158,6 +177,7 @@ std::string_view to_string(Role r) {
     case Role::reduce_partials16: return "reduce_partials16";
     case Role::quantise_x: return "quantise_x";
     case Role::quantise_inter: return "quantise_inter";
+    case Role::decode: return "decode";
   }
   return "?";
 }
@@ -195,7 +215,7 @@ std::unexpected<Error> bad(const std::string& what) { return fail(Errc::invalid_
 Status validate(const LayerRecipe& r) {
   const Problem& p = r.problem;
   if (!r.target) return bad("no target");
-  if (!r.stage1 && !r.stage2) return bad("no stage variant");
+  if (!r.stage1 && !r.stage2 && !r.decode_cols) return bad("no stage variant");
   for (const std::optional<Variant>* s : {&r.stage1, &r.stage2}) {
     if (!*s) continue;
     const Variant& v = **s;
@@ -319,9 +339,47 @@ Result<int> align_block_of(const LayerRecipe& r) {
   return block;
 }
 
+namespace {
+
+// The one-launch decode layer: clear its counters (the ticket and the
+// arrivals, in sorted_ids: templates/ft/decode_shape.hpp), then one launch.
+Result<LayerProgram> build_decode_program(const LayerRecipe& r, int tokens) {
+  const Problem& p = r.problem;
+  if (auto why = decode_rules(p, tokens, r.decode_cols)) return bad(*why);
+  LayerProgram prog;
+  prog.tokens = tokens;
+  prog.align_block = 1;
+  prog.max_padded_rows = (long long)tokens * p.topk;
+  const MoeArgs args = base_args(p, tokens, 1, prog.max_padded_rows);
+  const std::uint64_t sync_words = std::uint64_t(decode_sync_words(tokens * p.topk, p.experts));
+  Step clear;
+  clear.op = Step::Op::memset_u32;
+  clear.name = "clear_decode_counters";
+  clear.buffer = Buf::sorted_ids;
+  clear.count = sync_words;
+  prog.steps.push_back(std::move(clear));
+  prog.steps.push_back(launch_step("decode", Role::decode, decode_entry(*r.target, p.dtype, r.decode_cols),
+                                   decode_launch(p, tokens, r.decode_cols), args));
+  const std::uint64_t T = std::uint64_t(tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2;
+  auto& b = prog.bytes;
+  b[std::size_t(Buf::x)] = T * H * es;
+  b[std::size_t(Buf::topk_ids)] = T * k * 4;
+  b[std::size_t(Buf::topk_weights)] = T * k * 4;
+  b[std::size_t(Buf::w1)] = E * 2 * I * H * es;
+  b[std::size_t(Buf::w2)] = E * H * I * es;
+  b[std::size_t(Buf::inter)] = T * k * I * es;
+  b[std::size_t(Buf::y)] = T * H * es;
+  b[std::size_t(Buf::bad_ids)] = 4;
+  b[std::size_t(Buf::sorted_ids)] = sync_words * 4;
+  return prog;
+}
+
+}  // namespace
+
 Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
   FT_CHECK(validate(r));
   if (tokens < 1 || tokens > kMaxTokens) return bad(fmt::format("token count {} outside 1..{}", tokens, kMaxTokens));
+  if (r.decode_cols) return build_decode_program(r, tokens);
   const Problem& p = r.problem;
   LayerProgram prog;
   prog.tokens = tokens;

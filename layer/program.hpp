@@ -73,6 +73,13 @@ struct ArrangeLaunch {
 Result<ArrangeLaunch> arrange_launch(std::uint64_t src, std::uint64_t dst, long long rows, long long cols, int element_bytes,
                                      WeightLayout layout);
 LaunchShape reference_launch(StageRole stage, const Problem& p, int tokens);
+// The one-launch decode layer's grid: enough blocks for every work unit the
+// routing could make (every slot's stage-1 units and the stage-2 units), at
+// most kDecodeMaxBlocks; the kernel's tickets spread the units over them.
+LaunchShape decode_launch(const Problem& p, int tokens, int cols);
+// Why the one-launch form cannot run this problem at `tokens` with `cols`
+// columns per unit, or nullopt.
+std::optional<std::string> decode_rules(const Problem& p, int tokens, int cols);
 LaunchShape fill_launch(std::uint64_t count);
 // fp8 verification: the reference intermediate quantised, one thread per 128-value group.
 LaunchShape reference_quantise_launch(const Problem& p, int tokens);
@@ -115,6 +122,7 @@ enum class Role : std::uint8_t {
   align, stage1, stage2, reduce_atomic, reduce_partials, reduce_partials16,
   align_count, align_scatter,    // the wide align's two launches
   quantise_x, quantise_inter,    // fp8 layers: X, and a bf16 intermediate, to e4m3 with scales
+  decode,                        // the one-launch decode layer (templates/ft/moe_decode.hpp)
 };
 // The reduce kernel's role for a stage-2 output mode.
 Role reduce_role(Reduce r);
@@ -149,6 +157,13 @@ struct LayerRecipe {
   // builds does; exports of databases recorded before it existed do not, and
   // their layers align in one block at any size, as they were verified).
   bool wide_align = true;
+  // > 0: the layer's form is the one-launch decode layer with this many columns
+  // per work unit (one of kDecodeCols, generator/emitter.hpp): routing, both
+  // stages and the top-k sum in one kernel after one small memset, for
+  // 16-bit problems and T <= kDecodeMaxTokens. 0: the two-stage form above.
+  // The stage variants may be given beside it (a search records the pair it
+  // was timed against); the one-launch program does not run them.
+  int decode_cols = 0;
 };
 
 struct LayerProgram {

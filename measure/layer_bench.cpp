@@ -54,6 +54,8 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   b->reference1_ = FT_TRY(dev.function(m, reference_entry(target, StageRole::stage1, p.dtype)));
   b->reference2_ = FT_TRY(dev.function(m, reference_entry(target, StageRole::stage2, p.dtype)));
   b->fill_ = FT_TRY(dev.function(m, fill_entry(target)));
+  if (!p.fp8())
+    for (int cols : kDecodeCols) b->decode_[cols] = FT_TRY(dev.function(m, decode_entry(target, p.dtype, cols)));
 
   const std::size_t T = std::size_t(max_tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2,
                     wes = std::size_t(p.element_bytes());  // weights: 1 byte for fp8 codes
@@ -93,13 +95,17 @@ Result<FunctionHandle> LayerBench::load(std::span<const std::byte> code_object, 
   return f;
 }
 
-Result<LayerProgram> LayerBench::program(const std::optional<Variant>& s1, const std::optional<Variant>& s2) const {
-  return build_program(LayerRecipe{&target_, problem_, s1, s2}, tokens_);
+Result<LayerProgram> LayerBench::program(const std::optional<Variant>& s1, const std::optional<Variant>& s2,
+                                         int decode_cols) const {
+  LayerRecipe r{&target_, problem_, s1, s2};
+  r.decode_cols = decode_cols;
+  return build_program(r, tokens_);
 }
 
-RoleKernels LayerBench::kernels(FunctionHandle stage1, FunctionHandle stage2) const {
+RoleKernels LayerBench::kernels(FunctionHandle stage1, FunctionHandle stage2, int decode_cols) const {
+  const auto d = decode_.find(decode_cols);
   return {align_,         stage1,         stage2, reduce_atomic_, reduce_partials_, reduce_partials16_, align_count_,
-          align_scatter_, quantise_x_,    quantise_inter_};
+          align_scatter_, quantise_x_,    quantise_inter_, d == decode_.end() ? FunctionHandle{} : d->second};
 }
 
 Status LayerBench::run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st) {
@@ -262,10 +268,13 @@ Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) 
   return compare_with(at(table, Buf::y), y_ref_[ref].ptr(), n);
 }
 
-Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2) {
-  const LayerProgram prog = FT_TRY(program(v1, v2));
-  const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
-  FT_CHECK(ensure_reference(v1.contract().weight_in_stage1));
+Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
+                                            int decode_cols) {
+  const LayerProgram prog = FT_TRY(program(v1, v2, decode_cols));
+  const auto fns = FT_TRY(bind(prog, kernels(f1, f2, decode_cols)));
+  // The one-launch form applies the routed weight in its stage 2.
+  const bool weight_in_stage1 = !decode_cols && v1.contract().weight_in_stage1;
+  FT_CHECK(ensure_reference(weight_in_stage1));
   FT_CHECK(ensure_arranged(v1.contract().weights));
   FT_CHECK(ensure_arranged(v2.contract().weights));
   const std::size_t n = std::size_t(tokens_) * problem_.hidden, pairs = std::size_t(tokens_) * problem_.topk;
@@ -274,7 +283,7 @@ Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1
   FT_CHECK(dev_.memset_u32(at(table_, Buf::y_acc), kNaN32, pairs * problem_.hidden));
   if (problem_.fp8()) FT_CHECK(poison_fp8(table_));
   FT_CHECK(run_checked(prog, fns, table_));
-  const int f = v1.contract().weight_in_stage1 ? 1 : 0;
+  const int f = weight_in_stage1 ? 1 : 0;
   const Comparison c = FT_TRY(compare_with(at(table_, Buf::y), y_ref_[f].ptr(), n));
   if (!problem_.fp8()) return c;
   // fp8: also within the sanity bound of the bf16 layer on the same weights.
@@ -313,9 +322,9 @@ Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const 
 }
 
 Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
-                                           const TimingOptions& opt) {
-  const LayerProgram prog = FT_TRY(program(v1, v2));
-  const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
+                                           const TimingOptions& opt, int decode_cols) {
+  const LayerProgram prog = FT_TRY(program(v1, v2, decode_cols));
+  const auto fns = FT_TRY(bind(prog, kernels(f1, f2, decode_cols)));
   FT_CHECK(ensure_arranged(v1.contract().weights));
   FT_CHECK(ensure_arranged(v2.contract().weights));
   StreamHandle stream = FT_TRY(dev_.create_stream());
@@ -374,6 +383,7 @@ Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1,
   out.stage1 = summarize(per_step["stage1"]);
   out.stage2 = summarize(per_step["stage2"]);
   out.reduce = summarize(per_step["reduce"]);
+  if (decode_cols) out.stage1 = summarize(per_step["decode"]);  // the one launch holds both stages
   return out;
 }
 

@@ -68,10 +68,14 @@ class LayerBench {
                     std::span<const float> topk_weights);
 
   Result<Comparison> verify_stage(const Variant& v, FunctionHandle f);
-  Result<Comparison> verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2);
+  // decode_cols > 0: the one-launch decode form with that many columns per
+  // unit (LayerRecipe::decode_cols; the stage variants and functions are
+  // carried, not run), from the support unit's decode entry.
+  Result<Comparison> verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
+                                  int decode_cols = 0);
   Result<Timing> time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt);
   Result<LayerTiming> time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
-                                 const TimingOptions& opt);
+                                 const TimingOptions& opt, int decode_cols = 0);
 
   // Runs align/sort alone and returns what it wrote, for checks against the CPU.
   struct AlignOutput {
@@ -97,8 +101,9 @@ class LayerBench {
 
  private:
   LayerBench(Device& dev, const Problem& p, const Target& t) : dev_(dev), problem_(p), target_(t) {}
-  Result<LayerProgram> program(const std::optional<Variant>& stage1, const std::optional<Variant>& stage2) const;
-  RoleKernels kernels(FunctionHandle stage1, FunctionHandle stage2) const;
+  Result<LayerProgram> program(const std::optional<Variant>& stage1, const std::optional<Variant>& stage2,
+                               int decode_cols = 0) const;
+  RoleKernels kernels(FunctionHandle stage1, FunctionHandle stage2, int decode_cols = 0) const;
   Status run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st = {});
   Status run_align(int align_block, StreamHandle s = {});
   // W1 and W2 in `layout`, arranged on the device on first use; the table's
@@ -127,6 +132,7 @@ class LayerBench {
   int max_tokens_ = 0;
   int tokens_ = 0;
   std::vector<ModuleHandle> modules_;
+  std::map<int, FunctionHandle> decode_;  // the one-launch decode entries by column count (16-bit problems)
   FunctionHandle align_, align_count_, align_scatter_, reduce_atomic_, reduce_partials_, reduce_partials16_, shuffle_, reference1_, reference2_, fill_;
   // Inputs, the plain weights, the workspace; arranged weights join on first use.
   std::array<DeviceBuffer, kBufCount> buffers_;

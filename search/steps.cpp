@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "generator/emitter.hpp"
 #include "layer/program.hpp"
 #include "measure/layer_bench.hpp"
 #include "search/model_pick.hpp"
@@ -250,22 +251,41 @@ std::vector<std::pair<const Candidate*, const Candidate*>> layer_pairs(const Tar
 
 Result<bool> LayerStep::run(int tokens, const Ranked& s1, const Ranked& s2, const TelemetryReading& tele) {
   std::string why;
+  probed = nlohmann::json::array();
   if (s1.empty() || s2.empty()) {
     no_layer(tokens, s1.empty() ? "no stage-1 variant was timed" : "no stage-2 variant was timed");
     return true;
   }
-  std::vector<std::tuple<double, const Candidate*, const Candidate*>> paired;
+  std::vector<std::tuple<double, const Candidate*, const Candidate*, int>> paired;  // time, pair, decode columns
+  auto probe = [&](const Candidate* a, const Candidate* b, int decode_cols) {
+    protocol::TimeLayerRequest req{a->kernel, b->kernel};
+    req.decode_cols = decode_cols;
+    req.reps = kAbReps;
+    req.graph = cfg.graph;
+    auto t = gpu.m.time_layer(req);
+    if (!t) {
+      why = fmt::format("timing {} + {}{} failed: {}", a->cv->variant.name(), b->cv->variant.name(),
+                        decode_cols ? fmt::format(" (decode c{})", decode_cols) : "", t.error().describe());
+      return;
+    }
+    paired.emplace_back(t->total.median_us, a, b, decode_cols);
+    // The forms side by side, same inputs and timing (docs/PERFORMANCE.md's decode rows).
+    const std::string name = decode_cols ? decode_entry(target, cfg.problem.dtype, decode_cols)
+                                         : a->cv->variant.name() + "+" + b->cv->variant.name();
+    probed.push_back({{"layer", name}, {"median_us", t->total.median_us}});
+    if (cfg.progress) fmt::print(stderr, "{}T={}: layer {} {:.2f} us\n", gpu_prefix(), tokens, name, t->total.median_us);
+  };
   for (const auto& [a, b] : layer_pairs(target, cfg.problem, s1, s2, why)) {
     if (gpu.m.stopped()) return false;
-    protocol::TimeLayerRequest probe{a->kernel, b->kernel};
-    probe.reps = kAbReps;
-    probe.graph = cfg.graph;
-    auto t = gpu.m.time_layer(probe);
-    if (!t) {
-      why = fmt::format("timing {} + {} failed: {}", a->cv->variant.name(), b->cv->variant.name(), t.error().describe());
-      continue;
+    probe(a, b, 0);
+  }
+  // The one-launch decode form beside the pairs, carrying the fastest pair.
+  if (!paired.empty()) {
+    const auto [t0, a0, b0, c0] = paired.front();
+    for (int cols : kDecodeCols) {
+      if (gpu.m.stopped()) return false;
+      if (!decode_rules(cfg.problem, tokens, cols)) probe(a0, b0, cols);
     }
-    paired.emplace_back(t->total.median_us, a, b);
   }
   if (gpu.m.stopped()) return false;
   std::stable_sort(paired.begin(), paired.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
@@ -276,7 +296,8 @@ Result<bool> LayerStep::run(int tokens, const Ranked& s1, const Ranked& s2, cons
   constexpr std::size_t kVerifyTries = 3;
   for (std::size_t pi = 0; pi < std::min(kVerifyTries, paired.size()); ++pi) {
     if (gpu.m.stopped()) return false;
-    if (FT_TRY(try_pair(tokens, std::get<1>(paired[pi]), std::get<2>(paired[pi]), tele, why))) return true;
+    if (FT_TRY(try_pair(tokens, std::get<1>(paired[pi]), std::get<2>(paired[pi]), std::get<3>(paired[pi]), tele, why)))
+      return true;
   }
   if (gpu.m.stopped()) return false;
   no_layer(tokens, why);
@@ -290,17 +311,19 @@ void LayerStep::no_layer(int tokens, const std::string& reason) {
 
 // Verifies the pair at this T, then times it at length and records it as
 // the bucket's layer winner; false (and why) when it fails either.
-Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidate* c2, const TelemetryReading& tele,
-                                 std::string& why) {
+Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidate* c2, int decode_cols,
+                                 const TelemetryReading& tele, std::string& why) {
   db::VariantRecord layer;
-  layer.kernel_name = c1->cv->variant.name() + "+" + c2->cv->variant.name();
+  layer.kernel_name = decode_cols ? decode_entry(target, cfg.problem.dtype, decode_cols)
+                                  : c1->cv->variant.name() + "+" + c2->cv->variant.name();
   layer.target = std::string(target.name);
   layer.kind = "layer";
   layer.params = {{"stage1", c1->cv->variant.to_json()}, {"stage2", c2->cv->variant.to_json()},
                   {"stage1_kernel", c1->cv->variant.name()}, {"stage2_kernel", c2->cv->variant.name()}};
+  if (decode_cols) layer.params["decode_cols"] = decode_cols;
   layer.toolchain_id = gpu.toolchain_id;
   const std::int64_t layer_id = FT_TRY(gpu.rec.variant(layer));
-  auto v = gpu.m.verify_layer({c1->kernel, c2->kernel});
+  auto v = gpu.m.verify_layer({c1->kernel, c2->kernel, decode_cols});
   if (!v || !v->passed) {
     const std::string message = v ? v->summary : v.error().describe();
     (void)gpu.record(layer_id, tokens, "verify", v ? db::MeasurementStatus::verify_failed : status_of(v.error()),
@@ -310,6 +333,7 @@ Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidat
     return false;
   }
   protocol::TimeLayerRequest req{c1->kernel, c2->kernel};
+  req.decode_cols = decode_cols;
   req.reps = kLongReps;
   req.graph = cfg.graph;
   auto t = gpu.m.time_layer(req);
@@ -331,7 +355,8 @@ Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidat
   w.p90_us = t->total.p90_us;
   BucketResult br{tokens, "layer", layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
                   nlohmann::json{{"align_us", t->align.median_us}, {"stage1_us", t->stage1.median_us},
-                                 {"stage2_us", t->stage2.median_us}, {"reduce_us", t->reduce.median_us}}};
+                                 {"stage2_us", t->stage2.median_us}, {"reduce_us", t->reduce.median_us},
+                                 {"candidates", probed}}};
   if (ceilings) br.floor_us = roofline_floor_us(cfg.problem, tokens, *ceilings);
   FT_CHECK(gpu.rec.winner(w, std::move(br)));
   return true;

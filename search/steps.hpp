@@ -76,6 +76,8 @@ struct LayerStep {
   GpuContext& gpu;
   const std::optional<Ceilings>& ceilings;
   bool many_gpus = false;
+  // The bucket's layer candidates as run() timed them ({layer, median_us}), for the winner's summary.
+  nlohmann::json probed = nlohmann::json::array();
 
   // false when the device stopped.
   Result<bool> run(int tokens, const Ranked& s1, const Ranked& s2, const TelemetryReading& tele);
@@ -83,7 +85,8 @@ struct LayerStep {
  private:
   void no_layer(int tokens, const std::string& reason);
   std::string gpu_prefix() const { return many_gpus ? gpu.m.label() + ": " : ""; }
-  Result<bool> try_pair(int tokens, const Candidate* c1, const Candidate* c2, const TelemetryReading& tele,
+  // decode_cols > 0: the one-launch decode form, the pair carried beside it.
+  Result<bool> try_pair(int tokens, const Candidate* c1, const Candidate* c2, int decode_cols, const TelemetryReading& tele,
                         std::string& why);
 };
 

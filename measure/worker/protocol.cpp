@@ -207,11 +207,15 @@ struct RequestEncoder {
     return {{"kernel", encode_kernel(r.kernel)}, {"warmup", r.warmup}, {"reps", r.reps}, {"flush_l2", r.flush_l2}};
   }
   json operator()(const VerifyLayerRequest& r) const {
-    return {{"stage1", encode_kernel(r.stage1)}, {"stage2", encode_kernel(r.stage2)}};
+    json j{{"stage1", encode_kernel(r.stage1)}, {"stage2", encode_kernel(r.stage2)}};
+    if (r.decode_cols) j["decode_cols"] = r.decode_cols;
+    return j;
   }
   json operator()(const TimeLayerRequest& r) const {
-    return {{"stage1", encode_kernel(r.stage1)}, {"stage2", encode_kernel(r.stage2)}, {"warmup", r.warmup},
-            {"reps", r.reps}, {"graph", r.graph}};
+    json j{{"stage1", encode_kernel(r.stage1)}, {"stage2", encode_kernel(r.stage2)}, {"warmup", r.warmup},
+           {"reps", r.reps}, {"graph", r.graph}};
+    if (r.decode_cols) j["decode_cols"] = r.decode_cols;
+    return j;
   }
   json operator()(const TelemetryRequest&) const { return json::object(); }
   json operator()(const FaultRequest&) const { return json::object(); }
@@ -251,13 +255,15 @@ Result<Request> decode_time(const Fields& f) {
 }
 
 Result<Request> decode_layer(const Fields& f, bool timed) {
-  if (timed) FT_CHECK(f.only({"op", "stage1", "stage2", "warmup", "reps", "graph"}));
-  else FT_CHECK(f.only({"op", "stage1", "stage2"}));
+  if (timed) FT_CHECK(f.only({"op", "stage1", "stage2", "warmup", "reps", "graph", "decode_cols"}));
+  else FT_CHECK(f.only({"op", "stage1", "stage2", "decode_cols"}));
   const Fields k1 = FT_TRY(f.nested("stage1", "kernel")), k2 = FT_TRY(f.nested("stage2", "kernel"));
   KernelRef s1 = FT_TRY(decode_kernel(k1));
   KernelRef s2 = FT_TRY(decode_kernel(k2));
-  if (!timed) return VerifyLayerRequest{std::move(s1), std::move(s2)};
+  const int decode_cols = f.get("decode_cols") ? FT_TRY(f.integer("decode_cols")) : 0;
+  if (!timed) return VerifyLayerRequest{std::move(s1), std::move(s2), decode_cols};
   TimeLayerRequest r{std::move(s1), std::move(s2)};
+  r.decode_cols = decode_cols;
   r.warmup = FT_TRY(f.integer("warmup"));
   r.reps = FT_TRY(f.integer("reps"));
   r.graph = FT_TRY(f.boolean("graph"));

@@ -95,9 +95,12 @@ struct TimeRequest {
   int reps = 20;
   bool flush_l2 = true;
 };
+// decode_cols > 0: the one-launch decode form (LayerRecipe::decode_cols) of
+// the support unit, the stages only carried; on the wire only when set.
 struct VerifyLayerRequest {
   using Answer = VerifyAnswer;
   KernelRef stage1, stage2;
+  int decode_cols = 0;
 };
 struct TimeLayerRequest {
   using Answer = LayerTiming;
@@ -105,6 +108,7 @@ struct TimeLayerRequest {
   int warmup = 3;
   int reps = 20;
   bool graph = false;
+  int decode_cols = 0;
 };
 struct TelemetryRequest {
   using Answer = TelemetryAnswer;

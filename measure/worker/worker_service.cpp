@@ -120,7 +120,7 @@ struct WorkerService::State {
   Result<protocol::Answer> operator()(const protocol::VerifyLayerRequest& r) {
     FunctionHandle f1 = FT_TRY(kernel(r.stage1));
     FunctionHandle f2 = FT_TRY(kernel(r.stage2));
-    Comparison c = FT_TRY(bench->verify_layer(r.stage1.variant, f1, r.stage2.variant, f2));
+    Comparison c = FT_TRY(bench->verify_layer(r.stage1.variant, f1, r.stage2.variant, f2, r.decode_cols));
     return verify_answer(c, problem.hidden);
   }
 
@@ -129,7 +129,7 @@ struct WorkerService::State {
     FunctionHandle f2 = FT_TRY(kernel(r.stage2));
     TimingOptions to = timing_options(r.warmup, r.reps);
     to.graph = r.graph;
-    return FT_TRY(bench->time_layer(r.stage1.variant, f1, r.stage2.variant, f2, to));
+    return FT_TRY(bench->time_layer(r.stage1.variant, f1, r.stage2.variant, f2, to, r.decode_cols));
   }
 
   Result<protocol::Answer> operator()(const protocol::TelemetryRequest&) {

@@ -44,10 +44,17 @@ class DeviceWorkload {
   BufferTable table_{};
 };
 
-// The two stages of a layer; the program derives everything else.
+// The two stages of a layer; the program derives everything else. With
+// decode_cols > 0 the layer is the one-launch decode form instead
+// (LayerRecipe::decode_cols; the stages only name the target).
 struct LayerPlan {
   Variant stage1, stage2;
-  LayerRecipe recipe(const Problem& problem) const { return {stage1.target, problem, stage1, stage2}; }
+  int decode_cols = 0;
+  LayerRecipe recipe(const Problem& problem) const {
+    LayerRecipe r{stage1.target, problem, stage1, stage2};
+    r.decode_cols = decode_cols;
+    return r;
+  }
 };
 
 struct LayerRunOptions {

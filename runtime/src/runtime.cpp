@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "device/device_buffer.hpp"
+#include "generator/emitter.hpp"
 #include "system/hash.hpp"
 #include "layer/program.hpp"
 
@@ -75,6 +76,8 @@ SupportUnit parse_support(const json& s) {
   u.quantise_x = sym.value("quantise_x", std::string());
   u.quantise_inter = sym.value("quantise_inter", std::string());
   u.reference_quantise = sym.value("reference_quantise", std::string());
+  for (int cols : kDecodeCols)
+    if (const std::string key = fmt::format("decode_c{}", cols); sym.contains(key)) u.decode[cols] = sym.at(key).get<std::string>();
   if (u.dtype == "e4m3" && (u.quantise_x.empty() || u.quantise_inter.empty() || u.reference_quantise.empty()))
     throw std::invalid_argument("the e4m3 support unit names no quantise_x, quantise_inter or reference_quantise symbol");
   u.shuffle = sym.at("shuffle").get<std::string>();
@@ -111,12 +114,18 @@ Result<Bucket> parse_bucket(const json& bj, const Manifest& m, const ProblemEntr
   const json& stages = bj.at("stages");
   b.recipe.stage1 = FT_TRY(Variant::from_json(stages.at("stage1")));
   b.recipe.stage2 = FT_TRY(Variant::from_json(stages.at("stage2")));
+  // The one-launch decode form: its program runs the support unit's decode entry, not the stages.
+  b.recipe.decode_cols = bj.value("decode_cols", 0);
+  if (b.recipe.decode_cols && (support == m.supports.end() || !support->decode.contains(b.recipe.decode_cols)))
+    return fail(Errc::invalid_input, fmt::format("{}: the one-launch decode layer with {} columns, which the {} support unit does "
+                                                 "not name; export again with this flytune version",
+                                                 at, b.recipe.decode_cols, dtype));
   const json& steps = bj.at("steps");
   for (const json& s : steps)
     if (s.at("op").get<std::string>() == "launch" && s.contains("code_object"))
       b.files[s.at("symbol").get<std::string>()] = s.at("code_object").get<std::string>();
   for (const std::optional<Variant>* v : {&b.recipe.stage1, &b.recipe.stage2})
-    if (!b.files.contains((*v)->name()))
+    if (!b.recipe.decode_cols && !b.files.contains((*v)->name()))
       return fail(Errc::invalid_input, at + ": no step names the code object of " + (*v)->name());
   // The recorded steps must be what the one layer program computes for this
   // recipe: an export written by another flytune version, or edited, is refused.
@@ -357,6 +366,7 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
     u.reference1_fn = FT_TRY(function(f, u.reference1));
     u.reference2_fn = FT_TRY(function(f, u.reference2));
     u.fill_fn = FT_TRY(function(f, u.fill));
+    for (const auto& [cols, symbol] : u.decode) u.decode_fn[cols] = FT_TRY(function(f, symbol));
   }
   for (ProblemEntry& p : manifest_.problems) {
     const std::string dtype(to_string(p.problem.dtype));
@@ -365,6 +375,10 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
     for (Bucket& b : p.buckets) {
       b.kernels = {u.align_fn,          {}, {}, u.reduce_atomic_fn, u.reduce_partials_fn, u.reduce_partials16_fn,
                    u.align_count_fn,    u.align_scatter_fn, u.quantise_x_fn, u.quantise_inter_fn};
+      if (b.recipe.decode_cols) {
+        b.kernels.decode = u.decode_fn.at(b.recipe.decode_cols);  // parse_bucket checked the unit names it (LDS < 48 KiB)
+        continue;
+      }
       for (auto [variant, slot] : {std::pair{&*b.recipe.stage1, &b.kernels.stage1}, std::pair{&*b.recipe.stage2, &b.kernels.stage2}}) {
         *slot = FT_TRY(function(b.files.at(variant->name()), variant->name()));
         if (variant->lds_bytes() > 0) FT_CHECK(device_->set_dynamic_shared(*slot, variant->lds_bytes()));
@@ -468,7 +482,8 @@ Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_r
   a.inter_size = p.inter;
   a.experts = p.experts;
   a.topk = p.topk;
-  a.flags = plan.bucket->recipe.stage1->contract().weight_in_stage1 ? kFlagWeightInStage1 : 0;
+  // The one-launch decode form applies the routed weight in its stage 2.
+  a.flags = !plan.bucket->recipe.decode_cols && plan.bucket->recipe.stage1->contract().weight_in_stage1 ? kFlagWeightInStage1 : 0;
   if (p.fp8()) return reference_fp8(plan, b, a, stream, bf16_layer);
   FT_CHECK(launch_support(plan.support->reference1_fn, reference_launch(StageRole::stage1, p, T), &a, sizeof a, stream));
   return launch_support(plan.support->reference2_fn, reference_launch(StageRole::stage2, p, T), &a, sizeof a, stream);

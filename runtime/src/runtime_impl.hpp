@@ -51,6 +51,9 @@ struct SupportUnit {
   std::string reduce_partials16, align_count, align_scatter;
   // The e4m3 unit's (fp8 layers): the quantise steps and the reference's intermediate quantisation.
   std::string quantise_x, quantise_inter, reference_quantise;
+  // The one-launch decode layer's entries by column count (16-bit units of exports that have them).
+  std::map<int, std::string> decode;
+  std::map<int, FunctionHandle> decode_fn;
   FunctionHandle align_fn, reduce_atomic_fn, reduce_partials_fn, reduce_partials16_fn, shuffle_fn, reference1_fn, reference2_fn,
       fill_fn, align_count_fn, align_scatter_fn, quantise_x_fn, quantise_inter_fn, reference_quantise_fn;
 };

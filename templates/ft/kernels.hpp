@@ -16,5 +16,6 @@
 #include "ft/moe_stage2.hpp"
 #include "ft/moe_reduce.hpp"
 #include "ft/moe_quantise.hpp"
+#include "ft/moe_decode.hpp"
 #include "ft/reference.hpp"
 #include "ft/random_fill.hpp"

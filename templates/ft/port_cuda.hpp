@@ -36,6 +36,23 @@ FT_DEVICE int atomic_add(int* p, int v) { return atomicAdd(p, v); }
 
 FT_DEVICE float exp_f32(float x) { return __expf(x); }
 
+// Cross-block hand-over (the one-launch decode layer, moe_decode.hpp): a
+// device-scope fence, a spin until a global counter reaches a value (then
+// acquire), and a 16-byte load served by L2, never by a stale L1 line.
+FT_DEVICE void fence_device() { __threadfence(); }
+FT_DEVICE void wait_at_least(const int* p, int target) {
+  while (*reinterpret_cast<const volatile int*>(p) < target) __nanosleep(32);
+  __threadfence();
+}
+FT_DEVICE Chunk16 load_l2(const void* p) { return __ldcg(reinterpret_cast<const uint4*>(p)); }
+// An upper bound of the SM count, read from the device (%nsmid), for
+// persistent grids that want no more blocks than run at once.
+FT_DEVICE int sm_count_bound() {
+  unsigned n;
+  asm("mov.u32 %0, %%nsmid;" : "=r"(n));
+  return int(n);
+}
+
 // Two adjacent elements at once (p 4- / 8-byte aligned): the epilogues of
 // atoms whose lanes hold column pairs.
 FT_DEVICE void store_pair(u16* p, u16 a, u16 b) { *reinterpret_cast<u32*>(p) = u32(a) | (u32(b) << 16); }

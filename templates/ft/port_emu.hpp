@@ -50,6 +50,8 @@ struct Runtime {
 #if !defined(FT_EMU_ABI_ONLY)
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #if !defined(FT_WAVE_SIZE)
 #error "port_emu.hpp: define FT_WAVE_SIZE to the emulated target's wave size (Target::template_defines)"
@@ -101,6 +103,28 @@ FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }
 FT_DEVICE void store_pair(u16* p, u16 a, u16 b) { p[0] = a; p[1] = b; }
 FT_DEVICE void store_pair(float* p, float a, float b) { p[0] = a; p[1] = b; }
 FT_DEVICE void atomic_add_pair(float* p, float a, float b) { atomic_add(p, a); atomic_add(p + 1, b); }
+
+// Cross-block hand-over (moe_decode.hpp). Blocks run on several OS threads,
+// so the counter is a real atomic; a wait yields to the block's other lanes
+// and to the other OS threads, and is reported as a deadlock after 120 s.
+FT_DEVICE void fence_device() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+FT_DEVICE void wait_at_least(const int* p, int target) {
+  const auto start = std::chrono::steady_clock::now();
+  while (std::atomic_ref<int>(*const_cast<int*>(p)).load(std::memory_order_acquire) < target) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::seconds(120))
+      emu::detail::runtime->fault("a cross-block wait never completed (arrivals missing: a deadlock)");
+    emu::detail::runtime->yield();
+    std::this_thread::yield();
+  }
+}
+FT_DEVICE Chunk16 load_l2(const void* p) {
+  Chunk16 c;
+  __builtin_memcpy(&c, p, 16);
+  return c;
+}
+
+// The emulator runs every block of a grid.
+FT_DEVICE int sm_count_bound() { return 1 << 20; }
 
 // Shared-memory barriers (mbarrier): the arrivals still expected, the count
 // each phase starts with, the parity of the completed phases, and the bytes of

@@ -48,6 +48,25 @@ FT_DEVICE int atomic_add(int* p, int v) {
 
 FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }
 
+// Cross-block hand-over (moe_decode.hpp): agent-scope fence, a spin on a
+// global counter (then acquire), and a load that bypasses the non-coherent
+// vector L0/L1 (a relaxed agent-scope atomic load per 32-bit word).
+FT_DEVICE void fence_device() { __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent"); }
+FT_DEVICE void wait_at_least(const int* p, int target) {
+  while (__hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT) < target) __builtin_amdgcn_s_sleep(1);
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "agent");
+}
+FT_DEVICE Chunk16 load_l2(const void* p) {
+  const u32* w = static_cast<const u32*>(p);
+  return Chunk16{__hip_atomic_load(w, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT),
+                 __hip_atomic_load(w + 1, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT),
+                 __hip_atomic_load(w + 2, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT),
+                 __hip_atomic_load(w + 3, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT)};
+}
+
+// No bound is read on AMD: every block of a persistent grid runs.
+FT_DEVICE int sm_count_bound() { return 1 << 20; }
+
 // Column-pair epilogue helpers (the MFMA layouts hold row runs, so the
 // stages do not call these on AMD; they exist so the stages compile).
 FT_DEVICE void store_pair(u16* p, u16 a, u16 b) { p[0] = a; p[1] = b; }

@@ -217,6 +217,9 @@ TEST_P(SupportUnit, CompilesWithEveryEntryPoint) {
     EXPECT_EQ(image->machine(), target.is_amd() ? kElfMachineAmdgpu : kElfMachineCuda);
     EXPECT_FALSE(src.entry_points.empty());
     for (const auto& entry : src.entry_points) EXPECT_NE(image->symbol(entry), nullptr) << src.name << " lacks " << entry;
+    // The one-launch decode layer (templates/ft/moe_decode.hpp), one entry per column count.
+    for (int cols : kDecodeCols)
+      EXPECT_NE(image->symbol(decode_entry(target, dtype, cols)), nullptr) << src.name << " lacks its decode c" << cols;
   }
 }
 

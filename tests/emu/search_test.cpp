@@ -254,7 +254,8 @@ TEST(EmuSearch, InProcessMeasurerRunsTheWholeSearch) {
     if (w.kind != "layer") {
       EXPECT_GT(w.speedup_vs_default.value_or(0), 0) << w.kernel;
     } else {
-      EXPECT_NE(w.kernel.find('+'), std::string::npos) << w.kernel;  // a stage pair
+      // A stage pair, or the one-launch decode form timed beside the pairs (docs/HOPPER.md).
+      EXPECT_TRUE(w.kernel.find('+') != std::string::npos || w.kernel.find("_decode_") != std::string::npos) << w.kernel;
     }
   }
   const auto ms = measurements(cfg.db_path);

@@ -8,6 +8,9 @@ FT_KERNEL(ft::kAlignThreads, ft_gfx90a_align_scatter)(ft::MoeArgs args) { ft::mo
 FT_KERNEL(ft::kReduceThreads, ft_gfx90a_reduce_atomic_bf16)(ft::MoeArgs args) { ft::moe_reduce<ft::Reduce::atomic, ft::Elem::bf16>(args); }
 FT_KERNEL(ft::kReduceThreads, ft_gfx90a_reduce_partials_bf16)(ft::MoeArgs args) { ft::moe_reduce<ft::Reduce::partials, ft::Elem::bf16>(args); }
 FT_KERNEL(ft::kReduceThreads, ft_gfx90a_reduce_partials16_bf16)(ft::MoeArgs args) { ft::moe_reduce<ft::Reduce::partials16, ft::Elem::bf16>(args); }
+FT_KERNEL(ft::kDecodeThreads, ft_gfx90a_decode_bf16_c8)(ft::MoeArgs args) { ft::DecodeLayer<ft::Elem::bf16, 8>::run(args); }
+FT_KERNEL(ft::kDecodeThreads, ft_gfx90a_decode_bf16_c16)(ft::MoeArgs args) { ft::DecodeLayer<ft::Elem::bf16, 16>::run(args); }
+FT_KERNEL(ft::kDecodeThreads, ft_gfx90a_decode_bf16_c32)(ft::MoeArgs args) { ft::DecodeLayer<ft::Elem::bf16, 32>::run(args); }
 FT_KERNEL(ft::kReduceThreads, ft_gfx90a_shuffle)(ft::ShuffleArgs args) { ft::shuffle_weights(args); }
 FT_KERNEL(ft::kReferenceThreads, ft_gfx90a_reference1_bf16)(ft::MoeArgs args) { ft::reference_stage1<ft::Elem::bf16>(args); }
 FT_KERNEL(ft::kReferenceThreads, ft_gfx90a_reference2_bf16)(ft::MoeArgs args) { ft::reference_stage2<ft::Elem::bf16>(args); }

@@ -62,6 +62,23 @@ TEST(Protocol, RequestsKeepWhatTheServiceNeeds) {
   }
 }
 
+// The one-launch decode form travels only when set (older workers never see it).
+TEST(Protocol, DecodeColumnsTravelWhenSet) {
+  const auto requests = test::sample_requests();
+  protocol::TimeLayerRequest timed = std::get<protocol::TimeLayerRequest>(requests[6]);
+  protocol::VerifyLayerRequest verify = std::get<protocol::VerifyLayerRequest>(requests[5]);
+  EXPECT_FALSE(protocol::encode(protocol::Request{timed}).contains("decode_cols"));
+  timed.decode_cols = 16;
+  verify.decode_cols = 8;
+  auto t = protocol::decode_request(*protocol::parse_line(protocol::to_line(protocol::encode(protocol::Request{timed}))));
+  ASSERT_TRUE(t) << t.error().describe();
+  EXPECT_EQ(std::get<protocol::TimeLayerRequest>(*t).decode_cols, 16);
+  EXPECT_EQ(std::get<protocol::TimeLayerRequest>(*t).reps, 30);
+  auto v = protocol::decode_request(*protocol::parse_line(protocol::to_line(protocol::encode(protocol::Request{verify}))));
+  ASSERT_TRUE(v) << v.error().describe();
+  EXPECT_EQ(std::get<protocol::VerifyLayerRequest>(*v).decode_cols, 8);
+}
+
 TEST(Protocol, EveryAnswerRoundTrips) {
   const auto answers = test::sample_answers();
   for (const auto& [sent, answer] : answers) {

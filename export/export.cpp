@@ -336,6 +336,7 @@ json bucket_json(const WinnerRow& row, const LayerProgram& prog, const Variant& 
                            {"p90", row.winner.p90_us ? json(*row.winner.p90_us) : json()}}},
               {"provenance", std::move(provenance)}};
   if (row.winner.speedup_vs_default) bucket["speedup_vs_default"] = *row.winner.speedup_vs_default;
+  if (const int cols = row.variant.params.value("decode_cols", 0)) bucket["decode_cols"] = cols;  // the one-launch form
   return bucket;
 }
 
@@ -466,8 +467,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     recipe.wide_align = support.wide_align;
     recipe.decode_cols = params.value("decode_cols", 0);
     if (recipe.decode_cols && !support.decode) {
-      out.summary.notes.push_back(fmt::format("{}: not exported: its layer is the one-launch decode form, which the database's "
-                                              "support unit lacks; search this bucket again", what));
+      out.summary.notes.push_back(fmt::format("{}: not exported: the database's support unit lacks the decode form", what));
       continue;
     }
     auto built = build_program(recipe, row.winner.tokens);
@@ -492,9 +492,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     // The one-launch form runs no stage kernel: its record's pair ships no code object.
     const std::string file1 = recipe.decode_cols ? "" : FT_TRY(stage_file(v1, params["stage1_kernel"].get<std::string>()));
     const std::string file2 = recipe.decode_cols ? "" : FT_TRY(stage_file(v2, params["stage2_kernel"].get<std::string>()));
-
     json bucket = bucket_json(row, prog, v1, v2, recorded_steps(prog, support.file, file1, file2), runs);
-    if (recipe.decode_cols) bucket["decode_cols"] = recipe.decode_cols;
     if (problems.empty() || current_key != row.problem.key) {
       current_key = row.problem.key;
       problems.push_back({{"key", row.problem.key},

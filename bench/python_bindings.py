@@ -136,21 +136,11 @@ class CRuntime:
 
 
 def ragged_layer(x, ids, wts, w1t, w2t):
-    """The layer with jax.lax.ragged_dot (bench/h200_peers.py's): (token, choice) pairs sorted by expert, x rows
-    gathered, grouped GEMM with w1t [E, H, 2I], SwiGLU, grouped GEMM with w2t [E, I, H], routed weights, summed
-    per token."""
-    import jax
-    import jax.numpy as jnp
-    experts, inter, hidden = w2t.shape
-    flat = ids.reshape(-1)
-    order = jnp.argsort(flat, stable=True)
-    sizes = jnp.bincount(flat, length=experts).astype(jnp.int32)
-    tok = order // ids.shape[-1]
-    gu = jax.lax.ragged_dot(x[tok], w1t, sizes, preferred_element_type=jnp.float32)
-    h = (jax.nn.silu(gu[:, :inter]) * gu[:, inter:]).astype(x.dtype)
-    o = jax.lax.ragged_dot(h, w2t, sizes, preferred_element_type=jnp.float32)
-    o = o * wts.reshape(-1)[order][:, None]
-    return jnp.zeros((x.shape[0], hidden), jnp.float32).at[tok].add(o).astype(x.dtype)
+    """The layer with jax.lax.ragged_dot: flytune.models.moe's (the Mixtral model's ragged_dot path; bench/
+    h200_peers.py's layer): (token, choice) pairs sorted by expert, x rows gathered, grouped GEMM with w1t
+    [E, H, 2I], SwiGLU, grouped GEMM with w2t [E, I, H], routed weights, summed per token."""
+    from flytune.models.moe import ragged_dot_layer
+    return ragged_dot_layer(x, ids, wts, w1t, w2t)
 
 
 # --- the bench ----------------------------------------------------------------------------------------------------

@@ -4,8 +4,9 @@
 #      jaxlib is the newest), then `import flytune` and the package tests there;
 #   2. the wheel built against the oldest jaxlib supported (JAX_OLDEST), tested
 #      with that jax;
-#   3. the same wheel with the newest jax and torch (CPU use of the PyPI wheels),
-#      every test (GPU tests skip with their reason).
+#   3. the same wheel with the newest jax and torch (CPU use of the PyPI wheels)
+#      and safetensors (the Mixtral model's checkpoint test), every test (GPU
+#      tests skip with their reason).
 # Wheels are kept in $FLYTUNE_CACHE_DIR/python-wheels (offline once fetched) and
 # the environments of steps 2 and 3 in $FLYTUNE_CACHE_DIR/python (remade when
 # their requirements change). Needs build/release/cli/flytune (the test export).
@@ -72,7 +73,8 @@ say "2. jax $JAX_OLDEST: $((SECONDS - started)) s"
 
 # 3. The same wheel with the newest jax and torch.
 newest="$cache/python/newest-py$("$py" -c 'import sys; print("%d%d" % sys.version_info[:2])')"
-environment "$newest" "jax==$JAX_NEWEST" "jaxlib==$JAX_NEWEST" "torch==$TORCH" numpy pytest
+environment "$newest" "jax==$JAX_NEWEST" "jaxlib==$JAX_NEWEST" "torch==$TORCH" numpy pytest safetensors
 "$newest/bin/pip" install -q --force-reinstall --no-deps "$wheel"
-FLYTUNE_EXPECT_JAX=1 FLYTUNE_EXPECT_TORCH=1 "$newest/bin/python" -m pytest -q -rs python/tests
+FLYTUNE_EXPECT_JAX=1 FLYTUNE_EXPECT_TORCH=1 FLYTUNE_EXPECT_SAFETENSORS=1 "$newest/bin/python" -m pytest -q -rs \
+  --durations=5 python/tests
 say "3. jax $JAX_NEWEST, torch $TORCH: $((SECONDS - started)) s"

@@ -89,7 +89,7 @@ for f in flytune/__init__.py flytune/jax.py flytune/torch.py flytune/include/fly
   [ -f "$check/$f" ] || die "no $f in the wheel"
 done
 allowed='^(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|ld-linux-x86-64)\.so'
-glibc_here=$(ldd --version | head -1 | grep -oE '[0-9]+\.[0-9]+$')
+glibc_here=$(ldd --version | sed -n 1p | grep -oE '[0-9]+\.[0-9]+$')  # sed reads it all: no SIGPIPE under pipefail
 for so in "$core" "$runtime"; do
   needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
   say "$(basename "$so") needs: $(echo "$needed" | paste -sd' ' -)"
@@ -103,7 +103,7 @@ for so in "$core" "$runtime"; do
   [ -z "$rpath" ] || say "$(basename "$so") runpath: $rpath"
 done
 # shellcheck disable=SC2016
-readelf -d "$core" | grep -qE 'R(UN)?PATH.*\$ORIGIN/lib' || die "_core has no \$ORIGIN/lib runpath"
+readelf -d "$core" | grep -E 'R(UN)?PATH.*\$ORIGIN/lib' >/dev/null || die "_core has no \$ORIGIN/lib runpath"
 # The module loads with its runtime, in a clean interpreter of this ABI (no jax, no torch needed).
 PYTHONPATH="$check" "$py" -c 'import flytune, flytune._core as c; print("python-wheel: import flytune", flytune.__version__, "ok:", [n for n in dir(c) if n.startswith("FT_ERR")][:3], "...")'
 say "ok: $wheel"

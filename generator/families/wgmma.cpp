@@ -110,13 +110,11 @@ class WgmmaFamily final : public Family {
       return fmt::format("wgmma N = {} weight matrices x tile_n {} = {} is not 32, 64, 128 or 256", v.weight_matrices(), tn, n);
     if (const int tk = v.get("tile_k"); tk != axes::k_tile_of_row(v))
       return fmt::format("wgmma k-tiles are {} deep (one 128-byte swizzle row), not {}", axes::k_tile_of_row(v), tk);
-    // fp8 with a producer warpgroup: its consumers do not promote (fast
-    // accumulation only) and do not quantise on store (the producer leaves
-    // before the epilogue's block barriers); the tiled layout holds fp8 codes
-    // as 16-bit byte pairs, a 128-byte slice row of 128 codes (weight_layout.hpp).
-    if (v.dtype == DType::e4m3 && ws && fp8::promotes(v))
-      return std::string("fp8 with a producer warpgroup: its consumers do not promote (promote = 0 only, "
-                         "stage 1 with per-tensor or per-token scales)");
+    // fp8 with a producer warpgroup: its consumers promote (stage 2, block128,
+    // promote >= 1) or accumulate fast, but do not quantise on store (the
+    // producer leaves before the epilogue's block barriers); the tiled layout
+    // holds fp8 codes as 16-bit byte pairs, a 128-byte slice row of 128 codes
+    // (weight_layout.hpp).
     if (ws && fp8::quantise_on_store(v))
       return std::string("quantise-on-store needs every thread in the epilogue, a producer warpgroup leaves before it");
     if (auto why = fp8::shape_rules(v)) return why;

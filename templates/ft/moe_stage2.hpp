@@ -9,7 +9,8 @@
 //
 // fp8 layers (tile_fp8): A is the e4m3 intermediate, whose 1 x 128 group
 // scales change along k, so every 128-deep group is promoted with its scales
-// inside the GEMM (with W2's block scales in block128 mode); per-tensor and
+// inside the GEMM (with W2's block scales in block128 mode; on the shared ring
+// or in a producer warpgroup's consumers, wgmma_gemm.hpp); per-tensor and
 // per-channel W2 scales are applied in the epilogue. Partials16 and Y are bf16.
 namespace ft {
 
@@ -112,6 +113,7 @@ struct Stage2 {
     const float* w_row = nullptr;  // block128: tile_n divides 128, so the tile's rows share a block row
     if constexpr (kScales == Scales::block128) w_row = p.w2_scales + ((long long)expert * H + n0) / kScaleGroup * groups;
     g.run_scaled(k_begin, k_begin + k_len, Stage2Scales{ids, pairs, groups, p.inter_scales, w_row});
+    if (!Gemm::holds_results()) return;  // a producer warpgroup only copied
 
     constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)

@@ -28,8 +28,12 @@
 // accumulators are multiplied by the group's scales and added into a second
 // set (run_scaled), which acc_at reads; n > 1 only with scales constant along
 // k (UnitScales, moe_scales.hpp). PromoteEvery = 0: one set (run), the
-// scales applied by the epilogue ("fast accumulation"). Promotion is built for
-// the shared ring only.
+// scales applied by the epilogue ("fast accumulation"). Promotion runs in
+// both forms; in a producer warpgroup's consumers (run_specialized) a
+// warpgroup that waits for its k-tile's wgmma and promotes them releases the
+// stage first and meets no other warpgroup, so the other consumers' wgmma keep
+// the tensor cores busy through its promotion. Either form loads the group's
+// scales before the wait, so their latency hides behind the k-tile's wgmma.
 namespace ft {
 
 template <class Cfg, int NB, int PromoteEvery = 0>
@@ -70,7 +74,7 @@ struct WgmmaGemm {
   static_assert(Cfg::warps_n == 1 && Cfg::warps_m % 4 == 0, "whole warpgroups stacked along M");
   static_assert(TK * int(sizeof(Operand)) == 128, "k-tiles are one 128-byte swizzle row deep");
   static_assert(PromoteEvery >= 0, "promote every n >= 1 k-tiles, or never (0)");
-  static_assert(!Promote || (TK == kScaleGroup && !kSpecialized), "promotion: one 128-deep group per k-tile, shared ring");
+  static_assert(!Promote || TK == kScaleGroup, "promotion: one 128-deep scale group per k-tile");
   static_assert(kGroupRows % 64 == 0, "each warpgroup owns whole 64-row wgmma blocks");
   static_assert(wgmma_n_supported(kN), "the wgmma atoms here take N = 32, 64, 128 or 256");
   static_assert(Cfg::stages >= 3, "at least two k-tiles in flight");
@@ -182,7 +186,7 @@ struct WgmmaGemm {
     const int tiles = (k_end - k_begin) / TK;
     zero_accumulators();
     if constexpr (kSpecialized)
-      run_specialized(r, ring_addr, k_begin, tiles);
+      run_specialized(r, ring_addr, k_begin, tiles, static_cast<const int*>(nullptr));
     else
       run_together(r, ring_addr, k_begin, tiles, static_cast<const int*>(nullptr));
   }
@@ -200,21 +204,36 @@ struct WgmmaGemm {
     zero_accumulators();
     FT_UNROLL for (int rm = 0; rm < RM; ++rm)
       FT_UNROLL for (int i = 0; i < kN / 2; ++i) total[rm][i] = 0.0f;
-    run_together(r, shared_address(r), k_begin, (k_end - k_begin) / TK, &ks);
+    if constexpr (kSpecialized)
+      run_specialized(r, shared_address(r), k_begin, (k_end - k_begin) / TK, &ks);
+    else
+      run_together(r, shared_address(r), k_begin, (k_end - k_begin) / TK, &ks);
+  }
+
+  // One group's scales as this lane applies them: its two rows per 64-row
+  // block (a) and each weight matrix's (w).
+  struct GroupScales {
+    float a[RM][2];
+    float w[NB];
+  };
+  template <class KScales>
+  FT_DEVICE static GroupScales group_scales(const KScales& ks, int g) {
+    GroupScales s;
+    FT_UNROLL for (int nb = 0; nb < NB; ++nb) s.w[nb] = ks.w(nb, g);
+    FT_UNROLL for (int rm = 0; rm < RM; ++rm) {
+      s.a[rm][0] = ks.a(acc_row(rm, 0), g);
+      s.a[rm][1] = ks.a(acc_row(rm, 2), g);
+    }
+    return s;
   }
 
   // The group's scales into total (this warpgroup's wgmma of the k-tile have retired).
-  template <class KScales>
-  FT_DEVICE void promote(const KScales& ks, int g) {
-    float w[NB];
-    FT_UNROLL for (int nb = 0; nb < NB; ++nb) w[nb] = ks.w(nb, g);
-    FT_UNROLL for (int rm = 0; rm < RM; ++rm) {
-      const float a0 = ks.a(acc_row(rm, 0), g), a1 = ks.a(acc_row(rm, 2), g);  // a lane's two rows
+  FT_DEVICE void promote(const GroupScales& s) {
+    FT_UNROLL for (int rm = 0; rm < RM; ++rm)
       FT_UNROLL for (int i = 0; i < kN / 2; ++i) {
-        total[rm][i] += acc[rm][i] * ((i / 2) % 2 ? a1 : a0) * w[i / (RN * 4)];
+        total[rm][i] += acc[rm][i] * s.a[rm][(i / 2) % 2] * s.w[i / (RN * 4)];
         acc[rm][i] = 0.0f;
       }
-    }
   }
 
   // Every thread copies and computes; two block barriers per k-tile. `ks`:
@@ -238,9 +257,10 @@ struct WgmmaGemm {
       mma_tile(ring_addr + u32((t % S) * kStageBytes));
       if constexpr (Promote) {
         if ((t + 1) % PromoteEvery == 0 || t + 1 == tiles) {
+          const GroupScales sc = group_scales(*ks, (k_begin + t * TK) / kScaleGroup);  // loads under the wgmma
           wgmma_wait<0>();  // tile t's wgmma are done: promote them
           FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
-          promote(*ks, (k_begin + t * TK) / kScaleGroup);
+          promote(sc);
         } else {
           wgmma_wait<1>();
         }
@@ -264,8 +284,11 @@ struct WgmmaGemm {
   // producer runs ahead until the ring is full, then refills a stage as soon
   // as the consumers release it -- across tiles too: `issued` counts this
   // block's k-tiles, so a persistent block's producer already fills the ring
-  // with the next tile while the consumers store this one.
-  FT_DEVICE void run_specialized(unsigned char* ring, u32 ring_addr, int k_begin, int tiles) {
+  // with the next tile while the consumers store this one. `ks`: null, or
+  // the scales to promote with (Promote): after a promoting k-tile's wgmma
+  // retire (wait 0) its stage is released before the promotion runs.
+  template <class KScales>
+  FT_DEVICE void run_specialized(unsigned char* ring, u32 ring_addr, int k_begin, int tiles, const KScales* ks) {
     constexpr int S = Cfg::stages;
     u64* full = full_barriers();
     u64* empty = empty_barriers();
@@ -296,17 +319,38 @@ struct WgmmaGemm {
     // from a zero-tile path whose zeroed accumulators meet the in-flight
     // wgmma at the final wait (ptxas would then serialise every wgmma: C7515).
     if (tiles < 1) __builtin_unreachable();
-    for (int t = 0; t < tiles; ++t) {
-      const int n = first + t;
-      mbarrier_wait(&full[n % S], (n / S) & 1);
-      fence_async_proxy();  // the A rows came through the generic proxy; wgmma reads through the async one
-      mma_tile(ring_addr + u32((n % S) * kStageBytes));
-      wgmma_wait<1>();                                      // k-tile n - 1's wgmma are done
-      if (t > 0) mbarrier_arrive(&empty[(n - 1) % S]);  // its buffer may take a new k-tile
+    if constexpr (Promote) {
+      int released = first;  // k-tiles of this block before `released` are back with the producer
+      for (int t = 0; t < tiles; ++t) {
+        const int n = first + t;
+        mbarrier_wait(&full[n % S], (n / S) & 1);
+        fence_async_proxy();
+        mma_tile(ring_addr + u32((n % S) * kStageBytes));
+        if ((t + 1) % PromoteEvery == 0 || t + 1 == tiles) {
+          const GroupScales sc = group_scales(*ks, (k_begin + t * TK) / kScaleGroup);  // loads under the wgmma
+          wgmma_wait<0>();  // k-tile n's wgmma are done: its stage is free, then promote
+          for (; released <= n; ++released) mbarrier_arrive(&empty[released % S]);
+          FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
+          promote(sc);
+        } else {
+          wgmma_wait<1>();  // k-tile n - 1's wgmma are done
+          for (; released < n; ++released) mbarrier_arrive(&empty[released % S]);
+        }
+      }
+      return;  // the last k-tile promoted: every stage is released
+    } else {
+      for (int t = 0; t < tiles; ++t) {
+        const int n = first + t;
+        mbarrier_wait(&full[n % S], (n / S) & 1);
+        fence_async_proxy();  // the A rows came through the generic proxy; wgmma reads through the async one
+        mma_tile(ring_addr + u32((n % S) * kStageBytes));
+        wgmma_wait<1>();                                      // k-tile n - 1's wgmma are done
+        if (t > 0) mbarrier_arrive(&empty[(n - 1) % S]);  // its buffer may take a new k-tile
+      }
+      wgmma_wait<0>();
+      mbarrier_arrive(&empty[(first + tiles - 1) % S]);  // the last one's too (a persistent block's next tile)
+      FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
     }
-    wgmma_wait<0>();
-    mbarrier_arrive(&empty[(first + tiles - 1) % S]);  // the last one's too (a persistent block's next tile)
-    FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
   }
 
   // Tile coordinates of accumulator acc_at(nb, rm, rn, i) of this lane.

@@ -198,6 +198,54 @@ TEST_P(Fp8BigTiles, FastAccumulationFitsWithoutSpills) {
   }
 }
 
+// sm_90a's fp8 stages promoting in a producer warpgroup's consumers: stage 2
+// (every scale mode promotes its intermediate's group scales) m128n128 on two
+// consumer warpgroups, and block128's stage 1 m128n64, each with one tile and
+// persistent blocks of 8, compile with no spills and unserialised wgmma
+// (problems_of: ptxas's C7515 warning would prune them).
+TEST(Fp8ProducerPromotion, CompilesWithoutSpillsOrSerialisedWgmma) {
+  const Target& target = *find_target("sm_90a");
+  ASSERT_EQ(test::missing_toolchain(Backend::nvrtc, target), "") << "the compile suite needs NVRTC";
+  struct Case {
+    Scales scales;
+    const char* axes;
+    std::set<std::string> wanted;
+  };
+  const std::string common = "atom=wgmma_m64k32_f32_e4m3;wgmma_stages=4;wgmma_producer=on;wgmma_tiles=1,8;";
+  const std::vector<Case> cases{
+      {Scales::per_tensor, "kind=moe2;wgmma_tile_m=128;wgmma_tile_n=128;wgmma_warps=8x1;split_k=1;reduce=atomic",
+       {"ft_sm_90a_moe2_e4m3_m128n128k128_w8x1_wgmma_s4_atomic_tiled_ws_tensor",
+        "ft_sm_90a_moe2_e4m3_m128n128k128_w8x1_wgmma_s4_atomic_tiled_ws_t8_tensor"}},
+      {Scales::block128, "kind=moe2;wgmma_tile_m=128;wgmma_tile_n=128;wgmma_warps=8x1;split_k=1;reduce=atomic",
+       {"ft_sm_90a_moe2_e4m3_m128n128k128_w8x1_wgmma_s4_atomic_tiled_ws_block128",
+        "ft_sm_90a_moe2_e4m3_m128n128k128_w8x1_wgmma_s4_atomic_tiled_ws_t8_block128"}},
+      {Scales::block128, "kind=moe1;wgmma_tile_m=128;wgmma_tile_n=64;wgmma_warps=8x1",
+       {"ft_sm_90a_moe1_e4m3_m128n64k128_w8x1_wgmma_s4_tiled_ws_block128",
+        "ft_sm_90a_moe1_e4m3_m128n64k128_w8x1_wgmma_s4_tiled_ws_t8_block128"}}};
+  for (const Case& c : cases) {
+    Problem problem = test::mixtral();
+    problem.dtype = DType::e4m3;
+    problem.scales = c.scales;
+    CompileSpaceOptions opt;
+    auto space = SpaceOptions::parse(common + c.axes);
+    ASSERT_TRUE(space) << space.error().describe();
+    opt.space = *space;
+    opt.compile = test::compile_options_for(test::current_test_id(), Backend::nvrtc);
+    opt.progress = false;
+    auto cs = compile_space(target, problem, opt);
+    ASSERT_TRUE(cs) << cs.error().describe();
+    std::set<std::string> seen;
+    for (const CompiledVariant& cv : cs->variants) {
+      if (!c.wanted.contains(cv.variant.name())) continue;
+      seen.insert(cv.variant.name());
+      for (const auto& p : problems_of(cv, target)) ADD_FAILURE() << cv.variant.name() << ": " << p;
+      ASSERT_TRUE(cv.resources) << cv.variant.name();
+      RecordProperty(cv.variant.name(), fmt::format("regs={}", cv.resources->regs));
+    }
+    EXPECT_EQ(seen, c.wanted) << "the promoting producer-warpgroup variants are not all in the space";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Sm90a, Fp8BigTiles, ::testing::Values(Scales::per_tensor, Scales::per_token),
                          [](const auto& info) { return info.param == Scales::per_tensor ? "pertensor" : "pertoken"; });
 

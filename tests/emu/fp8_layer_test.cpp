@@ -3,14 +3,18 @@
 // quantise_inter step), stage 2 with the intermediate's group scales promoted
 // in its GEMM, reduce -- for sm_90a's wgmma (stage 1 also with fast
 // accumulation, promote = 0, on the shared ring and with a producer
-// warpgroup, and promoting every 4 k-tiles) and mma.sync atoms and the MFMA
+// warpgroup, and promoting every 4 k-tiles; both stages promoting in a
+// producer warpgroup's consumers, one tile and 8 tiles per block, split-K
+// slices included) and mma.sync atoms and the MFMA
 // e4m3 atoms of gfx942 (fnuz) and gfx950 (OCP), at T = 1, 7, 33 with an expert that
 // gets no tokens, against the CPU reference from the dequantised inputs (the
 // check of fp8 GEMMs: diff = 1 - 2<y, ref> / (|y|^2 + |ref|^2) <= 1e-3, plus rel
 // L2 and max bounds, measure/workload/compare.hpp), and against the bf16 layer
 // on the same dequantised weights within the sanity bound. Mutants must fail:
 // W1's or W2's scales read one index off; a saturating activation scale (the
-// sanity bound's case).
+// sanity bound's case); W2's block scales one index off in the layer whose
+// stages promote in a producer warpgroup's consumers (a promotion paired with
+// the neighbouring group's scale).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,6 +33,7 @@ struct Shape {
   int split_k;
   int promote = 1;  // stage 1's promote axis (wgmma, per-tensor / per-token): every n k-tiles, 0 never
   int producer_tiles = 0;  // wgmma stage 1 with a producer warpgroup (tiled weights), this many tiles per block; 0: none
+  int producer2_tiles = 0;  // the same for stage 2
 };
 
 Variant fp8_variant(const Target& t, StageRole role, const AtomInfo& atom, Scales scales, const Shape& s) {
@@ -47,6 +52,10 @@ Variant fp8_variant(const Target& t, StageRole role, const AtomInfo& atom, Scale
     }
   } else {
     v.set("reduce", int(s.reduce)).set("split_k", s.split_k);
+    if (s.producer2_tiles > 0) {
+      v.set("warp_specialized", 1).set("tiles_per_block", s.producer2_tiles);
+      v.set("layout", int(WeightLayout::tiled));
+    }
   }
   return v;
 }
@@ -78,6 +87,13 @@ std::vector<LayerPlan> fp8_plans(const Target& t, Scales scales) {
         shapes.push_back({128, 128, 64, 128, 8, 1, 4, false, false, false, Reduce::atomic, 1, 0, 1});
         shapes.push_back({64, 64, 64, 128, 4, 1, 3, false, true, false, Reduce::partials16, 1, 0, 8});
       }
+      // Promotion in a producer warpgroup's consumers, both stages (stage 1
+      // promoting every k-tile, every 4 where the scales allow; block128's
+      // W1 block scales): two consumer warpgroups with stage 2 in split-K
+      // slices (groups counted from the slice's k), and persistent blocks of 8.
+      const int every = scales == Scales::block128 ? 1 : 4;
+      shapes.push_back({128, 64, 64, 128, 8, 1, 4, false, false, false, Reduce::atomic, 2, 1, 1, 1});
+      shapes.push_back({64, 64, 128, 128, 4, 1, 3, false, true, false, Reduce::partials16, 1, every, 8, 8});
     } else {
       const int m = atom->m;
       shapes = {{2 * m, 128, 64, 64, 2, 2, 2, true, false, false, Reduce::atomic, 1},
@@ -152,12 +168,8 @@ TEST_P(EmuFp8Layer, MatchesTheDequantisedReference) {
 
 // A kernel that reads its weight scales one index off (scale i + 1 for i):
 // the device copy of the scales rotated by one must fail the comparison.
-class EmuFp8Mutant : public ::testing::TestWithParam<std::tuple<Scales, int>> {};
-
-TEST_P(EmuFp8Mutant, WeightScalesOneIndexOffFail) {
-  const Target& t = target("sm_90a");
-  const auto [scales, which] = GetParam();
-  const LayerPlan plan = fp8_plans(t, scales).front();
+void expect_rotated_weight_scales_fail(const LayerPlan& plan, Scales scales, int which) {
+  const Target& t = *plan.stage1.target;
   TargetBench& bench = TargetBench::of(t);
   auto kernels = bench.kernels(plan);
   ASSERT_TRUE(kernels) << kernels.error().describe();
@@ -173,6 +185,25 @@ TEST_P(EmuFp8Mutant, WeightScalesOneIndexOffFail) {
   const Comparison y = compare_output(run->y, c.reference[0].y, DType::e4m3);
   EXPECT_FALSE(y.passed) << plan_label(plan) << ": W" << which << " scales one off still pass: " << y.summary();
   EXPECT_GT(y.diff, 1e-3) << y.summary();
+}
+
+class EmuFp8Mutant : public ::testing::TestWithParam<std::tuple<Scales, int>> {};
+
+TEST_P(EmuFp8Mutant, WeightScalesOneIndexOffFail) {
+  const auto [scales, which] = GetParam();
+  expect_rotated_weight_scales_fail(fp8_plans(target("sm_90a"), scales).front(), scales, which);
+}
+
+// block128: both stages promote in a producer warpgroup's consumers (persistent
+// blocks), so W1's and W2's block scales are read only by that promotion; one
+// index off (the next k group's scale) must fail.
+TEST(EmuFp8ProducerPromotion, WeightBlockScalesOneIndexOffFail) {
+  const std::vector<LayerPlan> plans = fp8_plans(target("sm_90a"), Scales::block128);
+  const auto plan = std::ranges::find_if(plans, [](const LayerPlan& p) {
+    return p.stage1.get("warp_specialized") && p.stage2.get("warp_specialized") && p.stage2.get("tiles_per_block") > 1;
+  });
+  ASSERT_NE(plan, plans.end()) << "no block128 layer promotes in producer warpgroups";
+  for (int which : {1, 2}) expect_rotated_weight_scales_fail(*plan, Scales::block128, which);
 }
 
 // A static activation scale 64x too small saturates most of X: the kernel and

@@ -1,7 +1,8 @@
 // flytune search --emulate on fp8 problems (sm_90a, its wgmma and mma.sync variants): the real
 // binary compiles the e4m3 support unit and variants, LayerBench verifies every
 // stage against the fp8 reference kernels on poisoned outputs, times them and
-// pairs the layer, for every scale mode; the export re-checks its layers
+// pairs the layer, for every scale mode (block128 also with producer
+// warpgroups only, whose consumers promote); the export re-checks its layers
 // through the runtime on the emulator, and check-export runs them again at
 // token counts of its own. Then the C API itself on that export: the plan's
 // shape and scale counts, a null scale refused with its name, and the mutant:
@@ -13,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -170,14 +172,26 @@ void check_c_api(const std::string& dir, const std::string& mode) {
   EXPECT_LT(rel_l2(doubled, twice), 4e-2);
 }
 
-class EmuFp8Search : public ::testing::TestWithParam<const char*> {};
+// A scale mode, and the wgmma_producer values searched (on: wgmma atoms only,
+// so both stages of a block128 layer promote in a producer warpgroup's
+// consumers, wgmma_gemm.hpp).
+struct SearchCase {
+  const char* scales;
+  const char* producer;
+};
+
+class EmuFp8Search : public ::testing::TestWithParam<SearchCase> {};
 
 TEST_P(EmuFp8Search, VerifiesTimesPairsExportsAndRunsThroughTheRuntime) {
   test::ScratchDir dir;
   const test::ScopedEnv cache("FLYTUNE_CACHE_DIR", (std::string(FT_EMU_TEST_CACHE) + "/fp8-search").c_str());
   const std::string db = dir.file("fp8.db");
+  const char* scales = GetParam().scales;
+  const bool producer = std::string(GetParam().producer) == "on";
+  const std::string space = fmt::format("small;wgmma_tile_m=64;wgmma_tile_n=64;wgmma_stages=3;tile_m=32;wgmma_producer={}{}",
+                                        GetParam().producer, producer ? ";atom=wgmma_m64k32_f32_e4m3" : "");
   auto r = test::run_flytune({"search", "--emulate", "--target", "sm_90a", "--experts", "4", "--hidden", "128", "--inter", "256", "--topk", "2", "--dtype", "fp8", "--scales",
-                              GetParam(), "--space", "small;wgmma_tile_m=64;wgmma_tile_n=64;wgmma_stages=3;tile_m=32;wgmma_producer=off", "--tokens", "1", "--seed",
+                              scales, "--space", space, "--tokens", "1", "--seed",
                               "7", "--db", db, "--no-baseline", "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const json sum = summary_json(r.output);
@@ -193,6 +207,10 @@ TEST_P(EmuFp8Search, VerifiesTimesPairsExportsAndRunsThroughTheRuntime) {
     EXPECT_GT(w["median_us"].get<double>(), 0.0) << w.dump();
   }
   EXPECT_EQ(kinds, (std::vector<std::string>{"moe1", "moe2", "layer"})) << sum.dump(2);
+  if (producer) {
+    for (const json& w : sum["winners"])
+      EXPECT_NE(w["kernel"].get<std::string>().find("_tiled_ws"), std::string::npos) << w.dump();
+  }
 
   // The export checks its layers through the runtime before it writes them.
   const std::string out = dir.file("export");
@@ -204,9 +222,9 @@ TEST_P(EmuFp8Search, VerifiesTimesPairsExportsAndRunsThroughTheRuntime) {
   ASSERT_TRUE(manifest.is_object());
   const json& problem = manifest["problems"][0];
   EXPECT_EQ(problem["dtype"], "e4m3");
-  EXPECT_EQ(problem["scales"], GetParam());
+  EXPECT_EQ(problem["scales"], scales);
   EXPECT_TRUE(problem["fp8"]["scale_tensors"].contains("w1_scales")) << problem.dump(2);
-  EXPECT_EQ(problem["fp8"]["scale_tensors"].contains("x_scale"), std::string(GetParam()) == "per-tensor") << problem.dump(2);
+  EXPECT_EQ(problem["fp8"]["scale_tensors"].contains("x_scale"), std::string(scales) == "per-tensor") << problem.dump(2);
   EXPECT_TRUE(manifest["support_units"][0]["symbols"].contains("quantise_x")) << manifest["support_units"].dump(2);
 
   // check-export at token counts the search never tuned.
@@ -214,14 +232,16 @@ TEST_P(EmuFp8Search, VerifiesTimesPairsExportsAndRunsThroughTheRuntime) {
   EXPECT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("6 of 6 checks passed"), std::string::npos) << c.output;
 
-  check_c_api(out, GetParam());
+  check_c_api(out, scales);
 }
 
-INSTANTIATE_TEST_SUITE_P(Sm90a, EmuFp8Search, ::testing::Values("per-tensor", "per-token", "block128"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           std::string s(info.param);
+INSTANTIATE_TEST_SUITE_P(Sm90a, EmuFp8Search,
+                         ::testing::Values(SearchCase{"per-tensor", "off"}, SearchCase{"per-token", "off"},
+                                           SearchCase{"block128", "off"}, SearchCase{"block128", "on"}),
+                         [](const ::testing::TestParamInfo<SearchCase>& info) {
+                           std::string s(info.param.scales);
                            std::erase(s, '-');
-                           return s;
+                           return std::string(info.param.producer) == "on" ? s + "_producer" : s;
                          });
 
 }  // namespace

@@ -1,8 +1,8 @@
 // The fp8 promote axis (generator/families/standard_axes.cpp, axes::promote;
 // the kernels' templates/ft/moe_scales.hpp promote_every_of): where it is
 // searched, the legality of each value (also with a producer warpgroup,
-// whose consumers do not promote), names, JSON, --space spelling and the
-// register estimate that follows it.
+// whose consumers promote as the shared ring does), names, JSON, --space
+// spelling and the register estimate that follows it.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -66,12 +66,16 @@ INSTANTIATE_TEST_SUITE_P(
                       LegalityCase{"s2_token_every4", StageRole::stage2, Scales::per_token, 4, "change along k"},
                       LegalityCase{"s2_tensor_every", StageRole::stage2, Scales::per_tensor, 1, nullptr},
                       LegalityCase{"s1_tensor_negative", StageRole::stage1, Scales::per_tensor, -1, "not a count"},
-                      // A producer warpgroup's consumers do not promote.
+                      // A producer warpgroup's consumers promote (or not) under the same rules.
                       LegalityCase{"ws_s1_tensor_never", StageRole::stage1, Scales::per_tensor, 0, nullptr, true},
                       LegalityCase{"ws_s1_token_never", StageRole::stage1, Scales::per_token, 0, nullptr, true},
-                      LegalityCase{"ws_s1_tensor_every", StageRole::stage1, Scales::per_tensor, 1, "do not promote", true},
-                      LegalityCase{"ws_s1_block128", StageRole::stage1, Scales::block128, 1, "do not promote", true},
-                      LegalityCase{"ws_s2_tensor", StageRole::stage2, Scales::per_tensor, 1, "do not promote", true}),
+                      LegalityCase{"ws_s1_tensor_every", StageRole::stage1, Scales::per_tensor, 1, nullptr, true},
+                      LegalityCase{"ws_s1_token_every4", StageRole::stage1, Scales::per_token, 4, nullptr, true},
+                      LegalityCase{"ws_s1_block128", StageRole::stage1, Scales::block128, 1, nullptr, true},
+                      LegalityCase{"ws_s1_block128_never", StageRole::stage1, Scales::block128, 0, "change along k", true},
+                      LegalityCase{"ws_s2_tensor", StageRole::stage2, Scales::per_tensor, 1, nullptr, true},
+                      LegalityCase{"ws_s2_block128", StageRole::stage2, Scales::block128, 1, nullptr, true},
+                      LegalityCase{"ws_s2_tensor_never", StageRole::stage2, Scales::per_tensor, 0, "change along k", true}),
     [](const auto& info) { return std::string(info.param.label); });
 
 TEST(Fp8Promote, SearchedOnlyWhereTheScalesAreConstantAlongK) {

@@ -1,0 +1,293 @@
+"""The Mixtral model (flytune.models): its blocks against a float64 numpy reference written here, the three MoE
+implementations against each other on the same weights, the driver end to end on the tiny config, the
+checkpoint loader on a checkpoint this test writes, and (marker gpu) flytune's layers inside the model on a GPU.
+
+Bounds (stated in docs/PYTHON.md):
+- float32, CPU: ragged_dot and dense agree with the per-token reference to 1e-5 relative L2, a decoder layer
+  with its reference to 1e-5, prefill + decode with the whole sequence's logits to 1e-5;
+- bfloat16: the driver's logits within 3e-2 relative L2 of the first implementation's, greedy tokens equal for
+  the first 4 of the 9 generated (bf16 rounding in another summation order can flip a near tie later);
+- GPU, flytune vs ragged_dot on the tiny export, bf16: the same 3e-2 and 4 steps.
+"""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from conftest import cuda_devices, framework
+
+jax = framework("jax")
+import jax.numpy as jnp  # noqa: E402
+
+import flytune  # noqa: E402
+import flytune.jax  # noqa: E402,F401
+from flytune.models import checkpoint, generate, mixtral, moe  # noqa: E402
+
+TINY = mixtral.TINY
+
+
+# --- a float64 reference of the blocks, written from the architecture's definition ---------------------------
+
+def ref_moe(x, ids, w, w1, w2):
+    inter = w2.shape[2]
+    y = np.zeros((x.shape[0], w2.shape[1]))
+    for t in range(x.shape[0]):
+        for s in range(ids.shape[1]):
+            e = ids[t, s]
+            gate, up = w1[e, :inter] @ x[t], w1[e, inter:] @ x[t]
+            y[t] += w[t, s] * (w2[e] @ (gate / (1 + np.exp(-gate)) * up))
+    return y
+
+
+def ref_norm(x, g, eps):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
+
+
+def ref_layer(c, p, x):
+    """One decoder layer on x [T, H] (positions 0..T-1), causal attention without a cache."""
+    T, D = x.shape[0], c.head_dim
+    h = ref_norm(x, p["attn_norm"], c.norm_eps)
+    q = (h @ p["wq"]).reshape(T, c.heads, D)
+    k = (h @ p["wk"]).reshape(T, c.kv_heads, D)
+    v = (h @ p["wv"]).reshape(T, c.kv_heads, D)
+    half = D // 2
+    ang = np.arange(T)[:, None] * c.rope_theta ** (-np.arange(half) / half)[None, :]
+
+    def rot(a):
+        a1, a2 = a[..., :half], a[..., half:]
+        cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+        return np.concatenate([a1 * cos - a2 * sin, a2 * cos + a1 * sin], axis=-1)
+
+    q, k = rot(q), rot(k)
+    out = np.zeros((T, c.heads, D))
+    for head in range(c.heads):
+        kv = head // (c.heads // c.kv_heads)
+        s = q[:, head] @ k[:, kv].T / math.sqrt(D)
+        s = np.where(np.tril(np.ones((T, T))) > 0, s, -np.inf)
+        a = np.exp(s - s.max(axis=1, keepdims=True))
+        out[:, head] = (a / a.sum(axis=1, keepdims=True)) @ v[:, kv]
+    x = x + out.reshape(T, -1) @ p["wo"]
+    h = ref_norm(x, p["moe_norm"], c.norm_eps)
+    logits = h @ p["router"]
+    ids = np.argsort(-logits, axis=1)[:, :c.topk]
+    top = np.take_along_axis(logits, ids, axis=1)
+    w = np.exp(top - top.max(axis=1, keepdims=True))
+    return x + ref_moe(h, ids, w / w.sum(axis=1, keepdims=True), p["w1"], p["w2"])
+
+
+def rel_l2(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+@pytest.fixture(scope="module")
+def f32_params():
+    return mixtral.random_params(TINY, 3, jnp.float32)
+
+
+def _routing(rng, tokens, experts, topk):
+    ids = np.stack([rng.choice(experts, topk, replace=False) for _ in range(tokens)]).astype(np.int32)
+    return ids, rng.random((tokens, topk)).astype(np.float32)
+
+
+@pytest.mark.parametrize("impl", ["ragged_dot", "dense"])
+def test_moe_implementations_match_the_per_token_reference(impl, f32_params):
+    rng = np.random.default_rng(1)
+    layer = f32_params["layers"][0]
+    x = rng.standard_normal((37, TINY.hidden)).astype(np.float32)
+    ids, w = _routing(rng, 37, TINY.experts, TINY.topk)
+    want = ref_moe(x.astype(np.float64), ids, w, np.asarray(layer["w1"], np.float64), np.asarray(layer["w2"], np.float64))
+    prepared = moe.prepare(impl, layer["w1"], layer["w2"])
+    layer_fn = jax.jit(lambda *a: moe.apply(impl, *a))
+    got = layer_fn(jnp.asarray(x), jnp.asarray(ids), jnp.asarray(w), prepared)
+    assert rel_l2(got, want) < 1e-5
+    # A wrong expert is far outside the bound (the comparison can fail).
+    got_wrong = layer_fn(jnp.asarray(x), jnp.asarray((ids + 1) % TINY.experts), jnp.asarray(w), prepared)
+    assert rel_l2(got_wrong, want) > 0.1
+
+
+def test_a_decoder_layer_matches_the_reference(f32_params):
+    rng = np.random.default_rng(2)
+    p = f32_params["layers"][1]
+    x = rng.standard_normal((1, 12, TINY.hidden)).astype(np.float32)
+    (ck, cv), = mixtral.empty_cache(TINY.with_layers(1), 1, 20, jnp.float32)
+    got, _, _ = jax.jit(lambda p, x, ck, cv: mixtral.decoder_layer(TINY, p, "dense", (p["w1"], p["w2"]), x, ck, cv, 0))(
+        p, jnp.asarray(x), ck, cv)
+    want = ref_layer(TINY, {k: np.asarray(v, np.float64) for k, v in p.items()}, x[0].astype(np.float64))
+    assert rel_l2(got[0], want) < 1e-5
+
+
+def test_prefill_then_decode_equals_the_whole_sequence(f32_params):
+    c = TINY.with_layers(1)
+    params = {**f32_params, "layers": f32_params["layers"][:1]}
+    tokens = jnp.asarray(np.random.default_rng(4).integers(0, c.vocab, (2, 10)), jnp.int32)
+    weights = [(p["w1"], p["w2"]) for p in params["layers"]]
+
+    @jax.jit
+    def both(params, weights, tokens):
+        whole, _ = mixtral.forward(c, "dense", params, weights, tokens, mixtral.empty_cache(c, 2, 16, jnp.float32),
+                                   0, last_only=False)
+        _, cache = mixtral.forward(c, "dense", params, weights, tokens[:, :7], mixtral.empty_cache(c, 2, 16, jnp.float32), 0)
+        steps = []
+        for i in range(7, 10):
+            logits, cache = mixtral.forward(c, "dense", params, weights, tokens[:, i:i + 1], cache, i)
+            steps.append(logits)
+        return whole[:, 7:], jnp.stack(steps, 1)
+
+    whole, steps = both(params, weights, tokens)
+    assert rel_l2(steps, whole) < 1e-5
+
+
+def _run(tmp_path, *args):
+    out = tmp_path / "run.json"
+    rc = generate.main(["--config", "tiny", "--batch", "2", "--prompt-len", "16", "--new-tokens", "8", "--repeats",
+                        "1", "--json", str(out), "--no-progress", *args])
+    assert rc == 0
+    return json.loads(out.read_text())
+
+
+def test_the_driver_runs_every_xla_implementation_end_to_end(tmp_path):
+    r = _run(tmp_path, "--impl", "ragged_dot,dense")
+    assert [(x["impl"], x["batch"], x["prompt_len"]) for x in r["runs"]] == [("ragged_dot", 2, 16), ("dense", 2, 16)]
+    a = r["runs"][1]["agreement"]
+    assert a["vs"] == "ragged_dot" and a["logits_rel_l2"] < 3e-2 and a["tokens_equal_steps"] >= 4, a
+    for x in r["runs"]:
+        assert x["prefill_tokens_per_s"] > 0 and x["decode_tokens_per_s"] > 0
+        assert set(x["parts"]) == {"prefill", "decode"} and x["parts"]["decode"]["moe_s"]["median"] > 0
+    assert r["layers"] == 2 and r["config"]["experts"] == TINY.experts and r["dtype"] == "bf16"
+
+
+def test_a_failing_implementation_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
+    real = moe.prepare
+
+    def prepare(impl, *args, **kwargs):
+        if impl == "dense":
+            raise RuntimeError("RESOURCE_EXHAUSTED: out of memory allocating 99 GB\nmore lines")
+        return real(impl, *args, **kwargs)
+
+    monkeypatch.setattr(moe, "prepare", prepare)
+    out = tmp_path / "run.json"
+    rc = generate.main(["--config", "tiny", "--batch", "2", "--prompt-len", "16", "--new-tokens", "8", "--repeats", "1",
+                        "--impl", "dense,ragged_dot", "--no-parts", "--no-progress", "--json", str(out)])
+    assert rc == 1
+    r = json.loads(out.read_text())
+    assert [x["impl"] for x in r["runs"]] == ["ragged_dot"]
+    assert r["errors"] == [{"impl": "dense", "shape": None,
+                            "error": "RuntimeError: RESOURCE_EXHAUSTED: out of memory allocating 99 GB"}]
+    assert "flytune-mixtral: error: dense: RuntimeError: RESOURCE_EXHAUSTED" in capsys.readouterr().err
+
+
+def test_speedups_are_over_the_faster_other_implementation_per_shape():
+    def row(impl, b, prefill, decode):
+        return {"impl": impl, "batch": b, "prompt_len": 512, "prefill_tokens_per_s": prefill,
+                "decode_tokens_per_s": decode}
+    runs = [row("flytune", 1, 300.0, 60.0), row("ragged_dot", 1, 100.0, 30.0), row("dense", 1, 150.0, 20.0),
+            row("flytune", 32, 800.0, 90.0), row("ragged_dot", 32, 200.0, 100.0)]
+    assert generate._speedups(runs) == [
+        {"batch": 1, "prompt_len": 512, "prefill": {"vs": "dense", "speedup": 2.0},
+         "decode": {"vs": "ragged_dot", "speedup": 2.0}},
+        {"batch": 32, "prompt_len": 512, "prefill": {"vs": "ragged_dot", "speedup": 4.0},
+         "decode": {"vs": "ragged_dot", "speedup": 0.9}}]
+    assert generate._speedups(runs[1:3]) == []  # no flytune row: nothing to compare
+
+
+def test_the_flytune_implementation_lowers_to_flytunes_call_in_every_layer(cpu_export):
+    # Without a GPU the export opens with device="none": the model traces and lowers through flytune's FFI call
+    # (one per layer), and running it reaches the runtime, which has no device and says so.
+    params = mixtral.random_params(TINY, 0, jnp.bfloat16)
+    weights = [flytune.jax.MoeWeights(p["w1"], p["w2"], p["w1"], p["w2"], p["w1"], p["w2"], cpu_export)
+               for p in params["layers"]]
+    tokens = jnp.zeros((1, 5), jnp.int32)
+    fwd = jax.jit(lambda params, w, t: mixtral.forward(TINY, "flytune", params, w, t,
+                                                       mixtral.empty_cache(TINY, 1, 8, jnp.bfloat16), 0))
+    text = fwd.lower(params, weights, tokens).as_text()
+    assert text.count("stablehlo.custom_call @flytune_moe_layer") == TINY.layers
+    with pytest.raises(Exception, match="at T=5: no device: the export was opened without one"):
+        jax.block_until_ready(fwd(params, weights, tokens))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layers", "3", "--impl", "dense"], "--layers must be between 1 and 2 for this config, got 3"),
+    (["--impl", "flytune"], "the flytune implementation needs --export DIR"),
+])
+def test_bad_input_is_one_line_and_exit_1(capsys, args, message):
+    assert generate.main(["--config", "tiny", "--no-progress", *args]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"flytune-mixtral: error: {err.split('error: ', 1)[1]}" and message in err and "\n" not in err
+
+
+@pytest.mark.parametrize("args", [["--impl", "cutlass"], ["--batch", "0"], ["--new-tokens", "x"], ["--dtype", "f16"]])
+def test_usage_errors_exit_2(capsys, args):
+    with pytest.raises(SystemExit) as e:
+        generate.main(["--config", "tiny", *args])
+    assert e.value.code == 2
+
+
+# --- checkpoints ---------------------------------------------------------------------------------------------
+
+def _write_hf_checkpoint(folder, c, params):
+    """A Hugging Face Mixtral folder of `params` (this test's own statement of that layout)."""
+    from safetensors.numpy import save_file
+    n = lambda a: np.ascontiguousarray(np.asarray(a, np.float32))  # noqa: E731
+    t = {"model.embed_tokens.weight": n(params["embed"]), "model.norm.weight": n(params["final_norm"]),
+         "lm_head.weight": n(np.asarray(params["lm_head"]).T)}
+    for L, p in enumerate(params["layers"]):
+        pre = f"model.layers.{L}."
+        t[pre + "input_layernorm.weight"] = n(p["attn_norm"])
+        t[pre + "post_attention_layernorm.weight"] = n(p["moe_norm"])
+        for name in "qkvo":
+            t[pre + f"self_attn.{name}_proj.weight"] = n(np.asarray(p["w" + name]).T)
+        t[pre + "block_sparse_moe.gate.weight"] = n(np.asarray(p["router"]).T)
+        for e in range(c.experts):
+            ex = pre + f"block_sparse_moe.experts.{e}."
+            t[ex + "w1.weight"] = n(p["w1"][e, :c.inter])
+            t[ex + "w3.weight"] = n(p["w1"][e, c.inter:])
+            t[ex + "w2.weight"] = n(p["w2"][e])
+    names = sorted(t)
+    half = len(names) // 2  # two shards, as real checkpoints come
+    save_file({k: t[k] for k in names[:half]}, str(folder / "model-00001-of-00002.safetensors"))
+    save_file({k: t[k] for k in names[half:]}, str(folder / "model-00002-of-00002.safetensors"))
+    (folder / "config.json").write_text(json.dumps({
+        "architectures": ["MixtralForCausalLM"], "vocab_size": c.vocab, "hidden_size": c.hidden,
+        "intermediate_size": c.inter, "num_hidden_layers": c.layers, "num_attention_heads": c.heads,
+        "num_key_value_heads": c.kv_heads, "num_local_experts": c.experts, "num_experts_per_tok": c.topk,
+        "rope_theta": c.rope_theta, "rms_norm_eps": c.norm_eps}))
+
+
+def test_a_checkpoint_loads_into_the_same_model(tmp_path, f32_params):
+    framework("safetensors")
+    _write_hf_checkpoint(tmp_path, TINY, f32_params)
+    c = checkpoint.config_from_dir(str(tmp_path))
+    assert c == TINY
+    loaded = checkpoint.load(str(tmp_path), c.with_layers(1), jnp.float32)
+    mixtral.check_params(c.with_layers(1), loaded)
+    for name, want in f32_params["layers"][0].items():
+        np.testing.assert_array_equal(np.asarray(loaded["layers"][0][name]), np.asarray(want), err_msg=name)
+    np.testing.assert_array_equal(np.asarray(loaded["lm_head"]), np.asarray(f32_params["lm_head"]))
+    r = _run(tmp_path, "--impl", "dense", "--checkpoint", str(tmp_path), "--no-parts")  # the driver test's shapes
+    assert r["weights"] == f"checkpoint {tmp_path}" and r["layers"] == TINY.layers
+
+
+def test_a_folder_without_a_mixtral_config_is_refused(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 8}))
+    assert generate.main(["--checkpoint", str(tmp_path), "--impl", "dense", "--no-progress"]) == 1
+    assert "not a Mixtral config: vocab_size" in capsys.readouterr().err
+
+
+# --- on a GPU ------------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(cuda_devices() == 0, reason="no NVIDIA GPU (libcuda.so.1 / cuDeviceGetCount)")
+def test_gpu_flytune_in_the_model_agrees_with_ragged_dot(export_dir, tmp_path):
+    try:
+        flytune.load(export_dir, device="cuda:0")
+    except flytune.TargetError as e:
+        pytest.skip(f"the export is for another GPU: {e}")
+    r = _run(tmp_path, "--impl", "ragged_dot,flytune,dense", "--export", str(export_dir), "--batch", "1,4",
+             "--no-parts")
+    for row in r["runs"][2:]:  # flytune and dense, each batch, against ragged_dot
+        a = row["agreement"]
+        assert a["logits_rel_l2"] < 3e-2 and a["tokens_equal_steps"] >= 4, (row["impl"], row["batch"], a)
+    assert {x["impl"] for x in r["runs"]} == {"ragged_dot", "flytune", "dense"}

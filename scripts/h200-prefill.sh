@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# fp8 prefill on the H200 (issue 30) in one device command: the same fp8 search
+# with two builds, in the same run -- FLYTUNE (this branch: stages promoting in
+# a producer warpgroup's consumers are in the space) and BASE (the build before
+# it, the baseline) -- then the new search's winners exported with
+# `flytune export --check gpu` (through libflytune_runtime), then the fp8 peers
+# (bench/fp8_peers.py, Triton fp8 fused-MoE) with the new search's layer times.
+# Every variant of both searches is verified against the dequantised reference
+# before it is timed (flytune search). Files in $OUT: prefill.log and
+# prefill.tar.gz (search_<build>_<problem>_<mode>.json, export_<problem>_<mode>.txt
+# and .manifest.json, fp8.md, fp8.md.json).
+#
+#   OUT=$OUT FLYTUNE=.device-carry/prefill/flytune BASE=.device-carry/prefill/flytune-base \
+#     PROBLEM=mixtral-8x7b MODES=per-tensor TOKENS=64,512,4096,16384 BUDGET_S=470 bash scripts/h200-prefill.sh
+# EXTRA="block128:4096" adds, budget allowing, both builds' searches of PROBLEM in
+# that mode at those tokens (no export, no peers).
+set -uo pipefail
+cd "${REPO_ROOT:-$(dirname "$0")/..}" || exit 1
+OUT=${OUT:-/tmp/flytune-prefill}
+mkdir -p "$OUT"
+W=/tmp/flytune-prefill-work
+rm -rf "$W" && mkdir -p "$W"
+LOG=$OUT/prefill.log
+: >"$LOG"
+PROBLEM=${PROBLEM:-mixtral-8x7b}
+MODES=${MODES:-per-tensor}
+TOKENS=${TOKENS:-64,512,4096,16384}
+BUDGET_S=${BUDGET_S:-470}
+PEERS_S=${PEERS_S:-60}
+declare -A BIN=([new]=${FLYTUNE:-.device-carry/prefill/flytune} [base]=${BASE:-.device-carry/prefill/flytune-base})
+for b in new base; do
+  cp "${BIN[$b]}" "$W/flytune-$b" && chmod +x "$W/flytune-$b" && BIN[$b]=$W/flytune-$b
+done
+export FLYTUNE_CACHE_DIR=/tmp/flytune-cache PYTHONUNBUFFERED=1
+left() { echo $((BUDGET_S - SECONDS)); }
+say() { echo "[$SECONDS s] $*" | tee -a "$LOG"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv >>"$LOG" 2>&1
+for b in new base; do echo "$b: $("${BIN[$b]}" --version 2>&1 | tr '\n' ' ')" >>"$LOG"; done
+
+search() {  # build problem mode tokens reserve_s
+  local db=$W/$1-$2-$3.db json=$W/search_$1_$2_$3.json start=$SECONDS limit=$(( $(left) - $5 ))
+  if [ "$limit" -lt 30 ]; then say "search $1 $2 $3: skipped, no time left"; return 1; fi
+  timeout -k 10 "$limit" "${BIN[$1]}" search --problem "$2" --dtype fp8 --scales "$3" --tokens "$4" --db "$db" \
+    --seed 42 --graph --json >"$json" 2>>"$W/search_$1_$2_$3.log"
+  local rc=$?
+  say "search $1 $2 $3 rc=$rc in $((SECONDS - start)) s: $(python3 - "$json" <<'EOF' 2>&1 | tail -1
+import json, sys
+d = json.load(open(sys.argv[1]))
+t = d["targets"][0]
+layers = {w["tokens"]: round(w["median_us"], 1) for w in d["winners"] if w["kind"] == "layer"}
+print(t["compiled"], "compiled,", t["pruned"], "pruned,", t["verified"], "verified,", t["verify_failed"], "failed; layer us", layers)
+EOF
+)"
+  return $rc
+}
+export_check() {  # problem mode
+  local db=$W/new-$1-$2.db dir=$W/export-$1-$2 start=$SECONDS limit=$(( $(left) - PEERS_S ))
+  if [ "$limit" -lt 30 ]; then say "export $1 $2: skipped, no time left"; return 1; fi
+  timeout -k 10 "$limit" "${BIN[new]}" export --db "$db" --out "$dir" --force --check gpu \
+    --check-routing "${CHECK_ROUTING:-uniform,masked}" >"$W/export_$1_$2.txt" 2>&1
+  local rc=$?
+  cp "$dir/manifest.json" "$W/export_$1_$2.manifest.json" 2>/dev/null
+  say "export $1 $2 rc=$rc in $((SECONDS - start)) s: $(grep -E 'checks passed|error' "$W/export_$1_$2.txt" | tail -1)"
+}
+
+IFS=, read -ra modes <<<"$MODES"
+flyjson=()
+for m in "${modes[@]}"; do
+  search new "$PROBLEM" "$m" "$TOKENS" $((PEERS_S + 150)) &&
+    flyjson+=(--flytune-json "$PROBLEM:$m=$W/search_new_${PROBLEM}_$m.json") && export_check "$PROBLEM" "$m"
+  search base "$PROBLEM" "$m" "$TOKENS" "$PEERS_S"
+done
+peers=$(( $(left) - 10 ))
+if [ "$peers" -gt 25 ]; then
+  timeout -k 5 "$peers" python3 bench/fp8_peers.py --problems "$PROBLEM" --modes "$MODES" --tokens "$TOKENS" \
+    --out "$W/fp8.md" --budget-s $((peers - 15)) "${flyjson[@]}" >>"$W/peers.log" 2>&1
+  say "fp8 peers rc=$?: $(grep -E '^ceilings|Error' "$W/peers.log" | head -3 | tr '\n' ' ')"
+fi
+for item in ${EXTRA:-}; do
+  m=${item%%:*} t=${item#*:}
+  search new "$PROBLEM" "$m" "$t" 20 && search base "$PROBLEM" "$m" "$t" 5
+done
+(cd "$W" && tar czf "$OUT/prefill.tar.gz" --exclude='*.db*' --exclude='flytune-*' --exclude='export-*' .)
+say "done"

@@ -189,7 +189,7 @@ int open_with_device(const char* export_dir, std::unique_ptr<Device> device, ::f
     *out = nullptr;
     auto rt = Runtime::open(export_dir, [&]() -> Result<std::unique_ptr<Device>> { return std::move(device); });
     if (!rt) return record(nullptr, rt.error());
-    *out = new ::ft_runtime{std::move(*rt), {}, {}};
+    *out = new ::ft_runtime{std::move(*rt)};
     return FT_OK;
   });
 }

@@ -430,6 +430,55 @@ Status add_stage_only_buckets(Store& store, const ExportOptions& opt, std::int64
 
 }  // namespace
 
+namespace {
+
+// A stage's code object: the variants row of that kernel by the same toolchain.
+Result<std::string> stage_code_object(Store& store, ObjectSet& objects, const Target& target, std::int64_t toolchain_id,
+                                      const Variant& v, const std::string& kernel, const std::string& what) {
+  if (v.name() != kernel)
+    return fail(Errc::database, fmt::format("stage parameters name {}, the row says {}", v.name(), kernel), what);
+  VariantFilter f;
+  f.kernel_name = kernel;
+  f.target = std::string(target.name);
+  f.toolchain_id = toolchain_id;
+  auto vs = FT_TRY(store.variants(f));
+  if (vs.empty() || vs.front().code_object_hash.empty())
+    return fail(Errc::database, fmt::format("no compiled code object for {}", kernel), what);
+  return objects.from_store(vs.front().code_object_hash, kernel);
+}
+
+// A problem's entry of the manifest, before its buckets.
+json problem_json(const WinnerRow& row, const Problem& p, const Target& target, const std::string& support_file) {
+  json pj = {{"key", row.problem.key},
+             {"experts", p.experts},
+             {"hidden", p.hidden},
+             {"inter", p.inter},
+             {"topk", p.topk},
+             {"dtype", std::string(to_string(p.dtype))},
+             {"activation", row.problem.activation},
+             {"routing", row.problem.routing},
+             {"support_code_object", support_file},
+             {"buckets", json::array()}};
+  if (p.fp8()) pj.update(fp8_problem_json(p, target));
+  return pj;
+}
+
+// The buckets left out: in the summary, its notes and each problem's missing_buckets.
+void record_missing(const MissingLayers& missing, const std::map<std::string, std::set<int>>& exported, json& problems,
+                    ExportSummary& summary) {
+  for (const auto& [key, buckets] : missing.by_problem) {
+    for (int b : buckets) summary.missing.push_back(fmt::format("{} T={}", key, b));
+    if (!exported.contains(key))
+      summary.notes.push_back(fmt::format("{}: not exported: none of its buckets has a layer winner", key));
+  }
+  for (json& pj : problems) {
+    const auto it = missing.by_problem.find(pj["key"].get<std::string>());
+    pj["missing_buckets"] = it == missing.by_problem.end() ? std::vector<int>{} : std::vector<int>(it->second.begin(), it->second.end());
+  }
+}
+
+}  // namespace
+
 Result<ExportContents> build_export(const ExportOptions& opt) {
   Store store = FT_TRY(Store::open(opt.db_path, OpenMode::read_only));
   auto rows = FT_TRY(layer_winners(store, opt.target, opt.device, opt.problem));
@@ -500,37 +549,14 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
       continue;
     }
     const LayerProgram& prog = *built;
-    // Each stage's code object: the variants row of that kernel by the same toolchain.
-    auto stage_file = [&](const Variant& v, const std::string& kernel) -> Result<std::string> {
-      if (v.name() != kernel)
-        return fail(Errc::database, fmt::format("stage parameters name {}, the row says {}", v.name(), kernel), what);
-      VariantFilter f;
-      f.kernel_name = kernel;
-      f.target = std::string(target->name);
-      f.toolchain_id = toolchain_id;
-      auto vs = FT_TRY(store.variants(f));
-      if (vs.empty() || vs.front().code_object_hash.empty())
-        return fail(Errc::database, fmt::format("no compiled code object for {}", kernel), what);
-      return objects.from_store(vs.front().code_object_hash, kernel);
-    };
-    const std::string file1 = FT_TRY(stage_file(v1, params["stage1_kernel"].get<std::string>()));
-    const std::string file2 = FT_TRY(stage_file(v2, params["stage2_kernel"].get<std::string>()));
-
-
+    const std::string file1 =
+        FT_TRY(stage_code_object(store, objects, *target, toolchain_id, v1, params["stage1_kernel"].get<std::string>(), what));
+    const std::string file2 =
+        FT_TRY(stage_code_object(store, objects, *target, toolchain_id, v2, params["stage2_kernel"].get<std::string>(), what));
     json bucket = bucket_json(row, prog, v1, v2, recorded_steps(prog, support.file, file1, file2), runs);
     if (problems.empty() || current_key != row.problem.key) {
       current_key = row.problem.key;
-      problems.push_back({{"key", row.problem.key},
-                          {"experts", p.experts},
-                          {"hidden", p.hidden},
-                          {"inter", p.inter},
-                          {"topk", p.topk},
-                          {"dtype", dtype},
-                          {"activation", row.problem.activation},
-                          {"routing", row.problem.routing},
-                          {"support_code_object", support.file},
-                          {"buckets", json::array()}});
-      if (p.fp8()) problems.back().update(fp8_problem_json(p, *target));
+      problems.push_back(problem_json(row, p, *target, support.file));
       ++out.summary.problems;
     }
     problems.back()["buckets"].push_back(std::move(bucket));
@@ -545,15 +571,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
                             "lists them as missing_buckets)",
                             missing.describe()),
                 opt.db_path);
-  for (const auto& [key, buckets] : missing.by_problem) {
-    for (int b : buckets) out.summary.missing.push_back(fmt::format("{} T={}", key, b));
-    if (!exported.contains(key))
-      out.summary.notes.push_back(fmt::format("{}: not exported: none of its buckets has a layer winner", key));
-  }
-  for (json& pj : problems) {
-    const auto it = missing.by_problem.find(pj["key"].get<std::string>());
-    pj["missing_buckets"] = it == missing.by_problem.end() ? std::vector<int>{} : std::vector<int>(it->second.begin(), it->second.end());
-  }
+  record_missing(missing, exported, problems, out.summary);
   if (problems.empty())
     return fail(Errc::not_found, "no layer winner could be exported (see the notes); search again", opt.db_path);
   for (json& pj : problems)

@@ -4,8 +4,10 @@
 # runtime shared by 4 host threads on 4 streams, 100,000 launches at T drawn
 # log-uniformly from 1..20,000, every plan selected and freed per launch, every
 # 2,500th launch of a thread checked against the reference kernels; host RSS and
-# heap, live device allocations, streams, modules and open files sampled after
-# the warm-up and at the end (exit 1 if any check failed or anything grew).
+# heap, live device allocations, streams, modules and open files sampled with
+# the streams idle from the warm-up's end to the end (exit 1 if any check
+# failed, anything grew, or RSS's trend over the last half adds more than
+# ft_soak's --rss-slack). scripts/h200-soak-rss.sh: where RSS goes.
 # Usage: scripts/h200-soak.sh BUILD_DIR [LAUNCHES]   (BUILD_DIR holds cli/flytune and runtime/ft_soak,
 # e.g. a carried folder: cp build/release/cli/flytune .device-carry/abi/cli/ and
 # build/release/runtime/ft_soak .device-carry/abi/runtime/, ~27 MB; both need only libstdc++)

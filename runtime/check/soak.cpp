@@ -1,8 +1,6 @@
 #include "runtime/check/soak.hpp"
 
-#include <dirent.h>
-#include <malloc.h>
-#include <unistd.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -10,14 +8,15 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <random>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "flytune_runtime.h"
 #include "runtime/check/check_export.hpp"
@@ -37,24 +36,6 @@ constexpr int kRoutingSets = 5;
 const char* const kRoutings[kRoutingSets] = {"uniform", "zipf", "masked", "hot", "one-empty"};
 constexpr std::size_t kMaxFailureLines = 8;
 
-long open_files() {
-  long n = 0;
-  if (DIR* d = opendir("/proc/self/fd")) {
-    while (readdir(d)) ++n;
-    closedir(d);
-  }
-  return n;
-}
-
-std::size_t rss_bytes() {
-  long pages = 0, resident = 0;
-  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
-    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
-    std::fclose(f);
-  }
-  return std::size_t(resident) * std::size_t(sysconf(_SC_PAGESIZE));
-}
-
 Result<ft_runtime*> open_observed(const SoakOptions& o, const std::shared_ptr<Observed>& seen) {
   auto wrap = [seen](std::unique_ptr<Device> d) -> std::unique_ptr<Device> {
     return std::make_unique<ObservedDevice>(std::move(d), seen);
@@ -68,6 +49,24 @@ Result<ft_runtime*> open_observed(const SoakOptions& o, const std::shared_ptr<Ob
   auto runtime = FT_TRY(rt::Runtime::open(o.dir, opener));
   return rt::adopt_runtime(std::move(runtime));
 }
+
+// The test-only leak: anonymous pages mapped and touched, outside malloc,
+// unmapped when the soak is over.
+struct KeptPages {
+  std::vector<std::pair<void*, std::size_t>> maps;
+  KeptPages() = default;
+  KeptPages(const KeptPages&) = delete;
+  KeptPages& operator=(const KeptPages&) = delete;
+  ~KeptPages() {
+    for (auto [p, n] : maps) munmap(p, n);
+  }
+  void keep(std::size_t bytes) {
+    void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return;
+    std::memset(p, 0x5a, bytes);
+    maps.emplace_back(p, bytes);
+  }
+};
 
 // One thread's share: its stream, inputs for the largest T and the routing sets.
 struct Lane {
@@ -84,6 +83,7 @@ struct Lane {
   int t_min = 1 << 30, t_max = 0;
   std::set<int> buckets;
   std::vector<std::string> failures;
+  KeptPages kept;  // SoakOptions::test_leak_bytes_per_launch
 };
 
 struct Shared {
@@ -231,6 +231,7 @@ bool launch_one(const Shared& s, Lane& lane, int T, long i) {
     lane.t_max = std::max(lane.t_max, T);
     lane.buckets.insert(ft_plan_bucket(plan));
     if (checked) check(s, lane, plan, b, T, r);
+    if (o.test_leak_bytes_per_launch) lane.kept.keep(o.test_leak_bytes_per_launch);
   } else {
     ++lane.errors;
   }
@@ -238,67 +239,62 @@ bool launch_one(const Shared& s, Lane& lane, int T, long i) {
   return ok;
 }
 
+// The thread indices at which every thread waits for its stream and the last
+// to arrive samples: the warm-up's end, then evenly spaced (the end's sample
+// is taken once the threads are done).
+std::vector<long> sample_points(long per_thread, long warm, int samples) {
+  std::vector<long> points;
+  for (int j = 0; j + 1 < samples; ++j) {
+    const long i = warm + long((per_thread - warm) * j / (samples - 1));
+    if (points.empty() || i > points.back()) points.push_back(i);
+  }
+  return points;
+}
+
+// Every lane's launches on a thread of its own, sampled at sample_points.
+void run_lanes(const Shared& s, std::vector<Lane>& lanes, Observed& seen, SoakReport& report) {
+  const SoakOptions& o = *s.o;
+  const long per_thread = o.launches / o.threads;
+  const long warm = std::clamp(long(double(per_thread) * o.warmup), 1L, per_thread - 1);  // every thread reaches it
+  const std::vector<long> points = sample_points(per_thread, warm, o.samples);
+  std::atomic<long> done{0};
+  std::barrier idle(o.threads, [&]() noexcept { report.series.push_back(sample_now(seen, done.load())); });
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> threads;
+  for (int t = 0; t < o.threads; ++t)
+    threads.emplace_back([&, t] {
+      Lane& lane = lanes[std::size_t(t)];
+      std::mt19937_64 rng(o.seed * 7919 + std::uint64_t(t));
+      std::uniform_real_distribution<double> u(std::log(double(o.tokens_min)), std::log(double(o.tokens_max) + 1));
+      bool ok = true;
+      std::size_t next = 0;
+      for (long i = 0; i < per_thread; ++i) {
+        if (next < points.size() && i == points[next]) {
+          ++next;
+          (void)ft_runtime_synchronize(s.rt, lane.stream.p);
+          idle.arrive_and_wait();
+        }
+        if (!ok) continue;  // stopped at its first error; still arrives at the barriers
+        const int T = std::clamp(int(std::exp(u(rng))), o.tokens_min, o.tokens_max);
+        ok = launch_one(s, lane, T, i);
+        done.fetch_add(1, std::memory_order_relaxed);
+      }
+      (void)ft_runtime_synchronize(s.rt, lane.stream.p);
+    });
+  for (std::thread& th : threads) th.join();
+  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  report.series.push_back(sample_now(seen, done.load()));
+  report.after_warmup = report.series.front();
+  report.at_end = report.series.back();
+}
+
 }  // namespace
-
-SoakSample sample_now(Observed& seen, long launches) {
-  const struct mallinfo2 m = mallinfo2();
-  std::lock_guard l(seen.mutex);
-  return {launches,     rss_bytes(),  m.uordblks + m.hblkhd, seen.allocations.size(), seen.allocated_bytes,
-          seen.streams, seen.events,  seen.graphs,           seen.modules,            open_files()};
-}
-
-std::vector<std::string> SoakReport::growth(std::size_t heap_slack, std::size_t rss_slack) const {
-  return check::growth(after_warmup, at_end, heap_slack, rss_slack);
-}
-
-std::vector<std::string> growth(const SoakSample& a, const SoakSample& b, std::size_t heap_slack, std::size_t rss_slack) {
-  std::vector<std::string> out;
-  auto exact = [&](const char* what, long long before, long long after) {
-    if (after != before) out.push_back(fmt::format("{}: {} before, {} after", what, before, after));
-  };
-  exact("live device allocations", (long long)a.device_allocations, (long long)b.device_allocations);
-  exact("device bytes allocated", (long long)a.device_bytes, (long long)b.device_bytes);
-  exact("streams", a.streams, b.streams);
-  exact("events", a.events, b.events);
-  exact("graphs", a.graphs, b.graphs);
-  exact("modules", a.modules, b.modules);
-  exact("open files", a.open_files, b.open_files);
-  if (b.heap_bytes > a.heap_bytes + heap_slack)
-    out.push_back(fmt::format("host heap in use grew by {} bytes (allowed {})", b.heap_bytes - a.heap_bytes, heap_slack));
-  if (b.rss_bytes > a.rss_bytes + rss_slack)
-    out.push_back(fmt::format("RSS grew by {} bytes (allowed {})", b.rss_bytes - a.rss_bytes, rss_slack));
-  return out;
-}
-
-std::string SoakReport::json() const {
-  auto s = [](const SoakSample& x) {
-    return nlohmann::json{{"launches", x.launches},       {"rss_bytes", x.rss_bytes},
-                          {"heap_bytes", x.heap_bytes},   {"device_allocations", x.device_allocations},
-                          {"device_bytes", x.device_bytes}, {"streams", x.streams},
-                          {"events", x.events},           {"graphs", x.graphs},
-                          {"modules", x.modules},         {"open_files", x.open_files}};
-  };
-  nlohmann::json j{{"device", device},
-                   {"problem", problem},
-                   {"launches", launches},
-                   {"checks", checks},
-                   {"check_failures", check_failures},
-                   {"errors", errors},
-                   {"failures", failures},
-                   {"tokens_seen", {tokens_min_seen, tokens_max_seen}},
-                   {"buckets_seen", buckets_seen},
-                   {"after_warmup", s(after_warmup)},
-                   {"at_end", s(at_end)},
-                   {"seconds", seconds},
-                   {"launches_per_second", seconds > 0 ? double(launches) / seconds : 0.0}};
-  return j.dump(1);
-}
 
 Result<SoakReport> soak_export(const SoakOptions& o) {
   if (o.threads < 1 || o.launches < 2 * o.threads || o.tokens_min < 1 || o.tokens_max < o.tokens_min || o.check_every < 1 ||
-      o.warmup < 0 || o.warmup >= 1)
+      o.warmup < 0 || o.warmup >= 1 || o.samples < 2)
     return fail(Errc::usage, "soak: threads >= 1, launches >= 2 * threads, 1 <= tokens_min <= tokens_max, "
-                             "check_every >= 1, 0 <= warmup < 1");
+                             "check_every >= 1, 0 <= warmup < 1, samples >= 2");
   auto seen = std::make_shared<Observed>();
   RuntimeHandle h;
   h.rt = FT_TRY(open_observed(o, seen));
@@ -330,34 +326,7 @@ Result<SoakReport> soak_export(const SoakOptions& o) {
   for (int t = 0; t < o.threads; ++t) FT_CHECK(prepare_lane(s, lanes[std::size_t(t)], mem, t));
   if (ft_runtime_synchronize(h.rt, nullptr) != FT_OK) return fail(Errc::device, ft_runtime_last_error(h.rt), "soak setup");
 
-  const long per_thread = o.launches / o.threads;
-  const long warm = std::clamp(long(double(per_thread) * o.warmup), 1L, per_thread - 1);  // every thread reaches it
-  std::atomic<long> done{0};
-  // After the warm-up every thread waits for its stream; the last to arrive samples.
-  std::barrier warmed(o.threads, [&]() noexcept { report.after_warmup = sample_now(*seen, done.load()); });
-  const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> threads;
-  for (int t = 0; t < o.threads; ++t)
-    threads.emplace_back([&, t] {
-      Lane& lane = lanes[std::size_t(t)];
-      std::mt19937_64 rng(o.seed * 7919 + std::uint64_t(t));
-      std::uniform_real_distribution<double> u(std::log(double(o.tokens_min)), std::log(double(o.tokens_max) + 1));
-      bool ok = true;
-      for (long i = 0; i < per_thread; ++i) {
-        if (i == warm) {
-          (void)ft_runtime_synchronize(s.rt, lane.stream.p);
-          warmed.arrive_and_wait();
-        }
-        if (!ok) continue;  // stopped at its first error; still arrives at the barrier
-        const int T = std::clamp(int(std::exp(u(rng))), o.tokens_min, o.tokens_max);
-        ok = launch_one(s, lane, T, i);
-        done.fetch_add(1, std::memory_order_relaxed);
-      }
-      (void)ft_runtime_synchronize(s.rt, lane.stream.p);
-    });
-  for (std::thread& th : threads) th.join();
-  report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  report.at_end = sample_now(*seen, done.load());
+  run_lanes(s, lanes, *seen, report);
   std::set<int> buckets;
   report.tokens_min_seen = 1 << 30;
   for (Lane& lane : lanes) {

@@ -1,11 +1,14 @@
 // The runtime under a server's load (runtime/check/soak.hpp): one runtime,
 // several host threads on streams of their own, launches at token counts drawn
 // over a range, every n-th checked against the reference; host and device
-// memory, streams, modules and open files sampled after the warm-up and at the
-// end. Prints the report as JSON and one verdict line.
+// memory, streams, modules and open files sampled from the warm-up's end to the
+// end. Prints the report as JSON, RSS's course in one line and one verdict line.
 //   ft_soak EXPORT_DIR [--emulate] [--device SEL] [--problem KEY] [--launches N]
 //           [--tokens MIN..MAX] [--threads N] [--check-every N] [--warmup F]
-//           [--seed N] [--heap-slack BYTES] [--rss-slack BYTES]
+//           [--samples N] [--seed N] [--heap-slack BYTES] [--rss-slack BYTES]
+// --rss-slack bounds what RSS's trend adds over the last half of the launches
+// after the warm-up (default 16 MiB); --heap-slack the heap in use from the
+// warm-up's end to the end (default 4 MiB).
 // Exit: 0 every check passed and nothing grew, 1 otherwise, 2 usage, 125 no GPU.
 #include <charconv>
 #include <cstdio>
@@ -26,8 +29,8 @@ bool number(std::string_view s, T& out) {
 int usage(const char* why) {
   std::fprintf(stderr,
                "ft_soak: error: %s\nusage: ft_soak EXPORT_DIR [--emulate] [--device SEL] [--problem KEY] [--launches N] "
-               "[--tokens MIN..MAX] [--threads N] [--check-every N] [--warmup F] [--seed N] [--heap-slack BYTES] "
-               "[--rss-slack BYTES]\n",
+               "[--tokens MIN..MAX] [--threads N] [--check-every N] [--warmup F] [--samples N] [--seed N] "
+               "[--heap-slack BYTES] [--rss-slack BYTES]\n",
                why);
   return 2;
 }
@@ -36,7 +39,7 @@ int usage(const char* why) {
 
 int main(int argc, char** argv) {
   ft::check::SoakOptions o;
-  std::size_t heap_slack = 4u << 20, rss_slack = 64u << 20;
+  std::size_t heap_slack = 4u << 20, rss_slack = 16u << 20;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     const bool has_value = i + 1 < argc;
@@ -52,6 +55,7 @@ int main(int argc, char** argv) {
     else if (a == "--launches") ok = number(v, o.launches);
     else if (a == "--threads") ok = number(v, o.threads);
     else if (a == "--check-every") ok = number(v, o.check_every);
+    else if (a == "--samples") ok = number(v, o.samples);
     else if (a == "--seed") ok = number(v, o.seed);
     else if (a == "--heap-slack") ok = number(v, heap_slack);
     else if (a == "--rss-slack") ok = number(v, rss_slack);
@@ -75,6 +79,7 @@ int main(int argc, char** argv) {
     return report.error().code == ft::Errc::no_device ? 125 : report.error().code == ft::Errc::usage ? 2 : 1;
   }
   std::printf("%s\n", report->json().c_str());
+  std::printf("ft_soak: %s\n", ft::check::rss_summary(report->series).c_str());
   const auto grew = report->growth(heap_slack, rss_slack);
   for (const std::string& g : grew) std::printf("ft_soak: grew: %s\n", g.c_str());
   for (const std::string& f : report->failures) std::printf("ft_soak: failed: %s\n", f.c_str());
@@ -83,6 +88,6 @@ int main(int argc, char** argv) {
               "%s\n",
               passed ? "passed" : "FAILED", report->launches, report->tokens_min_seen, report->tokens_max_seen,
               report->buckets_seen.size(), report->seconds, report->device.c_str(), o.threads,
-              report->checks - report->check_failures, report->checks, grew.empty() ? "nothing grew after the warm-up" : "growth");
+              report->checks - report->check_failures, report->checks, grew.empty() ? "nothing grew after the warm-up, RSS levelled off" : "growth");
   return passed ? 0 : 1;
 }

@@ -62,8 +62,11 @@ Seen expect_complete(const std::string& out, const std::string& output) {
   const json& p = m["problems"][0];
   for (const json& b : p.value("buckets", json::array())) {
     seen.buckets.insert(b["tokens"].get<int>());
-    for (const json& st : b["steps"])
-      if (st.contains("code_object")) EXPECT_TRUE(fs::exists(out + "/" + st["code_object"].get<std::string>())) << out;
+    for (const json& st : b["steps"]) {
+      if (st.contains("code_object")) {
+        EXPECT_TRUE(fs::exists(out + "/" + st["code_object"].get<std::string>())) << out;
+      }
+    }
   }
   for (const json& t : p.value("missing_buckets", json::array())) seen.missing.insert(t.get<int>());
   EXPECT_TRUE(seen.buckets.contains(1)) << output;

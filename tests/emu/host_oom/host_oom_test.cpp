@@ -4,8 +4,10 @@
 // allocation, as a loaded server sees it), and counts the blocks new has
 // handed out and delete taken back. For each n from the first allocation
 // ft_runtime_select makes to past its last: the call answers FT_ERR_INTERNAL
-// ("out of host memory"), leaves *out null and keeps no block; the runtime then
-// selects and launches as before. Its own binary: the replacement is program-wide.
+// ("out of host memory"), leaves *out null and keeps no block -- or, where
+// the failed one was a nothrow new that its caller does without (the
+// standard library's sorts fall back to sorting in place), a plan as usual;
+// the runtime then selects and launches as before. Its own binary: the replacement is program-wide.
 #include <atomic>
 #include <cstdlib>
 #include <new>
@@ -22,6 +24,7 @@ namespace {
 
 thread_local long t_fail_in = 0;       // > 0: the allocation this many from now fails
 thread_local bool t_injected = false;  // one did since armed
+thread_local bool t_nothrow = false;   // it was a nothrow new's (nullptr, which a caller may handle)
 std::atomic<long> g_live{0};           // blocks from operator new not yet deleted
 
 void* allocate(std::size_t n) {
@@ -49,6 +52,7 @@ void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
   try {
     return allocate(n);
   } catch (const std::bad_alloc&) {
+    t_nothrow = true;
     return nullptr;
   }
 }
@@ -73,20 +77,28 @@ TEST(HostOom, PlanSelectionOutOfHostMemoryIsAnErrorAndKeepsNothing) {
   // replacing it keeps the same number of blocks.
   ft_plan* none = nullptr;
   ASSERT_NE(ft_runtime_select(rt, "no such problem, a key long enough not to fit a short string", 5, &none), FT_OK);
-  int failed = 0;
+  int failed = 0, handled = 0;
   for (int tokens : {5, 40}) {  // a tuned bucket's neighbour and a T between buckets
+    ft_plan* normal = nullptr;
+    ASSERT_EQ(ft_runtime_select(rt, key.c_str(), tokens, &normal), FT_OK) << ft_runtime_last_error(rt);
+    const int bucket = ft_plan_bucket(normal);
+    ft_plan_free(normal);
     bool completed = false;
     for (long n = 1; n < 100000 && !completed; ++n) {
       ft_plan* plan = reinterpret_cast<ft_plan*>(&failed);  // must come back null on failure
       const long live = g_live.load();
-      t_injected = false;
+      t_injected = t_nothrow = false;
       t_fail_in = n;
       const int rc = ft_runtime_select(rt, key.c_str(), tokens, &plan);
       t_fail_in = 0;
-      if (!t_injected) {  // n is past the call's last allocation
+      if (!t_injected || (t_nothrow && rc == FT_OK)) {  // past the call's last allocation, or one it did without
         ASSERT_EQ(rc, FT_OK) << ft_runtime_last_error(rt);
+        ASSERT_NE(plan, nullptr);
+        EXPECT_EQ(ft_plan_bucket(plan), bucket);
         ft_plan_free(plan);
-        completed = true;
+        EXPECT_EQ(g_live.load(), live) << "blocks kept after selecting and freeing a plan (allocation " << n << ")";
+        completed = !t_injected;
+        handled += t_injected;
         continue;
       }
       ++failed;
@@ -98,7 +110,8 @@ TEST(HostOom, PlanSelectionOutOfHostMemoryIsAnErrorAndKeepsNothing) {
     EXPECT_TRUE(completed) << "T=" << tokens;
   }
   EXPECT_GE(failed, 2) << "selection should allocate (the plan at least)";
-  std::printf("%d selections failed at an allocation, each an error keeping nothing\n", failed);
+  std::printf("%d selections failed at an allocation, each an error keeping nothing; %d did without a nothrow allocation\n",
+              failed, handled);
   // The runtime serves on: a plan selected now launches and checks right.
   ft_plan* first = nullptr;
   ASSERT_EQ(ft_runtime_select(rt, key.c_str(), 5, &first), FT_OK) << ft_runtime_last_error(rt);

@@ -1,5 +1,6 @@
 #include "runtime/check/soak.hpp"
 
+#include <malloc.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -230,7 +231,13 @@ bool launch_one(const Shared& s, Lane& lane, int T, long i) {
     lane.t_min = std::min(lane.t_min, T);
     lane.t_max = std::max(lane.t_max, T);
     lane.buckets.insert(ft_plan_bucket(plan));
-    if (checked) check(s, lane, plan, b, T, r);
+    if (checked) {
+      check(s, lane, plan, b, T, r);
+      // The check's host copies (up to T x H values, the reference's floats)
+      // are the soak's, not the runtime's: hand their pages back, or glibc's
+      // arenas keep them and RSS shows the checks' high-water marks.
+      if (o.trim_after_checks) malloc_trim(0);
+    }
     if (o.test_leak_bytes_per_launch) lane.kept.keep(o.test_leak_bytes_per_launch);
   } else {
     ++lane.errors;

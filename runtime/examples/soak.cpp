@@ -5,10 +5,11 @@
 // end. Prints the report as JSON, RSS's course in one line and one verdict line.
 //   ft_soak EXPORT_DIR [--emulate] [--device SEL] [--problem KEY] [--launches N]
 //           [--tokens MIN..MAX] [--threads N] [--check-every N] [--warmup F]
-//           [--samples N] [--seed N] [--heap-slack BYTES] [--rss-slack BYTES]
+//           [--samples N] [--seed N] [--heap-slack BYTES] [--rss-slack BYTES] [--no-trim]
 // --rss-slack bounds what RSS's trend adds over the last half of the launches
 // after the warm-up (default 16 MiB); --heap-slack the heap in use from the
-// warm-up's end to the end (default 4 MiB).
+// warm-up's end to the end (default 4 MiB). --no-trim: leave the checks'
+// freed host buffers in malloc's arenas (SoakOptions::trim_after_checks).
 // Exit: 0 every check passed and nothing grew, 1 otherwise, 2 usage, 125 no GPU.
 #include <charconv>
 #include <cstdio>
@@ -30,7 +31,7 @@ int usage(const char* why) {
   std::fprintf(stderr,
                "ft_soak: error: %s\nusage: ft_soak EXPORT_DIR [--emulate] [--device SEL] [--problem KEY] [--launches N] "
                "[--tokens MIN..MAX] [--threads N] [--check-every N] [--warmup F] [--samples N] [--seed N] "
-               "[--heap-slack BYTES] [--rss-slack BYTES]\n",
+               "[--heap-slack BYTES] [--rss-slack BYTES] [--no-trim]\n",
                why);
   return 2;
 }
@@ -47,6 +48,10 @@ int main(int argc, char** argv) {
     bool ok = true;
     if (a == "--emulate") {
       o.emulate = true;
+      continue;
+    }
+    if (a == "--no-trim") {
+      o.trim_after_checks = false;
       continue;
     }
     if (a.starts_with("--") && !has_value) return usage((std::string(a) + " needs a value").c_str());

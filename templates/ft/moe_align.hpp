@@ -12,6 +12,32 @@
 // counted into *bad_ids (when given): never read or written out of bounds.
 namespace ft {
 
+// offsets[0..E]: the exclusive prefix sums of each expert's run padded to B
+// rows (offsets[E]: every padded row), from counts[0..E); every thread of the
+// block calls it, and it ends with a barrier. A scan over the block (log2(E)
+// rounds of Hillis-Steele, ping-ponging between offsets + 1 and scratch)
+// instead of one thread walking E experts: at E = 128 or 256 that walk was a
+// serial chain of E dependent LDS round trips and divisions by B. scratch
+// (E ints) is overwritten; it may be counts itself.
+FT_DEVICE void padded_offsets(const int* counts, int* offsets, int* scratch, int E, int B) {
+  const int tid = thread_index();
+  for (int e = tid; e < E; e += kAlignThreads) scratch[e] = (counts[e] + B - 1) / B * B;
+  barrier();
+  int* src = scratch;
+  int* dst = offsets + 1;
+  for (int d = 1; d < E; d *= 2) {
+    for (int e = tid; e < E; e += kAlignThreads) dst[e] = src[e] + (e >= d ? src[e - d] : 0);
+    barrier();
+    int* t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != offsets + 1)
+    for (int e = tid; e < E; e += kAlignThreads) offsets[e + 1] = src[e];
+  if (tid == 0) offsets[0] = 0;
+  barrier();
+}
+
 FT_DEVICE void moe_align(const MoeArgs& p) {
   const int E = p.experts, B = p.align_block, tid = thread_index();
   const int pairs = p.tokens * p.topk;
@@ -32,16 +58,8 @@ FT_DEVICE void moe_align(const MoeArgs& p) {
   }
   barrier();
   if (tid == 0 && p.bad_ids) *p.bad_ids = *bad;
-  if (tid == 0) {
-    int off = 0;
-    for (int e = 0; e < E; ++e) {
-      offsets[e] = off;
-      off += (counts[e] + B - 1) / B * B;
-    }
-    offsets[E] = off;
-    *p.padded_rows = off;
-  }
-  barrier();
+  padded_offsets(counts, offsets, counts, E, B);  // counts are not read after this
+  if (tid == 0) *p.padded_rows = offsets[E];
   const int total = offsets[E];
   for (int b = tid; b < total / B; b += kAlignThreads) {
     // The expert whose run holds row b*B: the last e with offsets[e] <= b*B and a non-empty run.
@@ -111,23 +129,14 @@ FT_DEVICE void moe_align_scatter(const MoeArgs& p) {
       total += c;
     }
     totals[e] = total;
-    if (e < E) {
-      start[e] = before;
-      cursor[e] = 0;
-    }
+    if (e < E) start[e] = before;
   }
   barrier();
-  if (tid == 0) {
-    int off = 0;
-    for (int e = 0; e < E; ++e) {
-      offsets[e] = off;
-      off += (totals[e] + B - 1) / B * B;
-    }
-    offsets[E] = off;
-    if (b == 0) {
-      *p.padded_rows = off;
-      if (p.bad_ids) *p.bad_ids = totals[E];
-    }
+  padded_offsets(totals, offsets, cursor, E, B);  // cursor is scratch here, zeroed again below
+  for (int e = tid; e < E; e += kAlignThreads) cursor[e] = 0;
+  if (tid == 0 && b == 0) {
+    *p.padded_rows = offsets[E];
+    if (p.bad_ids) *p.bad_ids = totals[E];
   }
   barrier();
   // Padding rows of the experts e = b, b + blocks, ...; block_experts of the

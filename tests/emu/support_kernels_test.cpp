@@ -41,16 +41,31 @@ constexpr AlignCase kAlignCases[] = {
     {33, 64, AlignForm::wide},      {100, 32, AlignForm::wide},     {2100, 64, AlignForm::wide},
     {5003, 16, AlignForm::wide},    {5003, 64, AlignForm::one_block}};
 
+// Expert counts for the block scan of the padded offsets (moe_align.hpp,
+// padded_offsets): the small problem's 4 with every case above; 7 (not a power
+// of two), 128 and 256 (the scan's log2 rounds), 300 (more experts than the
+// block's threads) with a few (smaller layers: only the routing matters here).
+struct ExpertCase {
+  int experts, hidden, inter;
+  bool every_case;
+};
+constexpr ExpertCase kExpertCases[] = {{4, 0, 0, true}, {7, 128, 128, false}, {128, 128, 128, false},
+                                       {256, 128, 128, false}, {300, 128, 128, false}};
+bool few_cases(const AlignCase& ac) { return ac.tokens == 1 || ac.tokens == 33 || ac.tokens == 2100; }
+
 TEST_P(SupportKernels, AlignMatchesTheCpu) {
   const Target& t = target(GetParam());
   TargetBench& bench = TargetBench::of(t);
   const RoleKernels align = align_kernels(bench, t);
   ASSERT_TRUE(align.align.p && align.align_count.p && align.align_scatter.p);
   ASSERT_EQ(align_blocks(2 * 5003), 3);  // the multi-block cases above really take several blocks
+  for (const ExpertCase& ec : kExpertCases)
   for (const AlignCase& ac : kAlignCases) {
+    if (!ec.every_case && !few_cases(ac)) continue;
     const int tokens = ac.tokens, block = ac.block;
     for (const char* routing : {"uniform", "hot:2", "zipf:1.5", "masked"}) {
         Problem p = small_problem(DType::bf16);
+        if (!ec.every_case) p.experts = ec.experts, p.hidden = ec.hidden, p.inter = ec.inter;
         const bool masked = std::string_view(routing) == "masked";
         p.routing = *Routing::parse(masked ? "uniform" : routing);
         auto w = make_workload(p, tokens, WorkloadOptions{9, tokens > 1 ? 1 : 0});
@@ -68,7 +83,7 @@ TEST_P(SupportKernels, AlignMatchesTheCpu) {
         auto got = run_align(*dw, t, align, block, ac.form);
         ASSERT_TRUE(got) << got.error().describe();
         const AlignReference want = reference_align(*w, block);
-        const std::string where = fmt::format("{} T={} block={} {} {}", t.name, tokens, block, routing,
+        const std::string where = fmt::format("{} E={} T={} block={} {} {}", t.name, p.experts, tokens, block, routing,
                                               ac.form == AlignForm::wide ? "wide" : "one block");
         ASSERT_EQ(got->padded_rows, want.padded_rows) << where;
         ASSERT_EQ(got->bad_ids, bad) << where;

@@ -304,11 +304,16 @@ class HipDevice final : public Device {
   Status launch(FunctionHandle f, Dim3 grid, Dim3 block, int dynamic_shared, StreamHandle s, const void* args,
                 std::size_t args_size) override {
     FT_CHECK(make_current());
-    void* params[] = {const_cast<void*>(args)};
-    void** kernel_params = (args && args_size) ? params : nullptr;
+    // The argument bytes go with their size (extra), not as a pointer whose
+    // size the runtime takes from the code object's metadata: a runtime that
+    // checks it (the HIP test double) sees a host struct of the wrong size.
+    std::size_t size = args_size;
+    void* extra[] = {HIP_LAUNCH_PARAM_BUFFER_POINTER, const_cast<void*>(args), HIP_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                     HIP_LAUNCH_PARAM_END};
+    void** kernel_extra = (args && args_size) ? extra : nullptr;
     return check("hipModuleLaunchKernel",
                  api_->hipModuleLaunchKernel(hipFunction_t(f.p), grid.x, grid.y, grid.z, block.x, block.y, block.z,
-                                             unsigned(dynamic_shared), stream(s), kernel_params, nullptr),
+                                             unsigned(dynamic_shared), stream(s), nullptr, kernel_extra),
                  fmt::format("grid {}x{}x{}, block {}x{}x{}, {} bytes LDS", grid.x, grid.y, grid.z, block.x, block.y,
                              block.z, dynamic_shared));
   }

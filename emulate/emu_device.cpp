@@ -282,6 +282,12 @@ Result<FunctionHandle> EmuDevice::function(ModuleHandle m, const std::string& na
   return h;
 }
 
+Result<unsigned> EmuDevice::args_size(FunctionHandle f) const {
+  const auto* fn = static_cast<const EmuFunction*>(f.p);
+  if (!fn) return fail(Errc::device, "args_size of a null function", info_.name);
+  return fn->args_size;
+}
+
 Status EmuDevice::set_dynamic_shared(FunctionHandle f, int bytes) {
   auto* fn = static_cast<EmuFunction*>(f.p);
   if (!fn) return fail(Errc::device, "set_dynamic_shared on a null function", info_.name);

@@ -53,6 +53,8 @@ class EmuDevice final : public Device {
   Status unload_module(ModuleHandle m) override;
   Result<FunctionHandle> function(ModuleHandle m, const std::string& name) override;
   Status set_dynamic_shared(FunctionHandle f, int bytes) override;
+  // The size of the argument struct a function of this device takes (its host sizeof).
+  Result<unsigned> args_size(FunctionHandle f) const;
   Status launch(FunctionHandle f, Dim3 grid, Dim3 block, int dynamic_shared, StreamHandle s, const void* args,
                 std::size_t args_size) override;
 

@@ -31,6 +31,17 @@ class Node {
     if (api_->metadata_lookup(node_, key, &child) != AMD_COMGR_STATUS_SUCCESS) return std::nullopt;
     return Node(*api_, child);
   }
+  // The list's items; empty for a node that is not a list.
+  std::vector<Node> items() const {
+    std::vector<Node> out;
+    size_t count = 0;
+    if (api_->get_metadata_list_size(node_, &count) != AMD_COMGR_STATUS_SUCCESS) return out;
+    for (size_t i = 0; i < count; ++i) {
+      amd_comgr_metadata_node_t child{};
+      if (api_->index_list_metadata(node_, i, &child) == AMD_COMGR_STATUS_SUCCESS) out.emplace_back(*api_, child);
+    }
+    return out;
+  }
   std::optional<std::string> string() const {
     amd_comgr_metadata_kind_t kind{};
     if (api_->get_metadata_kind(node_, &kind) != AMD_COMGR_STATUS_SUCCESS || kind != AMD_COMGR_METADATA_KIND_STRING)
@@ -64,9 +75,31 @@ std::string string_field(const Node& kernel, const char* key) {
   return child->string().value_or("");
 }
 
+AmdKernelMetadata kernel_metadata(const Node& k) {
+  AmdKernelMetadata m;
+  m.name = string_field(k, ".name");
+  m.symbol = string_field(k, ".symbol");
+  m.vgpr_count = int_field(k, ".vgpr_count");
+  m.agpr_count = int_field(k, ".agpr_count");
+  m.sgpr_count = int_field(k, ".sgpr_count");
+  m.group_segment_fixed_size = int_field(k, ".group_segment_fixed_size");
+  m.private_segment_fixed_size = int_field(k, ".private_segment_fixed_size");
+  m.vgpr_spill_count = int_field(k, ".vgpr_spill_count");
+  m.sgpr_spill_count = int_field(k, ".sgpr_spill_count");
+  m.wavefront_size = int_field(k, ".wavefront_size");
+  m.max_flat_workgroup_size = int_field(k, ".max_flat_workgroup_size");
+  m.uses_dynamic_stack = string_field(k, ".uses_dynamic_stack") == "true";
+  m.kernarg_segment_size = int_field(k, ".kernarg_segment_size");
+  m.kernarg_segment_align = int_field(k, ".kernarg_segment_align");
+  if (auto args = k.lookup(".args"))
+    for (const Node& a : args->items())
+      m.args.push_back(AmdKernelArg{int_field(a, ".offset"), int_field(a, ".size"), string_field(a, ".value_kind")});
+  return m;
+}
+
 }  // namespace
 
-Result<std::vector<AmdKernelMetadata>> read_amdgpu_metadata(std::span<const std::byte> code_object) {
+Result<AmdCodeObjectMetadata> read_amdgpu_code_object_metadata(std::span<const std::byte> code_object) {
   const ComgrApi& api = *FT_TRY(detail::comgr_api());
   amd_comgr_data_t data{};
   if (auto s = api.create_data(AMD_COMGR_DATA_KIND_EXECUTABLE, &data); s != AMD_COMGR_STATUS_SUCCESS)
@@ -85,31 +118,14 @@ Result<std::vector<AmdKernelMetadata>> read_amdgpu_metadata(std::span<const std:
   Node root(api, root_handle);
   auto kernels = root.lookup("amdhsa.kernels");
   if (!kernels) return fail(Errc::invalid_input, "code object metadata has no amdhsa.kernels (code object v2?)");
-  size_t count = 0;
-  if (api.get_metadata_list_size(kernels->get(), &count) != AMD_COMGR_STATUS_SUCCESS)
-    return fail(Errc::invalid_input, "amdhsa.kernels is not a list");
-
-  std::vector<AmdKernelMetadata> out;
-  for (size_t i = 0; i < count; ++i) {
-    amd_comgr_metadata_node_t handle{};
-    if (api.index_list_metadata(kernels->get(), i, &handle) != AMD_COMGR_STATUS_SUCCESS) continue;
-    Node k(api, handle);
-    AmdKernelMetadata m;
-    m.name = string_field(k, ".name");
-    m.symbol = string_field(k, ".symbol");
-    m.vgpr_count = int_field(k, ".vgpr_count");
-    m.agpr_count = int_field(k, ".agpr_count");
-    m.sgpr_count = int_field(k, ".sgpr_count");
-    m.group_segment_fixed_size = int_field(k, ".group_segment_fixed_size");
-    m.private_segment_fixed_size = int_field(k, ".private_segment_fixed_size");
-    m.vgpr_spill_count = int_field(k, ".vgpr_spill_count");
-    m.sgpr_spill_count = int_field(k, ".sgpr_spill_count");
-    m.wavefront_size = int_field(k, ".wavefront_size");
-    m.max_flat_workgroup_size = int_field(k, ".max_flat_workgroup_size");
-    m.uses_dynamic_stack = string_field(k, ".uses_dynamic_stack") == "true";
-    out.push_back(std::move(m));
-  }
+  AmdCodeObjectMetadata out;
+  out.target = string_field(root, "amdhsa.target");
+  for (const Node& k : kernels->items()) out.kernels.push_back(kernel_metadata(k));
   return out;
+}
+
+Result<std::vector<AmdKernelMetadata>> read_amdgpu_metadata(std::span<const std::byte> code_object) {
+  return FT_TRY(read_amdgpu_code_object_metadata(code_object)).kernels;
 }
 
 }  // namespace ft

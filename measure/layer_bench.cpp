@@ -9,7 +9,7 @@
 #include "generator/emitter.hpp"
 #include "generator/families/families.hpp"
 #include "measure/workload/half.hpp"
-#include "templates/ft/moe_inter_scales.hpp"
+#include "layer/inter_scales.hpp"
 
 namespace ft {
 namespace {

@@ -10,7 +10,7 @@
 #include "measure/layer_bench.hpp"
 #include "measure/workload/reference.hpp"
 #include "measure/workload/workload.hpp"
-#include "templates/ft/moe_inter_scales.hpp"
+#include "layer/inter_scales.hpp"
 
 namespace ft {
 namespace {

@@ -14,7 +14,7 @@
 #include "system/hash.hpp"
 #include "generator/families/families.hpp"
 #include "layer/program.hpp"
-#include "templates/ft/moe_inter_scales.hpp"
+#include "layer/inter_scales.hpp"
 
 namespace ft::rt {
 namespace {

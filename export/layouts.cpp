@@ -133,7 +133,8 @@ json fp8_problem_json(const Problem& p, const Target& t) {
            {{"weights_format", fnuz ? "e4m3fnuz (max 240, 0x80 the one NaN, no -0)" : "e4m3 OCP float8_e4m3fn (max 448)"},
             {"weights", "w1 [experts, 2*inter, hidden] and w2 [experts, hidden, inter] as one code byte per element"},
             {"activations", std::string("x and y are bf16; x is ") + activations},
-            {"intermediate", "stage 2 reads e4m3 codes with one fp32 scale per 1 x 128 group (workspace inter_q, inter_scales)"},
+            {"intermediate", "stage 2 reads e4m3 codes with one fp32 scale per 1 x 128 group (workspace inter_q, inter_scales); "
+                             "a stage 2 named _rowscale reads one scale per row, held in each of the row's group slots"},
             {"scale_tensors", std::move(scales)},
             {"fnuz_checkpoints", fnuz ? "the same bits as OCP mean half the value: convert OCP weights by zeroing the 0x80 "
                                         "pattern and doubling the scales (ft_fp8_ocp_to_fnuz in flytune_runtime.h)"

@@ -9,6 +9,7 @@
 
 #include "generator/emitter.hpp"
 #include "generator/families/families.hpp"
+#include "templates/ft/moe_inter_scales.hpp"
 
 namespace ft {
 
@@ -207,6 +208,9 @@ Status validate(const LayerRecipe& r) {
   if (r.stage2 && r.stage2->role != StageRole::stage2) return bad(r.stage2->name() + " is not a stage-2 kernel");
   if (r.stage1 && r.stage2 && r.stage1->contract().weight_in_stage1 != r.stage2->contract().weight_in_stage1)
     return bad("stage 1 and stage 2 disagree on where the routed weight is applied");
+  if (r.stage1 && r.stage2 && fp8::quantise_on_store(*r.stage1) && fp8::inter_row_scales(*r.stage2))
+    return bad(fmt::format("{} reads row intermediate scales, {} writes 1 x 128 group scales (quantise-on-store)",
+                           r.stage2->name(), r.stage1->name()));
   for (const std::optional<Variant>* s : {&r.stage1, &r.stage2})
     if (*s)
       if (auto why = (*s)->family->problem_rules(**s, p)) return bad(fmt::format("{}: {}", (*s)->name(), *why));
@@ -302,6 +306,10 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
 
 }  // namespace
 
+// With a stage 2 reading row scales (fp8::inter_row_scales) the quantise_inter
+// step writes one scale per row in each of its slots (kFlagInterRowScales in
+// that step's flags); a stage 1 that quantises on store writes group scales, so
+// it does not pair with such a stage 2 (validate).
 bool needs_quantise_inter(const Variant& stage1) {
   return stage1.dtype == DType::e4m3 && !fp8::quantise_on_store(stage1);
 }
@@ -356,9 +364,12 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
     Step s = launch_step("stage1", Role::stage1, r.stage1->name(), stage_launch(*r.stage1, p, tokens, prog.align_block), args);
     s.w1 = weight_buffer(1, r.stage1->contract().weights);
     prog.steps.push_back(std::move(s));
-    if (needs_quantise_inter(*r.stage1))
+    if (needs_quantise_inter(*r.stage1)) {
+      MoeArgs q = args;  // row scales where stage 2 reads them (a stage-1 program alone: groups)
+      if (r.stage2 && fp8::inter_row_scales(*r.stage2)) q.flags |= kFlagInterRowScales;
       prog.steps.push_back(launch_step("quantise_inter", Role::quantise_inter, quantise_inter_entry(t),
-                                       quantise_launch((long long)tokens * p.topk), args));
+                                       quantise_launch((long long)tokens * p.topk), q));
+    }
   }
   if (r.stage2) {
     Step s = launch_step("stage2", Role::stage2, r.stage2->name(), stage_launch(*r.stage2, p, tokens, prog.align_block), args);

@@ -7,7 +7,9 @@
 #include <fmt/format.h>
 
 #include "generator/emitter.hpp"
+#include "generator/families/families.hpp"
 #include "measure/workload/half.hpp"
+#include "layer/inter_scales.hpp"
 
 namespace ft {
 namespace {
@@ -70,10 +72,8 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
     b->buffers_[std::size_t(buf)] = FT_TRY(DeviceBuffer::allocate(dev, bytes));
     at(b->table_, buf) = b->buffers_[std::size_t(buf)].ptr();
   }
-  for (int f = 0; f < 2; ++f) {
-    b->inter_ref_[f] = FT_TRY(DeviceBuffer::allocate(dev, T * k * I * es));
-    b->y_ref_[f] = FT_TRY(DeviceBuffer::allocate(dev, T * H * es));
-  }
+  for (int f = 0; f < 2; ++f) b->inter_ref_[f] = FT_TRY(DeviceBuffer::allocate(dev, T * k * I * es));
+  for (DeviceBuffer& y : b->y_ref_) y = FT_TRY(DeviceBuffer::allocate(dev, T * H * es));
   if (p.fp8()) FT_CHECK(b->create_fp8(m, T));
   // Twice the L2 (at least 64 MiB) so a rewrite evicts every line the last rep touched.
   const std::size_t l2 = std::max<std::size_t>(dev.info().l2_bytes, 32u << 20);
@@ -139,7 +139,7 @@ Status LayerBench::set_inputs(int tokens, std::uint64_t seed, std::span<const st
   seed_ = seed;
   FT_CHECK(dev_.copy_to_device(at(table_, Buf::topk_ids), ids.data(), pairs * 4));
   FT_CHECK(dev_.copy_to_device(at(table_, Buf::topk_weights), weights.data(), pairs * 4));
-  reference_ready_ = {false, false};
+  reference_ready_ = {};
   return dev_.synchronize();
 }
 
@@ -170,9 +170,9 @@ Status LayerBench::ensure_arranged(WeightLayout layout) {
   return {};
 }
 
-Status LayerBench::ensure_reference(bool w1) {
-  const int f = w1 ? 1 : 0;
-  if (reference_ready_[f]) return {};
+Status LayerBench::ensure_reference(bool w1, bool row_scales) {
+  const int f = w1 ? 1 : 0, slot = ref_slot(w1, row_scales && problem_.fp8());
+  if (reference_ready_[slot]) return {};
   MoeArgs a{};
   a.x = device_pointer<const u16>(at(table_, Buf::x));
   a.topk_ids = device_pointer<const i32>(at(table_, Buf::topk_ids));
@@ -180,24 +180,24 @@ Status LayerBench::ensure_reference(bool w1) {
   a.w1 = device_pointer<const u16>(at(table_, Buf::w1));
   a.w2 = device_pointer<const u16>(at(table_, Buf::w2));
   a.inter = device_pointer<u16>(inter_ref_[f].ptr());
-  a.y = device_pointer<u16>(y_ref_[f].ptr());
+  a.y = device_pointer<u16>(y_ref_[slot].ptr());
   a.tokens = tokens_;
   a.hidden = problem_.hidden;
   a.inter_size = problem_.inter;
   a.experts = problem_.experts;
   a.topk = problem_.topk;
-  a.flags = w1 ? kFlagWeightInStage1 : 0;
+  a.flags = (w1 ? kFlagWeightInStage1 : 0) | (slot >= 2 ? kFlagInterRowScales : 0);
   FT_CHECK(dev_.memset_u32(inter_ref_[f].ptr(), kNaN16x2, inter_ref_[f].bytes() / 4));
-  FT_CHECK(dev_.memset_u32(y_ref_[f].ptr(), kNaN16x2, y_ref_[f].bytes() / 4));
+  FT_CHECK(dev_.memset_u32(y_ref_[slot].ptr(), kNaN16x2, y_ref_[slot].bytes() / 4));
   if (problem_.fp8()) {
-    FT_CHECK(reference_fp8(a, f));
-    reference_ready_[f] = true;
+    FT_CHECK(reference_fp8(a, slot));
+    reference_ready_[slot] = true;
     return {};
   }
   FT_CHECK(run_support(reference1_, reference_launch(StageRole::stage1, problem_, tokens_), &a, sizeof a));
   FT_CHECK(run_support(reference2_, reference_launch(StageRole::stage2, problem_, tokens_), &a, sizeof a));
   FT_CHECK(dev_.synchronize());
-  reference_ready_[f] = true;
+  reference_ready_[slot] = true;
   return {};
 }
 
@@ -230,7 +230,8 @@ Result<Comparison> LayerBench::compare_with(DevicePtr out, DevicePtr reference, 
 }
 
 Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) {
-  FT_CHECK(ensure_reference(v.contract().weight_in_stage1));
+  const bool rows = fp8::inter_row_scales(v);  // stage 2 on row scales reads the row-quantised reference
+  FT_CHECK(ensure_reference(v.contract().weight_in_stage1, rows));
   FT_CHECK(ensure_arranged(v.contract().weights));
   const bool first = v.role == StageRole::stage1;
   const LayerProgram prog = FT_TRY(first ? program(v, std::nullopt) : program(std::nullopt, v));
@@ -251,21 +252,23 @@ Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) 
   // Stage 2 reads the reference intermediate: it is checked alone.
   BufferTable table = table_;
   at(table, Buf::inter) = inter_ref_[ref].ptr();
+  const int slot = ref_slot(ref == 1, rows);
   if (problem_.fp8()) {
-    at(table, Buf::inter_q) = inter_ref_q_[ref].ptr();
-    at(table, Buf::inter_scales) = inter_ref_scales_[ref].ptr();
+    at(table, Buf::inter_q) = inter_ref_q_[slot].ptr();
+    at(table, Buf::inter_scales) = inter_ref_scales_[slot].ptr();
   }
   const std::size_t n = std::size_t(tokens_) * problem_.hidden;
   FT_CHECK(dev_.memset_u32(at(table, Buf::y_acc), kNaN32, pairs * problem_.hidden));  // the program clears what it sums into
   FT_CHECK(dev_.memset_u32(at(table, Buf::y), kNaN16x2, n / 2));
   FT_CHECK(run_checked(prog, fns, table));
-  return compare_with(at(table, Buf::y), y_ref_[ref].ptr(), n);
+  return compare_with(at(table, Buf::y), y_ref_[slot].ptr(), n);
 }
 
 Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2) {
   const LayerProgram prog = FT_TRY(program(v1, v2));
   const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
-  FT_CHECK(ensure_reference(v1.contract().weight_in_stage1));
+  const bool rows = fp8::inter_row_scales(v2);
+  FT_CHECK(ensure_reference(v1.contract().weight_in_stage1, rows));
   FT_CHECK(ensure_arranged(v1.contract().weights));
   FT_CHECK(ensure_arranged(v2.contract().weights));
   const std::size_t n = std::size_t(tokens_) * problem_.hidden, pairs = std::size_t(tokens_) * problem_.topk;
@@ -274,7 +277,7 @@ Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1
   FT_CHECK(dev_.memset_u32(at(table_, Buf::y_acc), kNaN32, pairs * problem_.hidden));
   if (problem_.fp8()) FT_CHECK(poison_fp8(table_));
   FT_CHECK(run_checked(prog, fns, table_));
-  const int f = v1.contract().weight_in_stage1 ? 1 : 0;
+  const int f = ref_slot(v1.contract().weight_in_stage1, rows);
   const Comparison c = FT_TRY(compare_with(at(table_, Buf::y), y_ref_[f].ptr(), n));
   if (!problem_.fp8()) return c;
   // fp8: also within the sanity bound of the bf16 layer on the same weights.

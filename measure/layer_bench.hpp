@@ -104,7 +104,10 @@ class LayerBench {
   // W1 and W2 in `layout`, arranged on the device on first use; the table's
   // weight entries point at every copy made so far.
   Status ensure_arranged(WeightLayout layout);
-  Status ensure_reference(bool weight_in_stage1);
+  // The reference of a routed-weight placement and (fp8) intermediate scale
+  // rule, in slot ref_slot(...) of the reference buffers.
+  Status ensure_reference(bool weight_in_stage1, bool row_scales = false);
+  static int ref_slot(bool weight_in_stage1, bool row_scales) { return (weight_in_stage1 ? 1 : 0) + (row_scales ? 2 : 0); }
   // Runs a program's steps once and waits; then the align kernel's count of
   // routing ids outside [-1, experts) must be zero.
   Status run_checked(const LayerProgram& p, std::span<const FunctionHandle> fns, const BufferTable& table);
@@ -117,7 +120,7 @@ class LayerBench {
   // stage 2 reads it), and stage 1's check on the dequantised intermediate.
   Status create_fp8(ModuleHandle support, std::size_t max_tokens);
   Status fill_fp8(std::size_t tokens, std::uint64_t seed, bool weights);
-  Status reference_fp8(MoeArgs& a, int f);
+  Status reference_fp8(MoeArgs& a, int slot);
   Status poison_fp8(const BufferTable& table);
   Result<Comparison> compare_inter_fp8(const BufferTable& table, int f);
 
@@ -132,14 +135,15 @@ class LayerBench {
   std::array<DeviceBuffer, kBufCount> buffers_;
   BufferTable table_{};
   DeviceBuffer flush_;
-  std::array<DeviceBuffer, 2> inter_ref_, y_ref_;  // by weight_in_stage1
+  std::array<DeviceBuffer, 2> inter_ref_;  // by weight_in_stage1
+  std::array<DeviceBuffer, 4> y_ref_;      // by ref_slot
   // fp8: the quantise steps, the reference's intermediate quantisation, and its
-  // fp32 intermediate, codes and group scales (by weight_in_stage1).
+  // fp32 intermediate, codes and group or row scales (by ref_slot).
   FunctionHandle quantise_x_, quantise_inter_, reference_quantise_;
   DeviceBuffer inter_ref_f32_;
-  std::array<DeviceBuffer, 2> inter_ref_q_, inter_ref_scales_;
-  std::array<DeviceBuffer, 2> y_bf16_layer_;  // fp8: the bf16 layer on the dequantised weights (the sanity reference)
-  std::array<bool, 2> reference_ready_{false, false};
+  std::array<DeviceBuffer, 4> inter_ref_q_, inter_ref_scales_;
+  std::array<DeviceBuffer, 4> y_bf16_layer_;  // fp8: the bf16 layer on the dequantised weights (the sanity reference)
+  std::array<bool, 4> reference_ready_{};
   std::array<bool, 3> arranged_ready_{};  // by WeightLayout
   std::uint64_t seed_ = 0;
 };

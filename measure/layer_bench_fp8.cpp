@@ -10,6 +10,7 @@
 #include "measure/layer_bench.hpp"
 #include "measure/workload/reference.hpp"
 #include "measure/workload/workload.hpp"
+#include "layer/inter_scales.hpp"
 
 namespace ft {
 namespace {
@@ -41,7 +42,7 @@ Status LayerBench::create_fp8(ModuleHandle m, std::size_t T) {
     at(table_, buf) = buffers_[std::size_t(buf)].ptr();
   }
   inter_ref_f32_ = FT_TRY(DeviceBuffer::allocate(dev_, T * k * I * 4));
-  for (int f = 0; f < 2; ++f) {
+  for (int f = 0; f < 4; ++f) {  // by ref_slot: routed-weight placement, group or row scales
     y_bf16_layer_[f] = FT_TRY(DeviceBuffer::allocate(dev_, T * p.hidden * 2));
     inter_ref_q_[f] = FT_TRY(DeviceBuffer::allocate(dev_, T * k * I));
     inter_ref_scales_[f] = FT_TRY(DeviceBuffer::allocate(dev_, T * k * groups * 4));
@@ -78,7 +79,8 @@ Status LayerBench::fill_fp8(std::size_t tokens, std::uint64_t seed, bool weights
 }
 
 // The fp8 reference: the fp32 intermediate (into inter_ref_f32_), quantised as
-// stage 2 reads it (inter_ref_q_, inter_ref_scales_), then Y.
+// stage 2 reads it (inter_ref_q_, inter_ref_scales_: group scales, or row scales
+// with kFlagInterRowScales in a.flags), then Y. f: the slot (ref_slot).
 Status LayerBench::reference_fp8(MoeArgs& a, int f) {
   const std::size_t pairs = std::size_t(tokens_) * problem_.topk, I = problem_.inter;
   a.x_scale = device_pointer<const float>(at(table_, Buf::x_scale));

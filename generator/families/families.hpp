@@ -25,7 +25,7 @@ struct Values {
 
 // The kernel-name order of the standard tokens (Axis::name_rank).
 enum Rank : int { kTileM, kTileN, kTileK, kWarps, kAtom, kStages, kReduce, kSplitK, kWeight, kLayout, kProducer, kTiles,
-                  kScales, kInterStore, kPromote };
+                  kScales, kInterStore, kInterScales, kPromote };
 
 Axis atom();
 // tile_m / tile_n / tile_k: "_m64", "n128", "k64" in the name.
@@ -54,6 +54,11 @@ Axis layout(std::string_view spelling, Values v, AxisValue (*derived)(const Vari
 // intermediate leaves the epilogue as e4m3 with its group scales).
 Axis scales();
 Axis inter_store(Values v);
+// fp8 stage 2 only: the intermediate's scales it reads (ft::InterScales):
+// 1 x 128 groups (no token), or one per row ("_rowscale": constant along k, so
+// the GEMM may accumulate without promoting; the layer's quantise_inter step
+// then writes row scales, layer/program.cpp). Must precede promote().
+Axis inter_scales(Values v);
 // fp8 only: how often the GEMM promotes its accumulators into a second fp32
 // set (templates/ft/moe_scales.hpp promote_every_of): every n k-tiles (1, no
 // token; "_promote<n>"), or 0, never ("_fastacc": one set, the scales applied
@@ -70,9 +75,12 @@ AxisValue k_tile_of_row(const Variant& v);
 namespace fp8 {
 Scales scales(const Variant& v);
 bool quantise_on_store(const Variant& v);
+// Whether a stage 2 reads the intermediate with one scale per row (InterScales::row).
+bool inter_row_scales(const Variant& v);
 // Whether the variant's scales are constant along k, so its GEMM may promote
-// other than every k-tile: stage 1 with per-tensor or per-token scales (stage
-// 2's intermediate has 1 x 128 group scales, block128 changes with each group).
+// other than every k-tile: stage 1 with per-tensor or per-token scales, and
+// stage 2 reading row scales in those modes (stage 2's 1 x 128 group scales
+// and block128's change with each group).
 bool promote_may_vary(const Variant& v);
 // How often its GEMM promotes the accumulators into the second fp32 set (a
 // second accumulator set): every n k-tiles, 0 never; the promote axis where

@@ -2,6 +2,7 @@
 
 #include "generator/families/families.hpp"
 #include "generator/variant.hpp"
+#include "templates/ft/moe_inter_scales.hpp"
 
 namespace ft::axes {
 namespace {
@@ -198,6 +199,23 @@ Axis inter_store(Values v) {
   return a;
 }
 
+Axis inter_scales(Values v) {
+  Axis a;
+  a.key = "inter_scales";
+  a.type = AxisType::choice;
+  a.spelling = "inter_scales";
+  a.names = {"group", "row"};  // the order of ft::InterScales (templates/ft/moe_args.hpp)
+  a.cpp_type = "ft::InterScales";
+  a.defaults = std::move(v.defaults);
+  a.wide = std::move(v.wide);
+  a.small = std::move(v.small);
+  a.required = false;  // a record from before the axis read group scales
+  a.present = [](const Variant& var) { return fp8_variant(var) && var.role == StageRole::stage2; };
+  a.token = [](const Variant&, AxisValue x) { return std::string(InterScales(x) == InterScales::row ? "_rowscale" : ""); };
+  a.name_rank = kInterScales;
+  return a;
+}
+
 Axis promote(Values v) {
   Axis a = integer("promote", "promote", std::move(v), 1, kPromote, [](const Variant&, AxisValue x) {
     if (x == 1) return std::string();  // the kernels' default: fp8 names from before the axis stay
@@ -229,9 +247,13 @@ bool quantise_on_store(const Variant& v) {
   return scales(v) != Scales::none && v.role == StageRole::stage1 && v.has("inter_store") &&
          InterStore(v.get("inter_store")) == InterStore::fp8;
 }
+bool inter_row_scales(const Variant& v) {
+  return scales(v) != Scales::none && v.role == StageRole::stage2 && v.has("inter_scales") &&
+         InterScales(v.get("inter_scales")) == InterScales::row;
+}
 bool promote_may_vary(const Variant& v) {
   const Scales s = scales(v);
-  return v.role == StageRole::stage1 && (s == Scales::per_tensor || s == Scales::per_token);
+  return (v.role == StageRole::stage1 || inter_row_scales(v)) && (s == Scales::per_tensor || s == Scales::per_token);
 }
 int promote_every(const Variant& v) {
   if (scales(v) == Scales::none) return 0;
@@ -250,6 +272,10 @@ std::optional<std::string> shape_rules(const Variant& v) {
   const int tn = v.get("tile_n");
   if (s == Scales::block128 && kScaleGroup % tn != 0)
     return fmt::format("block128 scales: tile_n {} must divide 128 (a tile's columns share one 128-row weight block)", tn);
+  if (inter_row_scales(v) && s == Scales::block128)
+    return std::string("row intermediate scales: block128's W2 block scales change along k (per-tensor and per-token only)");
+  if (inter_row_scales(v) && promote_every(v) == 1)
+    return std::string("row intermediate scales promoting every k-tile: the group scales' kernel, slower (promote 0 or n > 1)");
   if (quantise_on_store(v) && tn % kScaleGroup != 0)
     return fmt::format("quantise-on-store writes whole 128-column scale groups; tile_n {} is not a multiple of 128", tn);
   if (const int every = promote_every(v); every < 0)

@@ -10,6 +10,7 @@
 #include "generator/device_facts.hpp"
 #include "generator/families/families.hpp"
 #include "generator/variant.hpp"
+#include "templates/ft/moe_inter_scales.hpp"
 
 namespace ft {
 namespace {
@@ -54,6 +55,9 @@ class WgmmaFamily final : public Family {
     // fp8 only: the layer's scales (the problem's) and stage 1's quantise-on-store.
     axes_.push_back(axes::scales());
     axes_.push_back(axes::inter_store(Values{{int(InterStore::bf16), int(InterStore::fp8)}}));
+    // fp8 stage 2: group scales promote every k-tile; row scales accumulate
+    // in wgmma (the m128n256 tile fits one accumulator set).
+    axes_.push_back(axes::inter_scales(Values{{int(InterScales::group), int(InterScales::row)}}));
     // fp8 stage 1 with per-tensor / per-token scales: 0 keeps one accumulator
     // set (the big tiles fit), 1 promotes each k-tile (bounds Hopper's
     // reduced-precision fp8 accumulation); wide adds every 4.

@@ -104,7 +104,8 @@ Result<LayerResult> run_layer(DeviceWorkload& dw, const RoleKernels& kernels, co
   Device& d = dw.device();
   const Workload& w = dw.workload();
   const Problem& p = w.problem;
-  const LayerProgram prog = FT_TRY(build_program(plan.recipe(p), w.tokens));
+  LayerProgram prog = FT_TRY(build_program(plan.recipe(p), w.tokens));
+  if (options.edit_program) options.edit_program(prog);
   const auto fns = FT_TRY(bind(prog, kernels));
   FT_CHECK(prepare(d, prog, fns));
   (void)FT_TRY(dw.weights(1, plan.stage1.contract().weights));

@@ -53,6 +53,8 @@ struct LayerPlan {
 struct LayerRunOptions {
   bool read_intermediates = false;  // also copy back inter, sorted_ids, block_experts
   StreamHandle stream{};
+  // Mutant tests: changes the built program before it runs (null: none).
+  void (*edit_program)(LayerProgram&) = nullptr;
 };
 
 struct LayerResult {

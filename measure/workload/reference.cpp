@@ -73,10 +73,14 @@ ReferenceOutput reference_layer_fp8(const Workload& w, const ReferenceOptions& o
         if (options.weight_in_stage1) h[i] *= w.topk_weights[std::size_t(pair)];
       }
     }
-    // The intermediate's rule: 1 x 128 groups (an unused row quantises to zeros).
+    // The intermediate's rule: 1 x 128 groups, or one scale per row (an unused row quantises to zeros).
+    float row_max = 0;
+    if (options.inter_row_scales)
+      for (long long c = 0; c < I; ++c) row_max = abs_max(row_max, h[c]);
     for (long long g = 0; g < G; ++g) {
-      float m = 0;
-      for (long long c = 0; c < kScaleGroup; ++c) m = abs_max(m, h[g * kScaleGroup + c]);
+      float m = row_max;
+      if (!options.inter_row_scales)
+        for (long long c = 0; c < kScaleGroup; ++c) m = abs_max(m, h[g * kScaleGroup + c]);
       const float s = scale_of(w.fp8_format, m);
       out.inter_scales[std::size_t(pair * G + g)] = s;
       for (long long c = 0; c < kScaleGroup; ++c)

@@ -22,6 +22,9 @@ struct ReferenceOptions {
   // (X unquantised, the intermediate rounded to bf16 instead of quantised): the
   // sanity reference an fp8 layer is held to by fp8_sanity_tolerance.
   bool quantise_activations = true;
+  // fp8: the intermediate quantised with one scale per row (each of its I/128
+  // slots holds it), as for a stage 2 reading row scales (InterScales::row).
+  bool inter_row_scales = false;
 };
 
 struct ReferenceOutput {

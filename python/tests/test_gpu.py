@@ -268,10 +268,22 @@ def _fp8_inputs(torch, p, tokens, kind, seed, device="cuda"):
     return x, w1, w2, torch.from_numpy(ids).to(device), torch.from_numpy(weights).to(device), scales
 
 
-def fp8_reference(torch, p, x, w1, w2, ids, weights, scales):
+def _inter_row_scales(export, p, tokens):
+    """Whether the bucket serving T quantises the intermediate with one scale per row (its quantise_inter step's
+    flags bit 2, kFlagInterRowScales: a stage 2 named _rowscale), from the export's manifest."""
+    import json
+    manifest = json.loads((pathlib.Path(export.dir) / "manifest.json").read_text())
+    bucket = export.plan(p.key, tokens)["bucket"]
+    problem = next(q for q in manifest["problems"] if q["key"] == p.key)
+    steps = next(b["steps"] for b in problem["buckets"] if b["tokens"] == bucket)
+    return any(s["step"] == "quantise_inter" and s["args"]["flags"] & 4 for s in steps)
+
+
+def fp8_reference(torch, p, x, w1, w2, ids, weights, scales, rows=False):
     """templates/ft/reference.hpp's fp8 layer in fp32: x quantised by the mode (per-tensor: x_scale; per-token:
     amax of the row; block128: of each 1 x 128 group), weights decoded as code * scale, the intermediate
-    silu(gate) * up quantised in 1 x 128 groups, y = sum over slots of topk_weights * W2 h."""
+    silu(gate) * up quantised in 1 x 128 groups (rows: one scale per row, as a _rowscale stage 2 reads it),
+    y = sum over slots of topk_weights * W2 h."""
     fmt, mode, inter = p.dtype, p.scales, p.inter
     xf = x.float()
     if mode == "per-tensor":
@@ -286,7 +298,7 @@ def fp8_reference(torch, p, x, w1, w2, ids, weights, scales):
         if t.numel() == 0:
             continue
         gate, up = (xd[t] @ W1[e].T).split(inter, dim=1)
-        h = _dequantised_groups(torch, gate * torch.sigmoid(gate) * up, GROUP, fmt)
+        h = _dequantised_groups(torch, gate * torch.sigmoid(gate) * up, inter if rows else GROUP, fmt)
         y.index_add_(0, t, (h @ W2[e].T) * weights[t, s][:, None])
     return y
 
@@ -322,7 +334,8 @@ def test_torch_fp8_matches_the_dequantised_reference(torch_mod, fp8_export, mode
     torch = torch_mod
     p = _fp8_problem(fp8_export, mode)
     x, w1, w2, ids, weights, scales = _fp8_inputs(torch, p, tokens, kind, seed=tokens)
-    want = fp8_reference(torch, p, x, w1, w2, ids, weights, scales)
+    rows = _inter_row_scales(fp8_export, p, tokens)
+    want = fp8_reference(torch, p, x, w1, w2, ids, weights, scales, rows)
     codes = (w1, w2) if tokens != 5 else (w1.view(torch.uint8), w2.view(torch.uint8))  # uint8 codes serve too
     y = torch.ops.flytune.moe_layer(x, *codes, weights, ids, fp8_export.key, **scales)
     torch.cuda.synchronize()
@@ -336,7 +349,7 @@ def test_torch_fp8_matches_the_dequantised_reference(torch_mod, fp8_export, mode
     torch.cuda.synchronize()
     assert _torch_rel_l2(y2, want) > 0.5
     assert not _torch_fp8_close(y2, want)
-    assert _torch_fp8_close(y2, fp8_reference(torch, p, x, w1, w2, ids, weights, doubled))
+    assert _torch_fp8_close(y2, fp8_reference(torch, p, x, w1, w2, ids, weights, doubled, rows))
 
 
 def test_torch_fp8_in_a_cuda_graph(torch_mod, fp8_export):
@@ -355,7 +368,8 @@ def test_torch_fp8_in_a_cuda_graph(torch_mod, fp8_export):
         x.copy_(new[0]), ids.copy_(new[3]), weights.copy_(new[4])
         graph.replay()
         torch.cuda.synchronize()
-        assert _torch_fp8_close(out, fp8_reference(torch, p, x, w1, w2, ids, weights, scales))
+        assert _torch_fp8_close(out, fp8_reference(torch, p, x, w1, w2, ids, weights, scales,
+                                                   _inter_row_scales(fp8_export, p, 33)))
 
 
 # ---------------------------------------------------------------- JAX
@@ -437,7 +451,7 @@ def test_jax_fp8_matches_the_dequantised_reference(jax_mod, torch_mod, fp8_expor
     torch = torch_mod
     p = _fp8_problem(fp8_export, mode)
     x, w1, w2, ids, weights, scales = _fp8_inputs(torch, p, 33, "masked", seed=4)
-    want = fp8_reference(torch, p, x, w1, w2, ids, weights, scales).cpu().numpy()
+    want = fp8_reference(torch, p, x, w1, w2, ids, weights, scales, _inter_row_scales(fp8_export, p, 33)).cpu().numpy()
     host = lambda t: t.cpu().numpy()  # noqa: E731
     moe = fj.prepare_weights(fp8_export, jnp.asarray(host(w1.view(torch.uint8))),
                              jnp.asarray(host(w2.view(torch.uint8))),

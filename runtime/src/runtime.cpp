@@ -12,7 +12,9 @@
 
 #include "device/device_buffer.hpp"
 #include "system/hash.hpp"
+#include "generator/families/families.hpp"
 #include "layer/program.hpp"
+#include "layer/inter_scales.hpp"
 
 namespace ft::rt {
 namespace {
@@ -509,7 +511,7 @@ Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_r
 }
 
 // The fp8 reference (templates/ft/reference.hpp): the fp32 intermediate, its
-// 1 x 128 quantisation as stage 2 reads it, then Y -- in scratch of its own,
+// quantisation as stage 2 reads it (1 x 128 groups or rows), then Y -- in scratch of its own,
 // freed after the stream has run it.
 Status Runtime::reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& a, StreamHandle stream, bool bf16_layer) {
   const Problem& p = plan.problem->problem;
@@ -527,6 +529,8 @@ Status Runtime::reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& 
   a.inter_q = device_pointer<u8>(inter_q.ptr());
   a.inter_scales = device_pointer<float>(inter_scales.ptr());
   if (bf16_layer) a.flags |= kFlagUnquantised;
+  // The intermediate quantised as the plan's stage 2 reads it (row or group scales).
+  if (const auto& s2 = plan.bucket->recipe.stage2; s2 && fp8::inter_row_scales(*s2)) a.flags |= kFlagInterRowScales;
   const SupportUnit& u = *plan.support;
   FT_CHECK(launch_support(u.reference1_fn, reference_launch(StageRole::stage1, p, a.tokens), &a, sizeof a, stream));
   FT_CHECK(launch_support(u.reference_quantise_fn, reference_quantise_launch(p, a.tokens), &a, sizeof a, stream));

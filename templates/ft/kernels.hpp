@@ -3,6 +3,7 @@
 // the atoms for the target being compiled, and the MoE layer's kernels.
 #include "ft/port.hpp"
 #include "ft/moe_args.hpp"
+#include "ft/moe_inter_scales.hpp"
 #include "ft/weight_layout.hpp"
 #include "ft/atom_mfma.hpp"
 #include "ft/atom_mma_sync.hpp"

@@ -7,8 +7,10 @@
 //                       x_scale (copied to x_scales[0]), per-token one scale per row,
 //                       block128 one per 128 values of a row.
 //   moe_quantise_inter: stage 1's bf16 intermediate [T*k, I] -> inter_q and
-//                       inter_scales [T*k, I/128] (every mode); rows of pairs
-//                       without an expert (-1 or bad ids) are skipped.
+//                       inter_scales [T*k, I/128] (every mode): 1 x 128 groups,
+//                       or with kFlagInterRowScales one scale per row written
+//                       to each of its I/128 slots; rows of pairs without an
+//                       expert (-1 or bad ids) are skipped.
 // Grid: one block of kQuantiseThreads per row (T, or T*k). Each thread takes
 // 8 consecutive values (a 16-byte load) at a time; per-row amaxes reduce in LDS.
 namespace ft {
@@ -16,9 +18,10 @@ namespace ft {
 #if defined(FT_TARGET_E4M3)
 // Dynamic LDS: one float per thread (quantise_lds_bytes, moe_args.hpp).
 // Row `src` [K] -> `dst` codes; `group` values share a scale (group == K: one
-// per row), written to scales[g]; or, with `fixed` non-null, every value by *fixed.
+// per row, written to scales[0 .. slots - 1]), written to scales[g]; or, with
+// `fixed` non-null, every value by *fixed.
 template <Elem Q>
-FT_DEVICE void quantise_row(const u16* src, u8* dst, float* scales, int K, int group, const float* fixed) {
+FT_DEVICE void quantise_row(const u16* src, u8* dst, float* scales, int K, int group, const float* fixed, int slots = 1) {
   float* part = reinterpret_cast<float*>(shared_memory());
   const int tid = thread_index(), chunks = K / 8;
   auto encode = [&](int c, float scale) {
@@ -50,7 +53,7 @@ FT_DEVICE void quantise_row(const u16* src, u8* dst, float* scales, int K, int g
       barrier();
     }
     const float scale = fp8_scale_of<Q>(part[0]);
-    if (tid == 0) scales[0] = scale;
+    for (int g = tid; g < slots; g += kQuantiseThreads) scales[g] = scale;
     for (int c = tid; c < chunks; c += kQuantiseThreads) encode(c, scale);
     return;
   }
@@ -91,8 +94,9 @@ FT_DEVICE void moe_quantise_inter(const MoeArgs& p) {
   const int e = p.topk_ids[row];
   if (e < 0 || e >= p.experts) return;  // no expert: stage 1 wrote nothing, stage 2 reads nothing
   const long long I = p.inter_size;
+  const bool rows = p.flags & kFlagInterRowScales;
   quantise_row<Elem::FT_TARGET_E4M3>(p.inter + row * I, p.inter_q + row * I, p.inter_scales + row * (I / kScaleGroup), int(I),
-                                     kScaleGroup, nullptr);
+                                     rows ? int(I) : kScaleGroup, nullptr, int(I / kScaleGroup));
 }
 #endif
 

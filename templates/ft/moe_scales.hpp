@@ -16,6 +16,13 @@ FT_HOST_DEVICE constexpr InterStore inter_store_of() {
   if constexpr (requires { Cfg::inter_store; }) return Cfg::inter_store;
   else return InterStore::bf16;
 }
+// Stage 2's intermediate scales (InterScales, moe_args.hpp): group for Configs
+// without the member (16-bit stages, the tiled family's, hand-written ones).
+template <class Cfg>
+FT_HOST_DEVICE constexpr InterScales inter_scales_of() {
+  if constexpr (requires { Cfg::inter_scales; }) return Cfg::inter_scales;
+  else return InterScales::group;
+}
 // A stage on fp8 codes (its atom's operands are one byte).
 template <class Cfg>
 FT_HOST_DEVICE constexpr bool fp8_stage() {
@@ -25,8 +32,8 @@ FT_HOST_DEVICE constexpr bool fp8_stage() {
 // fp32 set: every `n` k-tiles (1: each 128-deep scale group), or 0: never
 // (fast accumulation: one set, the scales applied in the epilogue). Only
 // scales constant along k allow other than 1 (stage 1 per-tensor and
-// per-token; the family's legality, generator/families/standard_axes.cpp
-// fp8::shape_rules). 0 for 16-bit stages; 1 for fp8 Configs without the
+// per-token, stage 2 reading row scales; the family's legality,
+// generator/families/standard_axes.cpp fp8::shape_rules). 0 for 16-bit stages; 1 for fp8 Configs without the
 // member (the tiled family's, hand-written ones).
 template <class Cfg>
 FT_HOST_DEVICE constexpr int promote_every_of() {
@@ -77,7 +84,7 @@ struct UnitScales {
   FT_DEVICE float w(int, int) const { return 1.0f; }
 };
 
-// Stage 2 (every fp8 mode): the intermediate's 1 x 128 group scales of the
+// Stage 2 (every fp8 mode, InterScales::group): the intermediate's 1 x 128 group scales of the
 // tile's rows; W2's 128 x 128 block scales in block128 mode, else 1 (per-tensor
 // and per-channel W2 scales are applied in the epilogue).
 struct Stage2Scales {

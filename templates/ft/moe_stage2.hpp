@@ -7,10 +7,15 @@
 // Grid: (max_padded_rows / tile_m, H / tile_n, split_k), or a persistent grid
 // walking those tiles (tile_order.hpp).
 //
-// fp8 layers (tile_fp8): A is the e4m3 intermediate, whose 1 x 128 group
-// scales change along k, so every 128-deep group is promoted with its scales
-// inside the GEMM (with W2's block scales in block128 mode; on the shared ring
-// or in a producer warpgroup's consumers, wgmma_gemm.hpp); per-tensor and
+// fp8 layers (tile_fp8): A is the e4m3 intermediate. With its 1 x 128 group
+// scales (InterScales::group), which change along k, every 128-deep group is
+// promoted with its scales inside the GEMM (with W2's block scales in block128
+// mode; on the shared ring or in a producer warpgroup's consumers,
+// wgmma_gemm.hpp). With one scale per row (InterScales::row: per-tensor and
+// per-token layers) the scales are constant along k: the GEMM accumulates in
+// wgmma's own accumulators (promote = 0: one set, so the m128n256 tile fits)
+// or promotes every n k-tiles with unit scales, and the epilogue applies the
+// row's scale (slot 0 of its row: every slot holds it). Per-tensor and
 // per-channel W2 scales are applied in the epilogue. Partials16 and Y are bf16.
 namespace ft {
 
@@ -18,12 +23,16 @@ template <class Cfg>
 struct Stage2 {
   static constexpr bool kFp8 = fp8_stage<Cfg>();
   static constexpr Scales kScales = scales_of<Cfg>();
-  using Gemm = GemmFor<Cfg, 1, kFp8 ? 1 : 0>;  // the group scales change with each k-tile
+  static constexpr bool kRowScales = inter_scales_of<Cfg>() == InterScales::row;
+  static constexpr int kPromoteEvery = promote_every_of<Cfg>();
+  using Gemm = GemmFor<Cfg, 1, kPromoteEvery>;
   static constexpr int kThreads = Gemm::kThreads;
   static constexpr int kSmemBytes = Gemm::kSmemBytes;
   static_assert(Cfg::split_k == 1 || Cfg::reduce == Reduce::atomic, "split-K partial sums need atomic reduction");
   static_assert(kFp8 == (kScales != Scales::none), "fp8 stages, and only they, have scales");
-  static_assert(promote_every_of<Cfg>() == (kFp8 ? 1 : 0), "an fp8 stage 2 promotes every k-tile (its A scales change along k)");
+  static_assert(!kRowScales || (kFp8 && kScales != Scales::block128), "row scales: per-tensor and per-token fp8 layers");
+  static_assert(kRowScales || kPromoteEvery == (kFp8 ? 1 : 0),
+                "an fp8 stage 2 on group scales promotes every k-tile (its A scales change along k)");
 
   FT_DEVICE static void run(const MoeArgs& p) {
     Gemm g;
@@ -110,9 +119,14 @@ struct Stage2 {
           return w2 + weight_offset<Cfg::layout, 1>((long long)expert * H + n0 + r, k, I, p.experts * H);
         });
     const int groups = int(I / kScaleGroup);
-    const float* w_row = nullptr;  // block128: tile_n divides 128, so the tile's rows share a block row
-    if constexpr (kScales == Scales::block128) w_row = p.w2_scales + ((long long)expert * H + n0) / kScaleGroup * groups;
-    g.run_scaled(k_begin, k_begin + k_len, Stage2Scales{ids, pairs, groups, p.inter_scales, w_row});
+    if constexpr (kRowScales) {
+      if constexpr (kPromoteEvery > 0) g.run_scaled(k_begin, k_begin + k_len, UnitScales{});
+      else g.run(k_begin, k_begin + k_len);  // one set: the row's scale is the epilogue's
+    } else {
+      const float* w_row = nullptr;  // block128: tile_n divides 128, so the tile's rows share a block row
+      if constexpr (kScales == Scales::block128) w_row = p.w2_scales + ((long long)expert * H + n0) / kScaleGroup * groups;
+      g.run_scaled(k_begin, k_begin + k_len, Stage2Scales{ids, pairs, groups, p.inter_scales, w_row});
+    }
     if (!Gemm::holds_results()) return;  // a producer warpgroup only copied
 
     constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;
@@ -125,6 +139,7 @@ struct Stage2 {
           float v[kStep];
           FT_UNROLL for (int s = 0; s < kStep; ++s) {
             v[s] = g.acc_at(0, rm, rn, i + s);
+            if constexpr (kRowScales) v[s] *= p.inter_scales[(long long)id * groups];
             if constexpr (kScales == Scales::per_tensor) v[s] *= p.w2_scales[expert];
             else if constexpr (kScales == Scales::per_token) v[s] *= p.w2_scales[(long long)expert * H + c + s];
             if constexpr (!Cfg::weight_in_stage1) v[s] *= p.topk_weights[id];

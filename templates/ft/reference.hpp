@@ -60,7 +60,8 @@ FT_DEVICE void reference_stage2(const MoeArgs& p) {
 // quantised by the layer's rule (numeric.hpp's scale and encoding, applied by
 // these loops, not by moe_quantise.hpp), W1 and W2 codes times their scales
 // (weight_scale_index, moe_args.hpp), and the intermediate quantised by its
-// rule (1 x 128 groups) before stage 2 reads it. Q is the target's e4m3.
+// rule (1 x 128 groups; with kFlagInterRowScales, flags bit 2, one scale per
+// row in each of its group slots) before stage 2 reads it. Q is the target's e4m3.
 //   reference_stage1_fp8:   the fp32 intermediate into y_acc [T*k, I]   grid as reference_stage1
 //   reference_quantise_fp8: y_acc -> inter_q, inter_scales              grid (T*k, ceil(I/128/256))
 //   reference_stage2_fp8:   y [T, H] in bf16                            grid as reference_stage2
@@ -122,7 +123,10 @@ FT_DEVICE void reference_quantise_fp8(const MoeArgs& p) {
   if (g >= I / kScaleGroup) return;
   const float* v = p.y_acc + row * I + g * kScaleGroup;
   float m = 0.0f;
-  for (int k = 0; k < kScaleGroup; ++k) m = abs_max(m, v[k]);
+  if (p.flags & kFlagInterRowScales)  // one scale per row: the row's amax (each group's thread finds it)
+    for (long long k = 0; k < I; ++k) m = abs_max(m, p.y_acc[row * I + k]);
+  else
+    for (int k = 0; k < kScaleGroup; ++k) m = abs_max(m, v[k]);
   const float scale = fp8_scale_of<Q>(m);
   for (int k = 0; k < kScaleGroup; ++k) p.inter_q[row * I + g * kScaleGroup + k] = fp8_quantise<Q>(v[k], scale);
   p.inter_scales[row * (I / kScaleGroup) + g] = scale;

@@ -14,7 +14,11 @@
 // W1's or W2's scales read one index off; a saturating activation scale (the
 // sanity bound's case); W2's block scales one index off in the layer whose
 // stages promote in a producer warpgroup's consumers (a promotion paired with
-// the neighbouring group's scale).
+// the neighbouring group's scale); a layer whose stage 2 reads row scales
+// with its quantise_inter step writing group scales (the program's flag
+// dropped). Stage 2 reading row scales (per-tensor, per-token): fast
+// accumulation on the shared ring, m128n256 in a producer warpgroup's
+// consumers, persistent producer blocks, promoting every 4 in split-K slices.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +26,7 @@
 #include "generator/families/families.hpp"
 #include "tests/emu/layer_support.hpp"
 #include "measure/workload/half.hpp"
+#include "templates/ft/moe_inter_scales.hpp"
 
 namespace ft::emu::test {
 namespace {
@@ -34,6 +39,8 @@ struct Shape {
   int promote = 1;  // stage 1's promote axis (wgmma, per-tensor / per-token): every n k-tiles, 0 never
   int producer_tiles = 0;  // wgmma stage 1 with a producer warpgroup (tiled weights), this many tiles per block; 0: none
   int producer2_tiles = 0;  // the same for stage 2
+  bool row_scales = false;  // stage 2 reads one intermediate scale per row (InterScales::row) ...
+  int promote2 = 1;         // ... and promotes every n k-tiles, 0 never
 };
 
 Variant fp8_variant(const Target& t, StageRole role, const AtomInfo& atom, Scales scales, const Shape& s) {
@@ -52,6 +59,7 @@ Variant fp8_variant(const Target& t, StageRole role, const AtomInfo& atom, Scale
     }
   } else {
     v.set("reduce", int(s.reduce)).set("split_k", s.split_k);
+    if (s.row_scales) v.set("inter_scales", int(InterScales::row)).set("promote", s.promote2);
     if (s.producer2_tiles > 0) {
       v.set("warp_specialized", 1).set("tiles_per_block", s.producer2_tiles);
       v.set("layout", int(WeightLayout::tiled));
@@ -95,6 +103,16 @@ std::vector<LayerPlan> fp8_plans(const Target& t, Scales scales) {
       const int every = scales == Scales::block128 ? 1 : 4;
       shapes.push_back({128, 64, 64, 128, 8, 1, 4, false, false, false, Reduce::atomic, 2, 1, 1, 1});
       shapes.push_back({64, 64, 128, 128, 4, 1, 3, false, true, false, Reduce::partials16, 1, every, 1, 1});
+      // Stage 2 on row scales (constant along k): fast accumulation on the
+      // shared ring; m128n256 (one accumulator set) in a producer warpgroup's
+      // consumers; persistent producer blocks; promoting every 4 k-tiles in
+      // split-K slices.
+      if (scales != Scales::block128) {
+        shapes.push_back({64, 64, 128, 128, 4, 1, 3, false, false, false, Reduce::atomic, 1, 1, 0, 0, true, 0});
+        shapes.push_back({128, 128, 256, 128, 8, 1, 4, false, true, false, Reduce::partials16, 1, 0, 1, 1, true, 0});
+        shapes.push_back({64, 64, 128, 128, 4, 1, 3, false, false, false, Reduce::atomic, 1, 0, 8, 8, true, 0});
+        shapes.push_back({128, 64, 64, 128, 8, 1, 4, false, false, false, Reduce::atomic, 2, 1, 0, 1, true, 4});
+      }
     } else {
       const int m = atom->m;
       shapes = {{2 * m, 128, 64, 64, 2, 2, 2, true, false, false, Reduce::atomic, 1},
@@ -143,7 +161,9 @@ TEST_P(EmuFp8Layer, MatchesTheDequantisedReference) {
       auto run = run_layer(*dw, *kernels, plan, {.read_intermediates = true});
       ASSERT_TRUE(run) << plan_label(plan) << " T=" << tokens << ": " << run.error().describe();
       EXPECT_EQ(run->bad_ids, 0);
-      const Comparison y = compare_output(run->y, c.reference[ref].y, DType::e4m3);
+      // A stage 2 on row scales is held to the reference quantised per row.
+      const ReferenceOutput& want_ref = fp8::inter_row_scales(plan.stage2) ? c.row_scales[ref] : c.reference[ref];
+      const Comparison y = compare_output(run->y, want_ref.y, DType::e4m3);
       EXPECT_TRUE(y.passed) << plan_label(plan) << " T=" << tokens << ": " << y.summary(std::size_t(c.workload.problem.hidden));
       // The sanity bound: the bf16 layer on the same dequantised weights.
       const Comparison sane = compare_output(run->y, c.bf16_layer[ref].y, DType::e4m3, fp8_sanity_tolerance());
@@ -152,7 +172,7 @@ TEST_P(EmuFp8Layer, MatchesTheDequantisedReference) {
       const Workload& w = c.workload;
       const long long I = w.problem.inter;
       const auto got = dequantise_rows(run->inter_q, run->inter_scales, I, w.fp8_format);
-      const auto want = dequantise_rows(c.reference[ref].inter_q, c.reference[ref].inter_scales, I, w.fp8_format);
+      const auto want = dequantise_rows(want_ref.inter_q, want_ref.inter_scales, I, w.fp8_format);
       std::vector<float> got_rows, want_rows;
       for (std::size_t pair = 0; pair < w.topk_ids.size(); ++pair) {
         if (w.topk_ids[pair] < 0) continue;
@@ -205,6 +225,37 @@ TEST(EmuFp8ProducerPromotion, WeightBlockScalesOneIndexOffFail) {
   });
   ASSERT_NE(plan, plans.end()) << "no block128 layer promotes in producer warpgroups";
   for (int which : {1, 2}) expect_rotated_weight_scales_fail(*plan, Scales::block128, which);
+}
+
+// Stage 2 reading row scales while the layer's quantise_inter step writes 1 x
+// 128 group scales (the program's kFlagInterRowScales dropped): slot 0 of a
+// row is then its first group's scale, not the row's, and the layer must fail
+// the row-quantised reference; with the flag it passes (the row tests above).
+TEST(EmuFp8RowScales, GroupScalesUnderARowScaleStage2Fail) {
+  const Target& t = target("sm_90a");
+  const std::vector<LayerPlan> plans = fp8_plans(t, Scales::per_tensor);
+  const auto plan = std::ranges::find_if(plans, [](const LayerPlan& p) { return fp8::inter_row_scales(p.stage2); });
+  ASSERT_NE(plan, plans.end()) << "no per-tensor layer reads row scales";
+  TargetBench& bench = TargetBench::of(t);
+  auto kernels = bench.kernels(*plan);
+  ASSERT_TRUE(kernels) << kernels.error().describe();
+  const Case& c = fp8_case(t, Scales::per_tensor, 33);
+  auto dw = DeviceWorkload::upload(bench.device(), c.workload);
+  ASSERT_TRUE(dw) << dw.error().describe();
+  const int ref = plan->stage1.contract().weight_in_stage1 ? 1 : 0;
+  auto drop_flag = [](LayerProgram& prog) {
+    for (Step& s : prog.steps) s.args.flags &= ~kFlagInterRowScales;
+  };
+  auto run = run_layer(*dw, *kernels, *plan, {.edit_program = drop_flag});
+  ASSERT_TRUE(run) << run.error().describe();
+  const Comparison y = compare_output(run->y, c.row_scales[ref].y, DType::e4m3);
+  EXPECT_FALSE(y.passed) << plan_label(*plan) << ": group scales under a row-scale stage 2 still pass: " << y.summary();
+  // The pairing with a stage 1 that quantises on store (group scales) is refused.
+  LayerPlan qstore = *plan;
+  qstore.stage1.set("inter_store", int(InterStore::fp8));
+  auto prog = build_program(qstore.recipe(c.workload.problem), 33);
+  ASSERT_FALSE(prog) << "a quantise-on-store stage 1 paired with a row-scale stage 2";
+  EXPECT_NE(prog.error().describe().find("row intermediate scales"), std::string::npos) << prog.error().describe();
 }
 
 // A static activation scale 64x too small saturates most of X: the kernel and

@@ -152,6 +152,7 @@ struct Case {
   Workload workload;
   ReferenceOutput reference[2];  // [weight in stage 2, weight in stage 1]
   ReferenceOutput bf16_layer[2];  // fp8 problems: the bf16 layer on the dequantised weights (the sanity reference)
+  ReferenceOutput row_scales[2];  // fp8 problems: the intermediate quantised per row (a stage 2 reading row scales)
 };
 
 inline const Case& case_for(DType dtype, int tokens, std::uint64_t seed = 5, Scales scales = Scales::none,
@@ -166,8 +167,10 @@ inline const Case& case_for(DType dtype, int tokens, std::uint64_t seed = 5, Sca
     c->reference[0] = reference_layer(c->workload, {.weight_in_stage1 = false});
     c->reference[1] = reference_layer(c->workload, {.weight_in_stage1 = true});
     if (dtype == DType::e4m3)
-      for (int f = 0; f < 2; ++f)
+      for (int f = 0; f < 2; ++f) {
         c->bf16_layer[f] = reference_layer(c->workload, {.weight_in_stage1 = f == 1, .quantise_activations = false});
+        c->row_scales[f] = reference_layer(c->workload, {.weight_in_stage1 = f == 1, .inter_row_scales = true});
+      }
   }
   return *c;
 }

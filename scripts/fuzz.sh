@@ -8,7 +8,9 @@ cd "$(dirname "$0")/.."
 seconds=${FLYTUNE_FUZZ_SECONDS:-45}
 build=build/fuzz
 
-CXX=clang++-19 cmake -S tests/fuzz/cmake -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+# shellcheck source=scripts/ccache-env.sh
+source scripts/ccache-env.sh
+CXX=clang++-19 cmake -S tests/fuzz/cmake -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "${ccache_launcher[@]}" >/dev/null
 cmake --build "$build" -j "$(nproc)"
 
 scratch=$(mktemp -d)

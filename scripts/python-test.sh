@@ -44,8 +44,10 @@ environment() {
   fi
 }
 
+# shellcheck source=scripts/ccache-env.sh
+source scripts/ccache-env.sh
 launcher=()
-command -v ccache >/dev/null && launcher=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+[ ${#ccache_launcher[@]} -eq 0 ] || launcher=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
 started=$SECONDS
 
 # 1. pip install . into a clean environment, with build isolation (its build

@@ -16,6 +16,7 @@ packages=(
   shellcheck             # tests/slurm: scripts/slurm/ and the test itself are shellcheck-clean
   python3-venv python3-dev  # the Python package (pyproject.toml, scripts/python-test.sh)
   abigail-tools          # tests/abi: abidw/abidiff hold libflytune_runtime.so to its ABI baseline (scripts/check-abi.py)
+  ccache                 # scripts/test.sh: compiles cached in $FLYTUNE_CACHE_DIR/ccache across runs and checkouts
 )
 
 missing=()

@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# shellcheck source=scripts/ccache-env.sh
+source scripts/ccache-env.sh
 
 # gfx950 needs LLVM >= 20: Debian 13's clang-22 in a cached folder (seconds once prepared).
 # Where it is ready, the gfx950 compile tests must run rather than skip (FLYTUNE_EXPECT_TARGETS);
@@ -20,7 +22,7 @@ esac
 # scripts/setup.sh installs) must run rather than skip.
 [ "$(id -u)" -ne 0 ] || export FLYTUNE_EXPECT_SLURM=1
 
-cmake --preset release >/dev/null
+cmake --preset release "${ccache_launcher[@]}" >/dev/null
 cmake --build build/release -j "$jobs"
 ctest --preset release -j "$jobs"
 
@@ -38,7 +40,7 @@ if [[ ",${FLYTUNE_EXPECT_TARGETS:-}," == *,gfx950,* ]]; then
 fi
 
 # The sanitizer build of the unit tests.
-cmake --preset asan >/dev/null
+cmake --preset asan "${ccache_launcher[@]}" >/dev/null
 cmake --build build/asan -j "$jobs" --target ft_unit_tests
 # Leak checks cover flytune's code; tests/lsan.supp names the vendor libraries
 # (comgr, NVRTC, libLLVM, GPU runtimes) whose own allocations are not ours.

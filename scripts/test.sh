@@ -7,6 +7,18 @@ jobs=$(nproc)
 # shellcheck source=scripts/ccache-env.sh
 source scripts/ccache-env.sh
 
+# Each part's wall time, printed as it ends and again as a table at the end, so a CI log says where
+# its minutes go (docs/PERFORMANCE.md's CI budget quotes these lines).
+part_times=()
+part_start=$SECONDS
+part_done() {
+  local took=$((SECONDS - part_start))
+  part_times+=("$(printf '%-18s %5d s' "$1" "$took")")
+  echo "test.sh: $1 took ${took} s" >&2
+  part_start=$SECONDS
+}
+trap 'printf "test.sh: parts so far\n" >&2; printf "  %s\n" "${part_times[@]}" >&2' EXIT
+
 # gfx950 needs LLVM >= 20: Debian 13's clang-22 in a cached folder (seconds once prepared).
 # Where it is ready, the gfx950 compile tests must run rather than skip (FLYTUNE_EXPECT_TARGETS);
 # where it fails (rather than being skipped for want of root or debootstrap), CI fails.
@@ -17,6 +29,7 @@ case $llvm_status in
   125) ;;  # skipped, with its reason printed: the gfx950 tests skip with theirs
   *) exit "$llvm_status" ;;
 esac
+part_done setup-llvm
 
 # As root (CI), the Slurm test (tests/slurm: a one-node cluster of slurm-wlm and munge, which
 # scripts/setup.sh installs) must run rather than skip.
@@ -24,12 +37,15 @@ esac
 
 cmake --preset release "${ccache_launcher[@]}" >/dev/null
 cmake --build build/release -j "$jobs"
+part_done build-release
 ctest --preset release -j "$jobs"
+part_done ctest-release
 
 # The Python package (docs/PYTHON.md): pip install . in a clean venv, the JAX FFI
 # handler against the oldest and newest jaxlib, the torch op; an export made by
 # the tool just built. Cached venvs and wheels in $FLYTUNE_CACHE_DIR.
 bash scripts/python-test.sh
+part_done python-test
 
 # CI's record of gfx950: every default variant's resources and the summary line, from the code
 # objects the compile tests just built (their cache folder, so this takes seconds).
@@ -37,11 +53,13 @@ if [[ ",${FLYTUNE_EXPECT_TARGETS:-}," == *,gfx950,* ]]; then
   build/release/cli/flytune compile --target gfx950 --out build/release/gfx950-default-space \
     --cache-dir build/release/tests/compile/cache/Mixtral_DefaultSpace.EveryVariantCompilesDisassemblesAndFits_gfx950 \
     2>&1 | grep -v '^compile gfx950: [0-9]'
+  part_done gfx950-record
 fi
 
 # The sanitizer build of the unit tests.
 cmake --preset asan "${ccache_launcher[@]}" >/dev/null
 cmake --build build/asan -j "$jobs" --target ft_unit_tests
+part_done build-asan
 # Leak checks cover flytune's code; tests/lsan.supp names the vendor libraries
 # (comgr, NVRTC, libLLVM, GPU runtimes) whose own allocations are not ours.
 # use_sigaltstack=0: comgr's LLVM installs its own per-thread signal stacks,
@@ -52,7 +70,9 @@ cmake --build build/asan -j "$jobs" --target ft_unit_tests
 # the vendor libraries' TLS is theirs, not flytune's, so it is not scanned.
 ASAN_OPTIONS=detect_leaks=1:use_sigaltstack=0:intercept_tls_get_addr=0 LSAN_OPTIONS="suppressions=$PWD/tests/lsan.supp" UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --preset asan -L unit -j "$jobs"
+part_done ctest-asan
 
 # The fuzz targets (problem files, --space, --tokens, --routing), built with
 # clang's libFuzzer and run for a bounded time.
 bash scripts/fuzz.sh
+part_done fuzz

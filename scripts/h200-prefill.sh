@@ -13,10 +13,16 @@
 #   OUT=$OUT FLYTUNE=.device-carry/prefill/flytune BASE=.device-carry/prefill/flytune-base \
 #     PROBLEM=mixtral-8x7b MODES=per-tensor TOKENS=64,512,4096,16384 BUDGET_S=470 bash scripts/h200-prefill.sh
 # EXTRA="block128:4096" adds, budget allowing, both builds' searches of PROBLEM in
-# that mode at those tokens (no export, no peers). BASE_S (150): the seconds kept
+# that mode at those tokens (no export, no peers); an item "deepseek-v3/block128:4096"
+# names another problem, and then its fp8 peers run too. BASE_S (150): the seconds kept
 # for the baseline search while the new one runs. The 2026-12-03 run showed
 # both searches of four buckets need more than 260 + 150 s: give fewer buckets
-# or more budget.
+# or more budget. BASE=none: no baseline build (no base searches). SPACE: the
+# searches' --space (default: the default space; say in the record which was used);
+# EXTRA_SPACE the same for EXTRA's searches.
+# BF16="qwen3-30b:16384" then runs bench/h200_peers.py for that bf16 problem and
+# tokens (its own flytune search with BF16_SPACE, Triton and grouped_mm peers, no
+# JAX) in what is left of the budget: bf16.md, bf16.md.json.
 set -uo pipefail
 cd "${REPO_ROOT:-$(dirname "$0")/..}" || exit 1
 OUT=${OUT:-/tmp/flytune-prefill}
@@ -31,20 +37,26 @@ TOKENS=${TOKENS:-64,512,4096,16384}
 BUDGET_S=${BUDGET_S:-470}
 PEERS_S=${PEERS_S:-60}
 declare -A BIN=([new]=${FLYTUNE:-.device-carry/prefill/flytune} [base]=${BASE:-.device-carry/prefill/flytune-base})
-for b in new base; do
+builds=(new)
+[ "${BIN[base]}" = none ] || builds+=(base)
+for b in "${builds[@]}"; do
   cp "${BIN[$b]}" "$W/flytune-$b" && chmod +x "$W/flytune-$b" && BIN[$b]=$W/flytune-$b
 done
+space=()
+[ -n "${SPACE:-}" ] && space=(--space "$SPACE")
 export FLYTUNE_CACHE_DIR=/tmp/flytune-cache PYTHONUNBUFFERED=1
 left() { echo $((BUDGET_S - SECONDS)); }
 say() { echo "[$SECONDS s] $*" | tee -a "$LOG"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv >>"$LOG" 2>&1
-for b in new base; do echo "$b: $("${BIN[$b]}" --version 2>&1 | tr '\n' ' ')" >>"$LOG"; done
+for b in "${builds[@]}"; do echo "$b: $("${BIN[$b]}" --version 2>&1 | tr '\n' ' ')" >>"$LOG"; done
+[ -n "${SPACE:-}" ] && echo "space: $SPACE" >>"$LOG"
 
 search() {  # build problem mode tokens reserve_s
   local db=$W/$1-$2-$3.db json=$W/search_$1_$2_$3.json start=$SECONDS limit=$(( $(left) - $5 ))
+  if [ "$1" = base ] && [ "${BIN[base]}" = none ]; then return 1; fi
   if [ "$limit" -lt 30 ]; then say "search $1 $2 $3: skipped, no time left"; return 1; fi
   timeout -k 10 "$limit" "${BIN[$1]}" search --problem "$2" --dtype fp8 --scales "$3" --tokens "$4" --db "$db" \
-    --seed 42 --graph --json >"$json" 2>>"$W/search_$1_$2_$3.log"
+    --seed 42 --graph --json "${space[@]}" >"$json" 2>>"$W/search_$1_$2_$3.log"
   local rc=$?
   say "search $1 $2 $3 rc=$rc in $((SECONDS - start)) s: $(python3 - "$json" <<'EOF' 2>&1 | tail -1
 import json, sys
@@ -85,9 +97,27 @@ if [ "$peers" -gt 25 ]; then
     --out "$W/fp8.md" --budget-s $((peers - 15)) "${flyjson[@]}" >>"$W/peers.log" 2>&1
   say "fp8 peers rc=$?: $(grep -E '^ceilings|Error' "$W/peers.log" | head -3 | tr '\n' ' ')"
 fi
+space=()  # EXTRA's searches: EXTRA_SPACE, else the default space
+[ -n "${EXTRA_SPACE:-}" ] && space=(--space "$EXTRA_SPACE")
 for item in ${EXTRA:-}; do
-  m=${item%%:*} t=${item#*:}
-  search new "$PROBLEM" "$m" "$t" 20 && search base "$PROBLEM" "$m" "$t" 5
+  pm=${item%%:*} t=${item#*:} prob=$PROBLEM
+  case $pm in */*) prob=${pm%%/*} ;; esac
+  m=${pm#*/}
+  search new "$prob" "$m" "$t" 20 && search base "$prob" "$m" "$t" 5
+  if [ "$prob" != "$PROBLEM" ] && has_layers "$W/search_new_${prob}_$m.json" && [ "$(left)" -gt 40 ]; then
+    timeout -k 5 $(( $(left) - 10 )) python3 bench/fp8_peers.py --problems "$prob" --modes "$m" --tokens "$t" \
+      --out "$W/fp8_$prob.md" --budget-s $(( $(left) - 25 )) --flytune-json "$prob:$m=$W/search_new_${prob}_$m.json" \
+      >>"$W/peers_$prob.log" 2>&1
+    say "fp8 peers $prob $m rc=$?: $(grep -E '^ceilings|Error' "$W/peers_$prob.log" | head -3 | tr '\n' ' ')"
+  fi
 done
-(cd "$W" && tar czf "$OUT/prefill.tar.gz" --exclude='*.db*' --exclude='flytune-*' --exclude='export-*' .)
+if [ -n "${BF16:-}" ] && [ "$(left)" -gt 60 ]; then
+  bspace=()
+  [ -n "${BF16_SPACE:-}" ] && bspace=(--space "$BF16_SPACE")
+  timeout -k 5 $(( $(left) - 10 )) python3 bench/h200_peers.py --flytune "${BIN[new]}" --out "$W/bf16.md" \
+    --problems "${BF16%%:*}" --tokens "${BF16#*:}" --skip-jax --work "$W/bf16" --budget-s $(( $(left) - 25 )) \
+    "${bspace[@]}" >>"$W/bf16.log" 2>&1
+  say "bf16 peers ${BF16} rc=$?: $(grep -E 'Error|ceilings' "$W/bf16.log" | head -3 | tr '\n' ' ')"
+fi
+(cd "$W" && tar czf "$OUT/prefill.tar.gz" --exclude='*.db*' --exclude='flytune-*' --exclude='export-*' --exclude='bf16/*' .)
 say "done"

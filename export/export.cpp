@@ -15,6 +15,8 @@
 #include <fmt/ranges.h>
 
 #include "store/store.hpp"
+#include "store/kind.hpp"
+#include "store/layer_record.hpp"
 #include "generator/emitter.hpp"
 #include "generator/target.hpp"
 #include "generator/variant.hpp"
@@ -89,7 +91,7 @@ std::string device_label(const DeviceRecord& d) { return fmt::format("{} ({}, {}
 Result<std::vector<WinnerRow>> layer_winners(Store& store, const std::optional<std::string>& target,
                                              const std::optional<std::string>& device, const std::optional<std::string>& problem) {
   WinnerFilter f;
-  f.kind = "layer";
+  f.kind = kind_text(Kind::layer);
   f.arch = target;
   f.problem_key = problem;
   auto rows = FT_TRY(store.winners(f));
@@ -123,7 +125,7 @@ Result<FoundSupport> support_unit(Store& store, ObjectSet& objects, const Target
   VariantFilter f;
   f.kernel_name = name;
   f.target = std::string(target.name);
-  f.kind = "support";
+  f.kind = kind_text(Kind::support);
   auto rows = FT_TRY(store.variants(f));
   std::erase_if(rows, [](const VariantRecord& v) { return v.code_object_hash.empty(); });
   auto same_toolchain = std::find_if(rows.begin(), rows.end(), [&](const VariantRecord& v) { return v.toolchain_id == toolchain_id; });
@@ -206,7 +208,7 @@ Status add_stage_only_buckets(Store& store, const ExportOptions& opt, std::int64
   f.arch = opt.target;
   f.problem_key = opt.problem;
   for (const WinnerRow& r : FT_TRY(store.winners(f))) {
-    if (r.winner.kind == "layer") continue;
+    if (is(r.winner.kind, Kind::layer)) continue;
     const auto it = exported.find(r.problem.key);
     if (it == exported.end() || !it->second.contains(r.winner.tokens)) missing.by_problem[r.problem.key].insert(r.winner.tokens);
   }
@@ -215,9 +217,7 @@ Status add_stage_only_buckets(Store& store, const ExportOptions& opt, std::int64
 
 // A stage's code object: the variants row of that kernel by the same toolchain.
 Result<std::string> stage_code_object(Store& store, ObjectSet& objects, const Target& target, std::int64_t toolchain_id,
-                                      const Variant& v, const std::string& kernel, const std::string& what) {
-  if (v.name() != kernel)
-    return fail(Errc::database, fmt::format("stage parameters name {}, the row says {}", v.name(), kernel), what);
+                                      const std::string& kernel, const std::string& what) {
   VariantFilter f;
   f.kernel_name = kernel;
   f.target = std::string(target.name);
@@ -285,12 +285,11 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     auto read = row.problem.to_problem();
     if (!read) return std::unexpected(with_context(std::move(read).error(), what));
     const Problem p = std::move(*read);
-    const json& params = row.variant.params;
-    if (!params.contains("stage1") || !params.contains("stage2") || !params.contains("stage1_kernel") ||
-        !params.contains("stage2_kernel"))
-      return fail(Errc::database, fmt::format("layer variant {} lacks stage1/stage2 parameters", row.variant.id), what);
-    const Variant v1 = FT_TRY(Variant::from_json(params["stage1"]));
-    const Variant v2 = FT_TRY(Variant::from_json(params["stage2"]));
+    auto record = LayerRecord::from_params(row.variant.params);
+    if (!record) return std::unexpected(with_context(std::move(record).error(), what));
+    auto stages = record->variants();
+    if (!stages) return std::unexpected(with_context(std::move(stages).error(), what));
+    const auto& [v1, v2] = *stages;
     const std::string dtype(to_string(p.dtype));
     if (!supports.contains(dtype)) {
       FoundSupport s = FT_TRY(support_unit(store, objects, *target, p.dtype, toolchain, toolchain_id));
@@ -319,10 +318,9 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
       missing.by_problem[row.problem.key].insert(row.winner.tokens);
       continue;
     }
-    const std::string file1 =
-        FT_TRY(stage_code_object(store, objects, *target, toolchain_id, v1, params["stage1_kernel"].get<std::string>(), what));
-    const std::string file2 =
-        FT_TRY(stage_code_object(store, objects, *target, toolchain_id, v2, params["stage2_kernel"].get<std::string>(), what));
+    if (auto named = record->check_names(v1, v2); !named) return std::unexpected(with_context(named.error(), what));
+    const std::string file1 = FT_TRY(stage_code_object(store, objects, *target, toolchain_id, record->stage1_kernel, what));
+    const std::string file2 = FT_TRY(stage_code_object(store, objects, *target, toolchain_id, record->stage2_kernel, what));
     if (man.problems.empty() || man.problems.back().key != row.problem.key) {
       man.problems.push_back({row.problem.key, p, row.problem.activation, row.problem.routing, {}, {}});
       ++out.summary.problems;
@@ -442,7 +440,7 @@ Result<CoverageReport> check_coverage(const std::string& db_path, const std::vec
   for (const WinnerRow& r : all) {
     auto key = std::make_pair(r.problem.key, device_label(r.device));
     any[key].insert(r.winner.tokens);
-    if (r.winner.kind == "layer") layer[key].insert(r.winner.tokens);
+    if (is(r.winner.kind, Kind::layer)) layer[key].insert(r.winner.tokens);
   }
   CoverageReport rep;
   rep.requested = tokens;

@@ -23,6 +23,28 @@ AxisValue layout_for_producer(const Variant& v) {
   return int(v.get("warp_specialized") ? WeightLayout::tiled : WeightLayout::plain);
 }
 
+// Ping-pong consumers (templates/ft/wgmma_gemm.hpp, Cfg::pingpong): the two
+// consumer warpgroups of a persistent producer block take whole tiles in
+// turn ("_pp"). An axis of those blocks only (8x1 warps, producer, more than
+// one tile per block): elsewhere absent from names, JSON and Configs.
+bool pingpong_block(const Variant& v) {
+  return v.get("warp_specialized") != 0 && v.get("tiles_per_block") > 1 && v.get("warps_m") * v.get("warps_n") == 8;
+}
+bool pingpong(const Variant& v) { return pingpong_block(v) && v.get("pingpong") != 0; }
+Axis pingpong_axis() {
+  Axis a;
+  a.key = "pingpong";
+  a.type = AxisType::boolean;
+  a.spelling = "wgmma_pingpong";
+  a.names = {"off", "on"};
+  a.cpp_type = "bool";
+  a.defaults = {0, 1};
+  a.present = pingpong_block;
+  a.token = [](const Variant&, AxisValue x) { return std::string(x ? "_pp" : ""); };
+  a.name_rank = axes::kTiles;  // after the tiles axis (its neighbour in the axes): "_t8_pp"
+  return a;
+}
+
 class WgmmaFamily final : public Family {
  public:
   WgmmaFamily() {
@@ -46,6 +68,7 @@ class WgmmaFamily final : public Family {
     // Tiles each producer-warpgroup block computes in turn (n > 1: a
     // persistent grid whose rings run on from one tile into the next).
     axes_.push_back(axes::tiles_per_block("wgmma_tiles", Values{{1, 8}, {1, 4, 8}}));
+    axes_.push_back(pingpong_axis());
     axes_.push_back(axes::weight_in_stage1(Values{{0}, {0, 1}}));
     axes_.push_back(axes::layout("", Values{{int(WeightLayout::plain)}}, layout_for_producer));
     axes_.push_back(axes::split_k(Values{{1, 4}, {1, 2, 4}}));
@@ -74,14 +97,15 @@ class WgmmaFamily final : public Family {
   int lds_bytes(const Variant& v) const override {
     const int st = v.get("stages");
     const int ring = st * (v.get("tile_m") + v.weight_matrices() * v.get("tile_n")) * 128 + 1024 +
-                     (v.get("warp_specialized") ? 16 * st : 0);
+                     (v.get("warp_specialized") ? 16 * st : 0) + (pingpong(v) ? 16 : 0);  // + two turn mbarriers
     return std::max(ring, fp8::staged_bytes(v));
   }
 
   int register_estimate(const Variant& v) const override {
     const bool ws = v.get("warp_specialized") != 0;
     const int tm = v.get("tile_m"), tn = v.get("tile_n");
-    const int groups = v.get("warps_m") * v.get("warps_n") / 4;
+    // Rows per consumer warpgroup: its share of the tile, or (ping-pong) all of it.
+    const int groups = pingpong(v) ? 1 : v.get("warps_m") * v.get("warps_n") / 4;
     // A promoting GEMM (fp8) keeps a second set: the promoted sums.
     const int acc = tm / groups / v.atom()->m * v.weight_matrices() * tn / 2 * (fp8::promotes(v) ? 2 : 1);
     // A producer warpgroup copies only A 16 bytes at a time (bulk copies move the weights).
@@ -98,9 +122,10 @@ class WgmmaFamily final : public Family {
     const bool ws = v.get("warp_specialized") != 0;
     if (wn != 1 || wm % 4 != 0 || wm > 12)
       return fmt::format("wgmma needs 4x1, 8x1 or 12x1 warps (one to three warpgroups along M), not {}x{}", wm, wn);
-    const int groups = wm / 4, am = v.atom()->m;
+    const int groups = pingpong(v) ? 1 : wm / 4, am = v.atom()->m;  // ping-pong: each warpgroup takes whole tiles
     if (tm % (groups * am) != 0)
       return fmt::format("tile_m {} does not give each of {} warpgroups whole {}-row wgmma blocks", tm, groups, am);
+    if (pingpong(v) && fp8::promotes(v)) return std::string("ping-pong consumers do not promote (fp8: promote = 0 only)");
     const int n = v.weight_matrices() * tn;
     if (!wgmma_n_supported(n))
       return fmt::format("wgmma N = {} weight matrices x tile_n {} = {} is not 32, 64, 128 or 256", v.weight_matrices(), tn, n);

@@ -60,7 +60,7 @@ struct Stage1 {
         });
     g.run(0, int(H));
 
-    if (!Gemm::holds_results()) return;  // a producer warpgroup only copied
+    if (!g.holds_tile()) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
     constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;  // adjacent columns stored together
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)
@@ -109,7 +109,7 @@ struct Stage1 {
     } else {
       g.run(0, int(H));  // fast accumulation: the scales are the epilogue's (or a producer warpgroup's copies)
     }
-    if (!Gemm::holds_results()) return;  // a producer warpgroup only copied
+    if (!g.holds_tile()) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
 
     float* staged = reinterpret_cast<float*>(shared_memory());
     if constexpr (kQuantiseOnStore) barrier();  // every warp is done with the ring the tile is staged in

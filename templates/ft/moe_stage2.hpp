@@ -83,7 +83,7 @@ struct Stage2 {
         });
     g.run(k_begin, k_begin + k_len);
 
-    if (!Gemm::holds_results()) return;  // a producer warpgroup only copied
+    if (!g.holds_tile()) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
     constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;  // adjacent columns added / stored together
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)
@@ -127,7 +127,7 @@ struct Stage2 {
       if constexpr (kScales == Scales::block128) w_row = p.w2_scales + ((long long)expert * H + n0) / kScaleGroup * groups;
       g.run_scaled(k_begin, k_begin + k_len, Stage2Scales{ids, pairs, groups, p.inter_scales, w_row});
     }
-    if (!Gemm::holds_results()) return;  // a producer warpgroup only copied
+    if (!g.holds_tile()) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
 
     constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)

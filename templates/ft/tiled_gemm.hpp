@@ -59,6 +59,7 @@ struct TiledGemm {
     else return acc[nb][rm][rn][i];
   }
   FT_DEVICE static bool holds_results() { return true; }  // every thread computes
+  FT_DEVICE bool holds_tile() const { return true; }
   FT_DEVICE void start() {}  // nothing lives across tiles
   FT_DEVICE static void leave() {}  // no producer warpgroup here
 

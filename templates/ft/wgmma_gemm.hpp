@@ -34,12 +34,44 @@
 // stage first and meets no other warpgroup, so the other consumers' wgmma keep
 // the tensor cores busy through its promotion. Either form loads the group's
 // scales before the wait, so their latency hides behind the k-tile's wgmma.
+//
+// Ping-pong (Cfg::pingpong; persistent producer blocks with two consumer
+// warpgroups, no promotion): each consumer warpgroup computes whole tiles,
+// the block's tiles alternating between them (the j-th tile it runs goes to
+// warpgroup j % 2), so one warpgroup's epilogue runs while the other's
+// wgmma keep the tensor cores busy. The producer fills the one ring with the
+// tiles' k-tiles in order; two mbarriers hand the turn over
+// (PingPongTurns): the warpgroup of tile j starts waiting on the ring only
+// once the other has passed the last "full" wait of tile j - 1, which keeps
+// every wait within one phase of its mbarrier (a wait on parity alone cannot
+// tell a phase from the one two later).
 namespace ft {
+
+// Cfg::pingpong (the wgmma family's axis, generator/families/wgmma.cpp);
+// false for Configs without the member.
+template <class Cfg>
+FT_HOST_DEVICE constexpr bool pingpong_of() {
+  if constexpr (requires { Cfg::pingpong; }) return Cfg::pingpong;
+  else return false;
+}
 
 template <class Cfg, int NB, int PromoteEvery = 0>
 struct WgmmaGemm;
 
 #if defined(FT_FLAVOUR_CUDA) || defined(FT_FLAVOUR_EMU)
+// The ping-pong hand-off on the two "turn" mbarriers (128 arrivals each: one
+// consumer warpgroup): before its mainloop the warpgroup of the block's j-th
+// tile (j > 0) waits for phase (j - 1) / 2 of turns[j % 2]; after its last
+// "full" wait it arrives on turns[(j + 1) % 2], the other's. A struct so a
+// test can replace it for one Config (tests/emu: the hand-off dropped fails).
+template <class Cfg>
+struct PingPongTurns {
+  FT_DEVICE static void wait(u64* turns, int j) {
+    if (j > 0) mbarrier_wait(&turns[j % 2], ((j - 1) / 2) & 1);
+  }
+  FT_DEVICE static void pass(u64* turns, int j) { mbarrier_arrive(&turns[(j + 1) % 2]); }
+};
+
 template <class Cfg, int NB, int PromoteEvery>
 struct WgmmaGemm {
   static constexpr bool Promote = PromoteEvery > 0;
@@ -54,7 +86,8 @@ struct WgmmaGemm {
   static constexpr int kConsumers = Cfg::warps_m * Cfg::warps_n / 4;  // warpgroups running wgmma
   static constexpr int kThreads = (kConsumers + (kSpecialized ? 1 : 0)) * 128;
   static constexpr int kLoaders = kSpecialized ? 128 : kThreads;  // threads issuing the copies
-  static constexpr int kGroupRows = TM / kConsumers;  // rows of A each consumer warpgroup owns
+  static constexpr bool kPingPong = pingpong_of<Cfg>();  // consumer warpgroups take whole tiles in turn
+  static constexpr int kGroupRows = kPingPong ? TM : TM / kConsumers;  // rows of A each consumer warpgroup owns
   static constexpr int RM = kGroupRows / 64;           // 64-row wgmma blocks per warpgroup
   static constexpr int kN = NB * TN;                   // the wgmma's N
   static constexpr int RN = TN / 8;                    // 8-column accumulator blocks per weight matrix
@@ -63,7 +96,8 @@ struct WgmmaGemm {
   static constexpr int kTileGroup = 8;                 // grid walk (tile_order.hpp): bands of 8 column tiles
   static constexpr int kRows = TM + kN;                // shared-memory rows per stage: A, then weights
   static constexpr int kStageBytes = kRows * 128;
-  static constexpr int kBarrierBytes = kSpecialized ? 2 * Cfg::stages * 8 : 0;  // full + empty mbarrier per stage
+  // A full and an empty mbarrier per stage; ping-pong adds the two turn mbarriers.
+  static constexpr int kBarrierBytes = kSpecialized ? 2 * Cfg::stages * 8 + (kPingPong ? 16 : 0) : 0;
   static constexpr int kSmemBytes = Cfg::stages * kStageBytes + 1024 + kBarrierBytes;  // + room to align to 1024
   static constexpr int kCopiedRows = kSpecialized ? TM : kRows;  // rows copied 16 bytes at a time: bulk copies move the weights
   static constexpr int kChunksPerThread = kCopiedRows * 8 / kLoaders;
@@ -82,6 +116,8 @@ struct WgmmaGemm {
   static_assert(kCopiedRows * 8 % kLoaders == 0, "every loading thread copies the same number of chunks");
   static_assert(Cfg::layout == (kSpecialized ? WeightLayout::tiled : WeightLayout::plain),
                 "the shared ring reads plain K-major weights, the producer warpgroup tiled ones");
+  static_assert(!kPingPong || (kSpecialized && Cfg::tiles_per_block > 1 && kConsumers == 2 && !Promote),
+                "ping-pong: persistent producer blocks, two consumer warpgroups, no promotion");
 
   float acc[RM][kN / 2];
   float total[Promote ? RM : 1][Promote ? kN / 2 : 1];  // promoted sums
@@ -89,6 +125,8 @@ struct WgmmaGemm {
   const Operand* weight_tile[NB];        // bulk copies: each weight tile's first 64-deep slice
   long long weight_slice = 0;        // elements from one 64-deep slice of a tiled weight to the next
   int issued = 0;                    // k-tiles this block's ring has taken so far (specialised blocks)
+  int turn = 0;                      // ping-pong: the block's tiles run so far
+  bool mine = true;                  // ping-pong: this warpgroup computes the current tile
 
   FT_DEVICE float& acc_at(int nb, int rm, int rn, int i) {
     if constexpr (Promote) return total[rm][(nb * RN + rn) * 4 + i];
@@ -97,6 +135,11 @@ struct WgmmaGemm {
 
   // Whether this thread holds accumulators (the producer warpgroup does not).
   FT_DEVICE static bool holds_results() { return thread_index() < kConsumers * 128; }
+  // Whether this thread holds the current tile's results: a consumer's, and
+  // in ping-pong only the warpgroup whose turn the tile was.
+  FT_DEVICE bool holds_tile() const { return holds_results() && (!kPingPong || mine); }
+  // The warpgroup's first row in the tile (ping-pong: every warpgroup has all of them).
+  FT_DEVICE static int group_row0() { return kPingPong ? 0 : thread_index() / 128 * kGroupRows; }
   // This thread's index among the copying threads, or -1.
   FT_DEVICE static int loader_index() {
     const int tid = thread_index();
@@ -138,12 +181,12 @@ struct WgmmaGemm {
 
   // One k-tile's wgmma for this warpgroup, from the stage at shared address `stage`.
   FT_DEVICE void mma_tile(u32 stage) {
-    const int group = thread_index() / 128;
+    const int row0 = group_row0();
     wgmma_fence();
     FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
     FT_UNROLL for (int kk = 0; kk < TK / Atom::K_; ++kk)  // 32 bytes of each row per instruction
       FT_UNROLL for (int rm = 0; rm < RM; ++rm) {
-        const u32 a = stage + u32((group * kGroupRows + rm * 64) * 128 + kk * 32);
+        const u32 a = stage + u32((row0 + rm * 64) * 128 + kk * 32);
         const u32 b = stage + u32(TM * 128 + kk * 32);
         Atom::template mma<kN>(acc[rm], wgmma_descriptor(a), wgmma_descriptor(b));
       }
@@ -160,6 +203,7 @@ struct WgmmaGemm {
   }
   FT_DEVICE static u64* full_barriers() { return reinterpret_cast<u64*>(ring() + Cfg::stages * kStageBytes); }
   FT_DEVICE static u64* empty_barriers() { return full_barriers() + Cfg::stages; }
+  FT_DEVICE static u64* turn_barriers() { return empty_barriers() + Cfg::stages; }  // ping-pong
 
   // Once per block, before its first tile: a specialised block's mbarriers
   // (they, and the k-tile count below, run on across a persistent block's tiles).
@@ -168,8 +212,10 @@ struct WgmmaGemm {
       if (thread_index() == 0)
         for (int s = 0; s < Cfg::stages; ++s) {
           mbarrier_init(&full_barriers()[s], kLoaders + 1);  // + the bulk copies' issuer
-          mbarrier_init(&empty_barriers()[s], kConsumers * 128);
+          mbarrier_init(&empty_barriers()[s], (kPingPong ? 1 : kConsumers) * 128);  // the warpgroups computing a k-tile
         }
+      if (kPingPong && thread_index() == 0)
+        for (int w = 0; w < 2; ++w) mbarrier_init(&turn_barriers()[w], 128);
       barrier();
     }
   }
@@ -184,6 +230,16 @@ struct WgmmaGemm {
     unsigned char* r = ring();
     const u32 ring_addr = shared_address(r);
     const int tiles = (k_end - k_begin) / TK;
+    if constexpr (kPingPong) {
+      if (holds_results()) {
+        mine = turn % 2 == thread_index() / 128;
+        ++turn;
+        if (!mine) {  // the other warpgroup's tile: only the ring's k-tile count moves on
+          issued += tiles;
+          return;
+        }
+      }
+    }
     zero_accumulators();
     if constexpr (kSpecialized)
       run_specialized(r, ring_addr, k_begin, tiles, static_cast<const int*>(nullptr));
@@ -339,6 +395,7 @@ struct WgmmaGemm {
       }
       return;  // the last k-tile promoted: every stage is released
     } else {
+      if constexpr (kPingPong) PingPongTurns<Cfg>::wait(turn_barriers(), turn - 1);
       for (int t = 0; t < tiles; ++t) {
         const int n = first + t;
         mbarrier_wait(&full[n % S], (n / S) & 1);
@@ -347,6 +404,7 @@ struct WgmmaGemm {
         wgmma_wait<1>();                                      // k-tile n - 1's wgmma are done
         if (t > 0) mbarrier_arrive(&empty[(n - 1) % S]);  // its buffer may take a new k-tile
       }
+      if constexpr (kPingPong) PingPongTurns<Cfg>::pass(turn_barriers(), turn - 1);  // past its last full wait
       wgmma_wait<0>();
       mbarrier_arrive(&empty[(first + tiles - 1) % S]);  // the last one's too (a persistent block's next tile)
       FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
@@ -356,7 +414,7 @@ struct WgmmaGemm {
   // Tile coordinates of accumulator acc_at(nb, rm, rn, i) of this lane.
   FT_DEVICE static int acc_row(int rm, int i) {
     const int tid = thread_index();
-    return (tid / 128) * kGroupRows + rm * 64 + wgmma_acc_row(tid % 128, i);
+    return group_row0() + rm * 64 + wgmma_acc_row(tid % 128, i);
   }
   // i < 4: within one 8-column block, so the atom layout's column is the offset in it.
   FT_DEVICE static int acc_col(int rn, int i) { return rn * 8 + wgmma_acc_col(thread_index() % 128, i); }

@@ -30,7 +30,7 @@ LOG=$OUT/h200-model.log
 : >"$LOG"
 F=${FLYTUNE:-$here/flytune}; [ -x "$F" ] || [ -f "$F" ] || F=.dev/cli/flytune
 WHEEL=$(ls "$here"/flytune-*.whl 2>/dev/null | head -1); [ -n "$WHEEL" ] || WHEEL=$(ls .dev/wheels/flytune-*.whl | head -1)
-BUDGET=${BUDGET_S:-300}
+BUDGET=${BUDGET_S:-330}
 LAYERS=${LAYERS:-32}
 FLAGS_LAYERS=${FLAGS_LAYERS:-8}
 TOKENS=1,32,512,16384
@@ -83,9 +83,9 @@ mixtral() {  # limit (s), arguments...: flytune-mixtral on the export, its outpu
 section "decode step under XLA's command-buffer settings ($FLAGS_LAYERS layers)"
 flags_run() {  # name, the --xla_gpu_enable_command_buffer value (or "default": the flag not given), arguments...
   local name=$1 value=$2; shift 2
-  local t0=$SECONDS flags=${EXTRA_XLA:-} limit=$(( $(left) - 150 ))
+  local t0=$SECONDS flags=${EXTRA_XLA:-} limit=$(( $(left) - 170 ))
   [ "$value" = default ] || flags="$flags --xla_gpu_enable_command_buffer=$value"
-  [ "$limit" -le 50 ] || limit=50
+  [ "$limit" -le 45 ] || limit=45
   echo "XLA_FLAGS=$flags" >>"$LOG"
   XLA_FLAGS=$flags mixtral "$limit" --layers "$FLAGS_LAYERS" --impl flytune,ragged_dot --batch 1 --prompt-len 512 \
     --new-tokens 32 --repeats 1 --no-parts --json "$OUT/flags-$name.json" "$@"
@@ -128,7 +128,7 @@ fi
 
 section "model: $LAYERS layers"
 t0=$SECONDS
-mixtral $(( $(left) - 45 )) --layers "$LAYERS" --batch 1,32 --prompt-len 512 --new-tokens 32 --repeats 3 \
+mixtral $(( $(left) - 10 )) --layers "$LAYERS" --batch 1,32 --prompt-len 512 --new-tokens 32 --repeats 2 \
   --json "$OUT/model-bf16.json"
 say "model: rc $? in $((SECONDS - t0)) s"
 sed -n '/^| impl/,$p' "$LOG" | tee -a "$OUT/summary.txt"

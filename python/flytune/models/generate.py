@@ -396,11 +396,14 @@ def _measure(model: Model, args, b: int, p: int, tokens, progress: Progress):
     if args.trace:
         from flytune.models import trace
         folder = os.path.join(args.trace, f"{model.impl}-B{b}-P{p}")
-        nxt, _, cache = model.prefill(tokens, length)
         steps = min(8, args.new_tokens)
-        with trace.capture(folder):
-            model.decode(nxt, cache, p, steps, Progress(False), label)
-        row["trace"] = {"folder": folder, "steps": steps, **trace.summary(folder)}
+        try:  # a profiler that cannot start costs the trace, not the row
+            nxt, _, cache = model.prefill(tokens, length)
+            with trace.capture(folder):
+                model.decode(nxt, cache, p, steps, Progress(False), label)
+            row["trace"] = {"folder": folder, "steps": steps, **trace.summary(folder)}
+        except Exception as e:
+            row["trace"] = {"folder": folder, "error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
     return row, logits, generated
 
 

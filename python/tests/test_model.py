@@ -179,6 +179,21 @@ def test_the_driver_runs_every_xla_implementation_end_to_end(tmp_path):
     assert r["weight_bytes"] > experts
 
 
+def test_the_decode_time_is_the_steps_alone(monkeypatch):
+    # The tokens are stacked after the clock stops: a stack at a new shape compiles (70 ms on the H200, which the
+    # first implementation of a run paid inside its decode time until 2026-12-03; docs/PERFORMANCE.md).
+    import time as _time
+    params = mixtral.random_params(TINY, 0, jnp.bfloat16)
+    model = generate.Model(TINY, "dense", params, [(p["w1"], p["w2"]) for p in params["layers"]])
+    nxt, _, cache = model.prefill(jnp.zeros((1, 4), jnp.int32), 8)
+    model.decode(nxt, cache, 4, 2, generate.Progress(False), "warm-up")
+    nxt, _, cache = model.prefill(jnp.zeros((1, 4), jnp.int32), 8)
+    real = jnp.stack
+    monkeypatch.setattr(jnp, "stack", lambda *a, **k: (_time.sleep(1.0), real(*a, **k))[1])
+    tokens, seconds = model.decode(nxt, cache, 4, 2, generate.Progress(False), "timed")
+    assert tokens.shape == (1, 3) and seconds < 1.0
+
+
 def test_a_failing_implementation_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
     real = moe.prepare
 

@@ -175,6 +175,19 @@ Status write_file(const fs::path& path, const void* data, std::size_t size) {
 // and weight layouts, the support units.
 // One bucket of the manifest: the layer winner's stages, the program's
 // steps at the bucket's T, the measured time and where it came from.
+// y_acc's bytes as the manifest documents them (layer/program.cpp sizes it).
+std::string y_acc_formula(Reduce out) {
+  const std::string_view counters = "ceil(T*hidden/32/64)*256+";  // the _y modes' arrival counters (direct_y_words)
+  switch (out) {
+    case Reduce::atomic: return "T*hidden*4";
+    case Reduce::partials: return "T*topk*hidden*4";
+    case Reduce::partials16: return "T*topk*hidden*2";
+    case Reduce::atomic_y: return std::string(counters) + "T*hidden*4";
+    case Reduce::partials_y: return std::string(counters) + "T*topk*hidden*4";
+  }
+  return "?";
+}
+
 json bucket_json(const WinnerRow& row, const LayerProgram& prog, const Variant& v1, const Variant& v2, json steps,
                  const std::map<std::int64_t, RunRecord>& runs) {
   json provenance{{"variant_id", row.variant.id}, {"run_id", row.winner.run_id}, {"chosen_at", row.winner.chosen_at}};
@@ -193,9 +206,7 @@ json bucket_json(const WinnerRow& row, const LayerProgram& prog, const Variant& 
               {"weights", {{"w1", std::string(to_string(v1.contract().weights))}, {"w2", std::string(to_string(v2.contract().weights))}}},
               {"workspace_bytes",
                {{"inter", "T*topk*inter*2"},
-                {"y_acc", v2.contract().output == Reduce::atomic     ? "T*hidden*4"
-                          : v2.contract().output == Reduce::partials ? "T*topk*hidden*4"
-                                                                     : "T*topk*hidden*2"},
+                {"y_acc", y_acc_formula(v2.contract().output)},
                 {"sorted_ids", "max_padded_rows*4"},
                 {"block_experts", "max_padded_rows/align_block*4"},
                 {"padded_rows", "4"}}},

@@ -29,9 +29,9 @@ std::string layout_of(const Step& step) {
 }
 
 std::string kernel_row(const Step& step, const std::string& code_object) {
-  return fmt::format("{{{}, {}, {}, {}, {}, {{{}, {}, {}}}, {}}}", c_string(step.name), c_string(step.symbol),
+  return fmt::format("{{{}, {}, {}, {}, {}, {{{}, {}, {}}}, {}, {}}}", c_string(step.name), c_string(step.symbol),
                      c_string(code_object), step.shape.block, step.shape.lds_bytes, step.shape.grid_x, step.shape.grid_y,
-                     step.shape.grid_z, c_string(layout_of(step)));
+                     step.shape.grid_z, c_string(layout_of(step)), step.args.flags);
 }
 
 }  // namespace
@@ -68,20 +68,22 @@ typedef struct flytune_dispatch_kernel {
   unsigned dynamic_shared;
   unsigned grid[3];         /* at T = tokens */
   const char* weight_layout; /* the copy of w1 (stage 1) or w2 (stage 2) it reads: "plain", "shuffled" or "tiled" */
+  int flags;                /* ft::MoeArgs flags of this launch (align: bits 2, 3 make it clear y_acc) */
 } flytune_dispatch_kernel;
 
 /* One problem and token bucket: clear y_acc (when clear_y_acc: clear_words
- * floats) on the stream, then the kernel_count kernels in order (four, or five
- * where the layer aligns many pairs in two launches), all with one
- * ft::MoeArgs (tokens, align_block, max_padded_rows as below; w1/w2 in each
- * stage's weight layout). Pick the smallest bucket >= T, else the largest. */
+ * 32-bit words) on the stream, then the kernel_count kernels in order (three
+ * where stage 2 writes Y, four, or five where the layer aligns many pairs in
+ * two launches), all with one ft::MoeArgs (tokens, align_block,
+ * max_padded_rows as below; w1/w2 in each stage's weight layout; flags per
+ * kernel). Pick the smallest bucket >= T, else the largest. */
 typedef struct flytune_dispatch_entry {
   const char* problem_key;
   int experts, hidden, inter, topk;
   int tokens;
   int align_block;
   int max_padded_rows;      /* at T = tokens */
-  int clear_y_acc;          /* atomic reduction */
+  int clear_y_acc;          /* a clear_y_acc step (atomic sums; the _y modes' counters above align's share) */
   unsigned long long clear_words;
   double median_us, p10_us, p90_us;
   int kernel_count;

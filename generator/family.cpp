@@ -23,6 +23,8 @@ std::string_view to_string(Reduce r) {
     case Reduce::atomic: return "atomic";
     case Reduce::partials: return "partials";
     case Reduce::partials16: return "partials16";
+    case Reduce::atomic_y: return "atomic_y";
+    case Reduce::partials_y: return "partials_y";
   }
   return "?";
 }
@@ -179,7 +181,9 @@ std::optional<std::string> standard_problem_rules(const Variant& v, const Proble
     return std::nullopt;
   }
   const int sk = v.get("split_k");
-  if (sk > 1 && Reduce(v.get("reduce")) != Reduce::atomic) return std::string("split-K needs atomic reduction");
+  if (sk > 1 && sums_of(Reduce(v.get("reduce"))) != Reduce::atomic) return std::string("split-K needs atomic reduction");
+  if (writes_y(Reduce(v.get("reduce"))) && p.hidden % kDirectYColumns != 0)
+    return fmt::format("stage 2 writing Y counts arrivals per {} columns: hidden {} is not a multiple", kDirectYColumns, p.hidden);
   if (!divides(p.inter, (long long)tk * sk))
     return fmt::format("inter {} is not a multiple of tile_k {} x split_k {}", p.inter, tk, sk);
   if (!divides(p.hidden, tn)) return fmt::format("hidden {} is not a multiple of tile_n {}", p.hidden, tn);

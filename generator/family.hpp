@@ -39,7 +39,10 @@ std::optional<StageRole> parse_stage_role(std::string_view s);
 // The enums are the kernels' own (templates/ft/moe_args.hpp): ft::Reduce
 // (stage 2 adds fp32 atomics into [T,H], or writes per-slot partials) and
 // ft::WeightLayout (templates/ft/weight_layout.hpp).
+// kReduceModes: the modes with a reduce kernel (the support unit's); kDirectYModes:
+// stage 2 writes Y itself (no reduce step: moe_args.hpp, writes_y).
 inline constexpr std::array<Reduce, 3> kReduceModes{Reduce::atomic, Reduce::partials, Reduce::partials16};
+inline constexpr std::array<Reduce, 2> kDirectYModes{Reduce::atomic_y, Reduce::partials_y};
 std::string_view to_string(Reduce r);
 std::string_view to_string(WeightLayout l);
 

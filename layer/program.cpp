@@ -23,6 +23,10 @@ long long sorted_ids_capacity(const Problem& p, int tokens) {
   return max_padded_rows(p, tokens, kMaxAlignBlock) + align_table_words(tokens * p.topk, p.experts);
 }
 
+long long y_acc_capacity(const Problem& p, int tokens) {
+  return ((long long)tokens * p.topk * p.hidden + direct_y_words(tokens, p.hidden)) * 4;
+}
+
 LaunchShape align_launch(const Problem& p) { return {1, 1, 1, kAlignThreads, align_lds_bytes(p.experts)}; }
 
 LaunchShape stage_launch(const Variant& v, const Problem& p, int tokens, int align_block) {
@@ -172,6 +176,8 @@ Role reduce_role(Reduce r) {
     case Reduce::atomic: return Role::reduce_atomic;
     case Reduce::partials: return Role::reduce_partials;
     case Reduce::partials16: return Role::reduce_partials16;
+    case Reduce::atomic_y:
+    case Reduce::partials_y: break;  // stage 2 writes Y: the program has no reduce step
   }
   return Role::reduce_atomic;
 }
@@ -296,15 +302,23 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
   if (r.stage1) b[std::size_t(weight_buffer(1, r.stage1->contract().weights))] = E * 2 * I * H * wes;
   if (r.stage2) {
     b[std::size_t(weight_buffer(2, r.stage2->contract().weights))] = E * H * I * wes;
-    // atomic: fp32 sums per token; partials: a row per (token, slot), fp32 or in the element type.
-    const Reduce out = r.stage2->contract().output;
-    b[std::size_t(Buf::y_acc)] = (out == Reduce::atomic ? T : T * k) * H * (out == Reduce::partials16 ? es : 4);
+    // atomic: fp32 sums per token; partials: a row per (token, slot), fp32 or in the element type;
+    // the _y modes: the arrival counters first (templates/ft/moe_args.hpp, direct_y_words).
+    const Reduce out = r.stage2->contract().output, sums = sums_of(out);
+    b[std::size_t(Buf::y_acc)] = (sums == Reduce::atomic ? T : T * k) * H * (sums == Reduce::partials16 ? es : 4) +
+                                 (writes_y(out) ? std::uint64_t(direct_y_words((long long)T, (long long)H)) * 4 : 0);
     b[std::size_t(Buf::y)] = T * H * es;
   }
   if (p.fp8() && (r.stage1 || r.stage2)) size_fp8_buffers(prog, r);
 }
 
 }  // namespace
+
+std::uint64_t y_acc_clear_words(Reduce out, const Problem& p, int tokens) {
+  const std::uint64_t sums = std::uint64_t(tokens) * std::uint64_t(p.hidden);
+  const std::uint64_t counters = writes_y(out) ? std::uint64_t(direct_y_words(tokens, p.hidden)) : 0;
+  return counters + (sums_of(out) == Reduce::atomic ? sums : 0);
+}
 
 // With a stage 2 reading row scales (fp8::inter_row_scales) the quantise_inter
 // step writes one scale per row in each of its slots (kFlagInterRowScales in
@@ -348,18 +362,24 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
   const MoeArgs args = base_args(p, tokens, prog.align_block, prog.max_padded_rows);
   const Target& t = *r.target;
 
-  const bool atomic = r.stage2 && r.stage2->contract().output == Reduce::atomic;
-  if (atomic) {
+  const AlignForm form = r.wide_align ? align_form(p, tokens) : AlignForm::one_block;
+  const Reduce out = r.stage2 ? r.stage2->contract().output : Reduce::atomic;
+  const std::uint64_t clear_words = r.stage2 ? y_acc_clear_words(out, p, tokens) : 0;
+  // Small _y layers: the one-block align zeroes y_acc (no clear step to launch).
+  const bool align_clears = clear_words && writes_y(out) && form == AlignForm::one_block && clear_words <= kAlignClearWords;
+  if (clear_words && !align_clears) {
     Step clear;
     clear.op = Step::Op::memset_u32;
     clear.name = "clear_y_acc";
     clear.buffer = Buf::y_acc;
-    clear.count = std::uint64_t(tokens) * std::uint64_t(p.hidden);
+    clear.count = clear_words;
     prog.steps.push_back(std::move(clear));
   }
   if (p.fp8() && r.stage1)
     prog.steps.push_back(launch_step("quantise_x", Role::quantise_x, quantise_x_entry(t), quantise_launch(tokens), args));
-  push_align(prog, t, p, args, r.wide_align ? align_form(p, tokens) : AlignForm::one_block);
+  MoeArgs align_args = args;
+  if (align_clears) align_args.flags |= kFlagAlignClearsCounters | (sums_of(out) == Reduce::atomic ? kFlagAlignClearsSums : 0);
+  push_align(prog, t, p, align_args, form);
   if (r.stage1) {
     Step s = launch_step("stage1", Role::stage1, r.stage1->name(), stage_launch(*r.stage1, p, tokens, prog.align_block), args);
     s.w1 = weight_buffer(1, r.stage1->contract().weights);
@@ -375,8 +395,8 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
     Step s = launch_step("stage2", Role::stage2, r.stage2->name(), stage_launch(*r.stage2, p, tokens, prog.align_block), args);
     s.w2 = weight_buffer(2, r.stage2->contract().weights);
     prog.steps.push_back(std::move(s));
-    prog.steps.push_back(launch_step("reduce", reduce_role(r.stage2->contract().output),
-                                     reduce_entry(t, r.stage2->contract().output, p.dtype), reduce_launch(p, tokens), args));
+    if (const Reduce out = r.stage2->contract().output; !writes_y(out))  // the _y modes: stage 2 wrote Y
+      prog.steps.push_back(launch_step("reduce", reduce_role(out), reduce_entry(t, out, p.dtype), reduce_launch(p, tokens), args));
   }
   size_buffers(prog, r);
   return prog;

@@ -47,6 +47,9 @@ long long max_padded_rows(const Problem& p, int tokens, int align_block);
 // of the largest row block, plus the wide align's count table. For callers
 // that allocate once for every program (LayerBench, the emulator workloads).
 long long sorted_ids_capacity(const Problem& p, int tokens);
+// Likewise the most bytes of y_acc: k fp32 rows per token (partials) after
+// the _y modes' arrival counters.
+long long y_acc_capacity(const Problem& p, int tokens);
 
 LaunchShape align_launch(const Problem& p);
 // A stage's grid over max_padded_rows rows, as its family lays it out
@@ -182,6 +185,15 @@ Status pair_fits(const Target& t, const Problem& p, const Variant& stage1, const
 // alone ends with that step too, so a stage's output is always the one stage 2
 // reads; a stage-2 program alone reads the inter_q and inter_scales it is given.
 Result<LayerProgram> build_program(const LayerRecipe& r, int tokens);
+// The 32-bit words of y_acc a layer zeroes before stage 2 (its clear_y_acc
+// step): atomic sums need zeros, partial rows are written whole; the _y modes'
+// arrival counters at the head of y_acc too. 0: no clear.
+std::uint64_t y_acc_clear_words(Reduce stage2_output, const Problem& p, int tokens);
+// Up to this many words, a _y layer whose align runs in one block has align
+// zero them (MoeArgs flags kFlagAlignClears*: one block writes 128 KiB in about
+// the time a memset launch takes); above, a clear_y_acc step. Old exports'
+// aligns do not clear, but they have no _y stages.
+inline constexpr std::uint64_t kAlignClearWords = 32768;
 // Whether stage 1 of this variant leaves the intermediate as bf16 for a
 // quantise_inter step (an fp8 variant without quantise-on-store).
 bool needs_quantise_inter(const Variant& stage1);

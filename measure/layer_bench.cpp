@@ -65,7 +65,7 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   const std::pair<Buf, std::size_t> sizes[] = {
       {Buf::x, T * H * es},          {Buf::topk_ids, T * k * 4},       {Buf::topk_weights, T * k * 4},
       {Buf::w1, E * 2 * I * H * wes}, {Buf::w2, E * H * I * wes},        {Buf::inter, T * k * I * es},
-      {Buf::y_acc, T * k * H * 4},   // partials need k rows per token
+      {Buf::y_acc, std::size_t(y_acc_capacity(p, max_tokens))},  // partials need k rows per token
       {Buf::y, T * H * es},          {Buf::sorted_ids, rows * 4},      {Buf::block_experts, rows * 4},
       {Buf::padded_rows, 16},        {Buf::bad_ids, 16}};
   for (const auto& [buf, bytes] : sizes) {

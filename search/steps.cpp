@@ -231,25 +231,28 @@ Status StageStep::record_winner(StageRole kind, int tokens, const Ranked& timed,
 LayerPairs layer_pairs(const Target& target, const Problem& problem, const Ranked& s1, const Ranked& s2) {
   constexpr std::size_t kTopPerStage = 5, kPairs = 9;
   LayerPairs out;
-  std::vector<std::tuple<double, std::size_t, std::size_t>> all;  // (summed time, index in s1, index in s2)
+  std::vector<std::tuple<double, std::size_t, std::size_t, bool>> all;  // (summed time, index in s1, in s2, a class's best)
   auto fits = [&](std::size_t i, std::size_t j) {
     auto st = pair_fits(target, problem, s1[i].second->cv->variant, s2[j].second->cv->variant);
     if (!st) out.skipped = st.error().message;
     return st.has_value();
   };
-  auto add = [&](std::size_t i, std::size_t j) {
-    for (const auto& [t, a, b] : all)
-      if (a == i && b == j) return;
-    all.emplace_back(s1[i].first + s2[j].first, i, j);
+  auto add = [&](std::size_t i, std::size_t j, bool best_of_class) {
+    for (auto& [t, a, b, kept] : all)
+      if (a == i && b == j) {
+        kept = kept || best_of_class;
+        return;
+      }
+    all.emplace_back(s1[i].first + s2[j].first, i, j, best_of_class);
   };
   for (std::size_t i = 0; i < std::min(kTopPerStage, s1.size()); ++i)
     for (std::size_t j = 0; j < std::min(kTopPerStage, s2.size()); ++j)
-      if (fits(i, j)) add(i, j);
+      if (fits(i, j)) add(i, j, false);
   // The best of each row-block class of one stage with the best of the other
   // stage that fits it (the first of each list that does: they are fastest first).
   auto class_of = [](const Candidate* c) {
     const StageContract k = c->cv->variant.contract();
-    return std::pair{k.rows_per_tile, k.weight_in_stage1};
+    return std::tuple{k.rows_per_tile, k.weight_in_stage1, writes_y(k.output)};
   };
   auto best_of_each_class = [&](const Ranked& r) {
     std::vector<std::size_t> firsts;
@@ -261,18 +264,21 @@ LayerPairs layer_pairs(const Target& target, const Problem& problem, const Ranke
   for (std::size_t i : best_of_each_class(s1))
     for (std::size_t j = 0; j < s2.size(); ++j)
       if (fits(i, j)) {
-        add(i, j);
+        add(i, j, true);
         break;
       }
   for (std::size_t j : best_of_each_class(s2))
     for (std::size_t i = 0; i < s1.size(); ++i)
       if (fits(i, j)) {
-        add(i, j);
+        add(i, j, true);
         break;
       }
   std::stable_sort(all.begin(), all.end(), [](const auto& x, const auto& y) { return std::get<0>(x) < std::get<0>(y); });
-  for (const auto& [t, i, j] : all)
-    if (out.pairs.size() < kPairs) out.pairs.emplace_back(s1[i].second, s2[j].second);
+  // Every class's best pair is timed; the fastest others fill the nine.
+  const std::size_t kept = std::size_t(std::count_if(all.begin(), all.end(), [](const auto& x) { return std::get<3>(x); }));
+  std::size_t others = 0;
+  for (const auto& [t, i, j, best_of_class] : all)
+    if (best_of_class || others++ + kept < kPairs) out.pairs.emplace_back(s1[i].second, s2[j].second);
   return out;
 }
 

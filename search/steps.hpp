@@ -88,11 +88,14 @@ struct LayerStep {
 };
 
 // The stage pairs worth timing as a layer, in order of their summed stage
-// times, at most nine: the best five of each stage crossed, and -- so that a
+// times, at most nine (one per class where there are more classes): the best five of each stage crossed, and -- so that a
 // bucket whose fastest stages do not fit together still gets a layer -- the
-// best variant of each row-block class (rows per tile, where the routed
-// weight is applied) of either stage with the fastest variant of the other
-// stage that fits it. Which pairs fit is the layer program's rule
+// best variant of each class (rows per tile, where the routed weight is
+// applied, whether stage 2 writes Y) of either stage with the fastest variant
+// of the other stage that fits it; those class pairs are always kept, the
+// fastest others fill the nine. A stage 2 that writes Y is slower alone than
+// its plain form but saves the layer's reduce launch (and its clear): only a
+// layer timing can tell, so its best is always paired. Which pairs fit is the layer program's rule
 // (pair_fits). Empty only when no ranked pair fits; `skipped` then says why
 // the last one tried did not.
 struct LayerPairs {

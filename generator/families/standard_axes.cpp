@@ -116,7 +116,7 @@ Axis reduce(Values v) {
   a.key = "reduce";
   a.type = AxisType::choice;
   a.spelling = "reduce";
-  a.names = {"atomic", "partials", "partials16"};  // the order of ft::Reduce (templates/ft/moe_args.hpp)
+  a.names = {"atomic", "partials", "partials16", "atomic_y", "partials_y"};  // the order of ft::Reduce (templates/ft/moe_args.hpp)
   a.cpp_type = "ft::Reduce";
   a.defaults = std::move(v.defaults);
   a.wide = std::move(v.wide);

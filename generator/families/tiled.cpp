@@ -37,7 +37,8 @@ class TiledFamily final : public Family {
                                                   {int(WeightLayout::plain), int(WeightLayout::shuffled)}}));
     axes_.push_back(axes::split_k(Values{{1, 4}, {1, 2, 4}}));
     axes_.push_back(axes::reduce(Values{{int(Reduce::atomic)},
-                                        {int(Reduce::atomic), int(Reduce::partials), int(Reduce::partials16)}}));
+                                        {int(Reduce::atomic), int(Reduce::partials), int(Reduce::partials16), int(Reduce::atomic_y),
+                                         int(Reduce::partials_y)}}));
     // fp8 only (the e4m3 MFMA and mma.sync atoms): the layer's scales and stage 1's quantise-on-store.
     axes_.push_back(axes::scales());
     axes_.push_back(axes::inter_store(Values{{int(InterStore::bf16), int(InterStore::fp8)}}));

@@ -72,9 +72,11 @@ class WgmmaFamily final : public Family {
     axes_.push_back(axes::weight_in_stage1(Values{{0}, {0, 1}}));
     axes_.push_back(axes::layout("", Values{{int(WeightLayout::plain)}}, layout_for_producer));
     axes_.push_back(axes::split_k(Values{{1, 4}, {1, 2, 4}}));
-    // partials16: per-slot rows in the element type, no atomics (prefill at top-8).
+    // partials16: per-slot rows in the element type, no atomics (prefill at top-8);
+    // atomic_y / partials_y: stage 2 writes Y, no reduce launch (decode; wide, or --space reduce=...).
     axes_.push_back(axes::reduce(Values{{int(Reduce::atomic), int(Reduce::partials16)},
-                                        {int(Reduce::atomic), int(Reduce::partials), int(Reduce::partials16)}}));
+                                        {int(Reduce::atomic), int(Reduce::partials), int(Reduce::partials16), int(Reduce::atomic_y),
+                                         int(Reduce::partials_y)}}));
     // fp8 only: the layer's scales (the problem's) and stage 1's quantise-on-store.
     axes_.push_back(axes::scales());
     axes_.push_back(axes::inter_store(Values{{int(InterStore::bf16), int(InterStore::fp8)}}));

@@ -62,7 +62,7 @@ Result<DeviceWorkload> DeviceWorkload::upload(Device& device, const Workload& w)
     dw.w2_[0] = FT_TRY(upload_bytes(device, w.w2.data(), w.w2.size() * 2));
   }
   dw.inter = FT_TRY(DeviceBuffer::allocate(device, T * k * I * 2));
-  dw.y_acc = FT_TRY(DeviceBuffer::allocate(device, T * k * H * 4));  // large enough for both reductions
+  dw.y_acc = FT_TRY(DeviceBuffer::allocate(device, std::size_t(y_acc_capacity(w.problem, int(T)))));  // every reduction's
   dw.y = FT_TRY(DeviceBuffer::allocate(device, T * H * 2));
   dw.padded_rows = FT_TRY(DeviceBuffer::allocate(device, 4));
   const long long rows = max_padded_rows(w.problem, w.tokens, kMaxAlignBlock);

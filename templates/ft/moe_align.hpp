@@ -38,6 +38,25 @@ FT_DEVICE void padded_offsets(const int* counts, int* offsets, int* scratch, int
   barrier();
 }
 
+// Y's rows of the tokens t = first, first + stride, ... (< end) none of whose
+// slots names an expert (all -1 or bad ids): zeros. The _y modes of stage 2
+// finish only the chunks that received values (moe_args.hpp, Reduce), so
+// align writes these rows; the reduce kernel of the other modes writes the
+// same zeros again. Nothing without a Y (a stage-1 program alone).
+FT_DEVICE void zero_unrouted_rows(const MoeArgs& p, int first, int end, int stride) {
+  if (!p.y) return;
+  for (int t = first; t < end; t += stride) {
+    bool routed = false;
+    for (int s = 0; s < p.topk; ++s) {
+      const int e = p.topk_ids[(long long)t * p.topk + s];
+      routed = routed || (e >= 0 && e < p.experts);
+    }
+    if (routed) continue;
+    Chunk16* row = reinterpret_cast<Chunk16*>(p.y + (long long)t * p.hidden);
+    for (int c = 0; c < p.hidden / 8; ++c) row[c] = zero_chunk();
+  }
+}
+
 FT_DEVICE void moe_align(const MoeArgs& p) {
   const int E = p.experts, B = p.align_block, tid = thread_index();
   const int pairs = p.tokens * p.topk;
@@ -50,6 +69,12 @@ FT_DEVICE void moe_align(const MoeArgs& p) {
     cursor[e] = 0;
   }
   if (tid == 0) *bad = 0;
+  if (p.flags & (kFlagAlignClearsCounters | kFlagAlignClearsSums)) {  // the layer's clear of y_acc (moe_args.hpp)
+    const long long words = (p.flags & kFlagAlignClearsCounters ? direct_y_words(p.tokens, p.hidden) : 0) +
+                            (p.flags & kFlagAlignClearsSums ? (long long)p.tokens * p.hidden : 0);
+    Chunk16* acc = reinterpret_cast<Chunk16*>(p.y_acc);
+    for (long long c = tid; c < words / 4; c += kAlignThreads) acc[c] = zero_chunk();
+  }
   barrier();
   for (int i = tid; i < pairs; i += kAlignThreads) {
     const int e = p.topk_ids[i];
@@ -57,6 +82,7 @@ FT_DEVICE void moe_align(const MoeArgs& p) {
     else if (e != -1) atomic_add(bad, 1);
   }
   barrier();
+  zero_unrouted_rows(p, tid, p.tokens, kAlignThreads);
   if (tid == 0 && p.bad_ids) *p.bad_ids = *bad;
   padded_offsets(counts, offsets, counts, E, B);  // counts are not read after this
   if (tid == 0) *p.padded_rows = offsets[E];
@@ -157,6 +183,9 @@ FT_DEVICE void moe_align_scatter(const MoeArgs& p) {
     const int e = p.topk_ids[i];
     if (e >= 0 && e < E) p.sorted_ids[offsets[e] + start[e] + atomic_add(&cursor[e], 1)] = i;
   }
+  // The tokens whose first pair is in this block's chunk.
+  const int k = p.topk;
+  zero_unrouted_rows(p, (first + k - 1) / k + tid, (last + k - 1) / k, kAlignThreads);
 }
 
 }  // namespace ft

@@ -46,7 +46,7 @@ struct MoeArgs {
   i32 align_block;            // rows per expert block in sorted_ids (>= the stages' tile_m)
   i32 max_padded_rows;        // capacity of sorted_ids
   i32 flags;                  // bits 0 (kFlagWeightInStage1), 1 (kFlagUnquantised): read by the reference kernels only;
-                              // the layer kernels fix the routed-weight placement at compile time
+                              // the layer kernels fix the routed-weight placement at compile time; bits 2, 3: align's clear
   i32* bad_ids;               // [1] or null: align writes how many topk_ids lie outside [-1, experts)
                               // (-1 is "no expert here": the slot contributes nothing)
   // fp8 layers (Scales above), appended; null / zero in 16-bit layers. w1 and w2
@@ -138,6 +138,12 @@ struct FillArgs {
 };
 
 inline constexpr i32 kFlagWeightInStage1 = 1;
+// Bits 2 and 3, read by the one-block align only (set on its step by the layer
+// program for small _y layers, layer/program.cpp): align zeroes y_acc's first
+// direct_y_words(T, H) words (2: the arrival counters) and the T*H fp32 sums
+// after them (3: atomic_y), so the layer has no clear step to launch.
+inline constexpr i32 kFlagAlignClearsCounters = 4;
+inline constexpr i32 kFlagAlignClearsSums = 8;
 // Bit 1, fp8 reference kernels only: the bf16 layer on the dequantised weights
 // (X unquantised; stage 2 reads the fp32 intermediate in y_acc rounded to
 // bf16, not inter_q): the sanity reference of an fp8 layer.
@@ -146,7 +152,29 @@ inline constexpr i32 kFlagUnquantised = 2;
 // How stage 2 hands its sums to the reduce kernel: fp32 atomics into [T, H];
 // per-slot fp32 partials [T*k, H]; or per-slot partials in the layer's 16-bit
 // element type (half the bytes, no atomics: the top-k sum is fp32 in reduce).
-enum class Reduce { atomic, partials, partials16 };
+// The _y modes have no reduce kernel: stage 2 writes Y itself (decode, where
+// the reduce launch costs as much as its work). Every stage-2 thread that
+// stored sums for token t in a 32-column chunk then adds how many values it
+// stored to that chunk's arrival counter; the thread whose addition completes
+// the chunk (every valid slot of t, every split) converts it to Y. atomic_y:
+// the fp32 atomics of `atomic` (any order, split-K allowed); partials_y: the
+// fp32 per-slot rows of `partials`, summed by the finishing thread in slot
+// order (deterministic: the same Y bit for bit on every run). The counters sit
+// at the head of y_acc (direct_y_words), the sums or rows after them; align
+// writes the Y rows of tokens with no valid slot (zeros), which no chunk
+// finishes.
+enum class Reduce { atomic, partials, partials16, atomic_y, partials_y };
+// Whether stage 2 writes Y (no reduce step), and how it keeps its sums.
+constexpr bool writes_y(Reduce r) { return r == Reduce::atomic_y || r == Reduce::partials_y; }
+constexpr Reduce sums_of(Reduce r) {
+  return r == Reduce::atomic_y ? Reduce::atomic : r == Reduce::partials_y ? Reduce::partials : r;
+}
+inline constexpr int kDirectYColumns = 32;  // the columns of one arrival counter (every stage-2 tile_n is a multiple)
+// The arrival counters of a _y mode at the head of y_acc: one int per token and
+// 32-column chunk, rounded to 64 words so the sums after them stay 256-byte aligned.
+constexpr long long direct_y_words(long long tokens, long long hidden) {
+  return (tokens * (hidden / kDirectYColumns) + 63) / 64 * 64;
+}
 enum class WeightLayout { plain, shuffled, tiled };
 // How an fp8 layer's stage 1 hands its intermediate to stage 2: as bf16, which
 // the quantise_inter step turns into e4m3 with group scales, or quantised in its

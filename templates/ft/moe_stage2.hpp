@@ -17,9 +17,61 @@
 // or promotes every n k-tiles with unit scales, and the epilogue applies the
 // row's scale (slot 0 of its row: every slot holds it). Per-tensor and
 // per-channel W2 scales are applied in the epilogue. Partials16 and Y are bf16.
+//
+// The _y modes (atomic_y, partials_y: moe_args.hpp) write Y here, with no
+// reduce step: after its sums, each thread fences and arrives on the counters
+// of the (token, 32-column chunk)s it stored (DirectY); the arrival that
+// completes a chunk converts it.
 namespace ft {
 
+// The arrival counters and the finishing of Y of the _y modes. Stage2 takes it
+// as a parameter so a test can give it a broken count (tests/emu/units).
 template <class Cfg>
+struct DirectY {
+  // The values chunk c of token t receives in all: 32 from every valid slot of t and every split.
+  FT_DEVICE static int expected(const MoeArgs& p, int t) {
+    int slots = 0;
+    for (int s = 0; s < p.topk; ++s) {
+      const int e = p.topk_ids[(long long)t * p.topk + s];
+      slots += e >= 0 && e < p.experts ? 1 : 0;
+    }
+    return slots * Cfg::split_k * kDirectYColumns;
+  }
+  // Where the sums (atomic_y) or the per-slot rows (partials_y) start: after the counters.
+  FT_DEVICE static float* sums(const MoeArgs& p) { return p.y_acc + direct_y_words(p.tokens, p.hidden); }
+  // This thread stored n values of token t in chunk c, and fenced them.
+  FT_DEVICE static void arrive(const MoeArgs& p, int t, int c, int n) { arrive_expecting(p, t, c, n, expected(p, t)); }
+  FT_DEVICE static void arrive_expecting(const MoeArgs& p, int t, int c, int n, int want) {
+    int* counter = reinterpret_cast<int*>(p.y_acc) + (long long)t * (p.hidden / kDirectYColumns) + c;
+    if (atomic_add(counter, n) + n != want) return;
+    fence_device();  // every other arrival's values are visible from here on
+    finish(p, t, c * kDirectYColumns);
+  }
+  // Y[t, c0 .. c0 + 32): the fp32 sums, or the valid slots' rows summed in slot order.
+  FT_DEVICE static void finish(const MoeArgs& p, int t, int c0) {
+    const long long H = p.hidden;
+    float v[kDirectYColumns];
+    if constexpr (Cfg::reduce == Reduce::atomic_y) {
+      const float* row = sums(p) + t * H + c0;
+      FT_UNROLL for (int j = 0; j < kDirectYColumns; ++j) v[j] = load_coherent(row + j);
+    } else {
+      FT_UNROLL for (int j = 0; j < kDirectYColumns; ++j) v[j] = 0.0f;
+      for (int s = 0; s < p.topk; ++s) {
+        const int e = p.topk_ids[(long long)t * p.topk + s];
+        if (e < 0 || e >= p.experts) continue;
+        const float* row = sums(p) + ((long long)t * p.topk + s) * H + c0;
+        FT_UNROLL for (int j = 0; j < kDirectYColumns; ++j) v[j] += load_coherent(row + j);
+      }
+    }
+    FT_UNROLL for (int j = 0; j < kDirectYColumns; j += 8) {
+      u16 out[8];
+      FT_UNROLL for (int i = 0; i < 8; ++i) out[i] = from_f32<Cfg::elem>(v[j + i]);
+      copy_bytes<u16, 8>(p.y + t * H + c0 + j, out);
+    }
+  }
+};
+
+template <class Cfg, class Y = DirectY<Cfg>>
 struct Stage2 {
   static constexpr bool kFp8 = fp8_stage<Cfg>();
   static constexpr Scales kScales = scales_of<Cfg>();
@@ -28,7 +80,8 @@ struct Stage2 {
   using Gemm = GemmFor<Cfg, 1, kPromoteEvery>;
   static constexpr int kThreads = Gemm::kThreads;
   static constexpr int kSmemBytes = Gemm::kSmemBytes;
-  static_assert(Cfg::split_k == 1 || Cfg::reduce == Reduce::atomic, "split-K partial sums need atomic reduction");
+  static constexpr Reduce kSums = sums_of(Cfg::reduce);  // how the sums are kept (the _y modes: as atomic / partials)
+  static_assert(Cfg::split_k == 1 || kSums == Reduce::atomic, "split-K partial sums need atomic reduction");
   static_assert(kFp8 == (kScales != Scales::none), "fp8 stages, and only they, have scales");
   static_assert(!kRowScales || (kFp8 && kScales != Scales::block128), "row scales: per-tensor and per-token fp8 layers");
   static_assert(kRowScales || kPromoteEvery == (kFp8 ? 1 : 0),
@@ -47,12 +100,13 @@ struct Stage2 {
   template <int N>
   FT_DEVICE static void store_sums(const MoeArgs& p, int id, int c, const float (&v)[N]) {
     const long long H = p.hidden;
-    if constexpr (Cfg::reduce == Reduce::atomic) {
-      float* out = &p.y_acc[(long long)(id / p.topk) * H + c];
+    float* const base = writes_y(Cfg::reduce) ? Y::sums(p) : p.y_acc;
+    if constexpr (kSums == Reduce::atomic) {
+      float* out = &base[(long long)(id / p.topk) * H + c];
       if constexpr (N == 2) atomic_add_pair(out, v[0], v[1]);
       else atomic_add(out, v[0]);
-    } else if constexpr (Cfg::reduce == Reduce::partials) {
-      float* out = &p.y_acc[(long long)id * H + c];
+    } else if constexpr (kSums == Reduce::partials) {
+      float* out = &base[(long long)id * H + c];
       if constexpr (N == 2) store_pair(out, v[0], v[1]);
       else *out = v[0];
     } else {  // partials16: the slot's row rounded to the element type
@@ -97,6 +151,37 @@ struct Stage2 {
           }
           store_sums(p, id, n0 + Gemm::acc_col(rn, i), v);
         }
+    arrive_tile(p, ids, n0, pairs);
+  }
+
+  // The _y modes: after this thread's sums of the tile, fence once and arrive
+  // on each (token, chunk) it stored, adding up consecutive values of one
+  // chunk (one call site, so the finishing code is inlined once).
+  FT_DEVICE static void arrive_tile(const MoeArgs& p, const i32* ids, int n0, int pairs) {
+    if constexpr (writes_y(Cfg::reduce)) {
+      fence_device();
+      constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;
+      constexpr int kPerRn = Gemm::kCRegs / kStep, kTotal = Gemm::RM * Gemm::RN * kPerRn;
+      int t = -1, chunk = 0, n = 0;
+      for (int j = 0; j <= kTotal; ++j) {
+        int tj = -1, cj = 0;
+        if (j < kTotal) {
+          const int rm = j / (Gemm::RN * kPerRn), rn = j / kPerRn % Gemm::RN, i = j % kPerRn * kStep;
+          const int id = ids[Gemm::acc_row(rm, i)];
+          if (id >= pairs) continue;
+          tj = id / p.topk;
+          cj = (n0 + Gemm::acc_col(rn, i)) / kDirectYColumns;
+          if (tj == t && cj == chunk) {
+            n += kStep;
+            continue;
+          }
+        }
+        if (n) Y::arrive(p, t, chunk, n);
+        t = tj;
+        chunk = cj;
+        n = kStep;
+      }
+    }
   }
 
   FT_DEVICE static void tile_fp8(const MoeArgs& p, Gemm& g, int row_block, int col_tile, int split) {
@@ -146,6 +231,7 @@ struct Stage2 {
           }
           store_sums(p, id, c, v);
         }
+    arrive_tile(p, ids, n0, pairs);
   }
 };
 

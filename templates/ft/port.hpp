@@ -16,6 +16,9 @@
 //   ft::barrier()             block-wide barrier ordering LDS / shared and global accesses
 //   ft::shared_memory()       base of the block's dynamic LDS / shared memory (16-byte aligned)
 //   ft::atomic_add(float*, float), ft::atomic_add(int*, int) -> old value
+//   ft::fence_device()        orders this thread's global writes before its later ones for every block
+//                             (the device-scope fence of an arrival counter)
+//   ft::load_coherent(const float*)  a global load that sees other blocks' fenced writes (not a stale L1 line)
 //   ft::exp_f32(float)
 //   ft::Chunk16, ft::zero_chunk()  a 16-byte register value (the unit of global/LDS copies)
 //   FT_MEMCPY(dst, src, n)   a fixed-size copy the compiler keeps in registers

@@ -33,6 +33,8 @@ FT_DEVICE unsigned char* shared_memory() { return ft_dynamic_smem; }
 
 FT_DEVICE float atomic_add(float* p, float v) { return atomicAdd(p, v); }
 FT_DEVICE int atomic_add(int* p, int v) { return atomicAdd(p, v); }
+FT_DEVICE void fence_device() { __threadfence(); }
+FT_DEVICE float load_coherent(const float* p) { return __ldcg(p); }
 
 FT_DEVICE float exp_f32(float x) { return __expf(x); }
 

@@ -95,6 +95,10 @@ FT_DEVICE unsigned char* shared_memory() { return emu::detail::lane().lds; }
 // Blocks run on several OS threads: global atomics must be real atomics.
 FT_DEVICE float atomic_add(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v, std::memory_order_relaxed); }
 FT_DEVICE int atomic_add(int* p, int v) { return std::atomic_ref<int>(*p).fetch_add(v, std::memory_order_relaxed); }
+FT_DEVICE void fence_device() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+FT_DEVICE float load_coherent(const float* p) {
+  return std::atomic_ref<float>(*const_cast<float*>(p)).load(std::memory_order_relaxed);
+}
 
 FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }
 

@@ -45,6 +45,8 @@ FT_DEVICE float atomic_add(float* p, float v) {
 FT_DEVICE int atomic_add(int* p, int v) {
   return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
 }
+FT_DEVICE void fence_device() { __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent"); }
+FT_DEVICE float load_coherent(const float* p) { return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT); }
 
 FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }
 

@@ -205,7 +205,7 @@ TEST(Export, TiledStageIsExportedAsTiled) {
     EXPECT_EQ(step_named("stage1")["args"]["w1"], "w1");
   }
   EXPECT_NE(c->dispatch_header.find("_tiled\", \""), std::string::npos);  // the stage-2 symbol
-  EXPECT_NE(c->dispatch_header.find("}, \"tiled\"}"), std::string::npos);  // its weight_layout
+  EXPECT_NE(c->dispatch_header.find("}, \"tiled\", 0}"), std::string::npos);  // its weight_layout, then its flags
 }
 
 // The generated header is plain C99 that a C compiler accepts without warnings.

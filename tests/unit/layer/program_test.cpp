@@ -5,6 +5,7 @@
 #include <cctype>
 #include <functional>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -85,6 +86,50 @@ TEST(LayerProgram, SixteenBitPartialsHalveTheRowsAndUseTheirReduce) {
   // Split-K sums need atomics.
   s2.set("split_k", 2);
   EXPECT_FALSE(build_program(recipe(wgmma(StageRole::stage1, 64, 128, 4), s2), 17));
+}
+
+// The _y modes: stage 2 writes Y, so no reduce step; y_acc starts with the
+// arrival counters (one per token and 32 columns), zeroed with the atomic sums
+// (atomic_y) or alone (partials_y: the rows are written whole) -- by the
+// one-block align itself up to kAlignClearWords, by a clear step above.
+TEST(LayerProgram, DirectYLayersHaveNoReduceAndClearTheirCounters) {
+  const Problem p = mixtral();
+  EXPECT_EQ(direct_y_words(5, 4096), 5 * 128);
+  EXPECT_EQ(direct_y_words(1, 2048), 64);   // 64 chunks: one 256-byte block of words
+  EXPECT_EQ(direct_y_words(3, 2880), 320);  // 270 counters, rounded to 64 words
+  for (const Reduce mode : kDirectYModes) {
+    const bool atomic = mode == Reduce::atomic_y;
+    Variant s2 = wgmma(StageRole::stage2, 64, 128, 4);
+    s2.set("reduce", int(mode));
+    EXPECT_TRUE(s2.name().ends_with(fmt::format("_{}", to_string(mode)))) << s2.name();
+    const LayerRecipe r = recipe(wgmma(StageRole::stage1, 64, 128, 4), s2);
+    for (const int tokens : {5, 333}) {
+      auto prog = build_program(r, tokens);
+      ASSERT_TRUE(prog) << prog.error().describe();
+      const long long counters = direct_y_words(tokens, 4096), sums = tokens * 4096LL;
+      const std::uint64_t clear = std::uint64_t(counters + (atomic ? sums : 0));
+      EXPECT_EQ(y_acc_clear_words(mode, p, tokens), clear);
+      EXPECT_EQ(prog->bytes[std::size_t(Buf::y_acc)], std::uint64_t(counters + (atomic ? 1 : 2) * sums) * 4);
+      EXPECT_LE((long long)prog->bytes[std::size_t(Buf::y_acc)], y_acc_capacity(p, tokens));
+      EXPECT_EQ(prog->find("reduce"), nullptr);
+      const bool by_align = clear <= kAlignClearWords;
+      EXPECT_EQ(by_align, tokens == 5) << to_string(mode) << " T=" << tokens;
+      const std::vector<std::string> steps =
+          by_align ? std::vector<std::string>{"align", "stage1", "stage2"}
+                   : std::vector<std::string>{"clear_y_acc", "align", "stage1", "stage2"};
+      EXPECT_EQ(step_names(*prog), steps) << to_string(mode) << " T=" << tokens;
+      const int flags = prog->find("align")->args.flags;
+      EXPECT_EQ(flags, by_align ? kFlagAlignClearsCounters | (atomic ? kFlagAlignClearsSums : 0) : 0);
+      EXPECT_EQ(prog->find("stage2")->args.flags, 0);
+      if (!by_align) EXPECT_EQ(prog->steps[0].count, clear);
+    }
+    // The atomic layer keeps its clear step whatever its size (old exports' aligns do not clear).
+    EXPECT_EQ(build_program(recipe(wgmma(StageRole::stage1, 64, 128, 4), wgmma(StageRole::stage2, 64, 128, 4)), 5)->steps[0].name,
+              "clear_y_acc");
+    // Split-K: the atomic sums take it, the slot rows do not.
+    s2.set("split_k", 2);
+    EXPECT_EQ(bool(build_program(recipe(wgmma(StageRole::stage1, 64, 128, 4), s2), 5)), atomic) << to_string(mode);
+  }
 }
 
 // Above kWideAlignPairs pairs the layer aligns in two launches of

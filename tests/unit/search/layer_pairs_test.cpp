@@ -146,6 +146,24 @@ TEST(LayerPairs, AtMostNinePairsAndEmptyOnlyWhenNothingFits) {
   EXPECT_EQ(layer_pairs(sm90(), mixtral(), w1.ranked, w2.ranked).pairs.size(), 1u);
 }
 
+// A stage 2 that writes Y (reduce=atomic_y) is slower alone than the plain
+// ones but saves the layer's reduce launch: its best is paired and timed as a
+// layer even when nine faster pairs exist.
+TEST(LayerPairs, TheBestStageTwoThatWritesYIsAlwaysPaired) {
+  RankedStage s1(StageRole::stage1, many(64, 8, 1.0)), s2(StageRole::stage2, many(64, 8, 1.0) + many(64, 1, 5.0));
+  Variant& direct = s2.variants.back().variant;
+  direct.set("reduce", int(Reduce::atomic_y));
+  s2.candidates.back().kernel.entry = direct.name() + "#y";
+  const LayerPairs p = layer_pairs(sm90(), mixtral(), s1.ranked, s2.ranked);
+  EXPECT_EQ(p.pairs.size(), 9u);
+  const auto y = std::count_if(p.pairs.begin(), p.pairs.end(),
+                               [](const auto& pair) { return writes_y(pair.second->cv->variant.contract().output); });
+  EXPECT_EQ(y, 1) << "the atomic_y stage 2 was not paired";
+  // Without it the nine fastest plain pairs.
+  RankedStage plain(StageRole::stage2, many(64, 9, 1.0));
+  EXPECT_EQ(layer_pairs(sm90(), mixtral(), s1.ranked, plain.ranked).pairs.size(), 9u);
+}
+
 // A Measurer whose layers all verify, and whose layer time is the sum of its
 // stages' `us` (so the pairing, not the fake, decides the winner).
 class FakeLayerMeasurer final : public Measurer {

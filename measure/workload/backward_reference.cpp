@@ -1,0 +1,163 @@
+#include "measure/workload/backward_reference.hpp"
+
+#include <cmath>
+#include <cstddef>
+
+#include "measure/workload/half.hpp"
+
+namespace ft {
+namespace {
+
+template <class R>
+R sigmoid(R g) {
+  return R(1) / (R(1) + std::exp(-g));
+}
+
+// The expert of pair p, or -1 where the slot contributes nothing (-1 and bad ids alike).
+template <class R>
+long long expert_of(const MoeInputs<R>& in, long long p) {
+  const long long e = in.ids[std::size_t(p)];
+  return e >= 0 && e < in.shape.experts ? e : -1;
+}
+
+// Stage 1 of pair p routed to e: gate and up pre-activations [I] each.
+template <class R>
+void gate_up(const MoeInputs<R>& in, long long p, long long e, R* g, R* u) {
+  const long long H = in.shape.hidden, I = in.shape.inter;
+  const R* x = &in.x[std::size_t(p / in.shape.topk * H)];
+  for (long long i = 0; i < I; ++i) {
+    const R* gr = &in.w1[std::size_t((e * 2 * I + i) * H)];
+    const R* ur = &in.w1[std::size_t((e * 2 * I + I + i) * H)];
+    R gs = 0, us = 0;
+    for (long long c = 0; c < H; ++c) {
+      gs += x[c] * gr[c];
+      us += x[c] * ur[c];
+    }
+    g[i] = gs;
+    u[i] = us;
+  }
+}
+
+// z = W2_e h ([H]).
+template <class R>
+void down(const MoeInputs<R>& in, long long e, const R* h, R* z) {
+  const long long H = in.shape.hidden, I = in.shape.inter;
+  for (long long c = 0; c < H; ++c) {
+    const R* wr = &in.w2[std::size_t((e * H + c) * I)];
+    R s = 0;
+    for (long long i = 0; i < I; ++i) s += wr[i] * h[i];
+    z[c] = s;
+  }
+}
+
+// The backward of one pair p routed to e, given its forward values g, u, h, z:
+// dweights, d_inter, d_gate_up of p and its adds into dw2, dw1 and dx.
+template <class R>
+void backward_pair(const MoeInputs<R>& in, std::span<const R> dy, long long p, long long e, const std::vector<R>& g,
+                   const std::vector<R>& u, const std::vector<R>& z, MoeGradients<R>& out) {
+  const long long H = in.shape.hidden, I = in.shape.inter, t = p / in.shape.topk;
+  const R w = in.weights[std::size_t(p)];
+  const R* dyt = &dy[std::size_t(t * H)];
+  const R* h = &out.inter[std::size_t(p * I)];
+  R dw = 0;
+  for (long long c = 0; c < H; ++c) dw += dyt[c] * z[std::size_t(c)];
+  out.dweights[std::size_t(p)] = dw;
+  // dh = W2_e^T (w dY_t); dW2_e += (w dY_t) h^T.
+  R* dh = &out.d_inter[std::size_t(p * I)];
+  for (long long c = 0; c < H; ++c) {
+    const R dz = w * dyt[c];
+    const R* wr = &in.w2[std::size_t((e * H + c) * I)];
+    R* dw2r = &out.dw2[std::size_t((e * H + c) * I)];
+    for (long long i = 0; i < I; ++i) {
+      dh[i] += wr[i] * dz;
+      dw2r[i] += dz * h[i];
+    }
+  }
+  // The SwiGLU backward.
+  R* dgu = &out.d_gate_up[std::size_t(p * 2 * I)];
+  for (long long i = 0; i < I; ++i) {
+    const R gi = g[std::size_t(i)], s = sigmoid(gi);
+    dgu[i] = dh[i] * u[std::size_t(i)] * s * (R(1) + gi * (R(1) - s));
+    dgu[I + i] = dh[i] * gi * s;
+  }
+  // dW1_e += [dg; du] x_t^T; dX_t += W1_e^T [dg; du].
+  const R* x = &in.x[std::size_t(t * H)];
+  R* dx = &out.dx[std::size_t(t * H)];
+  for (long long n = 0; n < 2 * I; ++n) {
+    const R* w1r = &in.w1[std::size_t((e * 2 * I + n) * H)];
+    R* dw1r = &out.dw1[std::size_t((e * 2 * I + n) * H)];
+    for (long long c = 0; c < H; ++c) {
+      dw1r[c] += dgu[n] * x[c];
+      dx[c] += w1r[c] * dgu[n];
+    }
+  }
+}
+
+}  // namespace
+
+template <class R>
+std::vector<R> moe_forward(const MoeInputs<R>& in) {
+  const MoeShape& s = in.shape;
+  std::vector<R> y(std::size_t(s.tokens * s.hidden), R(0));
+  const auto I = static_cast<std::size_t>(s.inter), H = static_cast<std::size_t>(s.hidden);
+  std::vector<R> g(I), u(I), h(I), z(H);
+  for (long long p = 0; p < s.pairs(); ++p) {
+    const long long e = expert_of(in, p);
+    if (e < 0) continue;
+    gate_up(in, p, e, g.data(), u.data());
+    for (long long i = 0; i < s.inter; ++i) h[std::size_t(i)] = g[std::size_t(i)] * sigmoid(g[std::size_t(i)]) * u[std::size_t(i)];
+    down(in, e, h.data(), z.data());
+    const R w = in.weights[std::size_t(p)];
+    for (long long c = 0; c < s.hidden; ++c) y[std::size_t(p / s.topk * s.hidden + c)] += w * z[std::size_t(c)];
+  }
+  return y;
+}
+
+template <class R>
+MoeGradients<R> moe_backward(const MoeInputs<R>& in, std::span<const R> dy) {
+  const MoeShape& s = in.shape;
+  const long long H = s.hidden, I = s.inter, E = s.experts, P = s.pairs();
+  MoeGradients<R> out;
+  out.dx.assign(std::size_t(s.tokens * H), R(0));
+  out.dw1.assign(std::size_t(E * 2 * I * H), R(0));
+  out.dw2.assign(std::size_t(E * H * I), R(0));
+  out.dweights.assign(std::size_t(P), R(0));
+  out.inter.assign(std::size_t(P * I), R(0));
+  out.d_inter.assign(std::size_t(P * I), R(0));
+  out.d_gate_up.assign(std::size_t(P * 2 * I), R(0));
+  std::vector<R> g(static_cast<std::size_t>(I)), u(static_cast<std::size_t>(I)), z(static_cast<std::size_t>(H));
+  for (long long p = 0; p < P; ++p) {
+    const long long e = expert_of(in, p);
+    if (e < 0) continue;
+    gate_up(in, p, e, g.data(), u.data());
+    R* h = &out.inter[std::size_t(p * I)];
+    for (long long i = 0; i < I; ++i) h[i] = g[std::size_t(i)] * sigmoid(g[std::size_t(i)]) * u[std::size_t(i)];
+    down(in, e, h, z.data());
+    backward_pair(in, dy, p, e, g, u, z, out);
+  }
+  return out;
+}
+
+MoeInputs<float> decoded_inputs(const Workload& w) {
+  const Problem& p = w.problem;
+  MoeInputs<float> in;
+  in.shape = MoeShape{w.tokens, p.hidden, p.inter, p.experts, p.topk};
+  auto decode = [&](const std::vector<std::uint16_t>& v) {
+    std::vector<float> f(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) f[i] = half_to_f32(p.dtype, v[i]);
+    return f;
+  };
+  in.x = decode(w.x);
+  in.w1 = decode(w.w1);
+  in.w2 = decode(w.w2);
+  in.ids = w.topk_ids;
+  in.weights = w.topk_weights;
+  return in;
+}
+
+template std::vector<float> moe_forward(const MoeInputs<float>&);
+template std::vector<double> moe_forward(const MoeInputs<double>&);
+template MoeGradients<float> moe_backward(const MoeInputs<float>&, std::span<const float>);
+template MoeGradients<double> moe_backward(const MoeInputs<double>&, std::span<const double>);
+
+}  // namespace ft

@@ -1,0 +1,194 @@
+// The backward's K-grouped GEMM (templates/ft/moe_kgrouped.hpp) on the CPU
+// emulator: both weight gradients of a seeded layer -- dW2_e = (w dY)_e^T
+// inter_e and dW1_e = dH_e^T X_e, each expert reducing over its own ragged
+// rows through the sorted ids -- against the fp32 backward reference
+// (measure/workload/backward_reference.hpp), for every 16-bit atom family of
+// gfx942, gfx950 and sm_90a, single and ping-pong LDS, at T = 1, 7, 33 (not a
+// multiple of the tile) with an expert that gets no tokens, -1 slots and
+// outputs poisoned with NaN. A mutant whose atom reads the wrong k group must fail.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "device/device_buffer.hpp"
+#include "generator/kgrouped.hpp"
+#include "layer/device_structs.hpp"
+#include "measure/workload/backward_reference.hpp"
+#include "measure/workload/compare.hpp"
+#include "measure/workload/half.hpp"
+#include "measure/workload/reference.hpp"
+#include "templates/ft/moe_backward_args.hpp"
+#include "tests/emu/emu_test_support.hpp"
+
+namespace ft::emu::test {
+namespace {
+
+struct KCase {
+  const char* target;
+  const char* atom;
+  int tile_m, tile_n, tile_k, warps_m, warps_n, stages;
+  int align_block;  // rows per row block of sorted_ids: tile_k need not divide it
+};
+
+const KCase kCases[] = {
+    {"gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2, 16},
+    {"gfx942", "mfma_f32_32x32x8_f16", 64, 32, 16, 2, 1, 1, 32},
+    {"gfx950", "mfma_f32_16x16x32_bf16", 32, 64, 64, 1, 2, 2, 16},
+    {"sm_90a", "mma_m16n8k16_f32_bf16", 64, 64, 32, 2, 2, 2, 16},
+    {"sm_90a", "mma_m16n8k16_f32_f16", 32, 32, 16, 2, 2, 1, 64},
+};
+
+// The inputs of both GEMMs and their fp32 reference gradients.
+struct Gradients {
+  Workload w;
+  AlignReference align;
+  int align_block = 0;
+  std::vector<std::uint16_t> dy, inter, d_gate_up;  // in the problem's 16-bit type
+  MoeGradients<float> ref;
+};
+
+Gradients gradients_for(DType d, int tokens, int align_block) {
+  Problem p;
+  p.name = "kgrouped";
+  p.experts = 4;
+  p.hidden = 64;
+  p.inter = 64;
+  p.topk = 2;
+  p.dtype = d;
+  p.routing = *Routing::parse("uniform");
+  WorkloadOptions o;
+  o.empty_experts = 1;
+  o.seed = std::uint64_t(tokens) * 7 + 3;
+  Gradients g{*make_workload(p, tokens, o), {}, align_block, {}, {}, {}, {}};
+  for (std::size_t i = 1; i < g.w.topk_ids.size(); i += 5) g.w.topk_ids[i] = -1;  // masked slots
+  g.align = reference_align(g.w, align_block);
+  const MoeInputs<float> in = decoded_inputs(g.w);
+  std::vector<float> dy(std::size_t(tokens) * std::size_t(p.hidden));
+  for (std::size_t i = 0; i < dy.size(); ++i) {
+    g.dy.push_back(f32_to_half(d, random_normal(std::uint64_t(tokens) + 101, i)));
+    dy[i] = half_to_f32(d, g.dy.back());
+  }
+  g.ref = moe_backward(in, std::span<const float>(dy));
+  for (float v : g.ref.inter) g.inter.push_back(f32_to_half(d, v));
+  for (float v : g.ref.d_gate_up) g.d_gate_up.push_back(f32_to_half(d, v));
+  return g;
+}
+
+template <class T>
+Result<DeviceBuffer> upload(Device& dev, const std::vector<T>& v) {
+  DeviceBuffer b = FT_TRY(DeviceBuffer::allocate(dev, std::max<std::size_t>(16, v.size() * sizeof(T))));
+  if (!v.empty()) FT_CHECK(dev.copy_to_device(b.ptr(), v.data(), v.size() * sizeof(T)));
+  return b;
+}
+
+// One K-grouped launch C [E, m, n] on NaN-poisoned memory, returned to the host.
+struct Operand {
+  DevicePtr rows;
+  bool per_token;
+};
+Result<std::vector<float>> run_gemm(Loaded& l, const std::string& entry, const KGroupedVariant& v, const Gradients& g,
+                                    Operand a, Operand b, DevicePtr a_scales, int m, int n) {
+  Device& dev = *l.device;
+  const Problem& p = g.w.problem;
+  std::vector<std::int32_t> sorted(std::size_t(std::max(g.align.padded_rows, 1)), std::int32_t(g.w.pairs()));
+  for (int e = 0; e < p.experts; ++e)
+    for (std::size_t j = 0; j < g.align.expert_pairs[std::size_t(e)].size(); ++j)
+      sorted[std::size_t(g.align.expert_offset[std::size_t(e)]) + j] = g.align.expert_pairs[std::size_t(e)][j];
+  DeviceBuffer ids = FT_TRY(upload(dev, sorted));
+  DeviceBuffer blocks = FT_TRY(upload(dev, g.align.block_experts));
+  DeviceBuffer padded = FT_TRY(upload(dev, std::vector<std::int32_t>{g.align.padded_rows}));
+  const std::size_t count = std::size_t(p.experts) * std::size_t(m) * std::size_t(n);
+  DeviceBuffer c = FT_TRY(DeviceBuffer::allocate(dev, count * 4));
+  FT_CHECK(dev.memset_u32(c.ptr(), 0x7fc00000u, count));  // NaN: an element no block writes fails
+  KGroupedArgs args{};
+  args.a = device_pointer<const u16>(a.rows);
+  args.b = device_pointer<const u16>(b.rows);
+  args.a_scales = device_pointer<const float>(a_scales);
+  args.c = device_pointer<float>(c.ptr());
+  args.sorted_ids = device_pointer<const i32>(ids.ptr());
+  args.block_experts = device_pointer<const i32>(blocks.ptr());
+  args.padded_rows = device_pointer<const i32>(padded.ptr());
+  args.pairs = int(g.w.pairs());
+  args.topk = p.topk;
+  args.m = m;
+  args.n = n;
+  args.experts = p.experts;
+  args.align_block = g.align_block;
+  args.a_per_token = a.per_token;
+  args.b_per_token = b.per_token;
+  const LaunchShape s = kgrouped_launch(v, p.experts, m, n);
+  FunctionHandle fn = l.fn(entry);
+  FT_CHECK(dev.set_dynamic_shared(fn, s.lds_bytes));
+  FT_CHECK(dev.launch(fn, Dim3{unsigned(s.grid_x), unsigned(s.grid_y), unsigned(s.grid_z)}, Dim3{unsigned(s.block), 1, 1},
+                      s.lds_bytes, {}, &args, sizeof args));
+  FT_CHECK(dev.synchronize());
+  std::vector<float> out(count);
+  FT_CHECK(dev.copy_to_host(out.data(), c.ptr(), count * 4));
+  return out;
+}
+
+struct Checked {
+  Comparison dw2, dw1;
+};
+
+// Both weight gradients of the layer at `tokens` through the kernel `entry` of `unit`.
+Result<Checked> check_gradients(const KGroupedVariant& v, const KernelSource& unit, const std::string& entry, int tokens,
+                                int align_block) {
+  const DType d = v.atom->dtype;
+  const Gradients g = gradients_for(d, tokens, align_block);
+  Loaded l = FT_TRY(load(*v.target, unit));
+  Device& dev = *l.device;
+  const Problem& p = g.w.problem;
+  DeviceBuffer dy = FT_TRY(upload(dev, g.dy)), inter = FT_TRY(upload(dev, g.inter));
+  DeviceBuffer dh = FT_TRY(upload(dev, g.d_gate_up)), x = FT_TRY(upload(dev, g.w.x));
+  DeviceBuffer weights = FT_TRY(upload(dev, g.w.topk_weights));
+  const Tolerance tol = tolerance_for(d);
+  Checked out;
+  // dW2_e [H, I] = sum over e's pairs of (w_p dY_t) inter_p^T.
+  const auto dw2 = FT_TRY(run_gemm(l, entry, v, g, {dy.ptr(), true}, {inter.ptr(), false}, weights.ptr(), p.hidden, p.inter));
+  out.dw2 = compare_values(dw2, g.ref.dw2, tol);
+  // dW1_e [2I, H] = sum over e's pairs of [dg; du]_p x_t^T.
+  const auto dw1 = FT_TRY(run_gemm(l, entry, v, g, {dh.ptr(), false}, {x.ptr(), true}, 0, 2 * p.inter, p.hidden));
+  out.dw1 = compare_values(dw1, g.ref.dw1, tol);
+  return out;
+}
+
+class EmuKGrouped : public testing::TestWithParam<KCase> {};
+
+TEST_P(EmuKGrouped, WeightGradientsMatchTheBackwardReference) {
+  const KCase& c = GetParam();
+  const KGroupedVariant v{&target(c.target), find_atom(c.atom), c.tile_m, c.tile_n, c.tile_k, c.warps_m, c.warps_n, c.stages};
+  ASSERT_NE(v.atom, nullptr) << c.atom;
+  ASSERT_FALSE(why_illegal(v)) << *why_illegal(v);
+  auto unit = emit_kgrouped(v);
+  ASSERT_TRUE(unit) << unit.error().describe();
+  for (int tokens : {1, 7, 33}) {
+    auto r = check_gradients(v, *unit, v.name(), tokens, c.align_block);
+    ASSERT_TRUE(r) << r.error().describe();
+    EXPECT_TRUE(r->dw2.passed) << v.name() << " T=" << tokens << " dW2: " << r->dw2.summary();
+    EXPECT_TRUE(r->dw1.passed) << v.name() << " T=" << tokens << " dW1: " << r->dw1.summary();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Atoms, EmuKGrouped, testing::ValuesIn(kCases), [](const testing::TestParamInfo<KCase>& i) {
+  return std::string(i.param.target) + "_" + i.param.atom + "_s" + std::to_string(i.param.stages);
+});
+
+// The same configuration with an atom whose lanes load the A operand of the
+// next k group (tests/emu/units/kgrouped_mutant.cpp) fails, by far.
+TEST(EmuKGroupedMutation, BrokenAtomLayoutFails) {
+  const KGroupedVariant v{&target("gfx942"), find_atom("mfma_f32_16x16x16_bf16"), 64, 64, 32, 2, 2, 2};
+  const KernelSource unit = unit_from_file("kgrouped_mutant.cpp", {"ft_mutant_kgrouped_broken_atom"});
+  for (int tokens : {7, 33}) {
+    auto r = check_gradients(v, unit, "ft_mutant_kgrouped_broken_atom", tokens, 16);
+    ASSERT_TRUE(r) << r.error().describe();
+    EXPECT_FALSE(r->dw2.passed) << "T=" << tokens << ": " << r->dw2.summary();
+    EXPECT_GT(r->dw1.rel_l2, 0.1) << "T=" << tokens << ": " << r->dw1.summary();
+  }
+}
+
+}  // namespace
+}  // namespace ft::emu::test

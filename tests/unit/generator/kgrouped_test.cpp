@@ -1,0 +1,114 @@
+// The backward's K-grouped GEMM family (generator/kgrouped.hpp): each row of
+// its rule table rejects what it should with its line, every configuration of
+// every 16-bit target's space passes the table, the launch covers C, and one
+// emitted unit is pinned as a golden file (refresh with FLYTUNE_UPDATE_GOLDEN=1).
+#include "generator/kgrouped.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace ft {
+namespace {
+
+KGroupedVariant make(const char* target, const char* atom, int tm, int tn, int tk, int wm, int wn, int st) {
+  return KGroupedVariant{find_target(target), find_atom(atom), tm, tn, tk, wm, wn, st};
+}
+
+struct Rejection {
+  KGroupedVariant v;
+  const char* why;  // a part of the reason
+};
+
+TEST(KGroupedRules, EachRuleRejectsWithItsLine) {
+  const Rejection cases[] = {
+      {make("gfx942", "mma_m16n8k16_f32_bf16", 64, 64, 32, 2, 2, 2), "does not exist on gfx942"},
+      {make("sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 32, 2, 2, 2), "not a wave-level"},
+      {make("gfx942", "mfma_f32_16x16x32_e4m3fnuz", 64, 64, 32, 2, 2, 2), "not 16-bit"},
+      {make("gfx942", "mfma_f32_16x16x16_bf16", 48, 64, 32, 2, 2, 2), "tile_m 48 is not a multiple"},
+      {make("gfx942", "mfma_f32_16x16x16_bf16", 64, 24, 32, 2, 2, 2), "tile_n 24 is not a multiple"},
+      {make("sm_90a", "mma_m16n8k16_f32_bf16", 64, 64, 24, 2, 2, 2), "tile_k 24 is not a multiple of atom K 16"},
+      {make("gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 3), "stages 3"},
+      {make("gfx942", "mfma_f32_16x16x16_bf16", 256, 256, 32, 4, 8, 2), "threads per block exceed"},
+      {make("gfx942", "mfma_f32_16x16x16_bf16", 256, 256, 128, 4, 4, 2), "LDS use"},
+      {make("gfx942", "mfma_f32_16x16x16_bf16", 0, 64, 32, 2, 2, 2), "must be positive"},
+  };
+  for (const Rejection& c : cases) {
+    ASSERT_NE(c.v.atom, nullptr) << c.why;
+    const auto why = why_illegal(c.v);
+    ASSERT_TRUE(why) << c.why;
+    EXPECT_NE(why->find(c.why), std::string::npos) << *why;
+  }
+  EXPECT_FALSE(why_illegal(make("gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2)));
+  EXPECT_FALSE(why_illegal(make("sm_90a", "mma_m16n8k16_f32_f16", 64, 64, 32, 2, 2, 1)));
+}
+
+TEST(KGroupedRules, TheProblemMustBeTiledByBothGradients) {
+  Problem p;
+  p.experts = 8;
+  p.hidden = 64;
+  p.inter = 96;
+  p.topk = 2;
+  const KGroupedVariant v = make("gfx950", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2);
+  const auto why = why_illegal_for(v, p);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("dW2: tile_n 64 does not divide n = 96"), std::string::npos) << *why;
+  p.inter = 128;
+  EXPECT_FALSE(why_illegal_for(v, p));
+  p.dtype = DType::f16;
+  EXPECT_TRUE(why_illegal_for(v, p));
+  EXPECT_TRUE(why_illegal_for(v, 64, 0));
+}
+
+TEST(KGroupedSpace, EveryTargetHasLegalDistinctConfigurations) {
+  for (const char* t : {"gfx90a", "gfx942", "gfx950", "sm_90a"})
+    for (DType d : {DType::bf16, DType::f16})
+      for (Preset preset : {Preset::small, Preset::default_, Preset::wide}) {
+        const auto space = kgrouped_space(*find_target(t), d, preset);
+        EXPECT_FALSE(space.empty()) << t;
+        std::set<std::string> names;
+        for (const KGroupedVariant& v : space) {
+          EXPECT_FALSE(why_illegal(v)) << v.name();
+          EXPECT_EQ(v.atom->dtype, d);
+          EXPECT_TRUE(names.insert(v.name()).second) << v.name();
+        }
+      }
+}
+
+TEST(KGroupedLaunch, OneBlockPerTileOfEachExpert) {
+  const KGroupedVariant v = make("gfx942", "mfma_f32_32x32x8_bf16", 64, 128, 32, 2, 2, 2);
+  const LaunchShape s = kgrouped_launch(v, 8, 256, 512);
+  EXPECT_EQ(s.grid_x, 4);
+  EXPECT_EQ(s.grid_y, 4);
+  EXPECT_EQ(s.grid_z, 8);
+  EXPECT_EQ(s.block, 256);
+  EXPECT_EQ(s.lds_bytes, 2 * (64 + 128) * (32 + 8) * 2);
+}
+
+TEST(KGroupedEmit, IllegalIsOneLineAndTheUnitIsPinned) {
+  auto bad = emit_kgrouped(make("gfx942", "mfma_f32_16x16x16_bf16", 48, 64, 32, 2, 2, 2));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::invalid_input);
+  EXPECT_EQ(bad.error().describe().find('\n'), std::string::npos);
+
+  auto src = emit_kgrouped(make("gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2));
+  ASSERT_TRUE(src) << src.error().describe();
+  EXPECT_EQ(src->name, "ft_gfx942_kgrouped_bf16_m64n64k32_w2x2_mfma16x16x16_s2");
+  ASSERT_EQ(src->entry_points, std::vector<std::string>{src->name});
+  const std::string path = std::string(FT_TEST_SOURCE_DIR) + "/tests/golden/" + src->name + ".cpp";
+  if (const char* u = std::getenv("FLYTUNE_UPDATE_GOLDEN"); u && std::string(u) == "1") {
+    std::ofstream(path) << src->text;
+    return;
+  }
+  std::ifstream in(path);
+  ASSERT_TRUE(in) << "missing golden file " << path << " (run with FLYTUNE_UPDATE_GOLDEN=1)";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(ss.str(), src->text) << "generated source changed; if intended, refresh with FLYTUNE_UPDATE_GOLDEN=1";
+}
+
+}  // namespace
+}  // namespace ft

@@ -19,6 +19,7 @@
 #include "cli/diag.hpp"
 #include "cli/option_checks.hpp"
 #include "store/merge.hpp"
+#include "store/kind.hpp"
 #include "store/store.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"
@@ -176,14 +177,14 @@ Status show_runs(db::Store& store, const DbOptions& opt) {
 // that failed verification, or whose timing failed), else that none was made.
 Result<std::vector<std::string>> missing_layers(db::Store& store, const std::vector<db::WinnerRow>& rows) {
   std::map<int, bool> layer;  // tokens -> has a layer winner
-  for (const auto& r : rows) layer[r.winner.tokens] = layer[r.winner.tokens] || r.winner.kind == "layer";
+  for (const auto& r : rows) layer[r.winner.tokens] = layer[r.winner.tokens] || db::is(r.winner.kind, db::Kind::layer);
   std::set<std::int64_t> layer_variants;
   std::vector<std::string> out;
   for (const auto& [tokens, has] : layer) {
     if (has) continue;
     if (layer_variants.empty()) {
       db::VariantFilter vf;
-      vf.kind = "layer";
+      vf.kind = db::kind_text(db::Kind::layer);
       for (const auto& v : FT_TRY(store.variants(vf))) layer_variants.insert(v.id);
     }
     db::MeasurementFilter mf;

@@ -15,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "cli/diag.hpp"
 #include "report/report.hpp"
+#include "store/kind.hpp"
 #include "store/store.hpp"
 #include "generator/problem.hpp"
 #include "search/ceilings.hpp"
@@ -37,7 +38,7 @@ struct ReportOptions {
 // stage kernels (moe1, moe2) have no floor of their own.
 std::optional<double> layer_floor_us(const db::ProblemRecord& pr, const db::DeviceRecord& device, int tokens,
                                      std::string_view kind) {
-  if (kind != "layer") return std::nullopt;
+  if (!db::is(kind, db::Kind::layer)) return std::nullopt;
   auto ceilings = measured_ceilings(device.name);
   if (!ceilings) return std::nullopt;
   auto p = pr.to_problem();

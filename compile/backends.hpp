@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "generator/embedded_file.hpp"
-#include "generator/error.hpp"
+#include "base/embedded_file.hpp"
+#include "base/error.hpp"
 #include "generator/target.hpp"
 #include "compile/compile.hpp"
 #include "compile/kernel_source.hpp"

@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "compile/compile.hpp"
 
 namespace ft {

@@ -4,7 +4,7 @@
 // backend and by code-object metadata analysis.
 #include <amd_comgr.h>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 
 namespace ft::detail {
 

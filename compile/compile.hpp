@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
-#include "generator/embedded_file.hpp"
-#include "generator/error.hpp"
+#include "base/embedded_file.hpp"
+#include "base/error.hpp"
 #include "generator/target.hpp"
 #include "compile/kernel_source.hpp"
 #include "compile/toolchain/toolchains.hpp"

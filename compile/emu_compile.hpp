@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "generator/embedded_file.hpp"
-#include "generator/error.hpp"
+#include "base/embedded_file.hpp"
+#include "base/error.hpp"
 #include "generator/kernel_source.hpp"
 #include "generator/target.hpp"
 

@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 
 namespace ft {
 

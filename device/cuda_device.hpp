@@ -16,7 +16,7 @@
 #include <memory>
 #include <string>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "device/device.hpp"
 
 namespace ft {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 
 namespace ft {
 

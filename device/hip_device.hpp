@@ -18,7 +18,7 @@
 #include <string>
 #include <string_view>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "device/device.hpp"
 
 namespace ft {

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "device/device.hpp"
 
 namespace ft {

@@ -9,7 +9,7 @@
 
 #include <ucontext.h>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 
 namespace ft::emu {
 

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <string>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "emulate/fiber.hpp"
 
 namespace ft::emu {

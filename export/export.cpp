@@ -1,5 +1,4 @@
 #include "export/export.hpp"
-#include "export/layouts.hpp"
 
 #include <algorithm>
 #include <cstddef>
@@ -16,6 +15,8 @@
 #include <fmt/ranges.h>
 
 #include "store/store.hpp"
+#include "store/kind.hpp"
+#include "store/layer_record.hpp"
 #include "generator/emitter.hpp"
 #include "generator/target.hpp"
 #include "generator/variant.hpp"
@@ -23,6 +24,7 @@
 #include "compile/analyze/elf_image.hpp"
 #include "system/hash.hpp"
 #include "layer/program.hpp"
+#include "manifest/manifest.hpp"
 
 namespace ft::db {
 namespace {
@@ -75,18 +77,6 @@ class ObjectSet {
   std::map<std::string, LoadedObject> files_;
 };
 
-// The layer program's steps at the bucket's T, each launch with the file of
-// its code object.
-json recorded_steps(const LayerProgram& prog, const std::string& support, const std::string& stage1, const std::string& stage2) {
-  json steps = steps_json(prog);
-  for (json& st : steps) {
-    if (st["op"] != "launch") continue;
-    const std::string role = st["role"];
-    st["code_object"] = role == "stage1" ? stage1 : role == "stage2" ? stage2 : support;
-  }
-  return steps;
-}
-
 // The code objects' format (and file extension): the toolchain's. A search
 // on the CPU emulator (backend emulate) built host libraries, which only the
 // emulator runs.
@@ -101,7 +91,7 @@ std::string device_label(const DeviceRecord& d) { return fmt::format("{} ({}, {}
 Result<std::vector<WinnerRow>> layer_winners(Store& store, const std::optional<std::string>& target,
                                              const std::optional<std::string>& device, const std::optional<std::string>& problem) {
   WinnerFilter f;
-  f.kind = "layer";
+  f.kind = kind_text(Kind::layer);
   f.arch = target;
   f.problem_key = problem;
   auto rows = FT_TRY(store.winners(f));
@@ -119,47 +109,47 @@ Result<std::vector<WinnerRow>> layer_winners(Store& store, const std::optional<s
 
 // The support unit (align, reduce, shuffle, reference, fill) of a target and
 // dtype: from the database when the search recorded it, else compiled here.
-struct SupportUnit {
-  std::string file;
-  std::string toolchain;
+// Entries added to the support unit after its first version (16-bit
+// partials, the wide align): a unit a database recorded earlier lacks them, so
+// the export looks in its symbol table; the manifest names what is there, and
+// layers use only that (the one-block align at every size without the wide
+// align's kernels).
+struct FoundSupport {
+  manifest::SupportUnit unit;
   bool compiled_here = false;
-  // Entries added to the support unit after its first version: a unit a
-  // database recorded earlier lacks them, so the export looks in its symbol
-  // table; the manifest names what is there, and layers use only that (the
-  // one-block align at every size without the wide align's kernels).
-  bool partials16 = false, wide_align = false;
 };
 
-void find_optional_entries(SupportUnit& s, const ObjectSet& objects, const Target& t, DType d) {
-  auto elf = ElfImage::parse(objects.bytes_of(s.file));
-  if (!elf) return;  // then neither is named; the runtime's open checks the unit itself
-  s.partials16 = elf->symbol(reduce_entry(t, Reduce::partials16, d)) != nullptr;
-  s.wide_align = elf->symbol(align_count_entry(t)) && elf->symbol(align_scatter_entry(t));
-}
-
-Result<SupportUnit> support_unit(Store& store, ObjectSet& objects, const Target& target, DType dtype,
-                                 const ToolchainRecord& toolchain, std::int64_t toolchain_id) {
+Result<FoundSupport> support_unit(Store& store, ObjectSet& objects, const Target& target, DType dtype,
+                                  const ToolchainRecord& toolchain, std::int64_t toolchain_id) {
   const std::string name = support_unit_name(target, dtype);
   VariantFilter f;
   f.kernel_name = name;
   f.target = std::string(target.name);
-  f.kind = "support";
+  f.kind = kind_text(Kind::support);
   auto rows = FT_TRY(store.variants(f));
   std::erase_if(rows, [](const VariantRecord& v) { return v.code_object_hash.empty(); });
   auto same_toolchain = std::find_if(rows.begin(), rows.end(), [&](const VariantRecord& v) { return v.toolchain_id == toolchain_id; });
+  FoundSupport out;
+  std::string file, built_by = toolchain.version;
   if (same_toolchain != rows.end()) {
-    SupportUnit out{FT_TRY(objects.from_store(same_toolchain->code_object_hash, name)), "", false};
-    find_optional_entries(out, objects, target, dtype);
-    return out;
+    file = FT_TRY(objects.from_store(same_toolchain->code_object_hash, name));
+  } else {
+    CompileOptions options;
+    if (toolchain.backend == to_string(Backend::emulate)) options.backend = Backend::emulate;  // the winners' kind of build
+    CodeObject co = FT_TRY(compile(emit_support(target, dtype), target, options));
+    built_by = co.toolchain_version;
+    out.compiled_here = true;
+    file = FT_TRY(objects.add(co.hash, std::move(co.binary), name));
   }
-  CompileOptions options;
-  if (toolchain.backend == to_string(Backend::emulate)) options.backend = Backend::emulate;  // the winners' kind of build
-  CodeObject co = FT_TRY(compile(emit_support(target, dtype), target, options));
-  SupportUnit out;
-  out.toolchain = co.toolchain_version;
-  out.compiled_here = true;
-  out.file = FT_TRY(objects.add(co.hash, std::move(co.binary), name));
-  find_optional_entries(out, objects, target, dtype);
+  bool partials16 = false, wide_align = false;
+  if (auto elf = ElfImage::parse(objects.bytes_of(file))) {  // else neither is named; the runtime's open checks the unit itself
+    partials16 = elf->symbol(reduce_entry(target, Reduce::partials16, dtype)) != nullptr;
+    wide_align = elf->symbol(align_count_entry(target)) && elf->symbol(align_scatter_entry(target));
+  }
+  out.unit = manifest::SupportUnit::of(target, dtype, partials16, wide_align);
+  out.unit.code_object = file;
+  out.unit.source = out.compiled_here ? "compiled by flytune export" : "database";
+  out.unit.toolchain = built_by;
   return out;
 }
 
@@ -171,105 +161,31 @@ Status write_file(const fs::path& path, const void* data, std::size_t size) {
   return {};
 }
 
-// The manifest around its problems: target, device, toolchain, the argument
-// and weight layouts, the support units.
-// One bucket of the manifest: the layer winner's stages, the program's
-// steps at the bucket's T, the measured time and where it came from.
-json bucket_json(const WinnerRow& row, const LayerProgram& prog, const Variant& v1, const Variant& v2, json steps,
-                 const std::map<std::int64_t, RunRecord>& runs) {
-  json provenance{{"variant_id", row.variant.id}, {"run_id", row.winner.run_id}, {"chosen_at", row.winner.chosen_at}};
+// One bucket of the manifest: the layer winner's stages, the program at the
+// bucket's T with each launch's code object, the measured time and where it
+// came from.
+manifest::Bucket bucket_of(const WinnerRow& row, LayerRecipe recipe, LayerProgram prog, const std::string& support,
+                           const std::string& stage1, const std::string& stage2, const std::map<std::int64_t, RunRecord>& runs) {
+  manifest::Bucket b;
+  b.tokens = row.winner.tokens;
+  b.kernel_name = row.variant.kernel_name;
+  b.recipe = std::move(recipe);
+  b.program = std::move(prog);
+  for (const Step& st : b.program.steps)
+    if (st.op == Step::Op::launch)
+      b.code_objects[st.symbol] = st.role == Role::stage1 ? stage1 : st.role == Role::stage2 ? stage2 : support;
+  b.time_us = {row.winner.median_us, row.winner.p10_us, row.winner.p90_us};
+  b.provenance.variant_id = row.variant.id;
+  b.provenance.run_id = row.winner.run_id;
+  b.provenance.chosen_at = row.winner.chosen_at;
   if (auto it = runs.find(row.winner.run_id); it != runs.end())
-    provenance.update({{"flytune_version", it->second.flytune_version},
-                       {"git_commit", it->second.git_commit},
-                       {"templates_commit", it->second.templates_commit},
-                       {"hostname", it->second.hostname}});
-  json bucket{{"tokens", row.winner.tokens},
-              {"kernel_name", row.variant.kernel_name},
-              {"stages", {{"stage1", v1.to_json()}, {"stage2", v2.to_json()}}},
-              {"align_block", prog.align_block},
-              {"max_padded_rows_formula", "ceil((T*topk + min(experts, T*topk) * (align_block - 1)) / align_block) * align_block"},
-              {"reduction", std::string(to_string(v2.contract().output))},
-              {"weight_in_stage1", v1.contract().weight_in_stage1},
-              {"weights", {{"w1", std::string(to_string(v1.contract().weights))}, {"w2", std::string(to_string(v2.contract().weights))}}},
-              {"workspace_bytes",
-               {{"inter", "T*topk*inter*2"},
-                {"y_acc", v2.contract().output == Reduce::atomic     ? "T*hidden*4"
-                          : v2.contract().output == Reduce::partials ? "T*topk*hidden*4"
-                                                                     : "T*topk*hidden*2"},
-                {"sorted_ids", "max_padded_rows*4"},
-                {"block_experts", "max_padded_rows/align_block*4"},
-                {"padded_rows", "4"}}},
-              {"buffers_at_bucket", buffers_json(prog)},
-              {"steps", std::move(steps)},
-              {"time_us", {{"median", row.winner.median_us}, {"p10", row.winner.p10_us ? json(*row.winner.p10_us) : json()},
-                           {"p90", row.winner.p90_us ? json(*row.winner.p90_us) : json()}}},
-              {"provenance", std::move(provenance)}};
-  if (row.winner.speedup_vs_default) bucket["speedup_vs_default"] = *row.winner.speedup_vs_default;
-  return bucket;
-}
-
-json manifest_json(const ExportOptions& opt, const Target& t, const DeviceRecord& device, const ToolchainRecord& toolchain,
-                   const std::map<std::string, SupportUnit>& supports, json problems) {
-  json support_units = json::array();
-  for (const auto& [dtype, s] : supports) {
-    auto dt = *parse_dtype(dtype);
-    json symbols{{"align", align_entry(t)},
-                 {"reduce_atomic", reduce_entry(t, Reduce::atomic, dt)},
-                 {"reduce_partials", reduce_entry(t, Reduce::partials, dt)},
-                 {"shuffle", shuffle_entry(t)},
-                 {"reference1", reference_entry(t, StageRole::stage1, dt)},
-                 {"reference2", reference_entry(t, StageRole::stage2, dt)},
-                 {"fill", fill_entry(t)}};
-    if (s.partials16) symbols["reduce_partials16"] = reduce_entry(t, Reduce::partials16, dt);
-    if (s.wide_align) {
-      symbols["align_count"] = align_count_entry(t);
-      symbols["align_scatter"] = align_scatter_entry(t);
-    }
-    if (dt == DType::e4m3) {  // the fp8 unit's quantise steps (every e4m3 unit has them)
-      symbols["quantise_x"] = quantise_x_entry(t);
-      symbols["quantise_inter"] = quantise_inter_entry(t);
-      symbols["reference_quantise"] = reference_quantise_entry(t);
-    }
-    support_units.push_back({{"dtype", dtype},
-                             {"code_object", s.file},
-                             {"source", s.compiled_here ? "compiled by flytune export" : "database"},
-                             {"toolchain", s.compiled_here ? s.toolchain : toolchain.version},
-                             {"symbols", std::move(symbols)}});
-  }
-  return {{"schema_version", kManifestSchemaVersion},
-          {"target", t.name},
-          {"vendor", std::string(to_string(t.vendor))},
-          {"code_object_format", object_format(t, toolchain)},
-          {"exported_at", utc_now()},
-          {"source_database", fs::path(opt.db_path).filename().string()},
-          {"device",
-           {{"runtime", device.runtime},
-            {"name", device.name},
-            {"arch", device.arch},
-            {"compute_units", device.compute_units},
-            {"memory_bytes", device.memory_bytes},
-            {"driver_version", device.driver_version},
-            {"runtime_version", device.runtime_version}}},
-          {"toolchain", {{"backend", toolchain.backend}, {"version", toolchain.version}}},
-          {"selection_rule", "the smallest tuned bucket >= T, else the largest bucket"},
-          {"args", moe_args_layout()},
-          {"shuffle",
-           {{"args", shuffle_args_layout()},
-            {"grid_formula", fmt::format("[ceil(rows*cols/8 / {0}), 1, 1]", kReduceThreads)},
-            {"block", {kReduceThreads, 1, 1}}}},
-          {"routing_ids", "topk_ids in [0, experts) name an expert; -1 is an empty slot (it contributes nothing); "
-                          "any other value is left out and counted into bad_ids"},
-          {"weight_layouts", weight_layouts()},
-          {"support_units", std::move(support_units)},
-          {"problems", std::move(problems)}};
+    b.provenance.run = manifest::Provenance::Run{it->second.flytune_version, it->second.git_commit,
+                                                 it->second.templates_commit, it->second.hostname};
+  b.speedup_vs_default = row.winner.speedup_vs_default;
+  return b;
 }
 
 }  // namespace
-
-int select_bucket(const std::vector<int>& buckets, int tokens) {
-  auto it = std::lower_bound(buckets.begin(), buckets.end(), tokens);
-  return it != buckets.end() ? *it : buckets.back();
-}
 
 std::string MissingLayers::describe() const {
   std::vector<std::string> parts;
@@ -292,22 +208,16 @@ Status add_stage_only_buckets(Store& store, const ExportOptions& opt, std::int64
   f.arch = opt.target;
   f.problem_key = opt.problem;
   for (const WinnerRow& r : FT_TRY(store.winners(f))) {
-    if (r.winner.kind == "layer") continue;
+    if (is(r.winner.kind, Kind::layer)) continue;
     const auto it = exported.find(r.problem.key);
     if (it == exported.end() || !it->second.contains(r.winner.tokens)) missing.by_problem[r.problem.key].insert(r.winner.tokens);
   }
   return {};
 }
 
-}  // namespace
-
-namespace {
-
 // A stage's code object: the variants row of that kernel by the same toolchain.
 Result<std::string> stage_code_object(Store& store, ObjectSet& objects, const Target& target, std::int64_t toolchain_id,
-                                      const Variant& v, const std::string& kernel, const std::string& what) {
-  if (v.name() != kernel)
-    return fail(Errc::database, fmt::format("stage parameters name {}, the row says {}", v.name(), kernel), what);
+                                      const std::string& kernel, const std::string& what) {
   VariantFilter f;
   f.kernel_name = kernel;
   f.target = std::string(target.name);
@@ -318,33 +228,17 @@ Result<std::string> stage_code_object(Store& store, ObjectSet& objects, const Ta
   return objects.from_store(vs.front().code_object_hash, kernel);
 }
 
-// A problem's entry of the manifest, before its buckets.
-json problem_json(const WinnerRow& row, const Problem& p, const Target& target, const std::string& support_file) {
-  json pj = {{"key", row.problem.key},
-             {"experts", p.experts},
-             {"hidden", p.hidden},
-             {"inter", p.inter},
-             {"topk", p.topk},
-             {"dtype", std::string(to_string(p.dtype))},
-             {"activation", row.problem.activation},
-             {"routing", row.problem.routing},
-             {"support_code_object", support_file},
-             {"buckets", json::array()}};
-  if (p.fp8()) pj.update(fp8_problem_json(p, target));
-  return pj;
-}
-
 // The buckets left out: in the summary, its notes and each problem's missing_buckets.
-void record_missing(const MissingLayers& missing, const std::map<std::string, std::set<int>>& exported, json& problems,
-                    ExportSummary& summary) {
+void record_missing(const MissingLayers& missing, const std::map<std::string, std::set<int>>& exported,
+                    manifest::Manifest& man, ExportSummary& summary) {
   for (const auto& [key, buckets] : missing.by_problem) {
     for (int b : buckets) summary.missing.push_back(fmt::format("{} T={}", key, b));
     if (!exported.contains(key))
       summary.notes.push_back(fmt::format("{}: not exported: none of its buckets has a layer winner", key));
   }
-  for (json& pj : problems) {
-    const auto it = missing.by_problem.find(pj["key"].get<std::string>());
-    pj["missing_buckets"] = it == missing.by_problem.end() ? std::vector<int>{} : std::vector<int>(it->second.begin(), it->second.end());
+  for (manifest::ProblemEntry& pe : man.problems) {
+    const auto it = missing.by_problem.find(pe.key);
+    if (it != missing.by_problem.end()) pe.missing_buckets.assign(it->second.begin(), it->second.end());
   }
 }
 
@@ -372,11 +266,17 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
   std::map<std::int64_t, RunRecord> runs;
   for (RunRecord& r : FT_TRY(store.list_runs())) runs[r.id] = std::move(r);
 
-  std::map<std::string, SupportUnit> supports;  // by dtype
+  manifest::Manifest man;
+  man.target = target;
+  man.code_object_format = object_format(*target, toolchain);
+  man.exported_at = utc_now();
+  man.source_database = fs::path(opt.db_path).filename().string();
+  man.device = {device.runtime,     device.name,           device.arch,           device.compute_units,
+                device.memory_bytes, device.driver_version, device.runtime_version};
+  man.toolchain = {toolchain.backend, toolchain.version};
+  std::map<std::string, FoundSupport> supports;  // by dtype
   std::map<std::string, std::set<int>> exported;  // layer buckets written, by problem key
   MissingLayers missing;
-  json problems = json::array();
-  std::string current_key;
   for (const WinnerRow& row : rows) {
     if (row.variant.toolchain_id != toolchain_id)
       return fail(Errc::database, "layer winners were built by different toolchains; export one device and toolchain at a time",
@@ -385,25 +285,24 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     auto read = row.problem.to_problem();
     if (!read) return std::unexpected(with_context(std::move(read).error(), what));
     const Problem p = std::move(*read);
-    const json& params = row.variant.params;
-    if (!params.contains("stage1") || !params.contains("stage2") || !params.contains("stage1_kernel") ||
-        !params.contains("stage2_kernel"))
-      return fail(Errc::database, fmt::format("layer variant {} lacks stage1/stage2 parameters", row.variant.id), what);
-    const Variant v1 = FT_TRY(Variant::from_json(params["stage1"]));
-    const Variant v2 = FT_TRY(Variant::from_json(params["stage2"]));
+    auto record = LayerRecord::from_params(row.variant.params);
+    if (!record) return std::unexpected(with_context(std::move(record).error(), what));
+    auto stages = record->variants();
+    if (!stages) return std::unexpected(with_context(std::move(stages).error(), what));
+    const auto& [v1, v2] = *stages;
     const std::string dtype(to_string(p.dtype));
     if (!supports.contains(dtype)) {
-      SupportUnit s = FT_TRY(support_unit(store, objects, *target, p.dtype, toolchain, toolchain_id));
+      FoundSupport s = FT_TRY(support_unit(store, objects, *target, p.dtype, toolchain, toolchain_id));
       if (s.compiled_here) {
         out.summary.support_compiled = true;
         out.summary.notes.push_back(fmt::format(
             "the database holds no support unit for {} {}; export compiled it with {} (the winners were built with {})",
-            target->name, dtype, s.toolchain, toolchain.version));
+            target->name, dtype, s.unit.toolchain, toolchain.version));
       }
       supports[dtype] = s;
     }
-    const SupportUnit& support = supports[dtype];
-    if (v2.contract().output == Reduce::partials16 && !support.partials16) {
+    const manifest::SupportUnit& support = supports[dtype].unit;
+    if (v2.contract().output == Reduce::partials16 && support.reduce_partials16.empty()) {
       out.summary.notes.push_back(fmt::format("{}: not exported: its stage 2 writes 16-bit partials, which the database's support "
                                               "unit cannot reduce; search this bucket again", what));
       missing.by_problem[row.problem.key].insert(row.winner.tokens);
@@ -412,25 +311,22 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     // A winner recorded before the program's rules (a pair whose row blocks
     // do not line up) cannot be run as timed: it is left out, and said so.
     LayerRecipe recipe{target, p, v1, v2};
-    recipe.wide_align = support.wide_align;
+    recipe.wide_align = support.wide_align();
     auto built = build_program(recipe, row.winner.tokens);
     if (!built) {
       out.summary.notes.push_back(fmt::format("{}: not exported: {}; search this bucket again", what, built.error().message));
       missing.by_problem[row.problem.key].insert(row.winner.tokens);
       continue;
     }
-    const LayerProgram& prog = *built;
-    const std::string file1 =
-        FT_TRY(stage_code_object(store, objects, *target, toolchain_id, v1, params["stage1_kernel"].get<std::string>(), what));
-    const std::string file2 =
-        FT_TRY(stage_code_object(store, objects, *target, toolchain_id, v2, params["stage2_kernel"].get<std::string>(), what));
-    json bucket = bucket_json(row, prog, v1, v2, recorded_steps(prog, support.file, file1, file2), runs);
-    if (problems.empty() || current_key != row.problem.key) {
-      current_key = row.problem.key;
-      problems.push_back(problem_json(row, p, *target, support.file));
+    if (auto named = record->check_names(v1, v2); !named) return std::unexpected(with_context(named.error(), what));
+    const std::string file1 = FT_TRY(stage_code_object(store, objects, *target, toolchain_id, record->stage1_kernel, what));
+    const std::string file2 = FT_TRY(stage_code_object(store, objects, *target, toolchain_id, record->stage2_kernel, what));
+    if (man.problems.empty() || man.problems.back().key != row.problem.key) {
+      man.problems.push_back({row.problem.key, p, row.problem.activation, row.problem.routing, {}, {}});
       ++out.summary.problems;
     }
-    problems.back()["buckets"].push_back(std::move(bucket));
+    man.problems.back().buckets.push_back(
+        bucket_of(row, std::move(recipe), std::move(*built), support.code_object, file1, file2, runs));
     exported[row.problem.key].insert(row.winner.tokens);
     ++out.summary.buckets;
   }
@@ -442,17 +338,17 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
                             "lists them as missing_buckets)",
                             missing.describe()),
                 opt.db_path);
-  record_missing(missing, exported, problems, out.summary);
-  if (problems.empty())
+  record_missing(missing, exported, man, out.summary);
+  if (man.problems.empty())
     return fail(Errc::not_found, "no layer winner could be exported (see the notes); search again", opt.db_path);
-  for (json& pj : problems)
-    std::sort(pj["buckets"].begin(), pj["buckets"].end(),
-              [](const json& a, const json& b) { return a["tokens"].get<int>() < b["tokens"].get<int>(); });
+  for (manifest::ProblemEntry& pe : man.problems)
+    std::sort(pe.buckets.begin(), pe.buckets.end(), [](const manifest::Bucket& a, const manifest::Bucket& b) { return a.tokens < b.tokens; });
+  for (auto& [dtype, s] : supports) man.supports.push_back(std::move(s.unit));
 
-  out.manifest = manifest_json(opt, *target, device, toolchain, supports, std::move(problems));
+  out.manifest = manifest::encode(man);
   out.objects = objects.take();
   out.summary.code_objects = int(out.objects.size());
-  out.dispatch_header = dispatch_header(out.manifest);
+  out.dispatch_header = dispatch_header(man);
   return out;
 }
 
@@ -544,7 +440,7 @@ Result<CoverageReport> check_coverage(const std::string& db_path, const std::vec
   for (const WinnerRow& r : all) {
     auto key = std::make_pair(r.problem.key, device_label(r.device));
     any[key].insert(r.winner.tokens);
-    if (r.winner.kind == "layer") layer[key].insert(r.winner.tokens);
+    if (is(r.winner.kind, Kind::layer)) layer[key].insert(r.winner.tokens);
   }
   CoverageReport rep;
   rep.requested = tokens;
@@ -559,9 +455,9 @@ Result<CoverageReport> check_coverage(const std::string& db_path, const std::vec
       if (sorted.empty()) {
         l.rule = "no layer winner: refused";
       } else {
-        l.bucket = select_bucket(sorted, t);
+        l.bucket = sorted[manifest::select_bucket(sorted, t)];
         // The bucket that would serve T had its search found a layer for every bucket.
-        const int meant = select_bucket(searched, t);
+        const int meant = searched[manifest::select_bucket(searched, t)];
         if (meant >= t && !tuned.contains(meant)) {
           l.rule = "missing layer";
           l.missing_bucket = meant;

@@ -12,11 +12,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
+#include "manifest/manifest.hpp"
 
 namespace ft::db {
-
-inline constexpr int kManifestSchemaVersion = 2;
 
 struct ExportOptions {
   std::string db_path;
@@ -58,7 +57,7 @@ struct ExportSummary {
 // reader never sees new code objects beside an old manifest.
 Result<ExportSummary> export_winners(const ExportOptions& opt);
 
-// The manifest as JSON and the dispatch header text, without touching the file
+// The manifest as JSON (manifest::encode) and the dispatch header text, without touching the file
 // system beyond reading the database (and compiling the support unit where the
 // database lacks it). `objects` receives (file name, bytes) of every code object.
 struct ExportContents {
@@ -70,7 +69,7 @@ struct ExportContents {
 Result<ExportContents> build_export(const ExportOptions& opt);
 
 // The C header with the manifest's dispatch table.
-std::string dispatch_header(const nlohmann::json& manifest);
+std::string dispatch_header(const manifest::Manifest& manifest);
 
 // Coverage of requested token counts by tuned layer winners.
 struct CoverageLine {
@@ -93,10 +92,6 @@ struct CoverageReport {
 Result<CoverageReport> check_coverage(const std::string& db_path, const std::vector<int>& tokens,
                                       const std::optional<std::string>& target = {},
                                       const std::optional<std::string>& device = {});
-
-// The bucket the runtime serves `tokens` with: the smallest tuned bucket that
-// is >= tokens, else the largest. `buckets` sorted ascending, non-empty.
-int select_bucket(const std::vector<int>& buckets, int tokens);
 
 // The token buckets of (problem, device) rows that have stage winners but no
 // layer winner, by problem key (the buckets a search left without a layer).

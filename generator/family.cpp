@@ -117,6 +117,14 @@ std::size_t Family::index_of(std::string_view key) const {
   return ax.size();
 }
 
+std::string_view Family::kernel_template(StageRole role) const {
+  return role == StageRole::stage1 ? "ft::Stage1<Config>" : "ft::Stage2<Config>";
+}
+
+int Family::threads(const Variant& v) const {
+  return (v.get("warps_m") * v.get("warps_n") + (v.get("warp_specialized") ? 4 : 0)) * v.atom()->lanes;
+}
+
 LaunchShape Family::launch(const Variant& v, const Problem& p, long long padded_rows) const {
   LaunchShape s;
   s.grid_x = int(padded_rows / v.get("tile_m"));

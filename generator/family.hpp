@@ -111,10 +111,15 @@ class Family {
   virtual bool takes(const AtomInfo& atom) const = 0;
   // In enumeration order: the first axis varies slowest. Config members come in this order too.
   virtual std::span<const Axis> axes() const = 0;
-  // The device template a unit instantiates for a role ("ft::Stage1<Config>").
-  virtual std::string_view kernel_template(StageRole role) const = 0;
+  // The device template a unit instantiates for a role. The default: the
+  // stage templates, "ft::Stage1<Config>" / "ft::Stage2<Config>"
+  // (templates/ft/moe_stage1.hpp, moe_stage2.hpp).
+  virtual std::string_view kernel_template(StageRole role) const;
 
-  virtual int threads(const Variant& v) const = 0;
+  // Threads of one block. The default: warps_m x warps_n warps of the atom's
+  // lanes, plus a producer warpgroup (4 warps) where warp_specialized is on
+  // (axes::warps, axes::warp_specialized).
+  virtual int threads(const Variant& v) const;
   // Dynamic LDS / shared memory of one block; emitted units static_assert the templates agree.
   virtual int lds_bytes(const Variant& v) const = 0;
   // Registers per lane the kernel needs at least; a pre-compile estimate for legality.

@@ -19,7 +19,7 @@
 #include <span>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 
 namespace ft {
 

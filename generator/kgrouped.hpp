@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "generator/atoms.hpp"
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/family.hpp"
 #include "generator/kernel_source.hpp"
 #include "generator/problem.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "templates/ft/int_types.hpp"
 #include "templates/ft/moe_args.hpp"
 

@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/family.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"

@@ -11,7 +11,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "generator/atoms.hpp"
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/family.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"

@@ -6,6 +6,9 @@
 
 #include <fmt/format.h>
 
+#include "store/kind.hpp"
+#include "store/layer_record.hpp"
+
 namespace ft::db::report::detail {
 
 std::string device_label(const DeviceRecord& d) { return fmt::format("{} ({})", d.name, d.arch); }
@@ -80,11 +83,8 @@ bool is_failure(MeasurementStatus s) { return s != MeasurementStatus::ok && s !=
 
 std::vector<std::string> stage_kernels(const VariantRecord& v) {
   std::vector<std::string> out;
-  if (v.kind != "layer" || !v.params.is_object()) return out;
-  for (const char* field : {"stage1_kernel", "stage2_kernel"}) {
-    auto it = v.params.find(field);
-    if (it != v.params.end() && it->is_string()) out.push_back(it->get<std::string>());
-  }
+  if (!is(v.kind, Kind::layer)) return out;
+  if (auto record = LayerRecord::from_params(v.params)) out = {record->stage1_kernel, record->stage2_kernel};
   return out;
 }
 

@@ -21,7 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/store.hpp"
-#include "generator/error.hpp"
+#include "base/error.hpp"
 
 namespace ft::db::report {
 

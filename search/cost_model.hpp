@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "store/store.hpp"
-#include "generator/error.hpp"
+#include "base/error.hpp"
 
 namespace ft::model {
 

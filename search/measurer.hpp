@@ -21,7 +21,7 @@
 #include <memory>
 #include <string>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "measure/worker/protocol.hpp"
 #include "measure/worker/worker_service.hpp"
 

@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "store/kind.hpp"
 #include "store/store.hpp"
 #include "generator/emitter.hpp"
 #include "layer/program.hpp"
@@ -131,7 +132,7 @@ Result<RecordedSpace> compile_and_record(Recorder& rec, const Target& target, co
   // The support unit goes into the database too, so `flytune export` ships the
   // exact align/reduce/shuffle build the winners were measured with.
   FT_CHECK(rec.code_object(support.hash, ext.substr(1), support.binary));
-  db::VariantRecord support_row{.kernel_name = support.kernel_name, .target = std::string(target.name), .kind = "support",
+  db::VariantRecord support_row{.kernel_name = support.kernel_name, .target = std::string(target.name), .kind = db::kind_text(db::Kind::support),
                                  .source_hash = support.cache_key, .code_object_hash = support.hash,
                                  .toolchain_id = rs.toolchain_id, .compile_log = support.log,
                                  .compile_seconds = support.compile_seconds};
@@ -145,7 +146,7 @@ Result<RecordedSpace> compile_and_record(Recorder& rec, const Target& target, co
     db::VariantRecord vr;
     vr.kernel_name = cv.variant.name();
     vr.target = std::string(target.name);
-    vr.kind = std::string(to_string(cv.variant.role));
+    vr.kind = db::kind_text(db::kind_of(cv.variant.role));
     vr.params = cv.variant.to_json();
     vr.toolchain_id = rs.toolchain_id;
     if (cv.object) {

@@ -10,6 +10,8 @@
 #include "measure/layer_bench.hpp"
 #include "search/model_pick.hpp"
 #include "search/progress.hpp"
+#include "store/kind.hpp"
+#include "store/layer_record.hpp"
 
 namespace ft {
 namespace {
@@ -212,7 +214,7 @@ Status StageStep::record_winner(StageRole kind, int tokens, const Ranked& timed,
   w.problem_id = gpu.problem_id;
   w.device_id = gpu.device_id;
   w.tokens = tokens;
-  w.kind = std::string(to_string(kind));
+  w.kind = db::kind_text(db::kind_of(kind));
   w.variant_id = win.id;
   w.run_id = gpu.run_id;
   w.median_us = timed.front().first;
@@ -325,11 +327,11 @@ void LayerStep::no_layer(int tokens, const std::string& reason) {
 Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidate* c2, const TelemetryReading& tele,
                                  std::string& why) {
   db::VariantRecord layer;
-  layer.kernel_name = c1->cv->variant.name() + "+" + c2->cv->variant.name();
+  const db::LayerRecord pair = db::LayerRecord::of(c1->cv->variant, c2->cv->variant);
+  layer.kernel_name = pair.kernel_name();
   layer.target = std::string(target.name);
-  layer.kind = "layer";
-  layer.params = {{"stage1", c1->cv->variant.to_json()}, {"stage2", c2->cv->variant.to_json()},
-                  {"stage1_kernel", c1->cv->variant.name()}, {"stage2_kernel", c2->cv->variant.name()}};
+  layer.kind = db::kind_text(db::Kind::layer);
+  layer.params = pair.to_params();
   layer.toolchain_id = gpu.toolchain_id;
   const std::int64_t layer_id = FT_TRY(gpu.rec.variant(layer));
   auto v = gpu.m.verify_layer({c1->kernel, c2->kernel});
@@ -355,13 +357,13 @@ Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidat
   w.problem_id = gpu.problem_id;
   w.device_id = gpu.device_id;
   w.tokens = tokens;
-  w.kind = "layer";
+  w.kind = layer.kind;
   w.variant_id = layer_id;
   w.run_id = gpu.run_id;
   w.median_us = t->total.median_us;
   w.p10_us = t->total.p10_us;
   w.p90_us = t->total.p90_us;
-  BucketResult br{tokens, "layer", layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
+  BucketResult br{tokens, layer.kind, layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
                   nlohmann::json{{"align_us", t->align.median_us}, {"stage1_us", t->stage1.median_us},
                                  {"stage2_us", t->stage2.median_us}, {"reduce_us", t->reduce.median_us}}};
   if (ceilings) br.floor_us = roofline_floor_us(cfg.problem, tokens, *ceilings);

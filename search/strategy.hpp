@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "store/store.hpp"
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/variant.hpp"
 #include "search/compile_space.hpp"
 #include "measure/worker/protocol.hpp"

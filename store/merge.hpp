@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 
 namespace ft::db {
 

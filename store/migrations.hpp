@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
-#include "generator/embedded_file.hpp"
-#include "generator/error.hpp"
+#include "base/embedded_file.hpp"
+#include "base/error.hpp"
 
 namespace ft::db {
 

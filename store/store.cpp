@@ -420,10 +420,15 @@ Result<std::vector<StaleRun>> close_stale_runs(sqlite3* db, const std::string& p
 }
 
 // ---- Column lists and row readers (shared by every query that returns a record) ----
+// FT_<TABLE>_FIELDS(p): a table's columns after its id, in the table's order,
+// each with the prefix p ("" or "w."); the INSERTs list them and bind ?1..?N
+// in that order. FT_<TABLE>_COLUMNS(p): the id and the fields, as the row
+// readers read them.
 
-constexpr const char* kRunColumns =
-    "id, started_at, ended_at, status, command_line, flytune_version, git_commit, templates_commit, hostname, "
-    "strategy, options_json";
+#define FT_RUN_FIELDS(p)                                                                                     \
+  p "started_at, " p "ended_at, " p "status, " p "command_line, " p "flytune_version, " p "git_commit, " p \
+    "templates_commit, " p "hostname, " p "strategy, " p "options_json"
+#define FT_RUN_COLUMNS(p) p "id, " FT_RUN_FIELDS(p)
 constexpr int kRunColumnCount = 11;
 
 RunRecord read_run(const Query& q, int c) {
@@ -444,9 +449,10 @@ RunRecord read_run(const Query& q, int c) {
   return r;
 }
 
-#define FT_DEVICE_COLUMNS(p)                                                                                   \
-  p "id, " p "runtime, " p "name, " p "arch, " p "compute_units, " p "memory_bytes, " p "l2_bytes, " p \
+#define FT_DEVICE_FIELDS(p)                                                                         \
+  p "runtime, " p "name, " p "arch, " p "compute_units, " p "memory_bytes, " p "l2_bytes, " p \
     "max_shared_per_block, " p "clock_mhz, " p "driver_version, " p "runtime_version"
+#define FT_DEVICE_COLUMNS(p) p "id, " FT_DEVICE_FIELDS(p)
 constexpr int kDeviceColumnCount = 11;
 
 DeviceRecord read_device(const Query& q, int c) {
@@ -465,15 +471,17 @@ DeviceRecord read_device(const Query& q, int c) {
   return d;
 }
 
-#define FT_TOOLCHAIN_COLUMNS(p) p "id, " p "backend, " p "version, " p "path"
+#define FT_TOOLCHAIN_FIELDS(p) p "backend, " p "version, " p "path"
+#define FT_TOOLCHAIN_COLUMNS(p) p "id, " FT_TOOLCHAIN_FIELDS(p)
 constexpr int kToolchainColumnCount = 4;
 
 ToolchainRecord read_toolchain(const Query& q, int c) {
   return ToolchainRecord{q.i64(c), q.text(c + 1), q.text(c + 2), q.text(c + 3)};
 }
 
-#define FT_PROBLEM_COLUMNS(p) \
-  p "id, " p "key, " p "experts, " p "hidden, " p "inter, " p "topk, " p "dtype, " p "activation, " p "routing"
+#define FT_PROBLEM_FIELDS(p) \
+  p "key, " p "experts, " p "hidden, " p "inter, " p "topk, " p "dtype, " p "activation, " p "routing"
+#define FT_PROBLEM_COLUMNS(p) p "id, " FT_PROBLEM_FIELDS(p)
 constexpr int kProblemColumnCount = 9;
 
 ProblemRecord read_problem(const Query& q, int c) {
@@ -490,11 +498,12 @@ ProblemRecord read_problem(const Query& q, int c) {
   return p;
 }
 
-#define FT_VARIANT_COLUMNS(p)                                                                                       \
-  p "id, " p "kernel_name, " p "target, " p "kind, " p "params_json, " p "source_hash, " p "code_object_hash, " p \
-    "toolchain_id, " p "compile_status, " p "compile_log, " p "compile_seconds, " p "vgprs, " p "agprs, " p         \
-    "sgprs, " p "regs, " p "lds_bytes, " p "scratch_bytes, " p "spills, " p "occupancy, " p "matrix_ops_json, " p \
-    "created_at, " p "updated_at"
+#define FT_VARIANT_FIELDS(p)                                                                                \
+  p "kernel_name, " p "target, " p "kind, " p "params_json, " p "source_hash, " p "code_object_hash, " p   \
+    "toolchain_id, " p "compile_status, " p "compile_log, " p "compile_seconds, " p "vgprs, " p "agprs, " p \
+    "sgprs, " p "regs, " p "lds_bytes, " p "scratch_bytes, " p "spills, " p "occupancy, " p                 \
+    "matrix_ops_json, " p "created_at, " p "updated_at"
+#define FT_VARIANT_COLUMNS(p) p "id, " FT_VARIANT_FIELDS(p)
 constexpr int kVariantColumnCount = 22;
 
 VariantRecord read_variant(const Query& q, int c) {
@@ -524,10 +533,11 @@ VariantRecord read_variant(const Query& q, int c) {
   return v;
 }
 
-#define FT_MEASUREMENT_COLUMNS(p)                                                                                  \
-  p "id, " p "run_id, " p "variant_id, " p "problem_id, " p "device_id, " p "tokens, " p "phase, " p "status, " p \
-    "error_message, " p "median_us, " p "p10_us, " p "p90_us, " p "min_us, " p "samples, " p "rel_l2_err, " p      \
+#define FT_MEASUREMENT_FIELDS(p)                                                                              \
+  p "run_id, " p "variant_id, " p "problem_id, " p "device_id, " p "tokens, " p "phase, " p "status, " p \
+    "error_message, " p "median_us, " p "p10_us, " p "p90_us, " p "min_us, " p "samples, " p "rel_l2_err, " p \
     "max_abs_err, " p "sm_clock_mhz, " p "mem_clock_mhz, " p "temperature_c, " p "pci_bus_id, " p "measured_at"
+#define FT_MEASUREMENT_COLUMNS(p) p "id, " FT_MEASUREMENT_FIELDS(p)
 
 MeasurementRecord read_measurement(const Query& q, int c) {
   MeasurementRecord m;
@@ -840,8 +850,7 @@ std::string run_options_text(const RunRecord& run) {
 Result<std::int64_t> Store::begin_run(const RunRecord& run) {
   FT_CHECK(impl_->writable("begin_run"));
   auto q = FT_TRY(impl_->query(
-      "INSERT INTO runs (started_at, status, command_line, flytune_version, git_commit, templates_commit, hostname, "
-      "strategy, options_json) VALUES (?1, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id"));
+      "INSERT INTO runs (" FT_RUN_FIELDS("") ") VALUES (?1, NULL, 'running', ?2, ?3, ?4, ?5, ?6, ?7, ?8) RETURNING id"));
   q.bind(1, run.started_at.empty() ? utc_now() : run.started_at);
   q.bind(2, run.command_line);
   q.bind(3, run.flytune_version);
@@ -880,10 +889,8 @@ Result<std::int64_t> Store::upsert_device(const DeviceRecord& d) {
   FT_CHECK(impl_->writable("upsert_device"));
   // The no-op update makes RETURNING yield the existing row's id.
   auto q = FT_TRY(impl_->query(
-      "INSERT INTO devices (runtime, name, arch, compute_units, memory_bytes, l2_bytes, max_shared_per_block, "
-      "clock_mhz, driver_version, runtime_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
-      "ON CONFLICT (runtime, name, arch, compute_units, memory_bytes, l2_bytes, max_shared_per_block, clock_mhz, "
-      "driver_version, runtime_version) DO UPDATE SET name = excluded.name RETURNING id"));
+      "INSERT INTO devices (" FT_DEVICE_FIELDS("") ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) "
+      "ON CONFLICT (" FT_DEVICE_FIELDS("") ") DO UPDATE SET name = excluded.name RETURNING id"));
   q.bind(1, d.runtime);
   q.bind(2, d.name);
   q.bind(3, d.arch);
@@ -902,8 +909,8 @@ Result<std::int64_t> Store::upsert_device(const DeviceRecord& d) {
 Result<std::int64_t> Store::upsert_toolchain(const ToolchainRecord& t) {
   FT_CHECK(impl_->writable("upsert_toolchain"));
   auto q = FT_TRY(impl_->query(
-      "INSERT INTO toolchains (backend, version, path) VALUES (?1, ?2, ?3) "
-      "ON CONFLICT (backend, version, path) DO UPDATE SET version = excluded.version RETURNING id"));
+      "INSERT INTO toolchains (" FT_TOOLCHAIN_FIELDS("") ") VALUES (?1, ?2, ?3) "
+      "ON CONFLICT (" FT_TOOLCHAIN_FIELDS("") ") DO UPDATE SET version = excluded.version RETURNING id"));
   q.bind(1, t.backend);
   q.bind(2, t.version);
   q.bind(3, t.path);
@@ -916,7 +923,7 @@ Result<std::int64_t> Store::upsert_problem(const ProblemRecord& p) {
   FT_CHECK(impl_->writable("upsert_problem"));
   // The key names the shape, so an existing key keeps its row unchanged.
   auto q = FT_TRY(impl_->query(
-      "INSERT INTO problems (key, experts, hidden, inter, topk, dtype, activation, routing) "
+      "INSERT INTO problems (" FT_PROBLEM_FIELDS("") ") "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (key) DO UPDATE SET key = excluded.key RETURNING id"));
   q.bind(1, p.key);
   q.bind(2, p.experts);
@@ -987,9 +994,7 @@ void bind_measurement(Query& q, const MeasurementRecord& m, const std::string& m
 Result<std::int64_t> Store::upsert_variant(const VariantRecord& v) {
   FT_CHECK(impl_->writable("upsert_variant"));
   auto q = FT_TRY(impl_->query(
-      "INSERT INTO variants (kernel_name, target, kind, params_json, source_hash, code_object_hash, toolchain_id, "
-      "compile_status, compile_log, compile_seconds, vgprs, agprs, sgprs, regs, lds_bytes, scratch_bytes, spills, "
-      "occupancy, matrix_ops_json, created_at, updated_at) "
+      "INSERT INTO variants (" FT_VARIANT_FIELDS("") ") "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?20) "
       "ON CONFLICT (kernel_name, target, toolchain_id) DO UPDATE SET kind = excluded.kind, "
       "params_json = excluded.params_json, source_hash = excluded.source_hash, "
@@ -1020,9 +1025,7 @@ Status Store::put_code_object(std::string_view hash, std::string_view format, st
 Result<std::int64_t> Store::add_measurement(const MeasurementRecord& m) {
   FT_CHECK(impl_->writable("add_measurement"));
   auto q = FT_TRY(impl_->query(
-      "INSERT INTO measurements (run_id, variant_id, problem_id, device_id, tokens, phase, status, error_message, "
-      "median_us, p10_us, p90_us, min_us, samples, rel_l2_err, max_abs_err, sm_clock_mhz, mem_clock_mhz, "
-      "temperature_c, pci_bus_id, measured_at) "
+      "INSERT INTO measurements (" FT_MEASUREMENT_FIELDS("") ") "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20) RETURNING id"));
   bind_measurement(q, m, m.measured_at.empty() ? utc_now() : m.measured_at);
   auto id = returning_id(q);
@@ -1033,8 +1036,7 @@ Result<std::int64_t> Store::add_measurement(const MeasurementRecord& m) {
 Status Store::set_winner(const WinnerRecord& w) {
   FT_CHECK(impl_->writable("set_winner"));
   auto q = FT_TRY(impl_->query(
-      "INSERT INTO winners (problem_id, device_id, tokens, kind, variant_id, run_id, median_us, p10_us, p90_us, "
-      "default_variant_id, speedup_vs_default, chosen_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
+      "INSERT INTO winners (" FT_WINNER_COLUMNS("") ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
       "ON CONFLICT (problem_id, device_id, tokens, kind) DO UPDATE SET variant_id = excluded.variant_id, "
       "run_id = excluded.run_id, median_us = excluded.median_us, p10_us = excluded.p10_us, p90_us = excluded.p90_us, "
       "default_variant_id = excluded.default_variant_id, speedup_vs_default = excluded.speedup_vs_default, "
@@ -1079,8 +1081,7 @@ Result<std::int64_t> Store::import_run(const RunRecord& run) {
     if (FT_TRY(q.step())) return q.i64(0);
   }
   auto q = FT_TRY(impl_->query(
-      "INSERT INTO runs (started_at, ended_at, status, command_line, flytune_version, git_commit, templates_commit, "
-      "hostname, strategy, options_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id"));
+      "INSERT INTO runs (" FT_RUN_FIELDS("") ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) RETURNING id"));
   q.bind(1, run.started_at);
   q.bind_or_null(2, run.ended_at);
   q.bind(3, to_string(run.status));
@@ -1106,9 +1107,7 @@ Result<std::int64_t> Store::import_variant(const VariantRecord& v) {
     if (FT_TRY(q.step())) return q.i64(0);
   }
   auto q = FT_TRY(impl_->query(
-      "INSERT INTO variants (kernel_name, target, kind, params_json, source_hash, code_object_hash, toolchain_id, "
-      "compile_status, compile_log, compile_seconds, vgprs, agprs, sgprs, regs, lds_bytes, scratch_bytes, spills, "
-      "occupancy, matrix_ops_json, created_at, updated_at) "
+      "INSERT INTO variants (" FT_VARIANT_FIELDS("") ") "
       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21) "
       "RETURNING id"));
   bind_variant(q, v);
@@ -1148,7 +1147,7 @@ Result<std::optional<MeasurementRecord>> Store::latest_measurement(const Measure
 }
 
 Result<std::vector<RunRecord>> Store::list_runs() {
-  static const std::string sql = std::string("SELECT ") + kRunColumns + " FROM runs ORDER BY id";
+  static const std::string sql = std::string("SELECT " FT_RUN_COLUMNS("") " FROM runs ORDER BY id");
   auto q = FT_TRY(impl_->query(sql));
   return collect<RunRecord>(q, [](const Query& r) { return read_run(r, 0); });
 }

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "store/migrations.hpp"
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/problem.hpp"
 #include "device/device.hpp"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 
 namespace ft {
 

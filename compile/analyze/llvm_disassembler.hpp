@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/target.hpp"
 
 namespace ft {

@@ -6,7 +6,7 @@
 #include <span>
 #include <string_view>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/target.hpp"
 #include "compile/analyze/llvm_disassembler.hpp"
 #include "compile/toolchain/toolchains.hpp"

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/target.hpp"
 
 namespace ft {

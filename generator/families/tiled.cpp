@@ -46,14 +46,6 @@ class TiledFamily final : public Family {
   std::string_view id() const override { return "tiled"; }
   bool takes(const AtomInfo& a) const override { return a.family == "mfma" || a.family == "mma.sync"; }
   std::span<const Axis> axes() const override { return axes_; }
-  std::string_view kernel_template(StageRole r) const override {
-    return r == StageRole::stage1 ? "ft::Stage1<Config>" : "ft::Stage2<Config>";
-  }
-
-  int threads(const Variant& v) const override {
-    return (v.get("warps_m") * v.get("warps_n") + (v.get("warp_specialized") ? 4 : 0)) * v.atom()->lanes;
-  }
-
   // ft::TiledGemm::kSmemBytes: rows of A then of each weight matrix, each
   // tile_k wide plus one 16-byte pad, per LDS stage (in the operand's bytes);
   // quantise-on-store stages its tile in the same memory afterwards.

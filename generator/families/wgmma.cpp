@@ -63,14 +63,6 @@ class WgmmaFamily final : public Family {
   std::string_view id() const override { return "wgmma"; }
   bool takes(const AtomInfo& a) const override { return a.family == "wgmma"; }
   std::span<const Axis> axes() const override { return axes_; }
-  std::string_view kernel_template(StageRole r) const override {
-    return r == StageRole::stage1 ? "ft::Stage1<Config>" : "ft::Stage2<Config>";
-  }
-
-  int threads(const Variant& v) const override {
-    return (v.get("warps_m") * v.get("warps_n") + (v.get("warp_specialized") ? 4 : 0)) * v.atom()->lanes;
-  }
-
   // ft::WgmmaGemm::kSmemBytes: 128-byte rows (one k-tile) of A and all weight
   // tiles per stage, plus 1024 bytes to align the ring for the swizzle; a
   // producer warpgroup adds a full and an empty mbarrier (8 bytes each) per

@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/problem.hpp"
 #include "generator/variant.hpp"
 #include "device/device.hpp"

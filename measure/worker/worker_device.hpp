@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/target.hpp"
 #include "device/device.hpp"
 

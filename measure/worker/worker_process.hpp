@@ -8,7 +8,7 @@
 #include <string>
 #include <sys/types.h>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 
 namespace ft {
 

@@ -18,7 +18,7 @@
 #include <ostream>
 #include <string>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "device/device.hpp"
 #include "measure/worker/protocol.hpp"
 

@@ -6,7 +6,7 @@
 #include <span>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/variant.hpp"
 #include "generator/device_facts.hpp"
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/problem.hpp"
 #include "generator/device_facts.hpp"  // ft::Elem (templates/ft/elem.hpp)
 

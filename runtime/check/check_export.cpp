@@ -145,10 +145,10 @@ namespace {
 // units from their target and dtype, the stage units from their variants.
 Result<std::map<std::string, std::vector<std::byte>>> emulated_objects(const rt::Manifest& m) {
   std::map<std::string, KernelSource> units;
-  for (const rt::SupportUnit& u : m.supports) units.emplace(u.code_object, emit_support(*m.target_info, FT_TRY(parse_dtype(u.dtype))));
+  for (const rt::SupportUnit& u : m.supports) units.emplace(u.code_object, emit_support(*m.target_info, u.dtype));
   for (const rt::ProblemEntry& p : m.problems)
     for (const rt::Bucket& b : p.buckets)
-      for (const Variant* v : {&*b.recipe.stage1, &*b.recipe.stage2}) units.emplace(b.files.at(v->name()), emit_variant(*v));
+      for (const Variant* v : {&*b.recipe.stage1, &*b.recipe.stage2}) units.emplace(b.code_objects.at(v->name()), emit_variant(*v));
   std::map<std::string, std::vector<std::byte>> out;
   for (const auto& [file, unit] : units) {
     emu::EmuLibrary lib = FT_TRY(emu::compile_emulated(unit, *m.target_info));

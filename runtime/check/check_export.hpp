@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 
 struct ft_runtime;  // flytune_runtime.h
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "flytune_runtime.h"
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/problem.hpp"
 #include "measure/workload/workload.hpp"
 #include "runtime/check/check_export.hpp"

@@ -4,8 +4,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <set>
-#include <stdexcept>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -54,133 +52,19 @@ Status check_inside(const fs::path& dir, const std::string& name) {
   return {};
 }
 
-int positive_int(const json& j, const char* key, const std::string& where) {
-  const json& v = j.at(key);
-  if (!v.is_number_integer() || v.get<long long>() < 1 || v.get<long long>() > (1 << 30))
-    throw std::invalid_argument(where + ": " + key + " " + v.dump() + " must be a positive integer");
-  return v.get<int>();
-}
-
-SupportUnit parse_support(const json& s) {
-  SupportUnit u;
-  u.dtype = s.at("dtype").get<std::string>();
-  u.code_object = s.at("code_object").get<std::string>();
-  const json& sym = s.at("symbols");
-  u.align = sym.at("align").get<std::string>();
-  u.reduce_atomic = sym.at("reduce_atomic").get<std::string>();
-  u.reduce_partials = sym.at("reduce_partials").get<std::string>();
-  u.reduce_partials16 = sym.value("reduce_partials16", std::string());
-  u.align_count = sym.value("align_count", std::string());
-  u.align_scatter = sym.value("align_scatter", std::string());
-  u.quantise_x = sym.value("quantise_x", std::string());
-  u.quantise_inter = sym.value("quantise_inter", std::string());
-  u.reference_quantise = sym.value("reference_quantise", std::string());
-  if (u.dtype == "e4m3" && (u.quantise_x.empty() || u.quantise_inter.empty() || u.reference_quantise.empty()))
-    throw std::invalid_argument("the e4m3 support unit names no quantise_x, quantise_inter or reference_quantise symbol");
-  u.shuffle = sym.at("shuffle").get<std::string>();
-  u.reference1 = sym.at("reference1").get<std::string>();
-  u.reference2 = sym.at("reference2").get<std::string>();
-  u.fill = sym.at("fill").get<std::string>();
-  return u;
-}
-
-// Without each launch step's code object: what the layer program computes.
-json program_part(const json& steps) {
-  json out = steps;
-  for (json& s : out)
-    if (s.is_object()) s.erase("code_object");
-  return out;
-}
-
-// The first difference between the recorded steps and the program's.
-std::string first_difference(const json& recorded, const json& computed) {
-  const json patch = json::diff(computed, recorded);
-  return patch.empty() ? std::string("none") : patch.front().dump();
-}
-
-Result<Bucket> parse_bucket(const json& bj, const Manifest& m, const ProblemEntry& p) {
-  Bucket b;
-  const std::string where = "problem " + p.key + " bucket";
-  b.tokens = positive_int(bj, "tokens", where);
-  const std::string at = where + " T=" + std::to_string(b.tokens);
-  b.recipe.target = m.target_info;
-  b.recipe.problem = p.problem;
-  const std::string dtype(to_string(p.problem.dtype));
-  const auto support = std::find_if(m.supports.begin(), m.supports.end(), [&](const SupportUnit& u) { return u.dtype == dtype; });
-  b.recipe.wide_align = support != m.supports.end() && !support->align_count.empty() && !support->align_scatter.empty();
-  const json& stages = bj.at("stages");
-  b.recipe.stage1 = FT_TRY(Variant::from_json(stages.at("stage1")));
-  b.recipe.stage2 = FT_TRY(Variant::from_json(stages.at("stage2")));
-  const json& steps = bj.at("steps");
-  for (const json& s : steps)
-    if (s.at("op").get<std::string>() == "launch" && s.contains("code_object"))
-      b.files[s.at("symbol").get<std::string>()] = s.at("code_object").get<std::string>();
-  for (const std::optional<Variant>* v : {&b.recipe.stage1, &b.recipe.stage2})
-    if (!b.files.contains((*v)->name()))
-      return fail(Errc::invalid_input, at + ": no step names the code object of " + (*v)->name());
-  // The recorded steps must be what the one layer program computes for this
-  // recipe: an export written by another flytune version, or edited, is refused.
-  auto prog = build_program(b.recipe, b.tokens);
-  if (!prog) return std::unexpected(with_context(prog.error(), at));
-  const json computed = steps_json(*prog);
-  if (program_part(steps) != computed)
-    return fail(Errc::invalid_input, at + ": the recorded steps differ from this runtime's layer program (first difference: " +
-                                         first_difference(program_part(steps), computed) +
-                                         "); export again with this flytune version");
-  return b;
-}
-
-Result<Manifest> parse(const json& j) {
+// The manifest library's decoding, with the runtime's places for the functions.
+Manifest runtime_manifest(manifest::Manifest d) {
   Manifest m;
-  const int schema = j.at("schema_version").get<int>();
-  if (schema != kSupportedSchema)
-    return fail(Errc::invalid_input, "manifest schema_version " + std::to_string(schema) + ", this runtime reads " +
-                                         std::to_string(kSupportedSchema) + "; export again with this flytune version");
-  m.target = j.at("target").get<std::string>();
-  m.target_info = FT_TRY(lookup_target(m.target));
-  m.format = j.at("code_object_format").get<std::string>();
-  if (m.format != "cubin" && m.format != "hsaco" && m.format != "so")
-    return fail(Errc::invalid_input, "unknown code_object_format '" + m.format + "'");
-  for (const json& s : j.at("support_units")) m.supports.push_back(parse_support(s));
-  for (const json& pj : j.at("problems")) {
-    ProblemEntry p;
-    p.key = pj.at("key").get<std::string>();
-    const std::string where = "problem " + p.key;
-    p.problem.name = p.key;
-    p.problem.experts = positive_int(pj, "experts", where);
-    p.problem.hidden = positive_int(pj, "hidden", where);
-    p.problem.inter = positive_int(pj, "inter", where);
-    p.problem.topk = positive_int(pj, "topk", where);
-    p.problem.dtype = FT_TRY(parse_dtype(pj.at("dtype").get<std::string>()));
-    if (p.problem.fp8()) {
-      if (!pj.contains("scales")) return fail(Errc::invalid_input, where + ": an fp8 problem names no scales");
-      p.problem.scales = FT_TRY(parse_scales(pj.at("scales").get<std::string>()));
-      if (auto st = p.problem.validate(); !st) return std::unexpected(with_context(st.error(), where));
-    }
-    if (p.problem.topk > p.problem.experts) return fail(Errc::invalid_input, where + ": topk exceeds experts");
-    for (const json& bj : pj.at("buckets")) p.buckets.push_back(FT_TRY(parse_bucket(bj, m, p)));
-    if (p.buckets.empty()) return fail(Errc::invalid_input, where + " has no buckets");
-    std::sort(p.buckets.begin(), p.buckets.end(), [](const Bucket& a, const Bucket& b) { return a.tokens < b.tokens; });
-    if (pj.contains("missing_buckets")) {  // exports before it have none
-      for (const json& t : pj.at("missing_buckets")) {
-        const int tokens = t.get<int>();
-        if (tokens < 1) return fail(Errc::invalid_input, where + ": missing_buckets holds " + std::to_string(tokens) + " < 1");
-        if (std::any_of(p.buckets.begin(), p.buckets.end(), [&](const Bucket& b) { return b.tokens == tokens; }))
-          return fail(Errc::invalid_input, where + ": T=" + std::to_string(tokens) + " is both a bucket and a missing bucket");
-        p.missing_buckets.push_back(tokens);
-      }
-      std::sort(p.missing_buckets.begin(), p.missing_buckets.end());
-    }
-    if (std::none_of(m.supports.begin(), m.supports.end(), [&](const SupportUnit& u) { return u.dtype == pj.at("dtype"); }))
-      return fail(Errc::invalid_input, where + ": no support unit for dtype " + pj.at("dtype").get<std::string>());
-    m.problems.push_back(std::move(p));
+  m.target = std::string(d.target->name);
+  m.target_info = d.target;
+  m.format = d.code_object_format;
+  m.files = d.files();
+  for (manifest::SupportUnit& u : d.supports) m.supports.push_back(SupportUnit{std::move(u), {}});
+  for (manifest::ProblemEntry& p : d.problems) {
+    ProblemEntry e{std::move(p.key), std::move(p.problem), {}, std::move(p.missing_buckets)};
+    for (manifest::Bucket& b : p.buckets) e.buckets.push_back(Bucket{std::move(b), {}});
+    m.problems.push_back(std::move(e));
   }
-  std::set<std::string> files;
-  for (const SupportUnit& u : m.supports) files.insert(u.code_object);
-  for (const ProblemEntry& p : m.problems)
-    for (const Bucket& b : p.buckets)
-      for (const auto& [symbol, file] : b.files) files.insert(file);
-  m.files.assign(files.begin(), files.end());
   return m;
 }
 
@@ -190,14 +74,10 @@ Result<Manifest> read_manifest(const std::string& dir) {
   const std::string text = FT_TRY(read_regular_file(fs::path(dir) / "manifest.json", kMaxManifestBytes, "manifest.json"));
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return fail(Errc::invalid_input, "manifest.json is not a JSON object", dir);
-  Result<Manifest> m;
-  try {  // nlohmann's at()/get() report missing or mistyped members by exception
-    m = parse(j);
-  } catch (const std::exception& e) {
-    return fail(Errc::invalid_input, std::string("manifest.json is malformed: ") + e.what(), dir);
-  }
-  if (!m) return std::unexpected(with_context(m.error(), dir));
-  for (const std::string& f : m->files) FT_CHECK(check_inside(dir, f));
+  auto decoded = manifest::decode(j);
+  if (!decoded) return std::unexpected(with_context(decoded.error(), dir));
+  Manifest m = runtime_manifest(std::move(*decoded));
+  for (const std::string& f : m.files) FT_CHECK(check_inside(dir, f));
   return m;
 }
 
@@ -230,9 +110,9 @@ Status check_target(const Manifest& m, const DeviceInfo& d) {
 }
 
 int select_bucket(const ProblemEntry& p, int tokens) {
-  for (std::size_t i = 0; i < p.buckets.size(); ++i)
-    if (p.buckets[i].tokens >= tokens) return int(i);
-  return int(p.buckets.size()) - 1;
+  std::vector<int> buckets;
+  for (const Bucket& b : p.buckets) buckets.push_back(b.tokens);
+  return int(manifest::select_bucket(buckets, tokens));
 }
 
 CoverageNote coverage_of(const ProblemEntry& p, int tokens) {
@@ -392,14 +272,13 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
     u.fill_fn = FT_TRY(function(f, u.fill));
   }
   for (ProblemEntry& p : manifest_.problems) {
-    const std::string dtype(to_string(p.problem.dtype));
     const SupportUnit& u = *std::find_if(manifest_.supports.begin(), manifest_.supports.end(),
-                                         [&](const SupportUnit& s) { return s.dtype == dtype; });
+                                         [&](const SupportUnit& s) { return s.dtype == p.problem.dtype; });
     for (Bucket& b : p.buckets) {
       b.kernels = {u.align_fn,          {}, {}, u.reduce_atomic_fn, u.reduce_partials_fn, u.reduce_partials16_fn,
                    u.align_count_fn,    u.align_scatter_fn, u.quantise_x_fn, u.quantise_inter_fn};
       for (auto [variant, slot] : {std::pair{&*b.recipe.stage1, &b.kernels.stage1}, std::pair{&*b.recipe.stage2, &b.kernels.stage2}}) {
-        *slot = FT_TRY(function(b.files.at(variant->name()), variant->name()));
+        *slot = FT_TRY(function(b.code_objects.at(variant->name()), variant->name()));
         if (variant->lds_bytes() > 0) FT_CHECK(device_->set_dynamic_shared(*slot, variant->lds_bytes()));
       }
     }
@@ -422,9 +301,8 @@ Result<Plan> Runtime::select(const std::string& key, int tokens) {
   plan.tokens = tokens;
   plan.coverage = coverage_of(*it, tokens);
   plan.runtime = this;
-  const std::string dtype(to_string(it->problem.dtype));
   for (const SupportUnit& u : manifest_.supports)
-    if (u.dtype == dtype) plan.support = &u;
+    if (u.dtype == it->problem.dtype) plan.support = &u;
   auto program = build_program(plan.bucket->recipe, tokens);
   if (!program) return fail(Errc::usage, program.error().message, key);
   plan.program = std::move(*program);
@@ -472,11 +350,11 @@ Status Runtime::fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed
   // Codes are the target's fp8 format: the e4m3 unit's fill writes them.
   const SupportUnit* u = &manifest_.supports.front();
   if (kind == 2) {
-    auto e4m3 = std::find_if(manifest_.supports.begin(), manifest_.supports.end(), [](const SupportUnit& s) { return s.dtype == "e4m3"; });
+    auto e4m3 = std::find_if(manifest_.supports.begin(), manifest_.supports.end(), [](const SupportUnit& s) { return s.dtype == DType::e4m3; });
     if (e4m3 == manifest_.supports.end()) return fail(Errc::usage, "fill: fp8 codes need an export with an fp8 problem");
     u = &*e4m3;
   }
-  if (kind == -1) kind = u->dtype == "f16" ? 1 : 0;
+  if (kind == -1) kind = u->dtype == DType::f16 ? 1 : 0;
   FillArgs a{device_pointer<u16>(dst), count, seed, scale, kind, group, 0};
   return launch_support(u->fill_fn, fill_launch(count), &a, sizeof a, {});
 }

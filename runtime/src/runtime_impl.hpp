@@ -17,40 +17,31 @@
 #include <string>
 #include <vector>
 
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/problem.hpp"
 #include "generator/variant.hpp"
 #include "layer/execute.hpp"
 #include "device/device.hpp"
+#include "manifest/manifest.hpp"
 
 struct ft_runtime;  // the C API handles (flytune_runtime.h)
 struct ft_plan;
 
 namespace ft::rt {
 
-inline constexpr int kSupportedSchema = 2;
 // Larger files are refused before they are read (a manifest of a few thousand
 // buckets is a few MiB; the largest code objects are a few MiB).
 inline constexpr std::uintmax_t kMaxManifestBytes = 64u << 20;
 inline constexpr std::uintmax_t kMaxCodeObjectBytes = 256u << 20;
 
-struct Bucket {
-  int tokens = 0;
-  LayerRecipe recipe;                        // the stage variants
-  std::map<std::string, std::string> files;  // code object file by stage symbol
-  RoleKernels kernels;                       // after loading
+// A bucket and a support unit as the manifest library decodes them
+// (manifest/manifest.hpp), with the functions loading binds.
+struct Bucket : manifest::Bucket {
+  RoleKernels kernels;  // after loading
   bool atomic() const { return recipe.stage2 && recipe.stage2->contract().output == Reduce::atomic; }
 };
 
-struct SupportUnit {
-  std::string dtype;
-  std::string code_object;
-  std::string align, reduce_atomic, reduce_partials, shuffle, reference1, reference2, fill;  // symbols
-  // Only in manifests whose layers need them (an export of a database recorded
-  // before they existed never does): 16-bit partials, the wide align.
-  std::string reduce_partials16, align_count, align_scatter;
-  // The e4m3 unit's (fp8 layers): the quantise steps and the reference's intermediate quantisation.
-  std::string quantise_x, quantise_inter, reference_quantise;
+struct SupportUnit : manifest::SupportUnit {
   FunctionHandle align_fn, reduce_atomic_fn, reduce_partials_fn, reduce_partials16_fn, shuffle_fn, reference1_fn, reference2_fn,
       fill_fn, align_count_fn, align_scatter_fn, quantise_x_fn, quantise_inter_fn, reference_quantise_fn;
 };
@@ -73,8 +64,9 @@ struct Manifest {
   std::vector<std::string> files;  // every code object named, once
 };
 
-// Parses manifest.json of `dir`, checks that every file it names lies inside
-// `dir` and that each bucket's recorded steps are the layer program's.
+// Decodes manifest.json of `dir` (manifest::decode: its schema version, and
+// each bucket's recorded steps against the layer program) and checks that
+// every file it names lies inside `dir`.
 // Errc::invalid_input: malformed, unsupported or disagreeing; Errc::io: a
 // file outside, not a regular file, or too large.
 Result<Manifest> read_manifest(const std::string& dir);
@@ -84,7 +76,7 @@ Result<std::map<std::string, std::vector<std::byte>>> read_code_objects(const st
 // Errc::no_device when the device's target is not the export's.
 Status check_target(const Manifest& m, const DeviceInfo& device);
 
-int select_bucket(const ProblemEntry& p, int tokens);  // index into p.buckets
+int select_bucket(const ProblemEntry& p, int tokens);  // index into p.buckets (manifest::select_bucket)
 
 // How a plan's T is served (the C API's ft_coverage): by the bucket meant for
 // it (the smallest tuned bucket >= T); above the largest tuned or missing

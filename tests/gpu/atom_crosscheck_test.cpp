@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "generator/atoms.hpp"
-#include "generator/embedded_file.hpp"
+#include "base/embedded_file.hpp"
 #include "tests/gpu/gpu_test_support.hpp"
 #include "compile/compile.hpp"
 #include "generator/device_facts.hpp"

@@ -23,7 +23,7 @@
 #include "compile/analyze/amdgpu_metadata.hpp"
 #include "device/device.hpp"
 #include "emulate/emu_device.hpp"
-#include "generator/error.hpp"
+#include "base/error.hpp"
 #include "generator/kernel_source.hpp"
 #include "generator/target.hpp"
 

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "generator/embedded_file.hpp"
+#include "base/embedded_file.hpp"
 #include "generator/target.hpp"
 #include "compile/compile.hpp"
 #include "compile/toolchain/toolchains.hpp"

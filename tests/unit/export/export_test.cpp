@@ -29,7 +29,7 @@ TEST(Export, H200ManifestCodeObjectsExistAndHashToTheirNames) {
   if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
   ASSERT_TRUE(ex.error.empty()) << ex.error;
   const json& m = ex.manifest;
-  EXPECT_EQ(m["schema_version"], 2);
+  EXPECT_EQ(m["schema_version"], 3);
   EXPECT_EQ(m["target"], "sm_90a");
   EXPECT_EQ(m["code_object_format"], "cubin");
   EXPECT_EQ(m["device"]["name"], "NVIDIA H200");
@@ -390,15 +390,6 @@ TEST(Export, UnknownTargetFilterFindsNothing) {
   auto r = db::build_export({test::h200_db(), "", std::string("gfx942"), {}});
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("no layer winners for target gfx942"), std::string::npos) << r.error().describe();
-}
-
-TEST(Export, SelectBucketIsNextUpElseLargest) {
-  const std::vector<int> b{1, 16, 64, 512, 4096, 16384};
-  EXPECT_EQ(db::select_bucket(b, 1), 1);
-  EXPECT_EQ(db::select_bucket(b, 5), 16);
-  EXPECT_EQ(db::select_bucket(b, 64), 64);
-  EXPECT_EQ(db::select_bucket(b, 700), 4096);
-  EXPECT_EQ(db::select_bucket(b, 16385), 16384);
 }
 
 TEST(Export, CoverageOfPowersOfTwoUpTo16384) {

@@ -1,0 +1,129 @@
+#pragma once
+// manifest.json, the description of an export (docs/EXPORT.md), in one typed
+// home: every field as a member, the one encoding and the one decoding, the
+// schema version and the rule that picks a bucket for a token count. The
+// export fills a Manifest and encodes it (export/export.cpp) and writes its C
+// header from it (export/dispatch_header.cpp); the runtime decodes it. Decoding
+// refuses a malformed manifest, another schema version and a bucket whose
+// recorded steps are not what the layer program computes for its stage
+// variants, with one line (Errc::invalid_input).
+//
+// What the manifest only documents for hosts that launch without the runtime
+// -- the byte layouts of ft::MoeArgs and ft::ShuffleArgs, the weight layouts'
+// offsets, an fp8 problem's scale tensors -- is written from the structs and
+// the layer program themselves (manifest/layouts.hpp), never stored twice.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/error.hpp"
+#include "generator/problem.hpp"
+#include "generator/target.hpp"
+#include "generator/variant.hpp"
+#include "layer/program.hpp"
+
+namespace ft::manifest {
+
+// 3: the formulas that restated the layer program (max_padded_rows_formula,
+// workspace_bytes) are gone (buffers_at_bucket and the steps hold its numbers;
+// the runtime computes them for any T). 2: the layer program's steps. 1: before.
+inline constexpr int kSchemaVersion = 3;
+inline constexpr const char* kSelectionRule = "the smallest tuned bucket >= T, else the largest bucket";
+
+// The bucket that serves `tokens`: the index of the smallest tuned bucket >=
+// tokens, else of the largest. `buckets` ascending and not empty.
+std::size_t select_bucket(std::span<const int> buckets, int tokens);
+
+// Where the winners were measured, and by which compiler they were built.
+struct MeasuredOn {
+  std::string runtime, name, arch;
+  int compute_units = 0;
+  std::int64_t memory_bytes = 0;
+  std::string driver_version, runtime_version;
+};
+struct Toolchain {
+  std::string backend, version;
+};
+
+// The support unit of one dtype (generator/emitter.hpp emit_support): its code
+// object and the entry of each support kernel; "" where the unit lacks an
+// optional one (units recorded before 16-bit partials or the wide align; the
+// quantise entries only in the e4m3 unit).
+struct SupportUnit {
+  DType dtype = DType::bf16;
+  std::string code_object;
+  std::string source;     // "database" or "compiled by flytune export"
+  std::string toolchain;
+  std::string align, reduce_atomic, reduce_partials, shuffle, reference1, reference2, fill;
+  std::string reduce_partials16, align_count, align_scatter;
+  std::string quantise_x, quantise_inter, reference_quantise;
+  // The entries of this flytune's unit for (target, dtype), the optional ones
+  // where the unit holds them.
+  static SupportUnit of(const Target& t, DType d, bool partials16, bool wide_align);
+  bool wide_align() const { return !align_count.empty() && !align_scatter.empty(); }
+};
+
+struct Timing {
+  double median = 0;
+  std::optional<double> p10, p90;
+};
+struct Provenance {
+  std::int64_t variant_id = 0, run_id = 0;
+  std::string chosen_at;
+  struct Run {
+    std::string flytune_version, git_commit, templates_commit, hostname;
+  };
+  std::optional<Run> run;  // the run's record, where the database holds it
+};
+
+// One tuned bucket: the layer winner's stage variants (the recipe) and the
+// program the layer program builds from them at `tokens`.
+struct Bucket {
+  int tokens = 0;
+  std::string kernel_name;  // "<stage1>+<stage2>"
+  LayerRecipe recipe;       // target, problem and wide_align: the manifest's
+  LayerProgram program;     // build_program(recipe, tokens)
+  std::map<std::string, std::string> code_objects;  // file of each launch step's symbol
+  Timing time_us;
+  Provenance provenance;
+  std::optional<double> speedup_vs_default;
+};
+
+struct ProblemEntry {
+  std::string key;  // Problem::key() when exported
+  Problem problem;
+  std::string activation, routing;  // as the database records them
+  std::vector<Bucket> buckets;      // ascending tokens
+  // Buckets the search left without a layer winner (export --allow-missing),
+  // ascending; none is also a bucket.
+  std::vector<int> missing_buckets;
+  const Bucket& bucket_for(int tokens) const;  // select_bucket over the buckets
+};
+
+struct Manifest {
+  const Target* target = nullptr;
+  std::string code_object_format;  // "cubin", "hsaco", or "so" (host libraries for the CPU emulator)
+  std::string exported_at, source_database;
+  MeasuredOn device;
+  Toolchain toolchain;
+  std::vector<SupportUnit> supports;  // one per dtype
+  std::vector<ProblemEntry> problems;
+
+  const SupportUnit* support_for(DType d) const;  // nullptr when none
+  std::vector<std::string> files() const;        // every code object named, once, sorted
+};
+
+nlohmann::json encode(const Manifest& m);
+// Errc::invalid_input for a malformed manifest (missing or mistyped members,
+// sizes out of range, an unknown format or dtype), another schema version, a
+// problem without buckets or support unit, or a bucket whose recorded steps
+// are not the layer program's for its stage variants.
+Result<Manifest> decode(const nlohmann::json& j);
+
+}  // namespace ft::manifest

@@ -1,4 +1,5 @@
 #pragma once
+#include "ft/staged_gemm.hpp"
 // The K-grouped GEMM of the backward's weight gradients (docs/TRAINING.md):
 // for every expert e, C_e = A_e^T B_e, where A_e and B_e are the rows of A and
 // B of the pairs routed to e, read through the sorted ids the forward's align
@@ -13,31 +14,24 @@
 // are read as 16-byte chunks and stored transposed into the tiled machinery's
 // LDS layout (tiled_gemm.hpp: one LDS row per output row or column, k
 // contiguous), so its compute step runs the atoms exactly as in the forward
-// stages. Rows past the expert's end and padding rows (id = pairs) are zeros.
+// stages (staged_gemm.hpp: the main loop). Rows past the expert's end and padding rows (id = pairs) are zeros.
 // The portable form: the transposed store is 2-byte LDS writes.
 namespace ft {
 
 template <class Cfg>
-struct KGrouped {
-  struct GemmCfg : Cfg {
-    static constexpr WeightLayout layout = WeightLayout::plain;  // both operands are staged by this kernel
-  };
-  using Core = TiledGemm<GemmCfg, 1>;
-  using S = typename Core::S;
-  static constexpr int TM = Cfg::tile_m, TN = Cfg::tile_n, TK = Cfg::tile_k;
-  static constexpr int kThreads = Core::kThreads;
-  static constexpr int kSmemBytes = Core::kSmemBytes;
-  static constexpr int kChunkElems = Core::kChunkElems;  // consecutive columns of one row in a chunk
+struct KGrouped : StagedGemm<Cfg> {
+  using Base = StagedGemm<Cfg>;
+  using typename Base::Core;
+  using typename Base::S;
+  using Base::TM, Base::TN, Base::TK, Base::kChunkElems, Base::half_of;
+  static constexpr int kThreads = Base::kThreads;
+  static constexpr int kSmemBytes = Base::kSmemBytes;
   static constexpr int kAChunks = TK * (TM / kChunkElems);
   static constexpr int kChunks = kAChunks + TK * (TN / kChunkElems);
   static constexpr int kChunksPerThread = (kChunks + kThreads - 1) / kThreads;
-  static_assert(sizeof(S) == 2, "16-bit operands (fp8 weight gradients are not a thing)");
   static_assert(TM % kChunkElems == 0 && TN % kChunkElems == 0, "whole chunks per row");
 
-  Core core;
-  u32 staged[kChunksPerThread][4];  // the chunks in flight: two 16-bit values per word, the lower first
-
-  FT_DEVICE static S half_of(u32 w, int i) { return S(i % 2 ? w >> 16 : w & 0xffffu); }
+  u32 staged[kChunksPerThread][4];  // the chunks in flight (StagedGemm::half_of)
 
   // The first and one-past-last row of sorted_ids that belong to expert e.
   struct Rows {
@@ -108,33 +102,7 @@ struct KGrouped {
     KGrouped g;
     const int m0 = block_index_x() * TM, n0 = block_index_y() * TN, e = block_index_z();
     const Rows rows = rows_of(p, e);
-    const int begin = rows.begin, end = rows.end;
-    FT_UNROLL for (int rm = 0; rm < Core::RM; ++rm)
-      FT_UNROLL for (int rn = 0; rn < Core::RN; ++rn)
-        FT_UNROLL for (int i = 0; i < Core::kCRegs; ++i) g.core.acc[0][rm][rn][i] = 0.0f;
-    S* lds = reinterpret_cast<S*>(shared_memory());
-    if constexpr (Cfg::stages == 1) {
-      for (int k0 = begin; k0 < end; k0 += TK) {
-        g.fetch(p, k0, end, m0, n0);
-        g.store(lds);
-        barrier();
-        g.core.compute(lds);
-        barrier();
-      }
-    } else if (begin < end) {  // ping-pong: the next slice's loads overlap this slice's math
-      g.fetch(p, begin, end, m0, n0);
-      g.store(lds);
-      barrier();
-      int cur = 0;
-      for (int k0 = begin; k0 < end; k0 += TK) {
-        const bool more = k0 + TK < end;
-        if (more) g.fetch(p, k0 + TK, end, m0, n0);
-        g.core.compute(lds + cur * Core::kStageElems);
-        if (more) g.store(lds + (cur ^ 1) * Core::kStageElems);
-        barrier();
-        cur ^= 1;
-      }
-    }
+    g.accumulate(rows.begin, rows.end, [&](int k0) { g.fetch(p, k0, rows.end, m0, n0); }, [&](S* buf) { g.store(buf); });
     const long long M = p.m, N = p.n;
     FT_UNROLL for (int rm = 0; rm < Core::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Core::RN; ++rn)

@@ -52,9 +52,13 @@ Status check_device_selector(std::string_view selector) {
   return {};
 }
 
-Result<std::unique_ptr<Device>> open_device(std::string_view selector) {
+Result<std::unique_ptr<Device>> open_device(std::string_view selector, std::string_view prefer_arch) {
   if (selector.empty()) {
     std::vector<RuntimeReport> reports = probe_runtimes();
+    if (!prefer_arch.empty())
+      for (const RuntimeReport& r : reports)
+        for (const DeviceInfo& d : r.devices)
+          if (d.arch == prefer_arch) return open_device(device_selector(d));
     std::string reasons;
     for (const RuntimeReport& r : reports) {
       if (!r.devices.empty()) return open_device(device_selector(r.devices.front()));

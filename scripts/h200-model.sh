@@ -5,21 +5,23 @@
 #      16384) over a reduced wgmma space (the producer-warpgroup tiles that won these buckets before, 58
 #      variants), bounded; then `flytune export --check gpu` (the export re-checked through the runtime at
 #      T = 1, 31, 32, 512, 4097, 16384 under uniform and masked routing);
-#   3. flytune-mixtral on that export: random bf16 weights (seed 0), LAYERS decoder layers, batch 1 and 32,
-#      prompt 512, 32 new tokens, implementations dense, flytune, ragged_dot (the default order):
-#      $OUT/model-bf16.json;
-#   4. flytune alone again with flytune's call inside XLA's command buffers (XLA_FLAGS
-#      --xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL): does the decode step lose the
-#      ~0.2 ms a layer the 2026-12-03 run found outside its blocks? $OUT/model-bf16-cmdbuf.json (not run yet:
-#      the 2026-12-03 run had steps 1-3 and 5, with flytune first);
-#   5. with what time is left, the model's GPU test on the tiny export (pytest -m gpu test_model.py).
-# LAYERS (default 16): at full size a layer's experts are 2.82 GB in bf16 and flytune's tiled copies (or
-# ragged_dot's transposed ones) as much again, so 16 layers hold 45 GB of weights plus 45 GB of copies;
-# all 32 would need 180 GB with the copies. Files in $OUT: h200-model.log, summary.txt, model-bf16.json,
-# model-bf16-cmdbuf.json, mixtral-manifest.json.
+#   3. the decode step and XLA's command buffers: flytune-mixtral at FLAGS_LAYERS (default 8) layers, B = 1,
+#      P = 512, flytune and ragged_dot, once per XLA_FLAGS setting -- default; FUSION,CUBLAS,CUBLASLT,CUDNN
+#      (no custom calls in the graphs); empty (no command buffers); and, where the default's optimised step
+#      has flytune's call outside every command buffer, FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN. The default
+#      run also dumps the optimised decode step (XLA's HLO: where the command buffers and the custom calls
+#      are: cmdbuf.txt) and takes a jax.profiler trace of 8 decode steps (flytune.models.trace's summary in
+#      the JSON, the perfetto files in traces.tar.gz): $OUT/flags-<name>.json;
+#   4. the model at LAYERS (default all 32) layers, default flags, implementations dense, flytune,
+#      ragged_dot, batch 1 and 32, prompt 512, 32 new tokens: $OUT/model-bf16.json. Each implementation holds
+#      the experts' weights once, in its own layout (flytune's tiled copies, ragged_dot's transposed ones,
+#      dense's originals), made layer by layer from the seed, so 32 layers (90 GB of experts) fit;
+#   5. with what time is left, batch 1 at prompt 4096 (flytune, ragged_dot, dense): $OUT/model-bf16-p4096.json.
+# Files in $OUT: h200-model.log, summary.txt, flags-*.json, cmdbuf.txt, traces.tar.gz, model-bf16*.json,
+# mixtral-manifest.json (at most 8 come back: the flags JSONs are tarred into flags.tar.gz).
 #
-#   OUT=... bash h200-model.sh        (from the repository root; the tool, the wheel and test_model.py are looked
-#                                      for beside this script first, then in .dev/)
+#   OUT=... bash h200-model.sh        (from the repository root; the tool and the wheel are looked for beside
+#                                      this script first, then in .dev/)
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/flytune-h200-model}
@@ -28,8 +30,9 @@ LOG=$OUT/h200-model.log
 : >"$LOG"
 F=${FLYTUNE:-$here/flytune}; [ -x "$F" ] || [ -f "$F" ] || F=.dev/cli/flytune
 WHEEL=$(ls "$here"/flytune-*.whl 2>/dev/null | head -1); [ -n "$WHEEL" ] || WHEEL=$(ls .dev/wheels/flytune-*.whl | head -1)
-BUDGET=${BUDGET_S:-300}
-LAYERS=${LAYERS:-16}
+BUDGET=${BUDGET_S:-330}
+LAYERS=${LAYERS:-32}
+FLAGS_LAYERS=${FLAGS_LAYERS:-8}
 TOKENS=1,32,512,16384
 SPACE="atom=wgmma_m64k16_f32_bf16;wgmma_producer=on;wgmma_tile_m=64,128,192;wgmma_tile_n=32,64,128,256;wgmma_stages=3,4;wgmma_tiles=1;split_k=1;reduce=atomic"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -60,7 +63,7 @@ fi
 
 section "search"
 t0=$SECONDS
-bounded 110 "$F" search --problem mixtral-8x7b --tokens "$TOKENS" --db /tmp/mixtral.db --seed 5 --no-baseline \
+bounded 75 "$F" search --problem mixtral-8x7b --tokens "$TOKENS" --db /tmp/mixtral.db --seed 5 --no-baseline \
   --space "$SPACE"
 rc=$?
 say "search: rc $rc in $((SECONDS - t0)) s$([ $rc -eq 124 ] && echo ': cut short, exporting what it finished')"
@@ -72,28 +75,67 @@ bounded 60 "$F" export --db /tmp/mixtral.db --out /tmp/mixtral-export --force --
 say "export: rc $? in $((SECONDS - t0)) s: $(grep -E 'checks passed|FAIL' "$LOG" | tail -1)"
 cp /tmp/mixtral-export/manifest.json "$OUT/mixtral-manifest.json" 2>/dev/null
 
-section "model"
+mixtral() {  # limit (s), arguments...: flytune-mixtral on the export, its output to the log
+  local limit=$1; shift
+  bounded "$limit" python3 -m flytune.models.generate --export /tmp/mixtral-export --no-progress "$@"
+}
+
+section "decode step under XLA's command-buffer settings ($FLAGS_LAYERS layers)"
+flags_run() {  # name, the --xla_gpu_enable_command_buffer value (or "default": the flag not given), arguments...
+  local name=$1 value=$2; shift 2
+  local t0=$SECONDS flags=${EXTRA_XLA:-} limit=$(( $(left) - 170 ))
+  [ "$value" = default ] || flags="$flags --xla_gpu_enable_command_buffer=$value"
+  [ "$limit" -le 45 ] || limit=45
+  echo "XLA_FLAGS=$flags" >>"$LOG"
+  XLA_FLAGS=$flags mixtral "$limit" --layers "$FLAGS_LAYERS" --impl flytune,ragged_dot --batch 1 --prompt-len 512 \
+    --new-tokens 32 --repeats 1 --no-parts --json "$OUT/flags-$name.json" "$@"
+  say "flags $name ($value): rc $? in $((SECONDS - t0)) s: $(python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("; ".join(f"{x[\"impl\"]} {x[\"decode_ms_per_step\"]:.2f} ms/step" for x in r["runs"]))' "$OUT/flags-$name.json" 2>&1)"
+}
+EXTRA_XLA="--xla_dump_to=/tmp/dump --xla_dump_hlo_module_re=.*step.* --xla_dump_hlo_as_text" \
+  flags_run default default --trace /tmp/traces
+python3 - /tmp/dump >"$OUT/cmdbuf.txt" 2>&1 <<'PY'
+# Where the command buffers and flytune's calls sit in each optimised decode step (ENTRY's instructions).
+import glob, re, sys
+for path in sorted(glob.glob(sys.argv[1] + "/*after_optimizations.txt")):
+    text = open(path).read()
+    comps, name = {}, None
+    for line in text.splitlines():
+        m = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{$", line)
+        if m:
+            name = ("ENTRY " if m.group(1) else "") + m.group(2); comps[name] = []
+        elif name:
+            comps[name].append(line)
+    cmd = [n for n in comps if "command_buffer" in n]
+    inside = sum(sum("flytune_moe_layer" in l for l in comps[n]) for n in cmd)
+    entry = next((n for n in comps if n.startswith("ENTRY")), None)
+    top = sum("flytune_moe_layer" in l for l in comps.get(entry, []))
+    print(f"{path.split('/')[-1]}: {len(cmd)} command-buffer computations; flytune_moe_layer calls inside them: "
+          f"{inside}; in ENTRY (outside): {top}; ENTRY instructions: {len(comps.get(entry, []))}")
+    seq = [("CB" if "command_buffer" in l else "FT" if "flytune_moe_layer" in l else None) for l in comps.get(entry, [])]
+    print("  ENTRY order (CB: a command buffer, FT: flytune's call):", " ".join(s for s in seq if s)[:600])
+PY
+cat "$OUT/cmdbuf.txt" >>"$LOG"
+flags_run no-custom-call FUSION,CUBLAS,CUBLASLT,CUDNN
+flags_run none ""
+if grep -q "in ENTRY (outside): [1-9]" "$OUT/cmdbuf.txt"; then
+  flags_run custom-call FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN
+fi
+(cd /tmp && tar czf "$OUT/traces.tar.gz" traces $(cd /tmp && ls dump/*step*after_optimizations.txt 2>/dev/null))
+(cd "$OUT" && tar czf flags.tar.gz flags-*.json && rm -f flags-*.json)
+
+section "model: $LAYERS layers"
 t0=$SECONDS
-bounded $(( $(left) - 90 )) python3 -m flytune.models.generate --export /tmp/mixtral-export --layers "$LAYERS" \
-  --batch 1,32 --prompt-len 512 --new-tokens 32 --repeats 3 --json "$OUT/model-bf16.json" --no-progress
+mixtral $(( $(left) - 10 )) --layers "$LAYERS" --batch 1,32 --prompt-len 512 --new-tokens 32 --repeats 2 \
+  --json "$OUT/model-bf16.json"
 say "model: rc $? in $((SECONDS - t0)) s"
 sed -n '/^| impl/,$p' "$LOG" | tee -a "$OUT/summary.txt"
 
-section "model, flytune inside XLA's command buffers"
+section "model: $LAYERS layers, batch 1, prompt 4096"
 t0=$SECONDS
-XLA_FLAGS=--xla_gpu_enable_command_buffer=FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL \
-  bounded $(( $(left) - 40 )) python3 -m flytune.models.generate --export /tmp/mixtral-export --layers "$LAYERS" \
-  --impl flytune --batch 1,32 --prompt-len 512 --new-tokens 32 --repeats 3 --json "$OUT/model-bf16-cmdbuf.json" \
-  --no-progress
-say "model (command buffers): rc $? in $((SECONDS - t0)) s"
-grep -E '^\| flytune' "$LOG" | tail -2 | tee -a "$OUT/summary.txt"
-
-section "pytest -m gpu test_model.py"
-t0=$SECONDS
-if bounded 20 "$F" export --db tests/data/tiny_forms.db --out /tmp/tiny-export --force --check none; then
-  tests=$here/tests; [ -f "$tests/test_model.py" ] || tests=python/tests
-  FLYTUNE_EXPORT_DIR=/tmp/tiny-export FLYTUNE_EXPECT_JAX=1 bounded $(( $(left) - 3 )) \
-    python3 -m pytest -m gpu -q -rs -p no:cacheprovider "$tests/test_model.py"
-  say "pytest: rc $? in $((SECONDS - t0)) s: $(grep -E ' (passed|failed|skipped)' "$LOG" | tail -1)"
-fi
+mixtral $(( $(left) - 3 )) --layers "$LAYERS" --batch 1 --prompt-len 4096 --new-tokens 32 --repeats 2 \
+  --impl flytune,ragged_dot,dense --json "$OUT/model-bf16-p4096.json"
+say "model P=4096: rc $? in $((SECONDS - t0)) s"
 say "done: $SECONDS s; files: $(cd "$OUT" && echo *)"

@@ -99,7 +99,7 @@ glibc_here=$(ldd --version | sed -n 1p | grep -oE '[0-9]+\.[0-9]+$')  # sed read
 for so in "$core" "$runtime"; do
   needed=$(readelf -d "$so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
   say "$(basename "$so") needs: $(echo "$needed" | paste -sd' ' -)"
-  bad=$(echo "$needed" | grep -vE "$allowed" | grep -v '^libflytune_runtime\.so$' || true)
+  bad=$(echo "$needed" | grep -vE "$allowed" | grep -vE '^libflytune_runtime\.so(\.[0-9]+)?$' || true)
   [ -z "$bad" ] || die "$(basename "$so") needs libraries a bare machine may lack: $bad"
   # The newest symbol versions it asks for (Ubuntu 24.04: GLIBC 2.39, GLIBCXX 3.4.33).
   versions=$(objdump -T "$so" | grep -oE '(GLIBC|GLIBCXX|CXXABI)_[0-9.]+' | sort -u -V |

@@ -209,6 +209,11 @@ class Export:
         """The arranged copies of w1/w2 any bucket of `problem` reads ("w1_shuffled", "w2_tiled", ...)."""
         return _call(self._core.weight_copies, problem)
 
+    def weights_read(self, problem: str) -> list:
+        """Every weight tensor any bucket of `problem` reads: "w1" / "w2" (plain, where a stage reads neither
+        copy) and the arranged copies."""
+        return _call(self._core.weights_read, problem)
+
     def open_on(self, device: str) -> None:
         """Opens the export on another GPU too ("cuda:1"): loads its code objects there."""
         _call(self._core.open_on, device)

@@ -3,6 +3,7 @@
     import flytune, flytune.jax as fj
     export = flytune.load("export/")
     weights = fj.prepare_weights(export, w1, w2)          # once: arranged copies the plans read
+    del w1, w2                  # where every plan reads copies, the weights keep no plain w1 / w2: free yours
     y = jax.jit(fj.moe_layer)(x, topk_ids, topk_weights, weights)
 
 x [T, H] bf16/f16 (the export's dtype), topk_ids [T, k] int32 (-1: no expert),
@@ -70,10 +71,12 @@ def _dtype_name(dtype) -> str:
 @jax.tree_util.register_pytree_node_class
 @dataclasses.dataclass
 class MoeWeights:
-    """w1, w2 and the arranged copies the export's plans read (None where none does); fp8 weights also carry
-    their float32 scales (None where the layer reads none) and the scale mode they fit."""
-    w1: jax.Array
-    w2: jax.Array
+    """w1, w2 and the arranged copies the export's plans read (None where none does: prepare_weights keeps the
+    plain w1 / w2 only where a plan reads them, so an export whose stages all read copies holds each layer's
+    weights once); fp8 weights also carry their float32 scales (None where the layer reads none) and the scale
+    mode they fit. `plain_shapes` ((E, 2I, H), (E, H, I), dtype name) says what w1 and w2 are when they are None."""
+    w1: Optional[jax.Array]
+    w2: Optional[jax.Array]
     w1_shuffled: Optional[jax.Array]
     w2_shuffled: Optional[jax.Array]
     w1_tiled: Optional[jax.Array]
@@ -83,14 +86,36 @@ class MoeWeights:
     w1_scales: Optional[jax.Array] = None
     w2_scales: Optional[jax.Array] = None
     scales: str = "none"  # Problem.scales of the problems these weights serve
+    plain_shapes: Optional[tuple] = None
 
     def tree_flatten(self):
         return ((self.w1, self.w2, self.w1_shuffled, self.w2_shuffled, self.w1_tiled, self.w2_tiled, self.x_scale,
-                 self.w1_scales, self.w2_scales), (self.export, self.scales))
+                 self.w1_scales, self.w2_scales), (self.export, self.scales, self.plain_shapes))
 
     @classmethod
     def tree_unflatten(cls, aux, children):
-        return cls(*children[:6], aux[0], *children[6:], aux[1])
+        return cls(*children[:6], aux[0], *children[6:], aux[1], aux[2])
+
+    def _plain(self, index: int):
+        w = (self.w1, self.w2)[index]
+        if w is not None:
+            return tuple(w.shape), jnp.dtype(w.dtype)
+        if self.plain_shapes is None:
+            raise flytune.ArgumentError("flytune.jax.MoeWeights: w1 and w2 are None and plain_shapes says nothing of "
+                                        "them (make the weights with flytune.jax.prepare_weights)")
+        return tuple(self.plain_shapes[index]), jnp.dtype(self.plain_shapes[2])
+
+    @property
+    def w1_shape(self) -> tuple:
+        return self._plain(0)[0]
+
+    @property
+    def w2_shape(self) -> tuple:
+        return self._plain(1)[0]
+
+    @property
+    def weight_dtype(self):
+        return self._plain(0)[1]
 
 
 def _gpu_platform() -> Optional[str]:
@@ -175,19 +200,20 @@ def prepare_weights(export: flytune.Export, w1: jax.Array, w2: jax.Array, w1_sca
         problems = _problems_for(export, experts, hidden, inter, dtype)
         if not problems:
             export.find_problem(experts, hidden, inter, 1, dtype)  # raises the runtime's NotFoundError
-    copies = set()
+    read = set()
     for p in problems:
-        copies.update(export.weight_copies(p.key))
+        read.update(export.weights_read(p.key))
     _open_local_gpus(export)
     arranged = {}
-    for name in copies:
+    for name in sorted(read - {"w1", "w2"}):
         src = w1 if name.startswith("w1") else w2
         layout = _core.WEIGHT_LAYOUT_SHUFFLED if name.endswith("shuffled") else _core.WEIGHT_LAYOUT_TILED
         arranged[name] = jax.jit(_arrange, static_argnums=(0, 2))(export, src, layout)
     f32 = lambda t: None if t is None else jnp.asarray(t, jnp.float32)  # noqa: E731
-    return MoeWeights(w1, w2, arranged.get("w1_shuffled"), arranged.get("w2_shuffled"), arranged.get("w1_tiled"),
-                      arranged.get("w2_tiled"), export, f32(x_scale), f32(w1_scales), f32(w2_scales),
-                      problems[0].scales)
+    return MoeWeights(w1 if "w1" in read else None, w2 if "w2" in read else None, arranged.get("w1_shuffled"),
+                      arranged.get("w2_shuffled"), arranged.get("w1_tiled"), arranged.get("w2_tiled"), export,
+                      f32(x_scale), f32(w1_scales), f32(w2_scales), problems[0].scales,
+                      (tuple(w1.shape), tuple(w2.shape), jnp.dtype(w1.dtype).name))
 
 
 def _empty(dtype):
@@ -211,17 +237,16 @@ def moe_layer(x: jax.Array, topk_ids: jax.Array, topk_weights: jax.Array, weight
             f"topk_weights {tuple(topk_weights.shape)}")
     if not jnp.issubdtype(topk_ids.dtype, jnp.integer):
         raise flytune.ArgumentError(f"flytune.jax.moe_layer: topk_ids must be integers, got {topk_ids.dtype}")
-    w1, w2 = weights.w1, weights.w2
-    if w1.ndim != 3 or w2.ndim != 3 or tuple(w2.shape) != (w1.shape[0], w1.shape[2], w1.shape[1] // 2) or \
-            w1.shape[1] % 2:
+    s1, s2 = weights.w1_shape, weights.w2_shape
+    if len(s1) != 3 or len(s2) != 3 or s2 != (s1[0], s1[2], s1[1] // 2) or s1[1] % 2:
         raise flytune.ArgumentError(f"flytune.jax.moe_layer: the weights must be w1 [E, 2I, H] and w2 [E, H, I]; "
-                                    f"got w1 {tuple(w1.shape)}, w2 {tuple(w2.shape)}")
-    copies = [getattr(weights, n) if getattr(weights, n) is not None else _empty(weights.w1.dtype)
-              for n in flytune._LAYOUT_SHAPES]
+                                    f"got w1 {s1}, w2 {s2}")
+    dtype = weights.weight_dtype
+    copies = [getattr(weights, n) if getattr(weights, n) is not None else _empty(dtype)
+              for n in ("w1", "w2") + flytune._LAYOUT_SHAPES]
     copies += [getattr(weights, n) if getattr(weights, n) is not None else _empty(jnp.float32)
                for n in flytune.SCALE_TENSORS]
-    return _layer(weights)(x, topk_ids.astype(jnp.int32), topk_weights.astype(jnp.float32), weights.w1, weights.w2,
-                           *copies)
+    return _layer(weights)(x, topk_ids.astype(jnp.int32), topk_weights.astype(jnp.float32), *copies)
 
 
 def _layer(weights: MoeWeights):
@@ -250,17 +275,17 @@ def _launch(weights: MoeWeights, x, ids, tw, w1, w2, copies):
     """One launch over every token of x [..., T, H] (leading dimensions folded into T).
     `weights` says which arranged copies exist; the arrays are the arguments."""
     export = weights.export
-    experts, two_inter, hidden = weights.w1.shape
+    experts, two_inter, hidden = weights.w1_shape
     tokens = int(np.prod(x.shape[:-1]))
     topk = int(ids.shape[-1])
     dtype = _dtype_name(x.dtype)
-    context = (f"flytune.jax.moe_layer: x {tuple(x.shape)} {x.dtype}, topk {topk}, w1 {tuple(weights.w1.shape)} "
-               f"{weights.w1.dtype}")
+    context = (f"flytune.jax.moe_layer: x {tuple(x.shape)} {x.dtype}, topk {topk}, w1 {weights.w1_shape} "
+               f"{weights.weight_dtype}")
     if weights.scales != "none":  # fp8: bf16 x, the weights' format from the export's problems of their mode
         if jnp.dtype(x.dtype) != jnp.dtype(jnp.bfloat16) or x.shape[-1] != hidden:
             raise flytune.ArgumentError(f"{context}: fp8 layers take x [..., {hidden}] in bfloat16 (their y too)")
         dtype = next(p.dtype for p in export.problems if p.scales == weights.scales)
-    elif x.shape[-1] != hidden or x.dtype != weights.w1.dtype:
+    elif x.shape[-1] != hidden or x.dtype != weights.weight_dtype:
         # The runtime's answer for the problem these shapes would be.
         flytune._call(export._core.find_problem, experts, int(x.shape[-1]), two_inter // 2, topk, dtype,
                       max(tokens, 1), context=context)
@@ -270,7 +295,7 @@ def _launch(weights: MoeWeights, x, ids, tw, w1, w2, copies):
         return jnp.zeros(x.shape, x.dtype)
     plan = flytune._call(export._core.plan_info, problem, tokens, context=context)
     export._warn_coverage(plan)
-    for name in flytune._LAYOUT_SHAPES:
+    for name in ("w1", "w2") + flytune._LAYOUT_SHAPES:
         if plan[name] and getattr(weights, name) is None:
             raise flytune.ArgumentError(f"{context}: the layer at T={tokens} reads {name}: prepare the weights "
                                         f"with flytune.jax.prepare_weights(export, w1, w2)")

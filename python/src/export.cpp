@@ -206,6 +206,7 @@ PlanInfo Export::plan_info(const std::string& problem, int tokens) {
   info.bucket = ft_plan_bucket(p);
   info.w1_shuffled = ft_plan_needs_shuffled(p, 1), info.w2_shuffled = ft_plan_needs_shuffled(p, 2);
   info.w1_tiled = ft_plan_needs_tiled(p, 1), info.w2_tiled = ft_plan_needs_tiled(p, 2);
+  info.w1 = !info.w1_shuffled && !info.w1_tiled, info.w2 = !info.w2_shuffled && !info.w2_tiled;
   info.workspace = workspace_layout(p);
   ft_problem_shape s{};
   ft_plan_shape(p, &s);
@@ -217,22 +218,30 @@ PlanInfo Export::plan_info(const std::string& problem, int tokens) {
   return info;
 }
 
-std::vector<std::string> Export::weight_copies(const std::string& problem) {
-  bool need[4] = {false, false, false, false};
+std::vector<std::string> Export::weights_read(const std::string& problem) {
+  bool need[6] = {false, false, false, false, false, false};
   for (const ProblemInfo& p : problems_) {
     if (p.key != problem) continue;
     for (int t : p.buckets) {
       const PlanInfo i = plan_info(problem, t);
-      need[0] |= i.w1_shuffled, need[1] |= i.w2_shuffled, need[2] |= i.w1_tiled, need[3] |= i.w2_tiled;
+      need[0] |= i.w1, need[1] |= i.w2, need[2] |= i.w1_shuffled, need[3] |= i.w2_shuffled;
+      need[4] |= i.w1_tiled, need[5] |= i.w2_tiled;
     }
     std::vector<std::string> out;
-    const char* names[4] = {"w1_shuffled", "w2_shuffled", "w1_tiled", "w2_tiled"};
-    for (int k = 0; k < 4; ++k)
+    const char* names[6] = {"w1", "w2", "w1_shuffled", "w2_shuffled", "w1_tiled", "w2_tiled"};
+    for (int k = 0; k < 6; ++k)
       if (need[k]) out.push_back(names[k]);
     return out;
   }
   (void)plan_info(problem, 1);  // the runtime's answer for an unknown problem
   return {};
+}
+
+std::vector<std::string> Export::weight_copies(const std::string& problem) {
+  std::vector<std::string> out;
+  for (std::string& name : weights_read(problem))
+    if (name != "w1" && name != "w2") out.push_back(std::move(name));
+  return out;
 }
 
 void Export::open_on(const std::string& selector) {

@@ -80,6 +80,9 @@ struct PlanInfo {
   std::string problem;
   int tokens = 0, bucket = 0;
   bool w1_shuffled = false, w2_shuffled = false, w1_tiled = false, w2_tiled = false;
+  // The plain w1 / w2 (as the caller gives them): read where that stage reads neither copy (a stage reads its
+  // weights in one layout); a caller whose plans never read one may pass it empty (null) and free it.
+  bool w1 = false, w2 = false;
   WorkspaceLayout workspace;
   int element_bytes = 2;
   std::string dtype, scales = "none";
@@ -124,7 +127,9 @@ class Export {
   std::string find_problem(int experts, int hidden, int inter, int topk, const std::string& dtype, int tokens,
                            const std::string& scales = "none");
   PlanInfo plan_info(const std::string& problem, int tokens);
-  // The weight copies any bucket of `problem` reads ("w1_shuffled", ...).
+  // The weights any bucket of `problem` reads, by name: "w1", "w2" (plain), "w1_shuffled", ... "w2_tiled".
+  std::vector<std::string> weights_read(const std::string& problem);
+  // Those of them that are arranged copies ("w1_shuffled", ...): what prepare_weights makes.
   std::vector<std::string> weight_copies(const std::string& problem);
 
   // Opens the export on another device ("cuda:1"); a no-op when open there.

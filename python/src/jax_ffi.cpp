@@ -143,17 +143,20 @@ ffi::Error moe_layer_scaled(void* stream, std::int32_t ordinal, ffi::AnyBuffer x
     // The shapes the wrapper checked at trace time, checked again where a wrong one would read out of bounds.
     const std::int64_t w1_count = std::int64_t(p->experts) * 2 * p->inter * p->hidden;
     const std::int64_t w2_count = std::int64_t(p->experts) * p->hidden * p->inter;
-    if (hidden != p->hidden || slots != tokens * p->topk || count(weights) != slots ||
-        count(w1) != w1_count || count(w2) != w2_count || count(*y) != count(x))
+    // The plain w1 / w2 may be empty where no stage reads them (prepare_weights keeps only what the plans read).
+    const auto fits = [](const ffi::AnyBuffer& w, std::int64_t expected) { return count(w) == expected || !count(w); };
+    if (hidden != p->hidden || slots != tokens * p->topk || count(weights) != slots || !fits(w1, w1_count) ||
+        !fits(w2, w2_count) || count(*y) != count(x))
       throw Error(FT_ERR_ARGUMENT, "shapes x " + dims(x) + ", topk_ids " + dims(ids) + ", w1 " +
                                        dims(w1) + ", w2 " + dims(w2) + " do not fit " + key +
                                        " (vmap over the weights is not supported)");
     for (const auto& [copy, needed, expected] :
-         {std::tuple{&w1_shuffled, info.w1_shuffled, w1_count}, std::tuple{&w2_shuffled, info.w2_shuffled, w2_count},
+         {std::tuple{&w1, info.w1, w1_count}, std::tuple{&w2, info.w2, w2_count},
+          std::tuple{&w1_shuffled, info.w1_shuffled, w1_count}, std::tuple{&w2_shuffled, info.w2_shuffled, w2_count},
           std::tuple{&w1_tiled, info.w1_tiled, w1_count}, std::tuple{&w2_tiled, info.w2_tiled, w2_count}})
       if (needed && count(*copy) != expected)
-        throw Error(FT_ERR_ARGUMENT, "a stage reads arranged weights that were not passed: prepare the weights "
-                                     "with flytune.jax.prepare_weights");
+        throw Error(FT_ERR_ARGUMENT, "the layer at T=" + std::to_string(tokens) + " reads weights that were not "
+                                     "passed: prepare them with flytune.jax.prepare_weights");
     LayerCall c;
     c.x = data(x), c.topk_ids = data(ids), c.topk_weights = data(weights);
     c.w1 = data(w1), c.w2 = data(w2);

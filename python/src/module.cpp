@@ -97,6 +97,7 @@ NB_MODULE(_core, m) {
              d["problem"] = i.problem, d["tokens"] = i.tokens, d["bucket"] = i.bucket;
              d["w1_shuffled"] = i.w1_shuffled, d["w2_shuffled"] = i.w2_shuffled;
              d["w1_tiled"] = i.w1_tiled, d["w2_tiled"] = i.w2_tiled;
+             d["w1"] = i.w1, d["w2"] = i.w2;
              d["workspace"] = workspace_dict(i.workspace);
              d["dtype"] = i.dtype, d["element_bytes"] = i.element_bytes, d["scales"] = i.scales;
              d["scale_shapes"] = scale_shapes(i.scale_tensors);
@@ -105,6 +106,7 @@ NB_MODULE(_core, m) {
            },
            nb::arg("problem"), nb::arg("tokens"))
       .def("weight_copies", &Export::weight_copies, nb::arg("problem"))
+      .def("weights_read", &Export::weights_read, nb::arg("problem"))
       .def("open_on", &Export::open_on, nb::arg("selector"), nb::call_guard<nb::gil_scoped_release>())
       .def("is_open_on", &Export::is_open_on, nb::arg("selector"))
       .def("cached_plans", &Export::cached_plans, nb::arg("selector"))

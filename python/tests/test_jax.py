@@ -59,6 +59,18 @@ def test_a_jitted_call_reaches_the_runtime_through_xla(cpu_export):
         jax.block_until_ready(jax.jit(fj.moe_layer)(x, ids, w, weights))
 
 
+def test_a_call_without_the_plain_weights_reaches_the_runtime_where_no_stage_reads_them(cpu_export):
+    # T=5's bucket reads only arranged copies: the handler takes empty w1 / w2 (the buffers the runtime checks
+    # are the copies) and the call gets as far as the launch.
+    p = cpu_export.problems[0]
+    x, ids, w, weights = _inputs(p, 5, export=cpu_export)
+    plan = cpu_export.plan(p.key, 5)
+    assert not plan["w1"] and not plan["w2"], "the test export's bucket for T=5 reads arranged weights"
+    no_plain = dataclasses.replace(weights, w1=None, w2=None, plain_shapes=(p.w1_shape, p.w2_shape, "bfloat16"))
+    with pytest.raises(Exception, match=f"{p.key} at T=5: no device: the export was opened without one"):
+        jax.block_until_ready(jax.jit(fj.moe_layer)(x, ids, w, no_plain))
+
+
 def test_vmap_makes_leading_dimensions_tokens(cpu_export):
     p = cpu_export.problems[0]
     x, ids, w, weights = _inputs(p, 5, export=cpu_export, batch=(3,))
@@ -96,6 +108,16 @@ def test_shapes_the_export_does_not_serve_raise_the_runtimes_message(cpu_export)
     assert needed, "the test export's bucket for T=5 reads arranged weights"
     with pytest.raises(flytune.ArgumentError, match=f"reads {needed[0]}: prepare the weights"):
         fj.moe_layer(x, ids, w, missing)
+    # The plain weights left out (as prepare_weights leaves them where no plan reads them): refused at a T whose
+    # bucket reads them, with their shapes from plain_shapes.
+    plain_t = next(t for t in p.buckets if cpu_export.plan(p.key, t)["w1"])
+    shapes = (p.w1_shape, p.w2_shape, "bfloat16")
+    no_plain = dataclasses.replace(weights, w1=None, w2=None, plain_shapes=shapes)
+    xt, idst, wt, _ = _inputs(p, plain_t, export=cpu_export)
+    with pytest.raises(flytune.ArgumentError, match=f"at T={plain_t} reads w1: prepare the weights"):
+        fj.moe_layer(xt, idst, wt, no_plain)
+    with pytest.raises(flytune.ArgumentError, match="plain_shapes says nothing"):
+        fj.moe_layer(xt, idst, wt, dataclasses.replace(weights, w1=None, w2=None))
 
 
 def test_prepare_weights_refuses_shapes_the_export_does_not_serve(cpu_export):

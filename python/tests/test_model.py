@@ -121,6 +121,21 @@ def test_a_decoder_layer_matches_the_reference(f32_params):
     assert rel_l2(got[0], want) < 1e-5
 
 
+def test_the_experts_come_apart_with_the_same_values(f32_params):
+    c = TINY
+    bare = mixtral.random_params(c, 3, jnp.float32, experts=False)
+    mixtral.check_params(c, bare)
+    for L, layer in enumerate(f32_params["layers"]):
+        assert "w1" not in bare["layers"][L]
+        np.testing.assert_array_equal(np.asarray(bare["layers"][L]["wq"]), np.asarray(layer["wq"]))
+        w1, w2 = mixtral.random_experts(c, 3, L, jnp.float32)
+        np.testing.assert_array_equal(np.asarray(w1), np.asarray(layer["w1"]))
+        np.testing.assert_array_equal(np.asarray(w2), np.asarray(layer["w2"]))
+    assert not np.array_equal(np.asarray(mixtral.random_experts(c, 3, 0, jnp.float32)[0]),
+                              np.asarray(mixtral.random_experts(c, 3, 1, jnp.float32)[0]))
+    assert mixtral.expert_bytes(c, jnp.bfloat16) == c.layers * 3 * c.experts * c.inter * c.hidden * 2
+
+
 def test_prefill_then_decode_equals_the_whole_sequence(f32_params):
     c = TINY.with_layers(1)
     params = {**f32_params, "layers": f32_params["layers"][:1]}
@@ -159,6 +174,24 @@ def test_the_driver_runs_every_xla_implementation_end_to_end(tmp_path):
         assert x["prefill_tokens_per_s"] > 0 and x["decode_tokens_per_s"] > 0
         assert set(x["parts"]) == {"prefill", "decode"} and x["parts"]["decode"]["moe_s"]["median"] > 0
     assert r["layers"] == 2 and r["config"]["experts"] == TINY.experts and r["dtype"] == "bf16"
+    experts = mixtral.expert_bytes(TINY, jnp.bfloat16)  # each implementation holds its own layout, once
+    assert r["moe_weight_bytes"] == {"ragged_dot": experts, "dense": experts}
+    assert r["weight_bytes"] > experts
+
+
+def test_the_decode_time_is_the_steps_alone(monkeypatch):
+    # The tokens are stacked after the clock stops: a stack at a new shape compiles (70 ms on the H200, which the
+    # first implementation of a run paid inside its decode time until 2026-12-03; docs/PERFORMANCE.md).
+    import time as _time
+    params = mixtral.random_params(TINY, 0, jnp.bfloat16)
+    model = generate.Model(TINY, "dense", params, [(p["w1"], p["w2"]) for p in params["layers"]])
+    nxt, _, cache = model.prefill(jnp.zeros((1, 4), jnp.int32), 8)
+    model.decode(nxt, cache, 4, 2, generate.Progress(False), "warm-up")
+    nxt, _, cache = model.prefill(jnp.zeros((1, 4), jnp.int32), 8)
+    real = jnp.stack
+    monkeypatch.setattr(jnp, "stack", lambda *a, **k: (_time.sleep(1.0), real(*a, **k))[1])
+    tokens, seconds = model.decode(nxt, cache, 4, 2, generate.Progress(False), "timed")
+    assert tokens.shape == (1, 3) and seconds < 1.0
 
 
 def test_a_failing_implementation_is_reported_and_the_others_still_run(tmp_path, monkeypatch, capsys):
@@ -221,6 +254,8 @@ def test_flytune_in_the_model_on_the_cpu_emulator_agrees_with_ragged_dot(emu_exp
         step = jax.jit(lambda params, w, t, cache, pos, impl=impl: mixtral.forward(TINY, impl, params, w, t, cache,
                                                                                    pos), static_argnums=4)
         w = [moe.prepare(impl, p["w1"], p["w2"], export) for p in params["layers"]]
+        if impl == "flytune":  # every bucket's stage 1 reads the tiled copy, T=1's stage 2 the plain w2
+            assert all(m.w1 is None and m.w2 is not None and m.w1_tiled is not None for m in w)
         first, cache = step(params, w, prompt, mixtral.empty_cache(TINY, 1, 8, jnp.bfloat16), 0)
         nxt = jnp.argmax(first, axis=-1).astype(jnp.int32)[:, None]
         second, _ = step(params, w, nxt, cache, 5)
@@ -287,6 +322,10 @@ def test_a_checkpoint_loads_into_the_same_model(tmp_path, f32_params):
     mixtral.check_params(c.with_layers(1), loaded)
     for name, want in f32_params["layers"][0].items():
         np.testing.assert_array_equal(np.asarray(loaded["layers"][0][name]), np.asarray(want), err_msg=name)
+    ckpt = checkpoint.Checkpoint(str(tmp_path), c, jnp.float32)
+    assert "w1" not in ckpt.params(experts=False)["layers"][1]
+    for got, want in zip(ckpt.experts(1), (f32_params["layers"][1]["w1"], f32_params["layers"][1]["w2"])):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     np.testing.assert_array_equal(np.asarray(loaded["lm_head"]), np.asarray(f32_params["lm_head"]))
     r = _run(tmp_path, "--impl", "dense", "--checkpoint", str(tmp_path), "--no-parts")  # the driver test's shapes
     assert r["weights"] == f"checkpoint {tmp_path}" and r["layers"] == TINY.layers
@@ -313,3 +352,36 @@ def test_gpu_flytune_in_the_model_agrees_with_ragged_dot(export_dir, tmp_path):
         a = row["agreement"]
         assert a["logits_rel_l2"] < 3e-2 and a["tokens_equal_steps"] >= 4, (row["impl"], row["batch"], a)
     assert {x["impl"] for x in r["runs"]} == {"ragged_dot", "flytune", "dense"}
+
+
+# --- traces --------------------------------------------------------------------------------------------------
+
+def test_a_trace_summary_counts_busy_and_idle_time_per_process(tmp_path):
+    import gzip
+    from flytune.models import trace
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
+              {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}},
+              # the GPU: two kernels overlapping on two streams (0-10, 5-12), a gap, one more (20-25)
+              {"ph": "X", "pid": 1, "tid": 7, "ts": 0, "dur": 10, "name": "gemm"},
+              {"ph": "X", "pid": 1, "tid": 8, "ts": 5, "dur": 7, "name": "gemm"},
+              {"ph": "X", "pid": 1, "tid": 7, "ts": 20, "dur": 5, "name": "flytune_moe1"},
+              {"ph": "X", "pid": 2, "tid": 1, "ts": 0, "dur": 30, "name": "ExecuteOnStream"},
+              {"ph": "i", "pid": 2, "tid": 1, "ts": 3, "name": "a marker without a duration"}]
+    folder = tmp_path / "t" / "plugins" / "profile" / "run"
+    folder.mkdir(parents=True)
+    with gzip.open(folder / "perfetto_trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    s = trace.summary(str(tmp_path / "t"))
+    gpu, host = sorted(s["processes"], key=lambda p: p["name"])
+    assert gpu["name"] == "/device:GPU:0" and (gpu["events"], gpu["span_us"], gpu["busy_us"], gpu["idle_us"]) == \
+        (3, 25.0, 17.0, 8.0)
+    assert [(t["name"], t["count"], t["total_us"]) for t in gpu["top"]] == [("gemm", 2, 17.0), ("flytune_moe1", 1, 5.0)]
+    assert (host["busy_us"], host["idle_us"]) == (30.0, 0.0)
+    assert trace.summary(str(tmp_path / "none")) == {"file": None}
+
+
+def test_the_driver_traces_the_decode_steps(tmp_path):
+    r = _run(tmp_path, "--impl", "ragged_dot", "--no-parts", "--trace", str(tmp_path / "traces"))
+    t = r["runs"][0]["trace"]
+    assert t["steps"] == 8 and t["file"] and t["folder"].endswith("ragged_dot-B2-P16")
+    assert sum(p["events"] for p in t["processes"]) > 0

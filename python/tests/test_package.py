@@ -59,6 +59,7 @@ def test_plans_follow_the_selection_rule_and_size_the_workspace(cpu_export, expo
             bucket = by_tokens[expected]
             assert plan["w1_shuffled"] == (bucket["weights"]["w1"] == "shuffled")
             assert plan["w2_tiled"] == (bucket["weights"]["w2"] == "tiled")
+            assert (plan["w1"], plan["w2"]) == (bucket["weights"]["w1"] == "plain", bucket["weights"]["w2"] == "plain")
             ws = plan["workspace"]
             if t == expected:  # the manifest records the program's buffer sizes at the bucket's T
                 for name in ("inter", "y_acc", "sorted_ids", "block_experts", "padded_rows"):
@@ -69,6 +70,7 @@ def test_plans_follow_the_selection_rule_and_size_the_workspace(cpu_export, expo
             assert offsets[-1][0] + offsets[-1][1] <= ws["total"]
         layouts = {f"{w}_{bucket['weights'][w]}" for bucket in m["buckets"] for w in ("w1", "w2")}
         assert set(cpu_export.weight_copies(p.key)) == {c for c in layouts if not c.endswith("plain")}
+        assert set(cpu_export.weights_read(p.key)) == {c.replace("_plain", "") for c in layouts}
 
 
 def test_the_plan_cache_is_bounded_over_many_token_counts(export_dir):

@@ -125,8 +125,9 @@ typedef struct ft_workspace_sizes {
  * ft_runtime_close must not overlap a call on that plan or runtime, and no plan
  * of a closed runtime may be used (free it, before or after). */
 
-/* Opens an export folder on the first GPU (HIP first, then CUDA), or on the
- * device FLYTUNE_DEVICE names ("cuda:0", "hip:1"). Refuses -- with one line in
+/* Opens an export folder on the first GPU of the export's target (HIP first,
+ * then CUDA; the first GPU where none is of it), or on the device
+ * FLYTUNE_DEVICE names ("cuda:0", "hip:1"). Refuses -- with one line in
  * err and nothing loaded -- a manifest naming files outside the folder, code
  * objects that do not hash to their names, an export for another target. */
 int ft_runtime_open(const char* export_dir, ft_runtime** out, char* err, size_t errlen);

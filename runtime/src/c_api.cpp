@@ -211,7 +211,12 @@ int ft_runtime_open_on(const char* export_dir, const char* device, ft_runtime** 
     if (selector.empty())
       if (const char* env = std::getenv("FLYTUNE_DEVICE")) selector = env;
     auto opener = [&]() -> ft::Result<std::unique_ptr<ft::Device>> {
-      auto d = ft::open_device(selector);
+      // No device named: the first GPU of the export's target, where the
+      // machine has GPUs of several (Runtime::open refuses a wrong one).
+      std::string target;
+      if (selector.empty())
+        if (auto m = ft::rt::read_manifest(export_dir)) target = m->target;
+      auto d = ft::open_device(selector, target);
       if (!d) return std::unexpected(ft::Error{Errc::device, d.error().message, d.error().context});
       return d;
     };

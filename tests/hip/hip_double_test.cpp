@@ -23,15 +23,6 @@
 #include "tests/support/run_flytune.hpp"
 #include "tests/support/scoped_env.hpp"
 
-// The double takes flytune's libraries from this program (it exports its
-// symbols): these references keep the archive members it calls linked in.
-extern const void* const ft_hip_double_keep[];
-__attribute__((used)) const void* const ft_hip_double_keep[] = {
-    reinterpret_cast<const void*>(&ft::emu::EmuDevice::create),
-    reinterpret_cast<const void*>(&ft::enumerate_space),
-    reinterpret_cast<const void*>(&ft::read_amdgpu_code_object_metadata),
-};
-
 namespace ft {
 namespace {
 

@@ -78,32 +78,49 @@ class _Tensors:
         return self._open[path].get_tensor(name)
 
 
-def load(folder: str, c: Config, dtype) -> dict:
-    """The first c.layers layers of the checkpoint in `folder`, as flytune.models.mixtral's params (on the
-    default device, in `dtype`)."""
-    import jax.numpy as jnp
-    t = _Tensors(folder)
+class Checkpoint:
+    """The folder's tensors as the model's params, the experts' weights apart (one layer at a time: an
+    implementation that keeps its own layout of them reads each layer, arranges it and lets it go)."""
 
-    def get(name, transpose=False):
-        a = jnp.asarray(t.get(name)).astype(dtype)
+    def __init__(self, folder: str, c: Config, dtype):
+        self.c, self.dtype, self._t = c, dtype, _Tensors(folder)
+
+    def _get(self, name: str, transpose: bool = False):
+        import jax.numpy as jnp
+        a = jnp.asarray(self._t.get(name)).astype(self.dtype)
         return a.T if transpose else a
 
-    params = {"embed": get("model.embed_tokens.weight"), "final_norm": get("model.norm.weight"),
-              "lm_head": get("lm_head.weight", transpose=True), "layers": []}
-    for L in range(c.layers):
-        pre = f"model.layers.{L}."
-        moe = pre + "block_sparse_moe."
-        experts = range(c.experts)
-        params["layers"].append({
-            "attn_norm": get(pre + "input_layernorm.weight"),
-            "wq": get(pre + "self_attn.q_proj.weight", True),
-            "wk": get(pre + "self_attn.k_proj.weight", True),
-            "wv": get(pre + "self_attn.v_proj.weight", True),
-            "wo": get(pre + "self_attn.o_proj.weight", True),
-            "moe_norm": get(pre + "post_attention_layernorm.weight"),
-            "router": get(moe + "gate.weight", True),
-            "w1": jnp.stack([jnp.concatenate([get(f"{moe}experts.{e}.w1.weight"), get(f"{moe}experts.{e}.w3.weight")])
-                             for e in experts]),
-            "w2": jnp.stack([get(f"{moe}experts.{e}.w2.weight") for e in experts]),
-        })
-    return params
+    def params(self, experts: bool = True) -> dict:
+        """The first c.layers layers (without w1/w2 where experts is False)."""
+        get = self._get
+        params = {"embed": get("model.embed_tokens.weight"), "final_norm": get("model.norm.weight"),
+                  "lm_head": get("lm_head.weight", transpose=True), "layers": []}
+        for L in range(self.c.layers):
+            pre = f"model.layers.{L}."
+            layer = {
+                "attn_norm": get(pre + "input_layernorm.weight"),
+                "wq": get(pre + "self_attn.q_proj.weight", True),
+                "wk": get(pre + "self_attn.k_proj.weight", True),
+                "wv": get(pre + "self_attn.v_proj.weight", True),
+                "wo": get(pre + "self_attn.o_proj.weight", True),
+                "moe_norm": get(pre + "post_attention_layernorm.weight"),
+                "router": get(pre + "block_sparse_moe.gate.weight", True),
+            }
+            if experts:
+                layer["w1"], layer["w2"] = self.experts(L)
+            params["layers"].append(layer)
+        return params
+
+    def experts(self, L: int) -> tuple:
+        """(w1 [E, 2I, H], w2 [E, H, I]) of layer L."""
+        import jax.numpy as jnp
+        moe = f"model.layers.{L}.block_sparse_moe.experts."
+        e = range(self.c.experts)
+        w1 = jnp.stack([jnp.concatenate([self._get(f"{moe}{x}.w1.weight"), self._get(f"{moe}{x}.w3.weight")]) for x in e])
+        return w1, jnp.stack([self._get(f"{moe}{x}.w2.weight") for x in e])
+
+
+def load(folder: str, c: Config, dtype, experts: bool = True) -> dict:
+    """The first c.layers layers of the checkpoint in `folder`, as flytune.models.mixtral's params (on the
+    default device, in `dtype`; without w1/w2 where experts is False: Checkpoint.experts reads them)."""
+    return Checkpoint(folder, c, dtype).params(experts)

@@ -78,6 +78,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", help="a Hugging Face Mixtral folder (config.json + *.safetensors) instead of "
                                         "random weights (flytune.models.checkpoint)")
     p.add_argument("--no-parts", action="store_true", help="skip the per-part timings")
+    p.add_argument("--trace", metavar="DIR",
+                   help="after each measurement, a jax.profiler trace of a few more decode steps into DIR/<impl>-B<b>-P<p> "
+                        "(perfetto_trace.json.gz) and its summary in the results (flytune.models.trace)")
     p.add_argument("--json", help="write the results as JSON to this file ('-': stdout)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="a progress bar on stderr (default: when stderr is a terminal)")
@@ -204,7 +207,8 @@ class Model:
             out.append(nxt)
             progress.bar(label, i + 1, steps)
         jax.block_until_ready(nxt)
-        return jnp.stack(out, axis=1), time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0  # before the stack: its first call at a shape compiles (~70 ms on the H200)
+        return jnp.stack(out, axis=1), elapsed
 
     def parts(self, batch: int, prompt: int, new_tokens: int, repeats: int, seed: int) -> dict:
         """Seconds of one layer's attention block and MoE block at the prefill shape and at a decode step."""
@@ -237,8 +241,9 @@ def _agreement(ref_logits, ref_tokens, logits, tokens) -> dict:
 
 
 def _load_weights(args, progress: Progress):
-    import jax.numpy as jnp
-
+    """(config, the params without the experts' weights, their source, experts(layer) -> (w1, w2)): each
+    implementation reads every layer's experts afresh and keeps only its own layout of them (moe.prepare), so
+    the GPU holds one copy of the experts, not the original beside a rearranged one."""
     from flytune.models import checkpoint, mixtral
     dtype = mixtral.DTYPES[args.dtype]
     if args.checkpoint:
@@ -246,12 +251,36 @@ def _load_weights(args, progress: Progress):
         if args.layers:
             c = c.with_layers(args.layers)
         progress.note(f"loading {c.layers} layers from {args.checkpoint}")
-        return c, checkpoint.load(args.checkpoint, c, dtype), f"checkpoint {args.checkpoint}"
+        ckpt = checkpoint.Checkpoint(args.checkpoint, c, dtype)
+        return c, ckpt.params(experts=False), f"checkpoint {args.checkpoint}", ckpt.experts
     c = mixtral.CONFIGS[args.config]
     if args.layers:
         c = c.with_layers(args.layers)
     progress.note(f"random weights: {c.layers} layers of {args.config} (seed {args.seed}, {args.dtype})")
-    return c, mixtral.random_params(c, args.seed, dtype), f"random (seed {args.seed})"
+    return (c, mixtral.random_params(c, args.seed, dtype, experts=False), f"random (seed {args.seed})",
+            lambda layer: mixtral.random_experts(c, args.seed, layer, dtype))
+
+
+def _prepare(impl: str, c, experts, export) -> list:
+    """Every layer's MoE weights in the implementation's layout, made one layer at a time from experts(layer);
+    the originals go as each layer is done (unless the layout is the original: dense)."""
+    import jax
+
+    from flytune.models import moe
+    prepared = []
+    for layer in range(c.layers):
+        w1, w2 = experts(layer)
+        prepared.append(moe.prepare(impl, w1, w2, export))
+        del w1, w2
+        jax.block_until_ready(prepared[-1])
+    return prepared
+
+
+def _memory() -> dict:
+    """The default device's allocator statistics (bytes), where the backend keeps them."""
+    import jax
+    stats = jax.devices()[0].memory_stats() or {}
+    return {k: int(stats[k]) for k in ("bytes_in_use", "peak_bytes_in_use", "bytes_limit") if k in stats}
 
 
 def _param_bytes(tree) -> int:
@@ -282,14 +311,15 @@ def run(args) -> dict:
         raise ValueError("the flytune implementation needs --export DIR (an export of the model's MoE problem; "
                          "or leave flytune out of --impl)")
     export = flytune.load(args.export) if args.export and "flytune" in args.impl else None
-    c, params, source = _load_weights(args, progress)
+    c, params, source, experts = _load_weights(args, progress)
     mixtral.check_params(c, params)
     if export is not None:  # the problem must be there before anything is timed
         export.find_problem(c.experts, c.hidden, c.inter, c.topk, args.dtype)
     result = {
         "model": args.config if not args.checkpoint else "checkpoint",
         "config": {k: getattr(c, k) for k in c.__dataclass_fields__},
-        "layers": c.layers, "dtype": args.dtype, "weights": source, "weight_bytes": _param_bytes(params),
+        "layers": c.layers, "dtype": args.dtype, "weights": source,
+        "weight_bytes": _param_bytes(params) + mixtral.expert_bytes(c, mixtral.DTYPES[args.dtype]),
         "device": f"{jax.devices()[0].platform}:{jax.devices()[0].device_kind}", "jax": jax.__version__,
         "flytune": flytune.__version__, "export": args.export, "new_tokens": args.new_tokens,
         "repeats": args.repeats, "command": " ".join([NAME] + sys.argv[1:]), "runs": [],
@@ -302,11 +332,12 @@ def run(args) -> dict:
     for impl in args.impl:
         progress.note(f"{impl}: preparing the MoE weights of {c.layers} layers")
         try:
-            prepared = [moe.prepare(impl, layer["w1"], layer["w2"], export) for layer in params["layers"]]
-            jax.block_until_ready(prepared)
+            prepared = _prepare(impl, c, experts, export)
         except Exception as e:  # reported in the results and the exit code, and the next implementation runs
             _failed(result, progress, impl, None, e)
             continue
+        result.setdefault("moe_weight_bytes", {})[impl] = _param_bytes(prepared)
+        result.setdefault("memory_after_prepare", {})[impl] = _memory()
         model = Model(c, impl, params, prepared)
         for (b, p), prompt in prompts.items():
             try:
@@ -362,6 +393,18 @@ def _measure(model: Model, args, b: int, p: int, tokens, progress: Progress):
             t["layers_s"] = model.c.layers * (t["attention_s"]["median"] + t["moe_s"]["median"])
             t["rest_s"] = whole[phase] - t["layers_s"]
         row["parts"] = parts
+    row["memory"] = _memory()
+    if args.trace:
+        from flytune.models import trace
+        folder = os.path.join(args.trace, f"{model.impl}-B{b}-P{p}")
+        steps = min(8, args.new_tokens)
+        try:  # a profiler that cannot start costs the trace, not the row
+            nxt, _, cache = model.prefill(tokens, length)
+            with trace.capture(folder):
+                model.decode(nxt, cache, p, steps, Progress(False), label)
+            row["trace"] = {"folder": folder, "steps": steps, **trace.summary(folder)}
+        except Exception as e:
+            row["trace"] = {"folder": folder, "error": f"{type(e).__name__}: {str(e).strip()[:300]}"}
     return row, logits, generated
 
 

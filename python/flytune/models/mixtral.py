@@ -71,14 +71,22 @@ def layer_shapes(c: Config) -> dict:
     }
 
 
+# The experts' weights: the MoE implementation's to hold (moe.prepare makes its layout from them and the
+# original can go), not the shared params'.
+EXPERTS = ("w1", "w2")
+
+
 def _fan_in(name: str, shape: tuple) -> int:
-    return shape[-1] if name in ("w1", "w2") else shape[0]
+    return shape[-1] if name in EXPERTS else shape[0]
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
-def _random_layer(key, c: Config, dtype):
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _random_layer(key, c: Config, dtype, names: tuple):
+    """The layer's tensors among `names`; each one's values are the same whichever others are asked for."""
     out = {}
     for i, (name, shape) in enumerate(layer_shapes(c).items()):
+        if name not in names:
+            continue
         if name.endswith("norm"):
             out[name] = jnp.ones(shape, dtype)
         else:
@@ -95,16 +103,31 @@ def _random_outer(key, c: Config, dtype):
             "lm_head": (jax.random.normal(k2, (c.hidden, c.vocab), dtype) / math.sqrt(c.hidden)).astype(dtype)}
 
 
-def random_params(c: Config, seed: int = 0, dtype=jnp.bfloat16) -> dict:
-    """Random weights with a fixed seed, one layer at a time on the default device (no host copies)."""
+def random_params(c: Config, seed: int = 0, dtype=jnp.bfloat16, experts: bool = True) -> dict:
+    """Random weights with a fixed seed, one layer at a time on the default device (no host copies). With
+    experts False the layers lack w1/w2 (random_experts gives them, the same values, one layer at a time)."""
     key = jax.random.PRNGKey(seed)
     params = _random_outer(jax.random.fold_in(key, 1 << 20), c, dtype)
-    params["layers"] = [_random_layer(jax.random.fold_in(key, layer), c, dtype) for layer in range(c.layers)]
+    names = tuple(n for n in layer_shapes(c) if experts or n not in EXPERTS)
+    params["layers"] = [_random_layer(jax.random.fold_in(key, layer), c, dtype, names) for layer in range(c.layers)]
     return params
 
 
+def random_experts(c: Config, seed: int, layer: int, dtype=jnp.bfloat16) -> tuple:
+    """(w1, w2) of `layer`: random_params's values for the same seed."""
+    p = _random_layer(jax.random.fold_in(jax.random.PRNGKey(seed), layer), c, dtype, EXPERTS)
+    return p["w1"], p["w2"]
+
+
+def expert_bytes(c: Config, dtype) -> int:
+    """Bytes of every layer's w1 and w2."""
+    shapes = layer_shapes(c)
+    return c.layers * sum(math.prod(shapes[n]) for n in EXPERTS) * jnp.dtype(dtype).itemsize
+
+
 def check_params(c: Config, params: dict) -> None:
-    """Every tensor of `params` has the shape `c` says (ValueError naming the first that has not)."""
+    """Every tensor of `params` has the shape `c` says (ValueError naming the first that has not); w1/w2 may be
+    left out of every layer (random_params(experts=False))."""
     want = {"embed": (c.vocab, c.hidden), "final_norm": (c.hidden,), "lm_head": (c.hidden, c.vocab)}
     for name, shape in want.items():
         if tuple(params[name].shape) != shape:
@@ -113,6 +136,8 @@ def check_params(c: Config, params: dict) -> None:
         raise ValueError(f"{len(params['layers'])} layers given, the config has {c.layers}")
     for i, layer in enumerate(params["layers"]):
         for name, shape in layer_shapes(c).items():
+            if name in EXPERTS and name not in layer:
+                continue
             if tuple(layer[name].shape) != shape:
                 raise ValueError(f"layer {i} {name} is {tuple(layer[name].shape)}, the config needs {shape}")
 

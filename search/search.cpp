@@ -23,8 +23,10 @@
 #include "store/kind.hpp"
 #include "store/store.hpp"
 #include "generator/emitter.hpp"
+#include "layer/operation.hpp"
 #include "layer/program.hpp"
 #include "search/compile_space.hpp"
+#include "search/dealing.hpp"
 #include "search/measurer.hpp"
 #include "search/progress.hpp"
 #include "search/recorder.hpp"
@@ -34,6 +36,12 @@
 
 namespace ft {
 namespace {
+
+using dealing::deal;
+using dealing::FirstError;
+using dealing::Gpu;
+using dealing::on_each;
+using dealing::WorkQueue;
 
 std::atomic<bool> g_interrupted{false};
 
@@ -102,8 +110,8 @@ Result<RecordedSpace> compile_and_record(Recorder& rec, const Target& target, co
   opt.compile.stop = &g_interrupted;  // Ctrl-C stops handing out compile jobs
   opt.progress = cfg.progress;
   if (cfg.baseline)
-    for (StageRole k : {StageRole::stage1, StageRole::stage2})
-      if (auto d = default_variant(target, cfg.problem, k)) opt.extra.push_back(*d);
+    for (const op::Stage& st : op::moe_forward().stages)
+      if (auto d = default_variant(target, cfg.problem, st.role)) opt.extra.push_back(*d);
   RecordedSpace rs;
   rs.space = FT_TRY(compile_space(target, cfg.problem, opt));
   if (!rs.space.support) return std::unexpected(with_context(rs.space.support.error(), "support kernels"));
@@ -225,42 +233,6 @@ Result<const Target*> target_of_gpu(const SearchConfig& cfg, const DeviceInfo& i
 }
 
 
-// A queue of work (variant indices, token buckets) that the GPUs of one model
-// take from; a GPU that stops before finishing an item gives it back.
-class WorkQueue {
- public:
-  explicit WorkQueue(const std::vector<int>& items) : items_(items.begin(), items.end()) {}
-  std::optional<int> take() {
-    std::lock_guard lock(mu_);
-    if (items_.empty()) return std::nullopt;
-    const int item = items_.front();
-    items_.pop_front();
-    return item;
-  }
-  void give_back(int item) {
-    std::lock_guard lock(mu_);
-    items_.push_front(item);
-  }
-  std::size_t size() {
-    std::lock_guard lock(mu_);
-    return items_.size();
-  }
-
- private:
-  std::mutex mu_;
-  std::deque<int> items_;
-};
-
-// One GPU of the search: its worker and, once its model is known, the context its steps run in.
-struct Gpu {
-  std::unique_ptr<Measurer> m;
-  DeviceInfo info;
-  std::size_t model = 0;
-  std::optional<GpuContext> ctx;
-  std::vector<int> buckets;   // searched here
-  std::size_t verified = 0;   // variants verified here
-};
-
 // The GPUs of one model: one device row, one target and space, one winner set.
 struct Model {
   std::string label;  // "NVIDIA H200 (sm_90a)"
@@ -272,79 +244,6 @@ struct Model {
   TargetSummary ts;
   std::vector<Candidate> candidates;  // verified, in the space's order
 };
-
-// Runs fn(i) for each index, each on a thread of its own (inline for one).
-void on_each(const std::vector<std::size_t>& which, const std::function<void(std::size_t)>& fn) {
-  if (which.size() == 1) {
-    fn(which.front());
-    return;
-  }
-  std::vector<std::jthread> threads;
-  for (std::size_t i : which) threads.emplace_back(fn, i);
-}
-
-// The first error of several threads; the others are told to stop.
-class FirstError {
- public:
-  explicit FirstError(std::atomic<bool>& abort) : abort_(abort) {}
-  void set(Error e) {
-    std::lock_guard lock(mu_);
-    if (!error_) error_ = std::move(e);
-    abort_.store(true);
-  }
-  Status status() {
-    std::lock_guard lock(mu_);
-    if (error_) return std::unexpected(*error_);
-    return {};
-  }
-
- private:
-  std::mutex mu_;
-  std::optional<Error> error_;
-  std::atomic<bool>& abort_;
-};
-
-// Deals `queue` to the GPUs `which`, one thread each, until it is empty or the
-// search stops. setup(gpu) runs once per GPU and round; work(gpu, item) is
-// false when the GPU stopped before finishing the item, which goes back to
-// the queue. A GPU whose worker died leaves its share to the others; when
-// none is left, the work left is an error.
-Status deal(std::vector<Gpu>& gpus, const std::vector<std::size_t>& which, WorkQueue& queue, std::atomic<bool>& abort,
-            const std::function<Status(Gpu&)>& setup, const std::function<Result<bool>(Gpu&, int)>& work) {
-  FirstError first(abort);
-  std::size_t alive_before = which.size() + 1;
-  for (;;) {
-    std::vector<std::size_t> alive;
-    for (std::size_t i : which)
-      if (!gpus[i].m->dead()) alive.push_back(i);
-    if (alive.empty())
-      return fail(Errc::device, fmt::format("no GPU's worker is left running; {} item(s) of work were not done", queue.size()));
-    if (alive.size() >= alive_before) return fail(Errc::internal, "work was given back without a GPU stopping");
-    alive_before = alive.size();
-    on_each(alive, [&](std::size_t i) {
-      Gpu& gpu = gpus[i];
-      if (auto st = setup(gpu); !st) {
-        if (!gpu.m->stopped()) first.set(with_context(st.error(), gpu.m->label()));
-        return;
-      }
-      while (!gpu.m->stopped()) {
-        const std::optional<int> item = queue.take();
-        if (!item) return;
-        auto done = work(gpu, *item);
-        if (!done) {
-          first.set(with_context(done.error(), gpu.m->label()));
-          return;
-        }
-        if (!*done) {
-          queue.give_back(*item);
-          return;
-        }
-      }
-    });
-    FT_CHECK(first.status());
-    if (g_interrupted.load() || queue.size() == 0) return {};
-  }
-}
 
 // Step 1 of a model: every usable variant verified once on fresh inputs at an
 // odd token count with one expert left without tokens (verify_one), dealt to
@@ -407,7 +306,8 @@ Status search_buckets(const SearchConfig& cfg, std::vector<Gpu>& gpus, Model& mo
         const TelemetryReading tele = gpu.m->telemetry();
         StageStep stage{cfg, *model.target, *gpu.ctx, model.candidates, std::mt19937_64(seed + std::uint64_t(tokens)), many_gpus};
         std::map<StageRole, Ranked> best;
-        for (StageRole kind : {StageRole::stage1, StageRole::stage2}) {
+        for (const op::Stage& st : op::moe_forward().stages) {  // each role ranked on its own, then the layer pairs them
+          const StageRole kind = st.role;
           auto strategy = FT_TRY(make_strategy(cfg.strategy, {cfg.budget, cfg.time_limit_s, cfg.model_budget_s, cfg.model_explore}));
           std::optional<Ranked> ranked = FT_TRY(stage.rank(*strategy, kind, tokens, tele));
           if (!ranked) return false;

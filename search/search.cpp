@@ -25,6 +25,8 @@
 #include "generator/emitter.hpp"
 #include "layer/program.hpp"
 #include "search/compile_space.hpp"
+#include "search/dealing.hpp"
+#include "search/object_dir.hpp"
 #include "search/measurer.hpp"
 #include "search/progress.hpp"
 #include "search/recorder.hpp"
@@ -39,6 +41,9 @@ std::atomic<bool> g_interrupted{false};
 
 void on_sigint(int) { g_interrupted.store(true); }
 
+using dealing::FirstError;
+using dealing::WorkQueue;
+using dealing::on_each;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -57,25 +62,6 @@ db::Resources to_db(const Resources& r) {
 
 // A fresh seed when none is given: the clock mixed with the process id.
 std::uint64_t fresh_seed() { return std::uint64_t(Clock::now().time_since_epoch().count()) ^ (std::uint64_t(getpid()) << 32); }
-
-// Removes /tmp/flytune-objects-PID folders whose search process is gone (a
-// kill -9 or a crash skips the guard that removes a search's own folder).
-void remove_stale_object_dirs() {
-  std::error_code ec;
-  const auto tmp = std::filesystem::temp_directory_path(ec);
-  if (ec) return;
-  for (const auto& entry : std::filesystem::directory_iterator(tmp, ec)) {
-    const std::string name = entry.path().filename().string();
-    constexpr std::string_view prefix = "flytune-objects-";
-    if (!name.starts_with(prefix)) continue;
-    long pid = 0;
-    const std::string_view digits = std::string_view(name).substr(prefix.size());
-    auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
-    if (err != std::errc{} || end != digits.data() + digits.size() || process_alive(pid)) continue;
-    std::error_code rm;
-    std::filesystem::remove_all(entry.path(), rm);
-  }
-}
 
 // A compile log with the reason its code object has no resources (an
 // emulated build, a damaged object), so the record says why they are empty.
@@ -198,21 +184,6 @@ Result<db::RunStatus> dry_run(Recorder& rec, const SearchConfig& cfg, SearchSumm
   return db::RunStatus::finished;
 }
 
-// This process's folder of code objects for the worker, removed with it.
-struct ObjectDir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() / fmt::format("flytune-objects-{}", getpid());
-  ObjectDir() {
-    std::error_code ec;
-    std::filesystem::create_directories(path, ec);
-  }
-  ObjectDir(const ObjectDir&) = delete;
-  ObjectDir& operator=(const ObjectDir&) = delete;
-  ~ObjectDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
 // The target of the worker's GPU, which --target (when given) must name.
 Result<const Target*> target_of_gpu(const SearchConfig& cfg, const DeviceInfo& info) {
   const Target* target = find_target(info.arch);
@@ -223,33 +194,6 @@ Result<const Target*> target_of_gpu(const SearchConfig& cfg, const DeviceInfo& i
                                                  cfg.targets.front(), info.name, info.arch));
   return target;
 }
-
-
-// A queue of work (variant indices, token buckets) that the GPUs of one model
-// take from; a GPU that stops before finishing an item gives it back.
-class WorkQueue {
- public:
-  explicit WorkQueue(const std::vector<int>& items) : items_(items.begin(), items.end()) {}
-  std::optional<int> take() {
-    std::lock_guard lock(mu_);
-    if (items_.empty()) return std::nullopt;
-    const int item = items_.front();
-    items_.pop_front();
-    return item;
-  }
-  void give_back(int item) {
-    std::lock_guard lock(mu_);
-    items_.push_front(item);
-  }
-  std::size_t size() {
-    std::lock_guard lock(mu_);
-    return items_.size();
-  }
-
- private:
-  std::mutex mu_;
-  std::deque<int> items_;
-};
 
 // One GPU of the search: its worker and, once its model is known, the context its steps run in.
 struct Gpu {
@@ -271,37 +215,6 @@ struct Model {
   const RecordedSpace* space = nullptr;
   TargetSummary ts;
   std::vector<Candidate> candidates;  // verified, in the space's order
-};
-
-// Runs fn(i) for each index, each on a thread of its own (inline for one).
-void on_each(const std::vector<std::size_t>& which, const std::function<void(std::size_t)>& fn) {
-  if (which.size() == 1) {
-    fn(which.front());
-    return;
-  }
-  std::vector<std::jthread> threads;
-  for (std::size_t i : which) threads.emplace_back(fn, i);
-}
-
-// The first error of several threads; the others are told to stop.
-class FirstError {
- public:
-  explicit FirstError(std::atomic<bool>& abort) : abort_(abort) {}
-  void set(Error e) {
-    std::lock_guard lock(mu_);
-    if (!error_) error_ = std::move(e);
-    abort_.store(true);
-  }
-  Status status() {
-    std::lock_guard lock(mu_);
-    if (error_) return std::unexpected(*error_);
-    return {};
-  }
-
- private:
-  std::mutex mu_;
-  std::optional<Error> error_;
-  std::atomic<bool>& abort_;
 };
 
 // Deals `queue` to the GPUs `which`, one thread each, until it is empty or the
@@ -620,7 +533,6 @@ nlohmann::json SearchSummary::to_json() const {
                          {"verified", g.verified}, {"crashes", g.crashes}, {"dead", g.dead}});
   return j;
 }
-
 
 Result<SearchSummary> run_search(const SearchConfig& cfg) {
   const auto t0 = Clock::now();

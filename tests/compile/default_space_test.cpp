@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "generator/emitter.hpp"
+#include "generator/families/families.hpp"
 #include "generator/space.hpp"
 #include "tests/compile/compile_test_support.hpp"
 #include "compile/analyze/elf_image.hpp"
@@ -241,8 +242,9 @@ TEST(Fp8ProducerPromotion, CompilesWithoutSpillsOrSerialisedWgmma) {
       RecordProperty(cv.variant.name(), fmt::format("regs={}", cv.resources->regs));
     }
     EXPECT_EQ(seen, c.wanted) << "the promoting producer-warpgroup variants are not all in the space";
-    for (const CompiledVariant& cv : cs->variants)
-      EXPECT_LE(cv.variant.get("tiles_per_block"), 1) << cv.variant.name() << ": persistent and promoting";
+    for (const CompiledVariant& cv : cs->variants)  // row scales with promote 0 (_fastacc) may be persistent
+      if (fp8::promotes(cv.variant))
+        EXPECT_LE(cv.variant.get("tiles_per_block"), 1) << cv.variant.name() << ": persistent and promoting";
   }
 }
 

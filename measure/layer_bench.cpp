@@ -26,6 +26,19 @@ double percentile(const std::vector<double>& sorted, double q) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - double(lo));
 }
 
+// One repetition's time from its two events, in microseconds: refused when the
+// runtime gives a time that is no time (NaN, infinite or negative: a runtime
+// bug, or events read out of order), which would otherwise be sorted into
+// the median as if measured.
+Result<double> sample_us(Device& dev, EventHandle start, EventHandle stop) {
+  const float ms = FT_TRY(dev.elapsed_ms(start, stop));
+  if (!std::isfinite(ms) || ms < 0)
+    return fail(Errc::device, fmt::format("the device's events gave {} ms for a repetition; no timing is recorded from "
+                                          "times that are not a finite, non-negative number",
+                                          ms));
+  return double(ms) * 1000.0;
+}
+
 }  // namespace
 
 Timing summarize(std::vector<double> us) {
@@ -303,12 +316,12 @@ Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const 
     if (st) st = execute(dev_, prog, fns, table_, {}, {.first = stage, .last = stage + 1, .marks = ev});
     if (st) st = dev_.synchronize();
     if (!st) break;
-    auto ms = dev_.elapsed_ms(ev[0], ev[1]);
-    if (!ms) {
-      st = std::unexpected(ms.error());
+    auto sample = sample_us(dev_, ev[0], ev[1]);
+    if (!sample) {
+      st = std::unexpected(sample.error());
       break;
     }
-    if (i >= opt.warmup) us.push_back(*ms * 1000.0);
+    if (i >= opt.warmup) us.push_back(*sample);
   }
   for (EventHandle e : ev) (void)dev_.destroy_event(e);
   FT_CHECK(st);
@@ -351,13 +364,15 @@ Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1,
     if (st) st = dev_.synchronize(stream);
     if (!st) break;
     if (i < opt.warmup) continue;
-    auto ms = [&](std::size_t a, std::size_t b) -> double {
-      auto r = dev_.elapsed_ms(ev[a], ev[b]);
-      return r ? *r * 1000.0 : -1.0;
+    // A time the events cannot give ends the timing (it used to enter the samples as -1 us).
+    auto ms = [&](std::size_t a, std::size_t b, std::vector<double>& into) {
+      auto r = sample_us(dev_, ev[a], ev[b]);
+      if (r) into.push_back(*r);
+      else if (st) st = std::unexpected(r.error());
     };
-    total.push_back(ms(0, ev.size() - 1));
+    ms(0, ev.size() - 1, total);
     if (!opt.graph)
-      for (std::size_t s = 0; s < prog.steps.size(); ++s) per_step[prog.steps[s].name].push_back(ms(s, s + 1));
+      for (std::size_t s = 0; s < prog.steps.size(); ++s) ms(s, s + 1, per_step[prog.steps[s].name]);
   }
   if (graph.p) (void)dev_.destroy_graph(graph);
   for (auto& e : ev) (void)dev_.destroy_event(e);

@@ -77,14 +77,7 @@ db::Store open_db(const std::string& path) {
   return std::move(*s);
 }
 
-std::vector<db::MeasurementRecord> measurements(const std::string& path, std::optional<std::int64_t> run = {}) {
-  db::Store s = open_db(path);
-  db::MeasurementFilter f;
-  f.run_id = run;
-  auto m = s.measurements(f);
-  EXPECT_TRUE(m) << m.error().describe();
-  return m ? *m : std::vector<db::MeasurementRecord>{};
-}
+using test::measurements;
 
 // What every emulated search database must hold: the emulator as the device,
 // the host compiler as the toolchain, host libraries as code objects, no
@@ -309,23 +302,6 @@ TEST(EmuSearch, InProcessMeasurerRunsTheWholeSearch) {
   EXPECT_EQ(runs->front().options.value("in_process", false), true) << runs->front().options.dump();
 }
 
-// Starts `flytune args...` with its output in `log`; the process id.
-pid_t spawn_flytune(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> all{FLYTUNE_BIN};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, FLYTUNE_BIN, &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  return rc == 0 ? pid : -1;
-}
-
 // Killed with SIGKILL once it has verified everything and timed some
 // variants, the search cannot mark its run; the same command again closes
 // that run, takes what it measured from the database instead of measuring it
@@ -339,7 +315,7 @@ TEST(EmuSearch, KilledSearchResumesThenExportsAndChecks) {
   const test::ScopedEnv tmpdir("TMPDIR", tmp.c_str());  // the searches' object folders, to look at
   const std::string db = dir.file("killed.db");
 
-  const pid_t pid = spawn_flytune(search_args(db, false), dir.file("first.log"));
+  const pid_t pid = test::spawn_flytune(search_args(db, false), dir.file("first.log"));
   ASSERT_GT(pid, 0);
   // Wait for verification to be done and timing to have begun.
   const auto deadline = std::chrono::steady_clock::now() + 240s;

@@ -4,6 +4,8 @@
 // support unit is compiled for gfx942 by the real AMD toolchain; the double
 // reads its AMDGPU metadata, runs the emulator's build of the same unit, and
 // refuses launches that disagree with the metadata (the mutants below).
+#include <dlfcn.h>
+
 #include <cstring>
 #include <functional>
 #include <string>
@@ -114,6 +116,36 @@ TEST_F(HipDouble, EventsTimeEmulatedWork) {
   auto ms = device_->elapsed_ms(a, b);
   ASSERT_TRUE(ms) << ms.error().describe();
   EXPECT_GT(*ms, 0.0f);
+}
+
+// The double's events hold the timing protocol to what a real GPU needs:
+// the stop event recorded after the start, and completed (a synchronize
+// since its record) before its time is read. HipDevice::elapsed_ms
+// synchronizes on the stop event; the raw calls show the refusal.
+TEST_F(HipDouble, EventsRefuseSwappedOrUnfinishedReads) {
+  EventHandle a = *device_->create_event(), b = *device_->create_event();
+  ASSERT_TRUE(device_->record(a));
+  ASSERT_TRUE(device_->record(b));
+  auto swapped = device_->elapsed_ms(b, a);
+  ASSERT_FALSE(swapped);
+  EXPECT_NE(swapped.error().describe().find("the events are swapped"), std::string::npos) << swapped.error().describe();
+  EXPECT_TRUE(device_->elapsed_ms(a, b));
+
+  void* lib = dlopen(FT_HIP_DOUBLE, RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr) << "the double is loaded by the device";
+  auto record = reinterpret_cast<int (*)(void*, void*)>(dlsym(lib, "hipEventRecord"));
+  auto elapsed = reinterpret_cast<int (*)(float*, void*, void*)>(dlsym(lib, "hipEventElapsedTime"));
+  auto sync = reinterpret_cast<int (*)(void*)>(dlsym(lib, "hipEventSynchronize"));
+  ASSERT_TRUE(record && elapsed && sync);
+  ASSERT_EQ(record(b.p, nullptr), 0);
+  float ms = 0;
+  EXPECT_EQ(elapsed(&ms, a.p, b.p), 600 /* hipErrorNotReady */) << "read before the stop event completed";
+  ASSERT_EQ(sync(b.p), 0);
+  EXPECT_EQ(elapsed(&ms, a.p, b.p), 0);
+  EXPECT_GE(ms, 0.0f);
+  dlclose(lib);
+  EXPECT_TRUE(device_->destroy_event(a));
+  EXPECT_TRUE(device_->destroy_event(b));
 }
 
 TEST_F(HipDouble, RefusesACodeObjectOfAnotherTarget) {

@@ -88,29 +88,34 @@ Result<std::size_t> elf_extent(const std::byte* image) {
   return end;
 }
 
+// One product per target the double emulates, with the public figures of the
+// part (MI300X: 304 CUs, 2100 MHz, 192 GB HBM3, 4 MB L2 per XCD; MI355X: 256
+// CUs, 2400 MHz, 288 GB HBM3E). They are a product's, not the ISA's (gfx942
+// is also the MI300A and MI325X), so they are not targets.def's; the ISA's
+// facts -- LDS, wave size, block limit -- come from the target's row there.
+struct Part {
+  std::string_view target, product, gcn_arch_name;
+  int compute_units, clock_mhz, memory_gib, l2_mib;
+};
+constexpr Part kParts[] = {
+    {"gfx942", "MI300X", "gfx942:sramecc+:xnack-", 304, 2100, 192, 4},
+    {"gfx950", "MI355X", "gfx950:sramecc+:xnack-", 256, 2400, 288, 4},
+};
+
 Result<GpuModel> gpu_model(std::string_view target) {
-  GpuModel m;
-  m.target = find_target(target);
-  // The public figures of the parts: MI300X (304 CUs, 2100 MHz, 192 GB HBM3,
-  // 4 MB L2 per XCD) and MI355X (256 CUs, 2400 MHz, 288 GB HBM3E).
-  if (target == "gfx942") {
-    m.name = "AMD Instinct MI300X (emulated by the flytune HIP double)";
-    m.gcn_arch_name = "gfx942:sramecc+:xnack-";
-    m.compute_units = 304;
-    m.clock_khz = 2100000;
-    m.memory_bytes = 192 * kGiB;
-    m.l2_bytes = 4 * kMiB;
-  } else if (target == "gfx950") {
-    m.name = "AMD Instinct MI355X (emulated by the flytune HIP double)";
-    m.gcn_arch_name = "gfx950:sramecc+:xnack-";
-    m.compute_units = 256;
-    m.clock_khz = 2400000;
-    m.memory_bytes = 288 * kGiB;
-    m.l2_bytes = 4 * kMiB;
-  } else {
-    return fail(Errc::invalid_input, fmt::format("the HIP double has no GPU of target '{}' (gfx942, gfx950)", target));
+  for (const Part& p : kParts) {
+    if (p.target != target) continue;
+    GpuModel m;
+    m.target = find_target(target);
+    m.name = fmt::format("AMD Instinct {} (emulated by the flytune HIP double)", p.product);
+    m.gcn_arch_name = std::string(p.gcn_arch_name);
+    m.compute_units = p.compute_units;
+    m.clock_khz = p.clock_mhz * 1000;
+    m.memory_bytes = std::size_t(p.memory_gib) * kGiB;
+    m.l2_bytes = std::size_t(p.l2_mib) * kMiB;
+    return m;
   }
-  return m;
+  return fail(Errc::invalid_input, fmt::format("the HIP double has no GPU of target '{}' (gfx942, gfx950)", target));
 }
 
 Result<KernelSource> emulator_source(const Target& target, const std::vector<std::string>& kernel_names) {

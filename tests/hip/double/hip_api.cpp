@@ -5,6 +5,7 @@
 // gives back (the real runtime's string says less).
 #include <hip/hip_runtime_api.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "tests/hip/double/emulated_gpu.hpp"
+#include "tests/hip/double/faults.hpp"
 
 using ft::hip_double::Double;
 using ft::hip_double::Gpu;
@@ -20,9 +22,14 @@ struct ihipStream_t {
   int gpu = 0;
   ft::StreamHandle emu;
 };
+// An event's record number (0: never recorded) and whether a synchronize
+// after that record completed it: a real GPU's event is not ready until the
+// work before it is done, so its time cannot be read before a synchronize.
 struct ihipEvent_t {
   int gpu = 0;
   ft::EventHandle emu;
+  unsigned long long recorded = 0;
+  bool completed = false;
 };
 struct ihipModule_t {
   ft::hip_double::Module* module = nullptr;
@@ -47,6 +54,11 @@ struct hipGraphExec {
 namespace {
 
 thread_local int current_gpu = 0;
+// Event records in order, and the last record a stream or device synchronize
+// covered (the double runs everything when it is called, so a synchronize
+// covers every record before it).
+std::atomic<unsigned long long> records{0}, synchronized_through{0};
+void synchronized() { synchronized_through = records.load(); }
 thread_local std::string last_reason;
 
 hipError_t failed(hipError_t code, std::string reason) {
@@ -103,6 +115,8 @@ const char* hipGetErrorName(hipError_t e) {
     case hipErrorNoDevice: return "hipErrorNoDevice";
     case hipErrorLaunchFailure: return "hipErrorLaunchFailure";
     case hipErrorStreamCaptureUnsupported: return "hipErrorStreamCaptureUnsupported";
+    case hipErrorNotReady: return "hipErrorNotReady";
+    case hipErrorIllegalState: return "hipErrorIllegalState";
     default: return "hipErrorUnknown";
   }
 }
@@ -203,6 +217,7 @@ hipError_t hipSetDevice(int device) {
 
 hipError_t hipDeviceSynchronize() {
   FT_HIP_DOUBLE(d);
+  synchronized();
   return status(d->gpu(current_gpu).emu->synchronize());
 }
 
@@ -284,6 +299,7 @@ hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned gx, unsigned gy, unsi
     return failed(hipErrorInvalidConfiguration, st.error());
   auto args = ft::hip_double::kernarg_bytes(*f->kernel, launch);
   if (!args) return failed(hipErrorInvalidValue, args.error());
+  ft::hip_double::before_launch(f->kernel->meta.name);
   return status(gpu.emu->launch(f->kernel->emu, launch.grid, launch.block, launch.dynamic_lds, emu_stream(s), args->data(),
                                 args->size()),
                 hipErrorLaunchFailure);
@@ -307,6 +323,7 @@ hipError_t hipStreamDestroy(hipStream_t s) {
 
 hipError_t hipStreamSynchronize(hipStream_t s) {
   FT_HIP_DOUBLE(d);
+  synchronized();
   return status(stream_gpu(*d, s).emu->synchronize(emu_stream(s)), hipErrorInvalidHandle);
 }
 
@@ -330,12 +347,16 @@ hipError_t hipEventRecord(hipEvent_t e, hipStream_t s) {
   FT_HIP_DOUBLE(d);
   if (!e) return failed(hipErrorInvalidHandle, "record of a null event");
   if (s && s->gpu != e->gpu) return failed(hipErrorInvalidHandle, "an event recorded on another GPU's stream");
+  e->recorded = ++records;
+  e->completed = false;
   return status(d->gpu(e->gpu).emu->record(e->emu, emu_stream(s)), hipErrorInvalidHandle);
 }
 
 // Everything the double runs is done when its call returns.
 hipError_t hipEventSynchronize(hipEvent_t e) {
-  return e ? hipSuccess : failed(hipErrorInvalidHandle, "synchronize on a null event");
+  if (!e) return failed(hipErrorInvalidHandle, "synchronize on a null event");
+  e->completed = e->recorded != 0;
+  return hipSuccess;
 }
 
 // The host time the emulator took between the two records: emulated time,
@@ -343,9 +364,14 @@ hipError_t hipEventSynchronize(hipEvent_t e) {
 hipError_t hipEventElapsedTime(float* ms, hipEvent_t start, hipEvent_t stop) {
   FT_HIP_DOUBLE(d);
   if (!start || !stop || start->gpu != stop->gpu) return failed(hipErrorInvalidHandle, "events of different GPUs");
+  if (!start->recorded || !stop->recorded) return failed(hipErrorInvalidHandle, "elapsed time of an event never recorded");
+  if (stop->recorded < start->recorded)
+    return failed(hipErrorInvalidValue, "elapsed time from an event to one recorded before it (the events are swapped)");
+  if (!stop->completed && stop->recorded > synchronized_through)
+    return failed(hipErrorNotReady, "the stop event has not completed: no synchronize since it was recorded");
   auto r = d->gpu(start->gpu).emu->elapsed_ms(start->emu, stop->emu);
   if (!r) return failed(hipErrorNotReady, r.error());
-  *ms = *r;
+  *ms = ft::hip_double::reported_elapsed_ms(*r);
   return hipSuccess;
 }
 

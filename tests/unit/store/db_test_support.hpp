@@ -11,7 +11,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -40,6 +42,19 @@ class ScratchDir {
 inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The measurements of a database (of one run), read only; none, with a
+// failure, where it cannot be read.
+inline std::vector<db::MeasurementRecord> measurements(const std::string& path, std::optional<std::int64_t> run = {}) {
+  auto s = db::Store::open(path, db::OpenMode::read_only);
+  EXPECT_TRUE(s) << s.error().describe();
+  if (!s) return {};
+  db::MeasurementFilter f;
+  f.run_id = run;
+  auto m = s->measurements(f);
+  EXPECT_TRUE(m) << m.error().describe();
+  return m ? *m : std::vector<db::MeasurementRecord>{};
 }
 
 inline void write_bytes(const std::string& path, const std::string& bytes) {

@@ -122,6 +122,7 @@ MoeGradients<R> moe_backward(const MoeInputs<R>& in, std::span<const R> dy) {
   out.dw1.assign(std::size_t(E * 2 * I * H), R(0));
   out.dw2.assign(std::size_t(E * H * I), R(0));
   out.dweights.assign(std::size_t(P), R(0));
+  out.gate_up.assign(std::size_t(P * 2 * I), R(0));
   out.inter.assign(std::size_t(P * I), R(0));
   out.d_inter.assign(std::size_t(P * I), R(0));
   out.d_gate_up.assign(std::size_t(P * 2 * I), R(0));
@@ -130,6 +131,10 @@ MoeGradients<R> moe_backward(const MoeInputs<R>& in, std::span<const R> dy) {
     const long long e = expert_of(in, p);
     if (e < 0) continue;
     gate_up(in, p, e, g.data(), u.data());
+    for (long long i = 0; i < I; ++i) {
+      out.gate_up[std::size_t(p * 2 * I + i)] = g[std::size_t(i)];
+      out.gate_up[std::size_t(p * 2 * I + I + i)] = u[std::size_t(i)];
+    }
     R* h = &out.inter[std::size_t(p * I)];
     for (long long i = 0; i < I; ++i) h[i] = g[std::size_t(i)] * sigmoid(g[std::size_t(i)]) * u[std::size_t(i)];
     down(in, e, h, z.data());

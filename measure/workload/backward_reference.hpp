@@ -46,6 +46,7 @@ struct MoeGradients {
   std::vector<R> dw1;       // [E, 2I, H]
   std::vector<R> dw2;       // [E, H, I]
   std::vector<R> dweights;  // [T, k]; 0 for a slot without an expert
+  std::vector<R> gate_up;   // [T*k, 2I] [g; u], the forward's pre-activations (the stage-2 backward reads them)
   std::vector<R> inter;     // [T*k, I]  h_p, unweighted (the forward's saved intermediate); 0 for an empty slot
   std::vector<R> d_inter;   // [T*k, I]  dh_p
   std::vector<R> d_gate_up; // [T*k, 2I] [dg; du], the stage-1 backward's operand

@@ -25,3 +25,36 @@ struct KGroupedArgs {
 };
 
 }  // namespace ft
+
+namespace ft {
+
+// What a routed dgrad GEMM (moe_dgrad.hpp) does with its product C [T*k rows, n].
+enum class DgradEpilogue {
+  swiglu,   // stage-2 backward: dh = w_p C, the SwiGLU backward into d_gate_up, C . h_p into d_weights
+  scatter,  // stage-1 backward: C added into dx[p / k] (the top-k scatter-add, fp32 atomics)
+};
+
+// C[p, :] = A[row(p), :] W_e for the pairs p of each row block of the
+// forward's sorted ids (expert e), W_e [K, n] row-major, read transposed.
+struct DgradArgs {
+  const u16* a;               // rows of K values: [T, K] when a_per_token (dY), else [T*k, K] (dH)
+  const u16* w;               // [E, K, n]: W2 [E, H, I] (K = H, n = I) or W1 [E, 2I, H] (K = 2I, n = H)
+  const float* row_scales;    // swiglu: [T*k] the routed weights (null: 1)
+  const u16* gate_up;         // swiglu: [T*k, 2n] the forward's saved gate and up pre-activations
+  u16* d_gate_up;             // swiglu: [T*k, 2n] [dgate; dup], written for every routed pair
+  float* d_weights;           // swiglu: [T*k] fp32, added into (the caller zeroes it)
+  float* dx;                  // scatter: [T, n] fp32, added into (the caller zeroes it)
+  const i32* sorted_ids;      // the forward align's: pair ids grouped by expert; pad = pairs
+  const i32* block_experts;   // [padded_rows / align_block]
+  const i32* padded_rows;     // [1]
+  i32 pairs;                  // T * k
+  i32 topk;                   // k
+  i32 k;                      // K: the reduction
+  i32 n;                      // n: the output columns
+  i32 experts;                // E
+  i32 align_block;            // rows per row block of sorted_ids, a multiple of tile_m
+  i32 a_per_token;            // 1: pair p reads A row p / k; 0: row p
+  i32 reserved;               // zero
+};
+
+}  // namespace ft

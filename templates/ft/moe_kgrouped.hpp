@@ -1,4 +1,5 @@
 #pragma once
+#include "ft/staged_gemm.hpp"
 // The K-grouped GEMM of the backward's weight gradients (docs/TRAINING.md):
 // for every expert e, C_e = A_e^T B_e, where A_e and B_e are the rows of A and
 // B of the pairs routed to e, read through the sorted ids the forward's align
@@ -13,32 +14,30 @@
 // are read as 16-byte chunks and stored transposed into the tiled machinery's
 // LDS layout (tiled_gemm.hpp: one LDS row per output row or column, k
 // contiguous), so its compute step runs the atoms exactly as in the forward
-// stages. Rows past the expert's end and padding rows (id = pairs) are zeros.
+// stages (staged_gemm.hpp: the main loop). Rows past the expert's end and padding rows (id = pairs) are zeros.
 // The portable form: the transposed store is 2-byte LDS writes.
 namespace ft {
 
 template <class Cfg>
-struct KGrouped {
-  struct GemmCfg : Cfg {
-    static constexpr WeightLayout layout = WeightLayout::plain;  // both operands are staged by this kernel
-  };
-  using Core = TiledGemm<GemmCfg, 1>;
-  using S = typename Core::S;
-  static constexpr int TM = Cfg::tile_m, TN = Cfg::tile_n, TK = Cfg::tile_k;
-  static constexpr int kThreads = Core::kThreads;
-  static constexpr int kSmemBytes = Core::kSmemBytes;
-  static constexpr int kChunkElems = Core::kChunkElems;  // consecutive columns of one row in a chunk
+struct KGrouped : StagedGemm<Cfg> {
+  using Base = StagedGemm<Cfg>;
+  using typename Base::Core;
+  using typename Base::S;
+  using Base::TM, Base::TN, Base::TK, Base::kChunkElems, Base::half_of;
+  static constexpr int kThreads = Base::kThreads;
+  static constexpr int kSmemBytes = Base::kSmemBytes;
   static constexpr int kAChunks = TK * (TM / kChunkElems);
   static constexpr int kChunks = kAChunks + TK * (TN / kChunkElems);
   static constexpr int kChunksPerThread = (kChunks + kThreads - 1) / kThreads;
-  static_assert(sizeof(S) == 2, "16-bit operands (fp8 weight gradients are not a thing)");
   static_assert(TM % kChunkElems == 0 && TN % kChunkElems == 0, "whole chunks per row");
 
-  Core core;
-  Chunk16 staged[kChunksPerThread];
+  u32 staged[kChunksPerThread][4];  // the chunks in flight (StagedGemm::half_of)
 
   // The first and one-past-last row of sorted_ids that belong to expert e.
-  FT_DEVICE static void rows_of(const KGroupedArgs& p, int e, int& begin, int& end) {
+  struct Rows {
+    int begin, end;
+  };
+  FT_DEVICE static Rows rows_of(const KGroupedArgs& p, int e) {
     const int blocks = *p.padded_rows / p.align_block;
     int lo = 0, hi = blocks;
     while (lo < hi) {  // the first row block of an expert >= e
@@ -46,14 +45,14 @@ struct KGrouped {
       if (p.block_experts[mid] < e) lo = mid + 1;
       else hi = mid;
     }
-    begin = lo * p.align_block;
+    const int first = lo;
     hi = blocks;
     while (lo < hi) {  // the first row block of an expert > e
       const int mid = (lo + hi) / 2;
       if (p.block_experts[mid] <= e) lo = mid + 1;
       else hi = mid;
     }
-    end = lo * p.align_block;
+    return Rows{first * p.align_block, lo * p.align_block};
   }
 
   // Chunk c of the k-slice starting at sorted row `row0`: A's chunks first
@@ -62,7 +61,7 @@ struct KGrouped {
     const int tid = thread_index();
     FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
       const int c = tid + j * kThreads;
-      staged[j] = zero_chunk();
+      FT_UNROLL for (int i = 0; i < 4; ++i) staged[j][i] = 0u;
       if (c >= kChunks) continue;
       const bool is_a = c < kAChunks;
       const int per_row = (is_a ? TM : TN) / kChunkElems, cc = is_a ? c : c - kAChunks;
@@ -72,13 +71,15 @@ struct KGrouped {
       const long long src_row = (is_a ? p.a_per_token : p.b_per_token) ? id / p.topk : id;
       const long long width = is_a ? p.m : p.n;
       const u16* src = (is_a ? p.a : p.b) + src_row * width + (is_a ? m0 : n0) + (cc % per_row) * kChunkElems;
-      staged[j] = *reinterpret_cast<const Chunk16*>(src);
+      const Chunk16 v = *reinterpret_cast<const Chunk16*>(src);  // one 16-byte load (16-byte aligned: m, n multiples of 8)
+      FT_MEMCPY(staged[j], &v, 16);
       if (is_a && p.a_scales) {
-        S v[kChunkElems];
-        FT_MEMCPY(v, &staged[j], 16);
         const float w = p.a_scales[id];
-        FT_UNROLL for (int i = 0; i < kChunkElems; ++i) v[i] = from_f32<Cfg::elem>(to_f32<Cfg::elem>(v[i]) * w);
-        FT_MEMCPY(&staged[j], v, 16);
+        FT_UNROLL for (int i = 0; i < 4; ++i) {
+          const u32 lo = from_f32<Cfg::elem>(to_f32<Cfg::elem>(half_of(staged[j][i], 0)) * w);
+          const u32 hi = from_f32<Cfg::elem>(to_f32<Cfg::elem>(half_of(staged[j][i], 1)) * w);
+          staged[j][i] = lo | hi << 16;
+        }
       }
     }
   }
@@ -93,43 +94,15 @@ struct KGrouped {
       const bool is_a = c < kAChunks;
       const int per_row = (is_a ? TM : TN) / kChunkElems, cc = is_a ? c : c - kAChunks;
       const int r = cc / per_row, col = (is_a ? 0 : TM) + (cc % per_row) * kChunkElems;
-      S v[kChunkElems];
-      FT_MEMCPY(v, &staged[j], 16);
-      FT_UNROLL for (int i = 0; i < kChunkElems; ++i) buf[(col + i) * Core::kRowElems + r] = v[i];
+      FT_UNROLL for (int i = 0; i < kChunkElems; ++i) buf[(col + i) * Core::kRowElems + r] = half_of(staged[j][i / 2], i);
     }
   }
 
   FT_DEVICE static void run(const KGroupedArgs& p) {
     KGrouped g;
     const int m0 = block_index_x() * TM, n0 = block_index_y() * TN, e = block_index_z();
-    int begin = 0, end = 0;
-    rows_of(p, e, begin, end);
-    FT_UNROLL for (int rm = 0; rm < Core::RM; ++rm)
-      FT_UNROLL for (int rn = 0; rn < Core::RN; ++rn)
-        FT_UNROLL for (int i = 0; i < Core::kCRegs; ++i) g.core.acc[0][rm][rn][i] = 0.0f;
-    S* lds = reinterpret_cast<S*>(shared_memory());
-    if constexpr (Cfg::stages == 1) {
-      for (int k0 = begin; k0 < end; k0 += TK) {
-        g.fetch(p, k0, end, m0, n0);
-        g.store(lds);
-        barrier();
-        g.core.compute(lds);
-        barrier();
-      }
-    } else if (begin < end) {  // ping-pong: the next slice's loads overlap this slice's math
-      g.fetch(p, begin, end, m0, n0);
-      g.store(lds);
-      barrier();
-      int cur = 0;
-      for (int k0 = begin; k0 < end; k0 += TK) {
-        const bool more = k0 + TK < end;
-        if (more) g.fetch(p, k0 + TK, end, m0, n0);
-        g.core.compute(lds + cur * Core::kStageElems);
-        if (more) g.store(lds + (cur ^ 1) * Core::kStageElems);
-        barrier();
-        cur ^= 1;
-      }
-    }
+    const Rows rows = rows_of(p, e);
+    g.accumulate(rows.begin, rows.end, [&](int k0) { g.fetch(p, k0, rows.end, m0, n0); }, [&](S* buf) { g.store(buf); });
     const long long M = p.m, N = p.n;
     FT_UNROLL for (int rm = 0; rm < Core::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Core::RN; ++rn)

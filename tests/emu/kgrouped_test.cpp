@@ -14,13 +14,14 @@
 #include <vector>
 
 #include "device/device_buffer.hpp"
-#include "generator/kgrouped.hpp"
+#include "generator/backward_gemm.hpp"
 #include "layer/device_structs.hpp"
 #include "measure/workload/backward_reference.hpp"
 #include "measure/workload/compare.hpp"
 #include "measure/workload/half.hpp"
 #include "measure/workload/reference.hpp"
 #include "templates/ft/moe_backward_args.hpp"
+#include "tests/emu/backward_support.hpp"
 #include "tests/emu/emu_test_support.hpp"
 
 namespace ft::emu::test {
@@ -41,63 +42,16 @@ const KCase kCases[] = {
     {"sm_90a", "mma_m16n8k16_f32_f16", 32, 32, 16, 2, 2, 1, 64},
 };
 
-// The inputs of both GEMMs and their fp32 reference gradients.
-struct Gradients {
-  Workload w;
-  AlignReference align;
-  int align_block = 0;
-  std::vector<std::uint16_t> dy, inter, d_gate_up;  // in the problem's 16-bit type
-  MoeGradients<float> ref;
-};
-
-Gradients gradients_for(DType d, int tokens, int align_block) {
-  Problem p;
-  p.name = "kgrouped";
-  p.experts = 4;
-  p.hidden = 64;
-  p.inter = 64;
-  p.topk = 2;
-  p.dtype = d;
-  p.routing = *Routing::parse("uniform");
-  WorkloadOptions o;
-  o.empty_experts = 1;
-  o.seed = std::uint64_t(tokens) * 7 + 3;
-  Gradients g{*make_workload(p, tokens, o), {}, align_block, {}, {}, {}, {}};
-  for (std::size_t i = 1; i < g.w.topk_ids.size(); i += 5) g.w.topk_ids[i] = -1;  // masked slots
-  g.align = reference_align(g.w, align_block);
-  const MoeInputs<float> in = decoded_inputs(g.w);
-  std::vector<float> dy(std::size_t(tokens) * std::size_t(p.hidden));
-  for (std::size_t i = 0; i < dy.size(); ++i) {
-    g.dy.push_back(f32_to_half(d, random_normal(std::uint64_t(tokens) + 101, i)));
-    dy[i] = half_to_f32(d, g.dy.back());
-  }
-  g.ref = moe_backward(in, std::span<const float>(dy));
-  for (float v : g.ref.inter) g.inter.push_back(f32_to_half(d, v));
-  for (float v : g.ref.d_gate_up) g.d_gate_up.push_back(f32_to_half(d, v));
-  return g;
-}
-
-template <class T>
-Result<DeviceBuffer> upload(Device& dev, const std::vector<T>& v) {
-  DeviceBuffer b = FT_TRY(DeviceBuffer::allocate(dev, std::max<std::size_t>(16, v.size() * sizeof(T))));
-  if (!v.empty()) FT_CHECK(dev.copy_to_device(b.ptr(), v.data(), v.size() * sizeof(T)));
-  return b;
-}
-
 // One K-grouped launch C [E, m, n] on NaN-poisoned memory, returned to the host.
 struct Operand {
   DevicePtr rows;
   bool per_token;
 };
-Result<std::vector<float>> run_gemm(Loaded& l, const std::string& entry, const KGroupedVariant& v, const Gradients& g,
+Result<std::vector<float>> run_gemm(Loaded& l, const std::string& entry, const BackwardVariant& v, const Gradients& g,
                                     Operand a, Operand b, DevicePtr a_scales, int m, int n) {
   Device& dev = *l.device;
   const Problem& p = g.w.problem;
-  std::vector<std::int32_t> sorted(std::size_t(std::max(g.align.padded_rows, 1)), std::int32_t(g.w.pairs()));
-  for (int e = 0; e < p.experts; ++e)
-    for (std::size_t j = 0; j < g.align.expert_pairs[std::size_t(e)].size(); ++j)
-      sorted[std::size_t(g.align.expert_offset[std::size_t(e)]) + j] = g.align.expert_pairs[std::size_t(e)][j];
-  DeviceBuffer ids = FT_TRY(upload(dev, sorted));
+  DeviceBuffer ids = FT_TRY(upload(dev, sorted_rows(g, 0)));
   DeviceBuffer blocks = FT_TRY(upload(dev, g.align.block_experts));
   DeviceBuffer padded = FT_TRY(upload(dev, std::vector<std::int32_t>{g.align.padded_rows}));
   const std::size_t count = std::size_t(p.experts) * std::size_t(m) * std::size_t(n);
@@ -135,7 +89,7 @@ struct Checked {
 };
 
 // Both weight gradients of the layer at `tokens` through the kernel `entry` of `unit`.
-Result<Checked> check_gradients(const KGroupedVariant& v, const KernelSource& unit, const std::string& entry, int tokens,
+Result<Checked> check_gradients(const BackwardVariant& v, const KernelSource& unit, const std::string& entry, int tokens,
                                 int align_block) {
   const DType d = v.atom->dtype;
   const Gradients g = gradients_for(d, tokens, align_block);
@@ -160,10 +114,10 @@ class EmuKGrouped : public testing::TestWithParam<KCase> {};
 
 TEST_P(EmuKGrouped, WeightGradientsMatchTheBackwardReference) {
   const KCase& c = GetParam();
-  const KGroupedVariant v{&target(c.target), find_atom(c.atom), c.tile_m, c.tile_n, c.tile_k, c.warps_m, c.warps_n, c.stages};
+  const BackwardVariant v{&target(c.target), find_atom(c.atom), c.tile_m, c.tile_n, c.tile_k, c.warps_m, c.warps_n, c.stages};
   ASSERT_NE(v.atom, nullptr) << c.atom;
   ASSERT_FALSE(why_illegal(v)) << *why_illegal(v);
-  auto unit = emit_kgrouped(v);
+  auto unit = emit_backward(v);
   ASSERT_TRUE(unit) << unit.error().describe();
   for (int tokens : {1, 7, 33}) {
     auto r = check_gradients(v, *unit, v.name(), tokens, c.align_block);
@@ -180,7 +134,7 @@ INSTANTIATE_TEST_SUITE_P(Atoms, EmuKGrouped, testing::ValuesIn(kCases), [](const
 // The same configuration with an atom whose lanes load the A operand of the
 // next k group (tests/emu/units/kgrouped_mutant.cpp) fails, by far.
 TEST(EmuKGroupedMutation, BrokenAtomLayoutFails) {
-  const KGroupedVariant v{&target("gfx942"), find_atom("mfma_f32_16x16x16_bf16"), 64, 64, 32, 2, 2, 2};
+  const BackwardVariant v{&target("gfx942"), find_atom("mfma_f32_16x16x16_bf16"), 64, 64, 32, 2, 2, 2};
   const KernelSource unit = unit_from_file("kgrouped_mutant.cpp", {"ft_mutant_kgrouped_broken_atom"});
   for (int tokens : {7, 33}) {
     auto r = check_gradients(v, unit, "ft_mutant_kgrouped_broken_atom", tokens, 16);

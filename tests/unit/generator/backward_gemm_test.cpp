@@ -1,8 +1,8 @@
-// The backward's K-grouped GEMM family (generator/kgrouped.hpp): each row of
+// The backward's K-grouped GEMM family (generator/backward_gemm.hpp): each row of
 // its rule table rejects what it should with its line, every configuration of
 // every 16-bit target's space passes the table, the launch covers C, and one
 // emitted unit is pinned as a golden file (refresh with FLYTUNE_UPDATE_GOLDEN=1).
-#include "generator/kgrouped.hpp"
+#include "generator/backward_gemm.hpp"
 
 #include <gtest/gtest.h>
 
@@ -14,12 +14,12 @@
 namespace ft {
 namespace {
 
-KGroupedVariant make(const char* target, const char* atom, int tm, int tn, int tk, int wm, int wn, int st) {
-  return KGroupedVariant{find_target(target), find_atom(atom), tm, tn, tk, wm, wn, st};
+BackwardVariant make(const char* target, const char* atom, int tm, int tn, int tk, int wm, int wn, int st) {
+  return BackwardVariant{find_target(target), find_atom(atom), tm, tn, tk, wm, wn, st};
 }
 
 struct Rejection {
-  KGroupedVariant v;
+  BackwardVariant v;
   const char* why;  // a part of the reason
 };
 
@@ -52,7 +52,7 @@ TEST(KGroupedRules, TheProblemMustBeTiledByBothGradients) {
   p.hidden = 64;
   p.inter = 96;
   p.topk = 2;
-  const KGroupedVariant v = make("gfx950", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2);
+  const BackwardVariant v = make("gfx950", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2);
   const auto why = why_illegal_for(v, p);
   ASSERT_TRUE(why);
   EXPECT_NE(why->find("dW2: tile_n 64 does not divide n = 96"), std::string::npos) << *why;
@@ -67,10 +67,10 @@ TEST(KGroupedSpace, EveryTargetHasLegalDistinctConfigurations) {
   for (const char* t : {"gfx90a", "gfx942", "gfx950", "sm_90a"})
     for (DType d : {DType::bf16, DType::f16})
       for (Preset preset : {Preset::small, Preset::default_, Preset::wide}) {
-        const auto space = kgrouped_space(*find_target(t), d, preset);
+        const auto space = backward_space(*find_target(t), d, preset);
         EXPECT_FALSE(space.empty()) << t;
         std::set<std::string> names;
-        for (const KGroupedVariant& v : space) {
+        for (const BackwardVariant& v : space) {
           EXPECT_FALSE(why_illegal(v)) << v.name();
           EXPECT_EQ(v.atom->dtype, d);
           EXPECT_TRUE(names.insert(v.name()).second) << v.name();
@@ -79,7 +79,7 @@ TEST(KGroupedSpace, EveryTargetHasLegalDistinctConfigurations) {
 }
 
 TEST(KGroupedLaunch, OneBlockPerTileOfEachExpert) {
-  const KGroupedVariant v = make("gfx942", "mfma_f32_32x32x8_bf16", 64, 128, 32, 2, 2, 2);
+  const BackwardVariant v = make("gfx942", "mfma_f32_32x32x8_bf16", 64, 128, 32, 2, 2, 2);
   const LaunchShape s = kgrouped_launch(v, 8, 256, 512);
   EXPECT_EQ(s.grid_x, 4);
   EXPECT_EQ(s.grid_y, 4);
@@ -88,26 +88,72 @@ TEST(KGroupedLaunch, OneBlockPerTileOfEachExpert) {
   EXPECT_EQ(s.lds_bytes, 2 * (64 + 128) * (32 + 8) * 2);
 }
 
-TEST(KGroupedEmit, IllegalIsOneLineAndTheUnitIsPinned) {
-  auto bad = emit_kgrouped(make("gfx942", "mfma_f32_16x16x16_bf16", 48, 64, 32, 2, 2, 2));
-  ASSERT_FALSE(bad);
-  EXPECT_EQ(bad.error().code, Errc::invalid_input);
-  EXPECT_EQ(bad.error().describe().find('\n'), std::string::npos);
-
-  auto src = emit_kgrouped(make("gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2));
-  ASSERT_TRUE(src) << src.error().describe();
-  EXPECT_EQ(src->name, "ft_gfx942_kgrouped_bf16_m64n64k32_w2x2_mfma16x16x16_s2");
-  ASSERT_EQ(src->entry_points, std::vector<std::string>{src->name});
-  const std::string path = std::string(FT_TEST_SOURCE_DIR) + "/tests/golden/" + src->name + ".cpp";
+void check_golden(const KernelSource& src) {
+  const std::string path = std::string(FT_TEST_SOURCE_DIR) + "/tests/golden/" + src.name + ".cpp";
   if (const char* u = std::getenv("FLYTUNE_UPDATE_GOLDEN"); u && std::string(u) == "1") {
-    std::ofstream(path) << src->text;
+    std::ofstream(path) << src.text;
     return;
   }
   std::ifstream in(path);
   ASSERT_TRUE(in) << "missing golden file " << path << " (run with FLYTUNE_UPDATE_GOLDEN=1)";
   std::stringstream ss;
   ss << in.rdbuf();
-  EXPECT_EQ(ss.str(), src->text) << "generated source changed; if intended, refresh with FLYTUNE_UPDATE_GOLDEN=1";
+  EXPECT_EQ(ss.str(), src.text) << "generated source changed; if intended, refresh with FLYTUNE_UPDATE_GOLDEN=1";
+}
+
+TEST(DgradRules, TheReductionIsTiledByTileK) {
+  Problem p;
+  p.experts = 8;
+  p.hidden = 64;
+  p.inter = 96;
+  p.topk = 2;
+  BackwardVariant v = make("sm_90a", "mma_m16n8k16_f32_bf16", 16, 32, 128, 1, 2, 2);
+  v.op = BackwardOp::dgrad_swiglu;
+  auto why = why_illegal_for(v, p);
+  ASSERT_TRUE(why);
+  EXPECT_NE(why->find("tile_k 128 does not divide the reduction K = 64"), std::string::npos) << *why;
+  v.tile_k = 32;
+  EXPECT_FALSE(why_illegal_for(v, p));  // K = H = 64, n = I = 96
+  v.op = BackwardOp::dgrad_scatter;     // K = 2I = 192, n = H = 64
+  EXPECT_FALSE(why_illegal_for(v, p));
+  v.tile_n = 128;
+  EXPECT_TRUE(why_illegal_for(v, p));
+  EXPECT_EQ(make("gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2).name(),
+            "ft_gfx942_kgrouped_bf16_m64n64k32_w2x2_mfma16x16x16_s2");
+  v.tile_n = 32;
+  EXPECT_EQ(v.name(), "ft_sm_90a_dgrad1_bf16_m16n32k32_w1x2_mma16x8x16_s2");
+  const LaunchShape s = dgrad_launch(v, 96, 64);
+  EXPECT_EQ(s.grid_x, 6);
+  EXPECT_EQ(s.grid_y, 2);
+  EXPECT_EQ(s.grid_z, 1);
+  EXPECT_EQ(s.block, 64);
+  for (BackwardOp op : {BackwardOp::dgrad_swiglu, BackwardOp::dgrad_scatter})
+    for (const BackwardVariant& x : backward_space(*find_target("gfx950"), DType::bf16, Preset::default_, op)) {
+      EXPECT_EQ(x.op, op);
+      EXPECT_FALSE(why_illegal(x)) << x.name();
+    }
+}
+
+TEST(DgradEmit, TheStage2BackwardUnitIsPinned) {
+  BackwardVariant v = make("sm_90a", "mma_m16n8k16_f32_bf16", 32, 64, 32, 2, 2, 2);
+  v.op = BackwardOp::dgrad_swiglu;
+  auto src = emit_backward(v);
+  ASSERT_TRUE(src) << src.error().describe();
+  EXPECT_EQ(src->name, "ft_sm_90a_dgrad2_bf16_m32n64k32_w2x2_mma16x8x16_s2");
+  check_golden(*src);
+}
+
+TEST(KGroupedEmit, IllegalIsOneLineAndTheUnitIsPinned) {
+  auto bad = emit_backward(make("gfx942", "mfma_f32_16x16x16_bf16", 48, 64, 32, 2, 2, 2));
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::invalid_input);
+  EXPECT_EQ(bad.error().describe().find('\n'), std::string::npos);
+
+  auto src = emit_backward(make("gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2));
+  ASSERT_TRUE(src) << src.error().describe();
+  EXPECT_EQ(src->name, "ft_gfx942_kgrouped_bf16_m64n64k32_w2x2_mfma16x16x16_s2");
+  ASSERT_EQ(src->entry_points, std::vector<std::string>{src->name});
+  check_golden(*src);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "generator/kgrouped.hpp"
+#include "generator/backward_gemm.hpp"
 
 #include <array>
 
@@ -7,35 +7,35 @@
 namespace ft {
 namespace {
 
-using Rule = std::optional<std::string> (*)(const KGroupedVariant&);
+using Rule = std::optional<std::string> (*)(const BackwardVariant&);
 
 // The rule table: every row must pass, in this order (the first failing row's line is the reason).
 const std::array<Rule, 9> kRules{
-    [](const KGroupedVariant& v) -> std::optional<std::string> {
+    [](const BackwardVariant& v) -> std::optional<std::string> {
       if (!v.target || !v.atom) return "a K-grouped configuration needs a target and an atom";
       return std::nullopt;
     },
-    [](const KGroupedVariant& v) -> std::optional<std::string> {
+    [](const BackwardVariant& v) -> std::optional<std::string> {
       if (v.atom->warpgroup() || (v.atom->family != "mfma" && v.atom->family != "mma.sync"))
         return fmt::format("atom {} is not a wave-level mfma / mma.sync atom (the portable form's)", v.atom->id);
       return std::nullopt;
     },
-    [](const KGroupedVariant& v) -> std::optional<std::string> {
+    [](const BackwardVariant& v) -> std::optional<std::string> {
       if (!v.atom->available_on(v.target->name)) return fmt::format("atom {} does not exist on {}", v.atom->id, v.target->name);
       return std::nullopt;
     },
-    [](const KGroupedVariant& v) -> std::optional<std::string> {
+    [](const BackwardVariant& v) -> std::optional<std::string> {
       if (v.atom->dtype != DType::bf16 && v.atom->dtype != DType::f16)
         return fmt::format("atom {} is not 16-bit: weight gradients are bf16 or f16 GEMMs", v.atom->id);
       return std::nullopt;
     },
-    [](const KGroupedVariant& v) -> std::optional<std::string> {
+    [](const BackwardVariant& v) -> std::optional<std::string> {
       if (v.tile_m < 8 || v.tile_n < 8 || v.tile_k < 8 || v.warps_m < 1 || v.warps_n < 1)
         return fmt::format("tiles {}x{}x{} and warps {}x{} must be positive (tiles at least 8)", v.tile_m, v.tile_n, v.tile_k,
                            v.warps_m, v.warps_n);
       return std::nullopt;
     },
-    [](const KGroupedVariant& v) -> std::optional<std::string> {
+    [](const BackwardVariant& v) -> std::optional<std::string> {
       const AtomInfo& a = *v.atom;
       if (v.tile_m % (v.warps_m * a.m) != 0)
         return fmt::format("tile_m {} is not a multiple of warps_m {} x atom M {}", v.tile_m, v.warps_m, a.m);
@@ -46,17 +46,17 @@ const std::array<Rule, 9> kRules{
         return fmt::format("tiles {}x{}x{} are not whole 16-byte chunks of 8 values", v.tile_m, v.tile_n, v.tile_k);
       return std::nullopt;
     },
-    [](const KGroupedVariant& v) -> std::optional<std::string> {
+    [](const BackwardVariant& v) -> std::optional<std::string> {
       if (v.stages != 1 && v.stages != 2) return fmt::format("stages {} is not 1 (single) or 2 (ping-pong)", v.stages);
       return std::nullopt;
     },
-    [](const KGroupedVariant& v) -> std::optional<std::string> {
+    [](const BackwardVariant& v) -> std::optional<std::string> {
       if (v.threads() > v.target->max_block_threads)
         return fmt::format("{} threads per block exceed {}", v.threads(), v.target->max_block_threads);
       if (v.lds_bytes() > v.target->lds_bytes) return fmt::format("LDS use {} bytes exceeds {}", v.lds_bytes(), v.target->lds_bytes);
       return std::nullopt;
     },
-    [](const KGroupedVariant& v) -> std::optional<std::string> {
+    [](const BackwardVariant& v) -> std::optional<std::string> {
       if (v.register_estimate() > v.target->regs_per_lane)
         return fmt::format("an estimated {} registers per lane exceed {}", v.register_estimate(), v.target->regs_per_lane);
       return std::nullopt;
@@ -80,21 +80,30 @@ PresetValues values_of(Preset p) {
 
 }  // namespace
 
-std::string KGroupedVariant::name() const {
-  return fmt::format("ft_{}_kgrouped_{}_m{}n{}k{}_w{}x{}_{}_s{}", target->name, to_string(atom->dtype), tile_m, tile_n, tile_k,
-                     warps_m, warps_n, atom->short_name(), stages);
+std::string_view to_string(BackwardOp op) {
+  switch (op) {
+    case BackwardOp::dgrad_swiglu: return "dgrad2";
+    case BackwardOp::dgrad_scatter: return "dgrad1";
+    case BackwardOp::wgrad: break;
+  }
+  return "kgrouped";
 }
 
-int KGroupedVariant::threads() const { return warps_m * warps_n * atom->lanes; }
+std::string BackwardVariant::name() const {
+  return fmt::format("ft_{}_{}_{}_m{}n{}k{}_w{}x{}_{}_s{}", target->name, to_string(op), to_string(atom->dtype), tile_m, tile_n,
+                     tile_k, warps_m, warps_n, atom->short_name(), stages);
+}
+
+int BackwardVariant::threads() const { return warps_m * warps_n * atom->lanes; }
 
 // ft::TiledGemm::kSmemBytes with one weight matrix: rows of A^T then of B^T,
 // tile_k wide plus a 16-byte pad, per LDS stage.
-int KGroupedVariant::lds_bytes() const {
+int BackwardVariant::lds_bytes() const {
   const int es = atom->operand_bytes();
   return stages * (tile_m + tile_n) * (tile_k + 16 / es) * es;
 }
 
-int KGroupedVariant::register_estimate() const {
+int BackwardVariant::register_estimate() const {
   const AtomInfo& a = *atom;
   const int rm = tile_m / warps_m / a.m, rn = tile_n / warps_n / a.n;
   const int acc = rm * rn * a.c_regs();
@@ -103,56 +112,97 @@ int KGroupedVariant::register_estimate() const {
   return acc + frags + chunks * 4 + chunks * 3 + 24;  // staged chunks, addressing
 }
 
-std::optional<std::string> why_illegal(const KGroupedVariant& v) {
+std::optional<std::string> why_illegal(const BackwardVariant& v) {
   for (Rule r : kRules)
     if (auto why = r(v)) return why;
   return std::nullopt;
 }
 
-std::optional<std::string> why_illegal_for(const KGroupedVariant& v, int m, int n) {
+std::optional<std::string> why_illegal_for(const BackwardVariant& v, int m, int n) {
   if (auto why = why_illegal(v)) return why;
-  if (m <= 0 || m % v.tile_m != 0) return fmt::format("tile_m {} does not divide m = {}", v.tile_m, m);
+  if (v.op != BackwardOp::wgrad) {
+    if (m <= 0 || m % v.tile_k != 0) return fmt::format("tile_k {} does not divide the reduction K = {}", v.tile_k, m);
+  } else if (m <= 0 || m % v.tile_m != 0) {
+    return fmt::format("tile_m {} does not divide m = {}", v.tile_m, m);
+  }
   if (n <= 0 || n % v.tile_n != 0) return fmt::format("tile_n {} does not divide n = {}", v.tile_n, n);
   return std::nullopt;
 }
 
-std::optional<std::string> why_illegal_for(const KGroupedVariant& v, const Problem& p) {
+std::optional<std::string> why_illegal_for(const BackwardVariant& v, const Problem& p) {
   if (v.atom && v.atom->dtype != p.dtype)
     return fmt::format("atom {} is {}, the problem {}", v.atom->id, to_string(v.atom->dtype), to_string(p.dtype));
+  switch (v.op) {
+    case BackwardOp::dgrad_swiglu: return why_illegal_for(v, p.hidden, p.inter);
+    case BackwardOp::dgrad_scatter: return why_illegal_for(v, 2 * p.inter, p.hidden);
+    case BackwardOp::wgrad: break;
+  }
   if (auto why = why_illegal_for(v, p.hidden, p.inter)) return "dW2: " + *why;
   if (auto why = why_illegal_for(v, 2 * p.inter, p.hidden)) return "dW1: " + *why;
   return std::nullopt;
 }
 
-std::vector<KGroupedVariant> kgrouped_space(const Target& t, DType d, Preset preset) {
+std::vector<BackwardVariant> backward_space(const Target& t, DType d, Preset preset, BackwardOp op) {
   const PresetValues pv = values_of(preset);
-  std::vector<KGroupedVariant> out;
+  std::vector<BackwardVariant> out;
   for (const AtomInfo* a : atoms_for(t, d))
     for (int tm : pv.tile_m)
       for (int tn : pv.tile_n)
         for (int tk : pv.tile_k)
           for (const auto& w : pv.warps)
             for (int s : pv.stages) {
-              const KGroupedVariant v{&t, a, tm, tn, tk, w[0], w[1], s};
+              const BackwardVariant v{&t, a, tm, tn, tk, w[0], w[1], s, op};
               if (!why_illegal(v)) out.push_back(v);
             }
   return out;
 }
 
-LaunchShape kgrouped_launch(const KGroupedVariant& v, int experts, int m, int n) {
+LaunchShape kgrouped_launch(const BackwardVariant& v, int experts, int m, int n) {
   return LaunchShape{m / v.tile_m, n / v.tile_n, experts, v.threads(), v.lds_bytes()};
 }
 
-Result<KernelSource> emit_kgrouped(const KGroupedVariant& v) {
+LaunchShape dgrad_launch(const BackwardVariant& v, long long max_padded_rows, int n) {
+  return LaunchShape{int(max_padded_rows / v.tile_m), n / v.tile_n, 1, v.threads(), v.lds_bytes()};
+}
+
+namespace {
+
+struct OpUnit {
+  const char* what;     // the unit's second comment line
+  const char* header;   // the template
+  const char* kernel;   // the instantiation
+  const char* epilogue; // a Config line, or ""
+  const char* args;     // the argument struct
+};
+
+OpUnit unit_of(BackwardOp op) {
+  switch (op) {
+    case BackwardOp::dgrad_swiglu:
+      return {"the stage-2 backward (dInter = (w dY) W2_e, the SwiGLU\n// backward, d(topk_weights); templates/ft/moe_dgrad.hpp)",
+              "ft/moe_dgrad.hpp", "ft::RoutedDgrad<Config>",
+              "  static constexpr ft::DgradEpilogue epilogue = ft::DgradEpilogue::swiglu;\n", "ft::DgradArgs"};
+    case BackwardOp::dgrad_scatter:
+      return {"the stage-1 backward (dX += dH W1_e, the top-k\n// scatter-add; templates/ft/moe_dgrad.hpp)", "ft/moe_dgrad.hpp",
+              "ft::RoutedDgrad<Config>", "  static constexpr ft::DgradEpilogue epilogue = ft::DgradEpilogue::scatter;\n",
+              "ft::DgradArgs"};
+    case BackwardOp::wgrad: break;
+  }
+  return {"the K-grouped GEMM of the backward's\n// weight gradients (templates/ft/moe_kgrouped.hpp)", "ft/moe_kgrouped.hpp",
+          "ft::KGrouped<Config>", "", "ft::KGroupedArgs"};
+}
+
+}  // namespace
+
+Result<KernelSource> emit_backward(const BackwardVariant& v) {
   if (auto why = why_illegal(v)) return fail(Errc::invalid_input, *why, v.target && v.atom ? v.name() : "kgrouped");
   const std::string name = v.name();
+  const OpUnit u = unit_of(v.op);
   std::string text = fmt::format(
       R"(// {name}
-// Generated by flytune; do not edit. Instantiates the K-grouped GEMM of the backward's
-// weight gradients (templates/ft/moe_kgrouped.hpp) on {target}, {dtype}, atom {atom}.
+// Generated by flytune; do not edit. Instantiates {what} on {target}, {dtype}, atom {atom}.
 #include "ft/kernels.hpp"
 #include "ft/moe_backward_args.hpp"
-#include "ft/moe_kgrouped.hpp"
+#include "{header}"
 
 namespace {{
 
@@ -162,20 +212,21 @@ struct Config {{
   static constexpr int tile_m = {tm}, tile_n = {tn}, tile_k = {tk};
   static constexpr int warps_m = {wm}, warps_n = {wn};
   static constexpr int stages = {stages};
-}};
+{epilogue}}};
 
-using Kernel = ft::KGrouped<Config>;
+using Kernel = {kernel};
 static_assert(Kernel::kThreads == {threads}, "the generator and the templates disagree on the block size");
 static_assert(Kernel::kSmemBytes == {lds}, "the generator and the templates disagree on LDS bytes");
 
 }}  // namespace
 
-FT_KERNEL({threads}, {name})(ft::KGroupedArgs args) {{ Kernel::run(args); }}
+FT_KERNEL({threads}, {name})({args} args) {{ Kernel::run(args); }}
 )",
       fmt::arg("name", name), fmt::arg("target", v.target->name), fmt::arg("dtype", to_string(v.atom->dtype)),
       fmt::arg("atom", v.atom->id), fmt::arg("tm", v.tile_m), fmt::arg("tn", v.tile_n), fmt::arg("tk", v.tile_k),
       fmt::arg("wm", v.warps_m), fmt::arg("wn", v.warps_n), fmt::arg("stages", v.stages), fmt::arg("threads", v.threads()),
-      fmt::arg("lds", v.lds_bytes()));
+      fmt::arg("lds", v.lds_bytes()), fmt::arg("what", u.what), fmt::arg("header", u.header), fmt::arg("kernel", u.kernel),
+      fmt::arg("epilogue", u.epilogue), fmt::arg("args", u.args));
   return KernelSource{name, std::move(text), {name}};
 }
 

@@ -1,0 +1,106 @@
+#pragma once
+#include "ft/staged_gemm.hpp"
+// The backward's routed dgrad GEMMs (docs/TRAINING.md). Over the forward's
+// sorted rows, like the forward stages (a row block belongs to one expert e):
+//   C[p, n] = sum_k A[row(p), k] W_e[k, n]      W_e [K, n] row-major: the weight read transposed
+// and an epilogue (Cfg::epilogue, DgradEpilogue in moe_backward_args.hpp):
+//   swiglu (stage-2 backward; A = dY, a token's row; W = W2 [E, H, I]):
+//     dh = w_p C; from the saved pre-activations g, u: dg = dh u silu'(g), du = dh silu(g)
+//     into d_gate_up [T*k, 2I]; C . h_p (h_p = silu(g) u) added into d_weights[p]
+//   scatter (stage-1 backward; A = dH [T*k, 2I]; W = W1 [E, 2I, H]):
+//     C added into dx[p / k] (fp32 atomics: the scatter-add over the top-k slots)
+// Grid: (max_padded_rows / tile_m, n / tile_n); row blocks past the padded rows
+// return. A's rows are staged as in the forward (16-byte chunks along k); the
+// weight's k-rows are read as chunks along n and stored transposed into the
+// tiled machinery's LDS layout (as moe_kgrouped.hpp's operands), so
+// TiledGemm::compute runs the atoms (staged_gemm.hpp: the main loop). The portable form.
+namespace ft {
+
+template <class Cfg>
+struct RoutedDgrad : StagedGemm<Cfg> {
+  using Base = StagedGemm<Cfg>;
+  using typename Base::Core;
+  using typename Base::S;
+  using Base::TM, Base::TN, Base::TK, Base::kChunkElems, Base::half_of;
+  static constexpr int kThreads = Base::kThreads;
+  static constexpr int kSmemBytes = Base::kSmemBytes;
+  static constexpr int kAChunks = TM * (TK / kChunkElems);             // A: TM rows of TK values
+  static constexpr int kChunks = kAChunks + TK * (TN / kChunkElems);  // W: TK rows of TN values
+  static constexpr int kChunksPerThread = (kChunks + kThreads - 1) / kThreads;
+  static_assert(TN % kChunkElems == 0 && TK % kChunkElems == 0, "whole chunks per row");
+
+  u32 staged[kChunksPerThread][4];  // the chunks in flight (StagedGemm::half_of)
+
+  FT_DEVICE void fetch(const DgradArgs& p, const i32* ids, int expert, int k0, int n0) {
+    const int tid = thread_index();
+    FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
+      const int c = tid + j * kThreads;
+      FT_UNROLL for (int i = 0; i < 4; ++i) staged[j][i] = 0u;
+      if (c >= kChunks) continue;
+      const u16* src = nullptr;
+      if (c < kAChunks) {
+        const int id = ids[c / (TK / kChunkElems)];
+        if (id >= p.pairs) continue;  // a padding row
+        const long long row = p.a_per_token ? id / p.topk : id;
+        src = p.a + row * p.k + k0 + (c % (TK / kChunkElems)) * kChunkElems;
+      } else {
+        const int cc = c - kAChunks;
+        const long long krow = (long long)expert * p.k + k0 + cc / (TN / kChunkElems);
+        src = p.w + krow * p.n + n0 + (cc % (TN / kChunkElems)) * kChunkElems;
+      }
+      const Chunk16 v = *reinterpret_cast<const Chunk16*>(src);  // 16-byte aligned: k, n multiples of 8
+      FT_MEMCPY(staged[j], &v, 16);
+    }
+  }
+
+  // A's chunks as they are (LDS row r, k contiguous); W's transposed (its column n is LDS row TM + n).
+  FT_DEVICE void store(S* buf) {
+    const int tid = thread_index();
+    FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
+      const int c = tid + j * kThreads;
+      if (c >= kChunks) continue;
+      if (c < kAChunks) {
+        S* dst = buf + (c / (TK / kChunkElems)) * Core::kRowElems + (c % (TK / kChunkElems)) * kChunkElems;
+        FT_UNROLL for (int i = 0; i < kChunkElems; ++i) dst[i] = half_of(staged[j][i / 2], i);
+      } else {
+        const int cc = c - kAChunks;
+        const int r = cc / (TN / kChunkElems), col = TM + (cc % (TN / kChunkElems)) * kChunkElems;
+        FT_UNROLL for (int i = 0; i < kChunkElems; ++i) buf[(col + i) * Core::kRowElems + r] = half_of(staged[j][i / 2], i);
+      }
+    }
+  }
+
+  // The SwiGLU backward of pair `id` at column `col` from C = (W2_e^T dY_t)[col].
+  FT_DEVICE static void swiglu_backward(const DgradArgs& p, int id, long long col, float c) {
+    const long long I = p.n;
+    const long long at = (long long)id * 2 * I + col;
+    const float g = to_f32<Cfg::elem>(p.gate_up[at]), u = to_f32<Cfg::elem>(p.gate_up[at + I]);
+    const float s = 1.0f / (1.0f + exp_f32(-g));
+    const float dh = c * (p.row_scales ? p.row_scales[id] : 1.0f);
+    p.d_gate_up[at] = from_f32<Cfg::elem>(dh * u * s * (1.0f + g * (1.0f - s)));
+    p.d_gate_up[at + I] = from_f32<Cfg::elem>(dh * g * s);
+    atomic_add(&p.d_weights[id], c * g * s * u);  // dw_p = dY_t . W2_e h_p = sum over columns of C h_p
+  }
+
+  FT_DEVICE static void run(const DgradArgs& p) {
+    const int row0 = block_index_x() * TM;
+    if (row0 >= *p.padded_rows) return;  // uniform across the block
+    const int expert = p.block_experts[row0 / p.align_block];
+    const int n0 = block_index_y() * TN;
+    const i32* ids = p.sorted_ids + row0;
+    RoutedDgrad g;
+    g.accumulate(0, p.k, [&](int k0) { g.fetch(p, ids, expert, k0, n0); }, [&](S* buf) { g.store(buf); });
+    FT_UNROLL for (int rm = 0; rm < Core::RM; ++rm)
+      FT_UNROLL for (int rn = 0; rn < Core::RN; ++rn)
+        FT_UNROLL for (int i = 0; i < Core::kCRegs; ++i) {
+          const int id = ids[Core::acc_row(rm, i)];
+          if (id >= p.pairs) continue;
+          const long long col = n0 + Core::acc_col(rn, i);
+          const float c = g.core.acc[0][rm][rn][i];
+          if constexpr (Cfg::epilogue == DgradEpilogue::swiglu) swiglu_backward(p, id, col, c);
+          else atomic_add(&p.dx[(long long)(id / p.topk) * p.n + col], c);
+        }
+  }
+};
+
+}  // namespace ft

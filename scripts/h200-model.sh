@@ -92,7 +92,7 @@ flags_run() {  # name, the --xla_gpu_enable_command_buffer value (or "default": 
   say "flags $name ($value): rc $? in $((SECONDS - t0)) s: $(python3 -c '
 import json, sys
 r = json.load(open(sys.argv[1]))
-print("; ".join(f"{x[\"impl\"]} {x[\"decode_ms_per_step\"]:.2f} ms/step" for x in r["runs"]))' "$OUT/flags-$name.json" 2>&1)"
+print("; ".join("%s %.2f ms/step" % (x["impl"], x["decode_ms_per_step"]) for x in r["runs"]))' "$OUT/flags-$name.json" 2>&1)"
 }
 EXTRA_XLA="--xla_dump_to=/tmp/dump --xla_dump_hlo_module_re=.*step.* --xla_dump_hlo_as_text" \
   flags_run default default --trace /tmp/traces

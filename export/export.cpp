@@ -302,7 +302,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
       supports[dtype] = s;
     }
     const manifest::SupportUnit& support = supports[dtype].unit;
-    if (v2.contract().output == Reduce::partials16 && support.reduce_partials16.empty()) {
+    if (v2.contract().output == Reduce::partials16 && support.symbol(Support::reduce_partials16).empty()) {
       out.summary.notes.push_back(fmt::format("{}: not exported: its stage 2 writes 16-bit partials, which the database's support "
                                               "unit cannot reduce; search this bucket again", what));
       missing.by_problem[row.problem.key].insert(row.winner.tokens);
@@ -310,7 +310,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     }
     // A winner recorded before the program's rules (a pair whose row blocks
     // do not line up) cannot be run as timed: it is left out, and said so.
-    LayerRecipe recipe{target, p, v1, v2};
+    LayerRecipe recipe{target, p, {v1, v2}};
     recipe.wide_align = support.wide_align();
     auto built = build_program(recipe, row.winner.tokens);
     if (!built) {

@@ -8,28 +8,19 @@
 namespace ft {
 namespace {
 
-// The pointer fields of a launch step's argument, from the table.
+// The buffer a launch step reads for a row of the table: a weights row is
+// the copy the step names (Step::w1 / w2); a copy row is bound through its
+// weights row.
+Buf step_buffer(const Step& s, Buf b) { return b == Buf::w1 ? s.w1 : b == Buf::w2 ? s.w2 : b; }
+
+// The pointer fields of a launch step's argument, from the table: each row
+// of layer/buffers.def into its MoeArgs member.
 MoeArgs bound_args(const Step& s, const BufferTable& t) {
   MoeArgs a = s.args;
-  a.x = device_pointer<const u16>(at(t, Buf::x));
-  a.topk_ids = device_pointer<const i32>(at(t, Buf::topk_ids));
-  a.topk_weights = device_pointer<const float>(at(t, Buf::topk_weights));
-  a.w1 = device_pointer<const u16>(at(t, s.w1));
-  a.w2 = device_pointer<const u16>(at(t, s.w2));
-  a.inter = device_pointer<u16>(at(t, Buf::inter));
-  a.y_acc = device_pointer<float>(at(t, Buf::y_acc));
-  a.y = device_pointer<u16>(at(t, Buf::y));
-  a.sorted_ids = device_pointer<i32>(at(t, Buf::sorted_ids));
-  a.block_experts = device_pointer<i32>(at(t, Buf::block_experts));
-  a.padded_rows = device_pointer<i32>(at(t, Buf::padded_rows));
-  a.bad_ids = device_pointer<i32>(at(t, Buf::bad_ids));
-  a.x_scale = device_pointer<const float>(at(t, Buf::x_scale));
-  a.w1_scales = device_pointer<const float>(at(t, Buf::w1_scales));
-  a.w2_scales = device_pointer<const float>(at(t, Buf::w2_scales));
-  a.xq = device_pointer<u8>(at(t, Buf::xq));
-  a.x_scales = device_pointer<float>(at(t, Buf::x_scales));
-  a.inter_q = device_pointer<u8>(at(t, Buf::inter_q));
-  a.inter_scales = device_pointer<float>(at(t, Buf::inter_scales));
+#define FT_BUFFER(name, member, pointee, place, meaning, size) \
+  if (BufPlace::place != BufPlace::copy) a.member = device_pointer<pointee>(at(t, step_buffer(s, Buf::name)));
+#include "layer/buffers.def"
+#undef FT_BUFFER
   return a;
 }
 
@@ -84,7 +75,7 @@ Status check_buffers(const LayerProgram& p, const BufferTable& buffers) {
   std::string missing;
   for (std::size_t i = 0; i < kBufCount; ++i) {
     const Buf b = Buf(i);
-    if (b == Buf::bad_ids || !p.bytes[i] || buffers[i]) continue;
+    if (buffer_info(b).place == BufPlace::optional || !p.bytes[i] || buffers[i]) continue;
     missing += (missing.empty() ? "" : ", ") + missing_hint(b);
   }
   if (!missing.empty()) return fail(Errc::usage, "null layer buffers: " + missing);

@@ -79,14 +79,16 @@ LaunchShape fill_launch(std::uint64_t count) {
   return {int((count + 8 * kFillThreads - 1) / (8 * kFillThreads)), 1, 1, kFillThreads, 0};
 }
 
-std::string_view to_string(Buf b) {
-  static constexpr std::array<std::string_view, kBufCount> names{
-      "x",          "topk_ids",    "topk_weights", "w1",         "w2",     "w1_shuffled",
-      "w2_shuffled", "w1_tiled",   "w2_tiled",     "inter",      "y_acc",  "y",
-      "sorted_ids", "block_experts", "padded_rows", "bad_ids",
-      "x_scale",    "w1_scales",   "w2_scales",    "xq",         "x_scales", "inter_q", "inter_scales"};
-  return names[std::size_t(b)];
-}
+namespace {
+constexpr std::array<BufferInfo, kBufCount> kBuffers{{
+#define FT_BUFFER(name, member, pointee, place, meaning, size) {#name, #member, #pointee, BufPlace::place, meaning},
+#include "layer/buffers.def"
+#undef FT_BUFFER
+}};
+}  // namespace
+
+const BufferInfo& buffer_info(Buf b) { return kBuffers[std::size_t(b)]; }
+std::string_view to_string(Buf b) { return buffer_info(b).name; }
 
 Buf weight_buffer(int which, WeightLayout layout) {
   switch (layout) {
@@ -97,20 +99,7 @@ Buf weight_buffer(int which, WeightLayout layout) {
   return which == 1 ? Buf::w1 : Buf::w2;
 }
 
-bool is_workspace(Buf b) {
-  switch (b) {
-    case Buf::inter:
-    case Buf::y_acc:
-    case Buf::sorted_ids:
-    case Buf::block_experts:
-    case Buf::padded_rows:
-    case Buf::xq:
-    case Buf::x_scales:
-    case Buf::inter_q:
-    case Buf::inter_scales: return true;
-    default: return false;
-  }
-}
+bool is_workspace(Buf b) { return buffer_info(b).place == BufPlace::workspace; }
 
 long long ScaleShape::count() const {
   if (rank == 0) return 0;
@@ -202,24 +191,25 @@ std::unexpected<Error> bad(const std::string& what) { return fail(Errc::invalid_
 Status validate(const LayerRecipe& r) {
   const Problem& p = r.problem;
   if (!r.target) return bad("no target");
-  if (!r.stage1 && !r.stage2) return bad("no stage variant");
-  for (const std::optional<Variant>* s : {&r.stage1, &r.stage2}) {
-    if (!*s) continue;
-    const Variant& v = **s;
+  if (r.stages.empty()) return bad("no stage variant");
+  for (std::size_t i = 0; i < r.stages.size(); ++i) {
+    const Variant& v = r.stages[i];
     if (!v.target || !v.family || !v.atom()) return bad(fmt::format("stage variant {} has no target, family or atom", v.target && v.family ? v.name() : "?"));
     if (v.target != r.target) return bad(fmt::format("{} is for {}, the layer for {}", v.name(), v.target->name, r.target->name));
     if (v.dtype != p.dtype) return bad(fmt::format("{} is {}, the problem {}", v.name(), to_string(v.dtype), to_string(p.dtype)));
+    if (i > 0 && r.stages[i - 1].role >= v.role)
+      return bad(fmt::format("{} ({}) after {} ({}): the stages are out of the operation's order", v.name(), to_string(v.role),
+                             r.stages[i - 1].name(), to_string(r.stages[i - 1].role)));
   }
-  if (r.stage1 && r.stage1->role != StageRole::stage1) return bad(r.stage1->name() + " is not a stage-1 kernel");
-  if (r.stage2 && r.stage2->role != StageRole::stage2) return bad(r.stage2->name() + " is not a stage-2 kernel");
-  if (r.stage1 && r.stage2 && r.stage1->contract().weight_in_stage1 != r.stage2->contract().weight_in_stage1)
+  const Variant* s1 = r.stage(StageRole::stage1);
+  const Variant* s2 = r.stage(StageRole::stage2);
+  if (s1 && s2 && s1->contract().weight_in_stage1 != s2->contract().weight_in_stage1)
     return bad("stage 1 and stage 2 disagree on where the routed weight is applied");
-  if (r.stage1 && r.stage2 && fp8::quantise_on_store(*r.stage1) && fp8::inter_row_scales(*r.stage2))
+  if (s1 && s2 && fp8::quantise_on_store(*s1) && fp8::inter_row_scales(*s2))
     return bad(fmt::format("{} reads row intermediate scales, {} writes 1 x 128 group scales (quantise-on-store)",
-                           r.stage2->name(), r.stage1->name()));
-  for (const std::optional<Variant>* s : {&r.stage1, &r.stage2})
-    if (*s)
-      if (auto why = (*s)->family->problem_rules(**s, p)) return bad(fmt::format("{}: {}", (*s)->name(), *why));
+                           s2->name(), s1->name()));
+  for (const Variant& v : r.stages)
+    if (auto why = v.family->problem_rules(v, p)) return bad(fmt::format("{}: {}", v.name(), *why));
   return {};
 }
 
@@ -261,55 +251,58 @@ void push_align(LayerProgram& prog, const Target& t, const Problem& p, const Moe
                                    {blocks, 1, 1, kAlignThreads, align_scatter_lds_bytes(p.experts)}, args));
 }
 
-// fp8 layers: the caller's scales and the quantise steps' workspace.
-void size_fp8_buffers(LayerProgram& prog, const LayerRecipe& r) {
-  const Problem& p = r.problem;
-  const std::uint64_t T = std::uint64_t(prog.tokens), H = p.hidden, I = p.inter, k = p.topk;
-  auto& b = prog.bytes;
-  if (r.stage1) {
-    b[std::size_t(Buf::x_scale)] = std::uint64_t(scale_shape(p, Buf::x_scale).count()) * 4;
-    b[std::size_t(Buf::w1_scales)] = std::uint64_t(scale_shape(p, Buf::w1_scales).count()) * 4;
-    b[std::size_t(Buf::xq)] = T * H;
-    b[std::size_t(Buf::x_scales)] = std::uint64_t(activation_scale_count(p.scales, T, H)) * 4;
-    if (!needs_quantise_inter(*r.stage1)) b[std::size_t(Buf::inter)] = 0;
-  } else {
-    b[std::size_t(Buf::x)] = 0;
-    b[std::size_t(Buf::inter)] = 0;
+// What a buffer's size rule (layer/buffers.def) reads: the problem's sizes,
+// the program's rows, which stages it holds and how they read and write.
+struct BufferSizing {
+  const Problem& p;
+  std::uint64_t T, E, H, I, k, wes;  // wes: the weights' element bytes (1: fp8 codes)
+  std::uint64_t rows, blocks, table;  // sorted_ids' rows, its row blocks, the wide align's count table (words)
+  bool s1, s2, fp8;                   // fp8: an fp8 layer with a stage
+  bool quantise_inter;                // stage 1 leaves a bf16 intermediate for a quantise_inter step
+  std::optional<WeightLayout> l1, l2;  // the layout each stage reads
+  Reduce out;
+  std::uint64_t w1_bytes(WeightLayout l) const { return l1 == l ? E * 2 * I * H * wes : 0; }
+  std::uint64_t w2_bytes(WeightLayout l) const { return l2 == l ? E * H * I * wes : 0; }
+  std::uint64_t scale_bytes(Buf b) const { return std::uint64_t(scale_shape(p, b).count()) * 4; }
+  // atomic: fp32 sums per token; partials: a row per (token, slot), fp32 or 16-bit;
+  // the _y modes: the arrival counters first (templates/ft/moe_args.hpp, direct_y_words).
+  std::uint64_t y_acc_bytes() const {
+    const Reduce sums = sums_of(out);
+    return (sums == Reduce::atomic ? T : T * k) * H * (sums == Reduce::partials16 ? 2 : 4) +
+           (writes_y(out) ? std::uint64_t(direct_y_words((long long)T, (long long)H)) * 4 : 0);
   }
-  if (r.stage2) b[std::size_t(Buf::w2_scales)] = std::uint64_t(scale_shape(p, Buf::w2_scales).count()) * 4;
-  b[std::size_t(Buf::inter_q)] = T * k * I;
-  b[std::size_t(Buf::inter_scales)] = T * k * (I / kScaleGroup) * 4;
-}
+  std::uint64_t activation_scale_bytes() const { return std::uint64_t(activation_scale_count(p.scales, (long long)T, (long long)H)) * 4; }
+};
 
-// Buffer sizes: inputs, the weight copies the stages read, the workspace.
+// Buffer sizes: every row's size rule on this program.
 void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
   const Problem& p = r.problem;
-  // Activations, the intermediate, partials and Y are 16-bit (bf16 in fp8 layers), weights the problem's type.
-  const std::uint64_t T = std::uint64_t(prog.tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2,
-                      wes = std::uint64_t(p.element_bytes());
-  auto& b = prog.bytes;
-  b[std::size_t(Buf::x)] = T * H * es;
-  b[std::size_t(Buf::topk_ids)] = T * k * 4;
-  b[std::size_t(Buf::topk_weights)] = T * k * 4;
-  b[std::size_t(Buf::inter)] = T * k * I * es;
+  const Variant* s1 = r.stage(StageRole::stage1);
+  const Variant* s2 = r.stage(StageRole::stage2);
+  const std::uint64_t T = std::uint64_t(prog.tokens), k = std::uint64_t(p.topk);
   // The wide align keeps its count table after the rows (templates/ft/moe_args.hpp).
   const bool wide = prog.find("align_count") != nullptr;
-  b[std::size_t(Buf::sorted_ids)] =
-      std::uint64_t(prog.max_padded_rows + (wide ? align_table_words(int(T * k), int(E)) : 0)) * 4;
-  b[std::size_t(Buf::block_experts)] = std::uint64_t(prog.max_padded_rows / prog.align_block) * 4;
-  b[std::size_t(Buf::padded_rows)] = 4;
-  b[std::size_t(Buf::bad_ids)] = 4;
-  if (r.stage1) b[std::size_t(weight_buffer(1, r.stage1->contract().weights))] = E * 2 * I * H * wes;
-  if (r.stage2) {
-    b[std::size_t(weight_buffer(2, r.stage2->contract().weights))] = E * H * I * wes;
-    // atomic: fp32 sums per token; partials: a row per (token, slot), fp32 or in the element type;
-    // the _y modes: the arrival counters first (templates/ft/moe_args.hpp, direct_y_words).
-    const Reduce out = r.stage2->contract().output, sums = sums_of(out);
-    b[std::size_t(Buf::y_acc)] = (sums == Reduce::atomic ? T : T * k) * H * (sums == Reduce::partials16 ? es : 4) +
-                                 (writes_y(out) ? std::uint64_t(direct_y_words((long long)T, (long long)H)) * 4 : 0);
-    b[std::size_t(Buf::y)] = T * H * es;
-  }
-  if (p.fp8() && (r.stage1 || r.stage2)) size_fp8_buffers(prog, r);
+  const BufferSizing z{p,
+                       T,
+                       std::uint64_t(p.experts),
+                       std::uint64_t(p.hidden),
+                       std::uint64_t(p.inter),
+                       k,
+                       std::uint64_t(p.element_bytes()),
+                       std::uint64_t(prog.max_padded_rows),
+                       std::uint64_t(prog.max_padded_rows / prog.align_block),
+                       wide ? std::uint64_t(align_table_words(int(T * k), p.experts)) : 0,
+                       s1 != nullptr,
+                       s2 != nullptr,
+                       p.fp8() && (s1 || s2),
+                       s1 && needs_quantise_inter(*s1),
+                       s1 ? std::optional(s1->contract().weights) : std::nullopt,
+                       s2 ? std::optional(s2->contract().weights) : std::nullopt,
+                       s2 ? s2->contract().output : Reduce::atomic};
+  auto& b = prog.bytes;
+#define FT_BUFFER(name, member, pointee, place, meaning, size) b[std::size_t(Buf::name)] = (size);
+#include "layer/buffers.def"
+#undef FT_BUFFER
 }
 
 }  // namespace
@@ -328,21 +321,42 @@ bool needs_quantise_inter(const Variant& stage1) {
   return stage1.dtype == DType::e4m3 && !fp8::quantise_on_store(stage1);
 }
 
+const Variant* LayerRecipe::stage(StageRole role) const {
+  for (const Variant& v : stages)
+    if (v.role == role) return &v;
+  return nullptr;
+}
+
+Variant* LayerRecipe::stage(StageRole role) {
+  for (Variant& v : stages)
+    if (v.role == role) return &v;
+  return nullptr;
+}
+
+std::vector<Variant> stage_list(const std::optional<Variant>& stage1, const std::optional<Variant>& stage2) {
+  std::vector<Variant> out;
+  if (stage1) out.push_back(*stage1);
+  if (stage2) out.push_back(*stage2);
+  return out;
+}
+
 Result<int> align_block_of(const LayerRecipe& r) {
   int block = 1;
-  for (const std::optional<Variant>* s : {&r.stage1, &r.stage2})
-    if (*s) block = std::lcm(block, (*s)->contract().rows_per_tile);
+  std::string tiles;
+  for (const Variant& v : r.stages) {
+    block = std::lcm(block, v.contract().rows_per_tile);
+    tiles += fmt::format("{}{}", tiles.empty() ? "" : " and ", v.contract().rows_per_tile);
+  }
   if (block > kMaxAlignBlock)
     return fail(Errc::invalid_input,
-                fmt::format("layer program: stage tiles of {} and {} rows need expert blocks of {} rows (their least common "
+                fmt::format("layer program: stage tiles of {} rows need expert blocks of {} rows (their least common "
                             "multiple), more than {}",
-                            r.stage1 ? r.stage1->contract().rows_per_tile : 0, r.stage2 ? r.stage2->contract().rows_per_tile : 0,
-                            block, kMaxAlignBlock));
+                            tiles, block, kMaxAlignBlock));
   return block;
 }
 
 Status pair_fits(const Target& t, const Problem& p, const Variant& stage1, const Variant& stage2) {
-  const LayerRecipe r{&t, p, stage1, stage2};
+  const LayerRecipe r{&t, p, {stage1, stage2}};
   FT_CHECK(validate(r));
   if (auto block = align_block_of(r); !block) return std::unexpected(block.error());
   return {};
@@ -362,9 +376,11 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
   const MoeArgs args = base_args(p, tokens, prog.align_block, prog.max_padded_rows);
   const Target& t = *r.target;
 
+  const Variant* s1 = r.stage(StageRole::stage1);
+  const Variant* s2 = r.stage(StageRole::stage2);
   const AlignForm form = r.wide_align ? align_form(p, tokens) : AlignForm::one_block;
-  const Reduce out = r.stage2 ? r.stage2->contract().output : Reduce::atomic;
-  const std::uint64_t clear_words = r.stage2 ? y_acc_clear_words(out, p, tokens) : 0;
+  const Reduce out = s2 ? s2->contract().output : Reduce::atomic;
+  const std::uint64_t clear_words = s2 ? y_acc_clear_words(out, p, tokens) : 0;
   // Small _y layers: the one-block align zeroes y_acc (no clear step to launch).
   const bool align_clears = clear_words && writes_y(out) && form == AlignForm::one_block && clear_words <= kAlignClearWords;
   if (clear_words && !align_clears) {
@@ -375,27 +391,27 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
     clear.count = clear_words;
     prog.steps.push_back(std::move(clear));
   }
-  if (p.fp8() && r.stage1)
+  if (p.fp8() && s1)
     prog.steps.push_back(launch_step("quantise_x", Role::quantise_x, quantise_x_entry(t), quantise_launch(tokens), args));
   MoeArgs align_args = args;
   if (align_clears) align_args.flags |= kFlagAlignClearsCounters | (sums_of(out) == Reduce::atomic ? kFlagAlignClearsSums : 0);
   push_align(prog, t, p, align_args, form);
-  if (r.stage1) {
-    Step s = launch_step("stage1", Role::stage1, r.stage1->name(), stage_launch(*r.stage1, p, tokens, prog.align_block), args);
-    s.w1 = weight_buffer(1, r.stage1->contract().weights);
+  if (s1) {
+    Step s = launch_step("stage1", Role::stage1, s1->name(), stage_launch(*s1, p, tokens, prog.align_block), args);
+    s.w1 = weight_buffer(1, s1->contract().weights);
     prog.steps.push_back(std::move(s));
-    if (needs_quantise_inter(*r.stage1)) {
+    if (needs_quantise_inter(*s1)) {
       MoeArgs q = args;  // row scales where stage 2 reads them (a stage-1 program alone: groups)
-      if (r.stage2 && fp8::inter_row_scales(*r.stage2)) q.flags |= kFlagInterRowScales;
+      if (s2 && fp8::inter_row_scales(*s2)) q.flags |= kFlagInterRowScales;
       prog.steps.push_back(launch_step("quantise_inter", Role::quantise_inter, quantise_inter_entry(t),
                                        quantise_launch((long long)tokens * p.topk), q));
     }
   }
-  if (r.stage2) {
-    Step s = launch_step("stage2", Role::stage2, r.stage2->name(), stage_launch(*r.stage2, p, tokens, prog.align_block), args);
-    s.w2 = weight_buffer(2, r.stage2->contract().weights);
+  if (s2) {
+    Step s = launch_step("stage2", Role::stage2, s2->name(), stage_launch(*s2, p, tokens, prog.align_block), args);
+    s.w2 = weight_buffer(2, s2->contract().weights);
     prog.steps.push_back(std::move(s));
-    if (const Reduce out = r.stage2->contract().output; !writes_y(out))  // the _y modes: stage 2 wrote Y
+    if (!writes_y(out))  // the _y modes: stage 2 wrote Y
       prog.steps.push_back(launch_step("reduce", reduce_role(out), reduce_entry(t, out, p.dtype), reduce_launch(p, tokens), args));
   }
   size_buffers(prog, r);
@@ -411,7 +427,7 @@ Result<LayerProgram> build_align_program(const Target& t, const Problem& p, int 
   prog.align_block = align_block;
   prog.max_padded_rows = max_padded_rows(p, tokens, align_block);
   push_align(prog, t, p, base_args(p, tokens, align_block, prog.max_padded_rows), form);
-  size_buffers(prog, LayerRecipe{&t, p, std::nullopt, std::nullopt});
+  size_buffers(prog, LayerRecipe{&t, p, {}});
   return prog;
 }
 

@@ -80,19 +80,28 @@ LaunchShape fill_launch(std::uint64_t count);
 // fp8 verification: the reference intermediate quantised, one thread per 128-value group.
 LaunchShape reference_quantise_launch(const Problem& p, int tokens);
 
-// The buffers a layer's steps read and write (appended only: names and the
-// workspace's order follow this order).
+// The buffers a layer's steps read and write: the rows of layer/buffers.def
+// (name, MoeArgs member, pointee type, place, meaning, size rule), in order.
 enum class Buf : std::uint8_t {
-  x, topk_ids, topk_weights,
-  w1, w2, w1_shuffled, w2_shuffled, w1_tiled, w2_tiled,  // each stage reads its weights in one layout
-  inter, y_acc, y, sorted_ids, block_experts, padded_rows,
-  bad_ids,  // optional: align writes the count of topk ids outside [-1, experts)
-  // fp8 layers (templates/ft/moe_args.hpp, ft::Scales): the caller's scales
-  // (x_scale only per-tensor), then the workspace of the quantise steps.
-  x_scale, w1_scales, w2_scales,
-  xq, x_scales, inter_q, inter_scales,
+#define FT_BUFFER(name, member, pointee, place, meaning, size) name,
+#include "layer/buffers.def"
+#undef FT_BUFFER
 };
-inline constexpr std::size_t kBufCount = 23;
+inline constexpr std::size_t kBufCount = 0
+#define FT_BUFFER(name, member, pointee, place, meaning, size) +1
+#include "layer/buffers.def"
+#undef FT_BUFFER
+    ;
+// Whose a buffer is and how long it lives (layer/buffers.def, the place column).
+enum class BufPlace : std::uint8_t { input, weights, copy, workspace, output, optional };
+struct BufferInfo {
+  std::string_view name;     // as in the manifest
+  std::string_view member;   // the MoeArgs pointer a launch reads it through
+  std::string_view pointee;  // its C type
+  BufPlace place;
+  std::string_view meaning;
+};
+const BufferInfo& buffer_info(Buf b);
 std::string_view to_string(Buf b);
 // W1 (which = 1) or W2 (which = 2) in a layout.
 Buf weight_buffer(int which, WeightLayout layout);
@@ -141,18 +150,25 @@ struct Step {
   Buf w1 = Buf::w1, w2 = Buf::w2;
 };
 
-// What a program is built from: both stages (a layer), or one stage alone
-// (the search verifies and times stages one at a time; a stage-2 program
-// reads the intermediate it is given).
+// What a program is built from: the stage variants of one operation
+// (layer/operation.hpp; the forward layer's are stage 1 and stage 2), in the
+// operation's role order: all of them (a layer), or one alone (the search
+// verifies and times stages one at a time; a stage-2 program reads the
+// intermediate it is given).
 struct LayerRecipe {
   const Target* target = nullptr;
   Problem problem;
-  std::optional<Variant> stage1, stage2;
+  std::vector<Variant> stages;
   // The support unit holds the wide align's kernels (every one this flytune
   // builds does; exports of databases recorded before it existed do not, and
   // their layers align in one block at any size, as they were verified).
   bool wide_align = true;
+  // The stage variant in a role, or null where the recipe has none.
+  const Variant* stage(StageRole role) const;
+  Variant* stage(StageRole role);
 };
+// The stages list of a recipe from the variants a caller may or may not hold.
+std::vector<Variant> stage_list(const std::optional<Variant>& stage1, const std::optional<Variant>& stage2);
 
 struct LayerProgram {
   int tokens = 0;

@@ -18,28 +18,10 @@ using nlohmann::json;
 
 json optional_number(const std::optional<double>& v) { return v ? json(*v) : json(); }
 
-// The support unit's entries by their manifest names; the optional ones only where present.
-std::vector<std::pair<const char*, std::string SupportUnit::*>> symbol_fields() {
-  return {{"align", &SupportUnit::align},
-          {"reduce_atomic", &SupportUnit::reduce_atomic},
-          {"reduce_partials", &SupportUnit::reduce_partials},
-          {"shuffle", &SupportUnit::shuffle},
-          {"reference1", &SupportUnit::reference1},
-          {"reference2", &SupportUnit::reference2},
-          {"fill", &SupportUnit::fill},
-          {"reduce_partials16", &SupportUnit::reduce_partials16},
-          {"align_count", &SupportUnit::align_count},
-          {"align_scatter", &SupportUnit::align_scatter},
-          {"quantise_x", &SupportUnit::quantise_x},
-          {"quantise_inter", &SupportUnit::quantise_inter},
-          {"reference_quantise", &SupportUnit::reference_quantise}};
-}
-constexpr std::size_t kRequiredSymbols = 7;  // the first rows of symbol_fields()
-
 json encode_support(const SupportUnit& u) {
   json symbols = json::object();
-  for (const auto& [name, field] : symbol_fields())
-    if (!(u.*field).empty()) symbols[name] = u.*field;
+  for (std::size_t i = 0; i < kSupportCount; ++i)
+    if (!u.symbols[i].empty()) symbols[std::string(to_string(Support(i)))] = u.symbols[i];
   return {{"dtype", std::string(to_string(u.dtype))},
           {"code_object", u.code_object},
           {"source", u.source},
@@ -56,7 +38,9 @@ json recorded_steps(const Bucket& b) {
 }
 
 json encode_bucket(const Bucket& b) {
-  const StageContract c1 = b.recipe.stage1->contract(), c2 = b.recipe.stage2->contract();
+  const StageContract c1 = b.recipe.stage(StageRole::stage1)->contract(), c2 = b.recipe.stage(StageRole::stage2)->contract();
+  json stages = json::object();
+  for (const Variant& v : b.recipe.stages) stages[std::string(op::moe_forward().stage(v.role)->name)] = v.to_json();
   json provenance{{"variant_id", b.provenance.variant_id}, {"run_id", b.provenance.run_id}, {"chosen_at", b.provenance.chosen_at}};
   if (const auto& run = b.provenance.run)
     provenance.update({{"flytune_version", run->flytune_version},
@@ -65,7 +49,7 @@ json encode_bucket(const Bucket& b) {
                        {"hostname", run->hostname}});
   json bucket{{"tokens", b.tokens},
               {"kernel_name", b.kernel_name},
-              {"stages", {{"stage1", b.recipe.stage1->to_json()}, {"stage2", b.recipe.stage2->to_json()}}},
+              {"stages", std::move(stages)},
               {"align_block", b.program.align_block},
               {"reduction", std::string(to_string(c2.output))},
               {"weight_in_stage1", c1.weight_in_stage1},
@@ -114,11 +98,18 @@ Result<SupportUnit> decode_support(const json& s) {
   u.source = s.value("source", std::string());
   u.toolchain = s.value("toolchain", std::string());
   const json& sym = s.at("symbols");
-  const auto fields = symbol_fields();
-  for (std::size_t i = 0; i < fields.size(); ++i)
-    u.*fields[i].second = i < kRequiredSymbols ? sym.at(fields[i].first).get<std::string>() : sym.value(fields[i].first, std::string());
-  if (u.dtype == DType::e4m3 && (u.quantise_x.empty() || u.quantise_inter.empty() || u.reference_quantise.empty()))
-    return fail(Errc::invalid_input, "the e4m3 support unit names no quantise_x, quantise_inter or reference_quantise symbol");
+  std::string lacking;
+  for (std::size_t i = 0; i < kSupportCount; ++i) {
+    const SupportInfo& k = support_info(Support(i));
+    const std::string key(k.name);
+    if (k.presence == SupportPresence::always)
+      u.symbols[i] = sym.at(key).get<std::string>();
+    else
+      u.symbols[i] = sym.value(key, std::string());
+    if (k.presence == SupportPresence::fp8 && u.dtype == DType::e4m3 && u.symbols[i].empty())
+      lacking += (lacking.empty() ? "" : ", ") + key;
+  }
+  if (!lacking.empty()) return fail(Errc::invalid_input, "the e4m3 support unit names no " + lacking + " symbol");
   return u;
 }
 
@@ -141,15 +132,14 @@ Result<Bucket> decode_bucket(const json& bj, const Manifest& m, const ProblemEnt
   const SupportUnit* support = m.support_for(p.problem.dtype);
   b.recipe.wide_align = support && support->wide_align();
   const json& stages = bj.at("stages");
-  b.recipe.stage1 = FT_TRY(Variant::from_json(stages.at("stage1")));
-  b.recipe.stage2 = FT_TRY(Variant::from_json(stages.at("stage2")));
+  for (const op::Stage& st : op::moe_forward().stages)  // a bucket is a layer: every role's variant
+    b.recipe.stages.push_back(FT_TRY(Variant::from_json(stages.at(std::string(st.name)))));
   const json& steps = bj.at("steps");
   for (const json& s : steps)
     if (s.at("op").get<std::string>() == "launch" && s.contains("code_object"))
       b.code_objects[s.at("symbol").get<std::string>()] = s.at("code_object").get<std::string>();
-  for (const std::optional<Variant>* v : {&b.recipe.stage1, &b.recipe.stage2})
-    if (!b.code_objects.contains((*v)->name()))
-      return fail(Errc::invalid_input, at + ": no step names the code object of " + (*v)->name());
+  for (const Variant& v : b.recipe.stages)
+    if (!b.code_objects.contains(v.name())) return fail(Errc::invalid_input, at + ": no step names the code object of " + v.name());
   // The recorded steps must be what the one layer program computes for this
   // recipe: an export written by another flytune version, or edited, is refused.
   auto prog = build_program(b.recipe, b.tokens);
@@ -247,22 +237,15 @@ std::size_t select_bucket(std::span<const int> buckets, int tokens) {
 SupportUnit SupportUnit::of(const Target& t, DType d, bool partials16, bool wide_align) {
   SupportUnit u;
   u.dtype = d;
-  u.align = align_entry(t);
-  u.reduce_atomic = reduce_entry(t, Reduce::atomic, d);
-  u.reduce_partials = reduce_entry(t, Reduce::partials, d);
-  u.shuffle = shuffle_entry(t);
-  u.reference1 = reference_entry(t, StageRole::stage1, d);
-  u.reference2 = reference_entry(t, StageRole::stage2, d);
-  u.fill = fill_entry(t);
-  if (partials16) u.reduce_partials16 = reduce_entry(t, Reduce::partials16, d);
-  if (wide_align) {
-    u.align_count = align_count_entry(t);
-    u.align_scatter = align_scatter_entry(t);
-  }
-  if (d == DType::e4m3) {  // the fp8 unit's quantise steps (every e4m3 unit has them)
-    u.quantise_x = quantise_x_entry(t);
-    u.quantise_inter = quantise_inter_entry(t);
-    u.reference_quantise = reference_quantise_entry(t);
+  for (std::size_t i = 0; i < kSupportCount; ++i) {
+    const Support s = Support(i);
+    switch (support_info(s).presence) {
+      case SupportPresence::always: break;
+      case SupportPresence::partials16: if (!partials16) continue; break;
+      case SupportPresence::wide_align: if (!wide_align) continue; break;
+      case SupportPresence::fp8: if (d != DType::e4m3) continue; break;  // every e4m3 unit has the quantise steps
+    }
+    u.symbols[i] = support_entry(s, t, d);
   }
   return u;
 }

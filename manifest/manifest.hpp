@@ -12,6 +12,7 @@
 // -- the byte layouts of ft::MoeArgs and ft::ShuffleArgs, the weight layouts'
 // offsets, an fp8 problem's scale tensors -- is written from the structs and
 // the layer program themselves (manifest/layouts.hpp), never stored twice.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -26,6 +27,7 @@
 #include "generator/problem.hpp"
 #include "generator/target.hpp"
 #include "generator/variant.hpp"
+#include "layer/operation.hpp"
 #include "layer/program.hpp"
 
 namespace ft::manifest {
@@ -60,13 +62,13 @@ struct SupportUnit {
   std::string code_object;
   std::string source;     // "database" or "compiled by flytune export"
   std::string toolchain;
-  std::string align, reduce_atomic, reduce_partials, shuffle, reference1, reference2, fill;
-  std::string reduce_partials16, align_count, align_scatter;
-  std::string quantise_x, quantise_inter, reference_quantise;
+  // The entry of each support kernel (layer/support_kernels.def), by Support.
+  std::array<std::string, kSupportCount> symbols;
+  const std::string& symbol(Support s) const { return symbols[std::size_t(s)]; }
   // The entries of this flytune's unit for (target, dtype), the optional ones
   // where the unit holds them.
   static SupportUnit of(const Target& t, DType d, bool partials16, bool wide_align);
-  bool wide_align() const { return !align_count.empty() && !align_scatter.empty(); }
+  bool wide_align() const { return !symbol(Support::align_count).empty() && !symbol(Support::align_scatter).empty(); }
 };
 
 struct Timing {

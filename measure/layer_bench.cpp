@@ -8,6 +8,7 @@
 
 #include "generator/emitter.hpp"
 #include "generator/families/families.hpp"
+#include "layer/operation.hpp"
 #include "measure/workload/half.hpp"
 #include "layer/inter_scales.hpp"
 
@@ -59,16 +60,18 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   b->max_tokens_ = max_tokens;
   ModuleHandle m = FT_TRY(dev.load_module(support));
   b->modules_.push_back(m);
-  b->align_ = FT_TRY(dev.function(m, align_entry(target)));
-  b->reduce_atomic_ = FT_TRY(dev.function(m, reduce_entry(target, Reduce::atomic, p.dtype)));
-  b->reduce_partials_ = FT_TRY(dev.function(m, reduce_entry(target, Reduce::partials, p.dtype)));
-  b->reduce_partials16_ = FT_TRY(dev.function(m, reduce_entry(target, Reduce::partials16, p.dtype)));
-  b->align_count_ = FT_TRY(dev.function(m, align_count_entry(target)));
-  b->align_scatter_ = FT_TRY(dev.function(m, align_scatter_entry(target)));
-  b->shuffle_ = FT_TRY(dev.function(m, shuffle_entry(target)));
-  b->reference1_ = FT_TRY(dev.function(m, reference_entry(target, StageRole::stage1, p.dtype)));
-  b->reference2_ = FT_TRY(dev.function(m, reference_entry(target, StageRole::stage2, p.dtype)));
-  b->fill_ = FT_TRY(dev.function(m, fill_entry(target)));
+  // This flytune's unit holds every kernel of its dtype (layer/support_kernels.def).
+  auto entry = [&](Support s) { return dev.function(m, support_entry(s, target, p.dtype)); };
+  b->align_ = FT_TRY(entry(Support::align));
+  b->reduce_atomic_ = FT_TRY(entry(Support::reduce_atomic));
+  b->reduce_partials_ = FT_TRY(entry(Support::reduce_partials));
+  b->reduce_partials16_ = FT_TRY(entry(Support::reduce_partials16));
+  b->align_count_ = FT_TRY(entry(Support::align_count));
+  b->align_scatter_ = FT_TRY(entry(Support::align_scatter));
+  b->shuffle_ = FT_TRY(entry(Support::shuffle));
+  b->reference1_ = FT_TRY(entry(Support::reference1));
+  b->reference2_ = FT_TRY(entry(Support::reference2));
+  b->fill_ = FT_TRY(entry(Support::fill));
 
   const std::size_t T = std::size_t(max_tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2,
                     wes = std::size_t(p.element_bytes());  // weights: 1 byte for fp8 codes
@@ -107,7 +110,7 @@ Result<FunctionHandle> LayerBench::load(std::span<const std::byte> code_object, 
 }
 
 Result<LayerProgram> LayerBench::program(const std::optional<Variant>& s1, const std::optional<Variant>& s2) const {
-  return build_program(LayerRecipe{&target_, problem_, s1, s2}, tokens_);
+  return build_program(LayerRecipe{&target_, problem_, stage_list(s1, s2)}, tokens_);
 }
 
 RoleKernels LayerBench::kernels(FunctionHandle stage1, FunctionHandle stage2) const {

@@ -79,8 +79,7 @@ std::optional<Launch> launch_of(const db::VariantRecord& v, const Problem& p, in
   const Target* t = find_target(v.target);
   auto var = Variant::from_json(v.params);
   if (!t || !var) return std::nullopt;
-  LayerRecipe r{t, p, std::nullopt, std::nullopt};
-  (var->role == StageRole::stage1 ? r.stage1 : r.stage2) = *var;
+  const LayerRecipe r{t, p, {*var}};
   auto prog = build_program(r, tokens);
   if (!prog) return std::nullopt;
   for (const Step& s : prog->steps) {

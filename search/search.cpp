@@ -23,6 +23,7 @@
 #include "store/kind.hpp"
 #include "store/store.hpp"
 #include "generator/emitter.hpp"
+#include "layer/operation.hpp"
 #include "layer/program.hpp"
 #include "search/compile_space.hpp"
 #include "search/dealing.hpp"
@@ -88,8 +89,8 @@ Result<RecordedSpace> compile_and_record(Recorder& rec, const Target& target, co
   opt.compile.stop = &g_interrupted;  // Ctrl-C stops handing out compile jobs
   opt.progress = cfg.progress;
   if (cfg.baseline)
-    for (StageRole k : {StageRole::stage1, StageRole::stage2})
-      if (auto d = default_variant(target, cfg.problem, k)) opt.extra.push_back(*d);
+    for (const op::Stage& st : op::moe_forward().stages)
+      if (auto d = default_variant(target, cfg.problem, st.role)) opt.extra.push_back(*d);
   RecordedSpace rs;
   rs.space = FT_TRY(compile_space(target, cfg.problem, opt));
   if (!rs.space.support) return std::unexpected(with_context(rs.space.support.error(), "support kernels"));
@@ -320,7 +321,8 @@ Status search_buckets(const SearchConfig& cfg, std::vector<Gpu>& gpus, Model& mo
         const TelemetryReading tele = gpu.m->telemetry();
         StageStep stage{cfg, *model.target, *gpu.ctx, model.candidates, std::mt19937_64(seed + std::uint64_t(tokens)), many_gpus};
         std::map<StageRole, Ranked> best;
-        for (StageRole kind : {StageRole::stage1, StageRole::stage2}) {
+        for (const op::Stage& st : op::moe_forward().stages) {  // each role ranked on its own, then the layer pairs them
+          const StageRole kind = st.role;
           auto strategy = FT_TRY(make_strategy(cfg.strategy, {cfg.budget, cfg.time_limit_s, cfg.model_budget_s, cfg.model_explore}));
           std::optional<Ranked> ranked = FT_TRY(stage.rank(*strategy, kind, tokens, tele));
           if (!ranked) return false;

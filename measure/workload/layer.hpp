@@ -47,7 +47,7 @@ class DeviceWorkload {
 // The two stages of a layer; the program derives everything else.
 struct LayerPlan {
   Variant stage1, stage2;
-  LayerRecipe recipe(const Problem& problem) const { return {stage1.target, problem, stage1, stage2}; }
+  LayerRecipe recipe(const Problem& problem) const { return {stage1.target, problem, {stage1, stage2}}; }
 };
 
 struct LayerRunOptions {

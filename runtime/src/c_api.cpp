@@ -160,7 +160,8 @@ static_assert(FT_WEIGHT_LAYOUT_PLAIN == int(ft::WeightLayout::plain) &&
 
 ft::WeightLayout stage_layout(const ft_plan& plan, int stage) {
   const ft::LayerRecipe& r = plan.plan.bucket->recipe;
-  return stage == 1 ? r.stage1->contract().weights : stage == 2 ? r.stage2->contract().weights : ft::WeightLayout::plain;
+  const ft::Variant* v = stage == 1 ? r.stage(ft::StageRole::stage1) : stage == 2 ? r.stage(ft::StageRole::stage2) : nullptr;
+  return v ? v->contract().weights : ft::WeightLayout::plain;
 }
 
 }  // namespace

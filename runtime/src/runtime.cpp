@@ -258,30 +258,20 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
     if (!f) return std::unexpected(with_context(f.error(), file + ": " + symbol));
     return functions[key] = *f;
   };
-  for (SupportUnit& u : manifest_.supports) {
-    const std::string& f = u.code_object;
-    u.align_fn = FT_TRY(function(f, u.align));
-    u.reduce_atomic_fn = FT_TRY(function(f, u.reduce_atomic));
-    u.reduce_partials_fn = FT_TRY(function(f, u.reduce_partials));
-    for (auto [symbol, fn] : {std::pair{&u.reduce_partials16, &u.reduce_partials16_fn}, std::pair{&u.align_count, &u.align_count_fn},
-                              std::pair{&u.align_scatter, &u.align_scatter_fn}, std::pair{&u.quantise_x, &u.quantise_x_fn},
-                              std::pair{&u.quantise_inter, &u.quantise_inter_fn},
-                              std::pair{&u.reference_quantise, &u.reference_quantise_fn}})
-      if (!symbol->empty()) *fn = FT_TRY(function(f, *symbol));
-    u.shuffle_fn = FT_TRY(function(f, u.shuffle));
-    u.reference1_fn = FT_TRY(function(f, u.reference1));
-    u.reference2_fn = FT_TRY(function(f, u.reference2));
-    u.fill_fn = FT_TRY(function(f, u.fill));
-  }
+  for (SupportUnit& u : manifest_.supports)
+    for (std::size_t i = 0; i < kSupportCount; ++i)
+      if (!u.symbols[i].empty()) u.functions[i] = FT_TRY(function(u.code_object, u.symbols[i]));
   for (ProblemEntry& p : manifest_.problems) {
     const SupportUnit& u = *std::find_if(manifest_.supports.begin(), manifest_.supports.end(),
                                          [&](const SupportUnit& s) { return s.dtype == p.problem.dtype; });
     for (Bucket& b : p.buckets) {
-      b.kernels = {u.align_fn,          {}, {}, u.reduce_atomic_fn, u.reduce_partials_fn, u.reduce_partials16_fn,
-                   u.align_count_fn,    u.align_scatter_fn, u.quantise_x_fn, u.quantise_inter_fn};
-      for (auto [variant, slot] : {std::pair{&*b.recipe.stage1, &b.kernels.stage1}, std::pair{&*b.recipe.stage2, &b.kernels.stage2}}) {
-        *slot = FT_TRY(function(b.code_objects.at(variant->name()), variant->name()));
-        if (variant->lds_bytes() > 0) FT_CHECK(device_->set_dynamic_shared(*slot, variant->lds_bytes()));
+      b.kernels = {u.fn(Support::align),         {}, {}, u.fn(Support::reduce_atomic), u.fn(Support::reduce_partials),
+                   u.fn(Support::reduce_partials16), u.fn(Support::align_count), u.fn(Support::align_scatter),
+                   u.fn(Support::quantise_x),     u.fn(Support::quantise_inter)};
+      for (const Variant& v : b.recipe.stages) {
+        FunctionHandle& slot = v.role == StageRole::stage1 ? b.kernels.stage1 : b.kernels.stage2;
+        slot = FT_TRY(function(b.code_objects.at(v.name()), v.name()));
+        if (v.lds_bytes() > 0) FT_CHECK(device_->set_dynamic_shared(slot, v.lds_bytes()));
       }
     }
   }
@@ -341,7 +331,7 @@ Status Runtime::arrange_weights(DevicePtr src, DevicePtr dst, int rows, int cols
   const DevicePtr bytes = DevicePtr(rows) * DevicePtr(cols) * DevicePtr(element_bytes);
   if (src < dst + bytes && dst < src + bytes)
     return fail(Errc::usage, what + " weights: source and destination overlap; arrange into a separate buffer");
-  return launch_support(manifest_.supports.front().shuffle_fn, a.shape, &a.args, sizeof a.args, stream);
+  return launch_support(manifest_.supports.front().fn(Support::shuffle), a.shape, &a.args, sizeof a.args, stream);
 }
 
 Status Runtime::fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed, float scale, int kind, int group) {
@@ -358,7 +348,7 @@ Status Runtime::fill_random(DevicePtr dst, std::size_t count, std::uint64_t seed
   }
   if (kind == -1) kind = u->dtype == DType::f16 ? 1 : 0;
   FillArgs a{device_pointer<u16>(dst), count, seed, scale, kind, group, 0};
-  return launch_support(u->fill_fn, fill_launch(count), &a, sizeof a, {});
+  return launch_support(u->fn(Support::fill), fill_launch(count), &a, sizeof a, {});
 }
 
 Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream, int tokens,
@@ -382,10 +372,10 @@ Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_r
   a.inter_size = p.inter;
   a.experts = p.experts;
   a.topk = p.topk;
-  a.flags = plan.bucket->recipe.stage1->contract().weight_in_stage1 ? kFlagWeightInStage1 : 0;
+  a.flags = plan.bucket->recipe.stage(StageRole::stage1)->contract().weight_in_stage1 ? kFlagWeightInStage1 : 0;
   if (p.fp8()) return reference_fp8(plan, b, a, stream, bf16_layer);
-  FT_CHECK(launch_support(plan.support->reference1_fn, reference_launch(StageRole::stage1, p, T), &a, sizeof a, stream));
-  return launch_support(plan.support->reference2_fn, reference_launch(StageRole::stage2, p, T), &a, sizeof a, stream);
+  FT_CHECK(launch_support(plan.support->fn(Support::reference1), reference_launch(StageRole::stage1, p, T), &a, sizeof a, stream));
+  return launch_support(plan.support->fn(Support::reference2), reference_launch(StageRole::stage2, p, T), &a, sizeof a, stream);
 }
 
 // The fp8 reference (templates/ft/reference.hpp): the fp32 intermediate, its
@@ -408,11 +398,11 @@ Status Runtime::reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& 
   a.inter_scales = device_pointer<float>(inter_scales.ptr());
   if (bf16_layer) a.flags |= kFlagUnquantised;
   // The intermediate quantised as the plan's stage 2 reads it (row or group scales).
-  if (const auto& s2 = plan.bucket->recipe.stage2; s2 && fp8::inter_row_scales(*s2)) a.flags |= kFlagInterRowScales;
+  if (const Variant* s2 = plan.bucket->recipe.stage(StageRole::stage2); s2 && fp8::inter_row_scales(*s2)) a.flags |= kFlagInterRowScales;
   const SupportUnit& u = *plan.support;
-  FT_CHECK(launch_support(u.reference1_fn, reference_launch(StageRole::stage1, p, a.tokens), &a, sizeof a, stream));
-  FT_CHECK(launch_support(u.reference_quantise_fn, reference_quantise_launch(p, a.tokens), &a, sizeof a, stream));
-  FT_CHECK(launch_support(u.reference2_fn, reference_launch(StageRole::stage2, p, a.tokens), &a, sizeof a, stream));
+  FT_CHECK(launch_support(u.fn(Support::reference1), reference_launch(StageRole::stage1, p, a.tokens), &a, sizeof a, stream));
+  FT_CHECK(launch_support(u.fn(Support::reference_quantise), reference_quantise_launch(p, a.tokens), &a, sizeof a, stream));
+  FT_CHECK(launch_support(u.fn(Support::reference2), reference_launch(StageRole::stage2, p, a.tokens), &a, sizeof a, stream));
   return device_->synchronize(stream);
 }
 

@@ -10,6 +10,7 @@
 // differ; at ft_runtime_select it builds the program for the caller's T and
 // at launch it executes those steps (layer/execute.hpp). No launch rule lives
 // here.
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -38,12 +39,15 @@ inline constexpr std::uintmax_t kMaxCodeObjectBytes = 256u << 20;
 // (manifest/manifest.hpp), with the functions loading binds.
 struct Bucket : manifest::Bucket {
   RoleKernels kernels;  // after loading
-  bool atomic() const { return recipe.stage2 && recipe.stage2->contract().output == Reduce::atomic; }
+  bool atomic() const {
+    const Variant* s2 = recipe.stage(StageRole::stage2);
+    return s2 && s2->contract().output == Reduce::atomic;
+  }
 };
 
 struct SupportUnit : manifest::SupportUnit {
-  FunctionHandle align_fn, reduce_atomic_fn, reduce_partials_fn, reduce_partials16_fn, shuffle_fn, reference1_fn, reference2_fn,
-      fill_fn, align_count_fn, align_scatter_fn, quantise_x_fn, quantise_inter_fn, reference_quantise_fn;
+  std::array<FunctionHandle, kSupportCount> functions{};  // by Support; null where the unit lacks the entry
+  FunctionHandle fn(Support s) const { return functions[std::size_t(s)]; }
 };
 
 struct ProblemEntry {

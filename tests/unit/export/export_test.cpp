@@ -83,7 +83,7 @@ TEST(Export, StepsAreTheLayerProgramsAndArgsLayoutIsMoeArgs) {
     auto v1 = Variant::from_json(b["stages"]["stage1"]);
     auto v2 = Variant::from_json(b["stages"]["stage2"]);
     ASSERT_TRUE(v1 && v2);
-    auto prog = build_program(LayerRecipe{v1->target, prob, *v1, *v2}, b["tokens"].get<int>());
+    auto prog = build_program(LayerRecipe{v1->target, prob, {*v1, *v2}}, b["tokens"].get<int>());
     ASSERT_TRUE(prog) << prog.error().describe();
     json recorded = b["steps"];
     for (json& st : recorded) {

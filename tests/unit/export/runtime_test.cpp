@@ -44,7 +44,7 @@ void restage(json& bucket, const json& problem, const std::function<void(Variant
     if (st.contains("code_object")) files[st["role"]] = st["code_object"];
   change(v1, v2);
   bucket["stages"] = {{"stage1", v1.to_json()}, {"stage2", v2.to_json()}};
-  auto prog = build_program(LayerRecipe{v1.target, problem_of(problem), v1, v2}, bucket["tokens"].get<int>());
+  auto prog = build_program(LayerRecipe{v1.target, problem_of(problem), {v1, v2}}, bucket["tokens"].get<int>());
   ASSERT_TRUE(prog) << prog.error().describe();
   json steps = steps_json(*prog);
   for (json& st : steps)
@@ -299,7 +299,7 @@ TEST_F(RuntimeTest, LaunchRunsTheLayerProgramWithoutSynchronising) {
     ASSERT_NE(bucket, nullptr);
     const Variant v1 = *Variant::from_json((*bucket)["stages"]["stage1"]);
     const Variant v2 = *Variant::from_json((*bucket)["stages"]["stage2"]);
-    auto prog = build_program(LayerRecipe{v1.target, p, v1, v2}, t);
+    auto prog = build_program(LayerRecipe{v1.target, p, {v1, v2}}, t);
     ASSERT_TRUE(prog) << prog.error().describe();
     for (std::size_t i = 0; i < launches; ++i) {
       const FakeDevice::Launch& l = fake_->launches[i];
@@ -345,8 +345,8 @@ TEST_F(RuntimeTest, ShuffledStageReadsTheShuffledWeights) {
   ASSERT_TRUE(r) << r.error().describe();
   auto plan = (*r)->select(m["problems"][0]["key"].get<std::string>(), 64);
   ASSERT_TRUE(plan);
-  EXPECT_EQ(plan->bucket->recipe.stage1->contract().weights, WeightLayout::shuffled);
-  EXPECT_EQ(plan->bucket->recipe.stage2->contract().weights, WeightLayout::plain);
+  EXPECT_EQ(plan->bucket->recipe.stage(StageRole::stage1)->contract().weights, WeightLayout::shuffled);
+  EXPECT_EQ(plan->bucket->recipe.stage(StageRole::stage2)->contract().weights, WeightLayout::plain);
   rt::LayerBuffers b{1, 2, 3, 4, 5, 0, 0, 6, 7, 8, 9, 10, 11};
   auto refused = (*r)->launch(*plan, b, {});
   ASSERT_FALSE(refused);
@@ -394,8 +394,8 @@ TEST_F(RuntimeTest, TiledStageReadsTheTiledWeights) {
   ASSERT_TRUE(r) << r.error().describe();
   auto plan = (*r)->select(m["problems"][0]["key"].get<std::string>(), 64);
   ASSERT_TRUE(plan);
-  EXPECT_EQ(plan->bucket->recipe.stage1->contract().weights, WeightLayout::shuffled);
-  EXPECT_EQ(plan->bucket->recipe.stage2->contract().weights, WeightLayout::tiled);
+  EXPECT_EQ(plan->bucket->recipe.stage(StageRole::stage1)->contract().weights, WeightLayout::shuffled);
+  EXPECT_EQ(plan->bucket->recipe.stage(StageRole::stage2)->contract().weights, WeightLayout::tiled);
   rt::LayerBuffers b{1, 2, 3, 4, 5, 0, 0, 6, 7, 8, 9, 10, 11};
   auto both = (*r)->launch(*plan, b, {});
   ASSERT_FALSE(both);

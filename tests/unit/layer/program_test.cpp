@@ -30,7 +30,7 @@ Variant wgmma(StageRole kind, int tile_m, int tile_n, int warps_m) {
   return v;
 }
 
-LayerRecipe recipe(Variant s1, Variant s2, Problem p = mixtral()) { return {s1.target, p, s1, s2}; }
+LayerRecipe recipe(Variant s1, Variant s2, Problem p = mixtral()) { return {s1.target, p, {s1, s2}}; }
 
 std::vector<std::string> step_names(const LayerProgram& p) {
   std::vector<std::string> out;
@@ -51,11 +51,11 @@ TEST(LayerProgram, AtomicLayerClearsThenAlignsThenRunsBothStagesAndReduces) {
   EXPECT_EQ(prog->align_block, 128);
   EXPECT_EQ(prog->max_padded_rows, max_padded_rows(p, 333, 128));
   const Step& s1 = *prog->find("stage1");
-  EXPECT_EQ(s1.symbol, r.stage1->name());
+  EXPECT_EQ(s1.symbol, r.stage(StageRole::stage1)->name());
   EXPECT_EQ(s1.shape.grid_x, prog->max_padded_rows / 128);
   EXPECT_EQ(s1.shape.grid_y, 14336 / 128);
-  EXPECT_EQ(s1.shape.block, r.stage1->threads());
-  EXPECT_EQ(s1.shape.lds_bytes, r.stage1->lds_bytes());
+  EXPECT_EQ(s1.shape.block, r.stage(StageRole::stage1)->threads());
+  EXPECT_EQ(s1.shape.lds_bytes, r.stage(StageRole::stage1)->lds_bytes());
   EXPECT_EQ(s1.args.tokens, 333);
   EXPECT_EQ(s1.args.align_block, 128);
   EXPECT_EQ(s1.args.max_padded_rows, prog->max_padded_rows);
@@ -252,10 +252,10 @@ TEST(LayerProgram, PersistentStageGridCoversEveryTileOnce) {
 }
 
 TEST(LayerProgram, StageAloneProgramsForTheSearch) {
-  auto first = build_program({find_target("sm_90a"), mixtral(), wgmma(StageRole::stage1, 64, 128, 4), std::nullopt}, 5);
+  auto first = build_program(LayerRecipe{find_target("sm_90a"), mixtral(), {wgmma(StageRole::stage1, 64, 128, 4)}}, 5);
   ASSERT_TRUE(first) << first.error().describe();
   EXPECT_EQ(step_names(*first), (std::vector<std::string>{"align", "stage1"}));
-  auto second = build_program({find_target("sm_90a"), mixtral(), std::nullopt, wgmma(StageRole::stage2, 64, 128, 4)}, 5);
+  auto second = build_program(LayerRecipe{find_target("sm_90a"), mixtral(), {wgmma(StageRole::stage2, 64, 128, 4)}}, 5);
   ASSERT_TRUE(second) << second.error().describe();
   EXPECT_EQ(step_names(*second), (std::vector<std::string>{"clear_y_acc", "align", "stage2", "reduce"}));
   EXPECT_EQ(second->index_of("stage2"), 2u);
@@ -283,11 +283,12 @@ TEST_P(LayerProgramRefuses, WithAReason) {
 INSTANTIATE_TEST_SUITE_P(
     Recipes, LayerProgramRefuses,
     ::testing::Values(
-        Refusal{"swapped kinds", [](LayerRecipe& r, int&) { std::swap(r.stage1, r.stage2); }, "not a stage-1 kernel"},
-        Refusal{"weight placement", [](LayerRecipe& r, int&) { r.stage1->set("weight_in_stage1", 1); }, "routed weight"},
+        Refusal{"swapped kinds", [](LayerRecipe& r, int&) { std::swap(r.stages[0], r.stages[1]); }, "out of the operation's order"},
+        Refusal{"one role twice", [](LayerRecipe& r, int&) { r.stages[1] = r.stages[0]; }, "out of the operation's order"},
+        Refusal{"weight placement", [](LayerRecipe& r, int&) { r.stage(StageRole::stage1)->set("weight_in_stage1", 1); }, "routed weight"},
         Refusal{"dtype", [](LayerRecipe& r, int&) { r.problem.dtype = DType::f16; }, "the problem f16"},
         Refusal{"tile_n", [](LayerRecipe& r, int&) { r.problem.inter = 100; }, "inter 100 is not a multiple of tile_n"},
-        Refusal{"no stage", [](LayerRecipe& r, int&) { r.stage1.reset(), r.stage2.reset(); }, "no stage variant"},
+        Refusal{"no stage", [](LayerRecipe& r, int&) { r.stages.clear(); }, "no stage variant"},
         Refusal{"zero tokens", [](LayerRecipe&, int& t) { t = 0; }, "outside 1.."},
         Refusal{"too many tokens", [](LayerRecipe&, int& t) { t = kMaxTokens + 1; }, "outside 1.."},
         Refusal{"32-bit rows", [](LayerRecipe& r, int& t) { r.problem.topk = 200, r.problem.experts = 256, t = kMaxTokens; },

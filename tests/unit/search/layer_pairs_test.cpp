@@ -89,7 +89,7 @@ TEST(PairFits, IsTheLayerProgramsRule) {
       EXPECT_NE(fits.error().message.find(c.refusal), std::string::npos) << fits.error().message;
     }
     // The same answer as building the layer.
-    EXPECT_EQ(build_program(LayerRecipe{&sm90(), mixtral(), a, b}, 512).has_value(), fits.has_value());
+    EXPECT_EQ(build_program(LayerRecipe{&sm90(), mixtral(), {a, b}}, 512).has_value(), fits.has_value());
   }
 }
 

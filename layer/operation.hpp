@@ -1,0 +1,96 @@
+#pragma once
+// The operation registry: each operation flytune generates, verifies, times
+// and exports kernels for, as a row of data above the kernel families
+// (generator/family.hpp). An operation lists
+//   - its roles: the stages whose kernels the search chooses among the
+//     families' variants for that role, in the order a recipe holds them;
+//   - its buffers: rows of layer/buffers.def (name, MoeArgs member, C type,
+//     place, meaning, size rule);
+//   - its support kernels: rows of layer/support_kernels.def (the support
+//     unit's entries, which program step runs each);
+//   - its reference: per stage, the support kernel verification checks the
+//     stage's output against;
+//   - its recipe: a LayerRecipe holds one stage variant per role (or one
+//     alone), and `build` turns a recipe and a token count into the launch
+//     sequence (layer/program.hpp) that the search times, the export records
+//     and the runtime runs.
+// The forward MoE layer is the first row (op::moe_forward()); its database
+// kinds, manifest keys and goldens are those it had before the registry.
+//
+// The API is plain data: spans over constant tables, string views, function
+// pointers. Nothing here allocates, throws or holds state; a new operation is
+// one more table row and its own .def rows (docs/ARCHITECTURE.md, "What a
+// change costs").
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "generator/family.hpp"
+#include "generator/problem.hpp"
+#include "generator/target.hpp"
+#include "layer/program.hpp"
+
+namespace ft {
+
+// The support kernels (layer/support_kernels.def), in its order.
+enum class Support : std::uint8_t {
+#define FT_SUPPORT(name, use, presence, entry, meaning) name,
+#include "layer/support_kernels.def"
+#undef FT_SUPPORT
+};
+inline constexpr std::size_t kSupportCount = 0
+#define FT_SUPPORT(name, use, presence, entry, meaning) +1
+#include "layer/support_kernels.def"
+#undef FT_SUPPORT
+    ;
+// Which units hold a support kernel (the presence column).
+enum class SupportPresence : std::uint8_t { always, partials16, wide_align, fp8 };
+struct SupportInfo {
+  std::string_view name;       // the manifest's symbol key
+  std::optional<Role> role;    // the program step that launches it; none: verification, arrangement
+  SupportPresence presence;
+  std::string_view meaning;
+};
+const SupportInfo& support_info(Support s);
+std::string_view to_string(Support s);
+std::optional<Support> parse_support(std::string_view name);
+// Its entry point in the unit of (target, dtype) (generator/emitter.hpp).
+std::string support_entry(Support s, const Target& t, DType d);
+// The support kernel a launch role runs; none for the stage roles.
+std::optional<Support> support_of(Role r);
+
+namespace op {
+
+// One role of an operation.
+struct Stage {
+  StageRole role;
+  std::string_view name;  // "stage1": its step, its key in the manifest's "stages", its store kind's role
+  Role launch;            // the launch role of the step that runs it
+  Support reference;      // the kernel its output is checked against
+  std::string_view meaning;
+};
+
+struct Operation {
+  std::string_view name;     // "moe_forward"
+  std::string_view meaning;
+  std::span<const Stage> stages;     // in recipe order
+  std::span<const Buf> buffers;      // every buffer a program of it may read or write
+  std::span<const Support> support;  // its support unit's kernels
+  // The launch sequence of a recipe at T (Errc::invalid_input for a recipe
+  // of other roles, or one that cannot run).
+  Result<LayerProgram> (*build)(const LayerRecipe& recipe, int tokens);
+
+  const Stage* stage(StageRole role) const;      // null: not a role of this operation
+  const Stage* find_stage(std::string_view name) const;
+};
+
+// Every operation, the forward MoE layer first.
+std::span<const Operation* const> operations();
+const Operation& moe_forward();
+const Operation* find(std::string_view name);  // null when none has this name
+
+}  // namespace op
+}  // namespace ft

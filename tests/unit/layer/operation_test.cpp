@@ -1,0 +1,107 @@
+// The operation registry (layer/operation.hpp) and its tables
+// (layer/buffers.def, layer/support_kernels.def): the forward layer is the
+// first row with the roles, buffers and support kernels it had before the
+// registry, and every table row is reachable by its name.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "generator/emitter.hpp"
+#include "layer/operation.hpp"
+#include "manifest/manifest.hpp"
+
+namespace ft {
+namespace {
+
+TEST(Operation, TheForwardLayerIsTheFirstRowWithBothStagesInOrder) {
+  ASSERT_FALSE(op::operations().empty());
+  const op::Operation& f = op::moe_forward();
+  EXPECT_EQ(op::operations().front(), &f);
+  EXPECT_EQ(op::find("moe_forward"), &f);
+  EXPECT_EQ(op::find("moe_backward_nonexistent"), nullptr);
+  ASSERT_EQ(f.stages.size(), 2u);
+  EXPECT_EQ(f.stages[0].role, StageRole::stage1);
+  EXPECT_EQ(f.stages[1].role, StageRole::stage2);
+  for (const op::Stage& s : f.stages) {
+    EXPECT_EQ(s.name, fmt::format("stage{}", int(s.role) + 1)) << "the manifest's key of the role";
+    EXPECT_EQ(f.stage(s.role), &s);
+    EXPECT_EQ(f.find_stage(s.name), &s);
+    EXPECT_EQ(to_string(s.launch), s.name) << "the step that runs it";
+    EXPECT_FALSE(support_info(s.reference).role) << s.name << ": its reference is a check kernel, no layer step";
+    EXPECT_FALSE(s.meaning.empty());
+  }
+  EXPECT_EQ(f.find_stage("stage3"), nullptr);
+  EXPECT_EQ(f.buffers.size(), kBufCount);
+  EXPECT_EQ(f.support.size(), kSupportCount);
+  EXPECT_EQ(f.build, &build_program);
+}
+
+// The table keeps the names, the order and the workspace the enum had (the
+// manifest's buffer names and the runtime's carving depend on them).
+TEST(Operation, BufferRowsKeepTheirNamesOrderAndWorkspace) {
+  const std::vector<std::string> names{"x",          "topk_ids",      "topk_weights", "w1",      "w2",       "w1_shuffled",
+                                       "w2_shuffled", "w1_tiled",     "w2_tiled",     "inter",   "y_acc",    "y",
+                                       "sorted_ids", "block_experts", "padded_rows",  "bad_ids", "x_scale",  "w1_scales",
+                                       "w2_scales",  "xq",            "x_scales",     "inter_q", "inter_scales"};
+  ASSERT_EQ(kBufCount, names.size());
+  const std::set<std::string> workspace{"inter", "y_acc", "sorted_ids", "block_experts", "padded_rows",
+                                        "xq",    "x_scales", "inter_q", "inter_scales"};
+  for (std::size_t i = 0; i < kBufCount; ++i) {
+    const BufferInfo& b = buffer_info(Buf(i));
+    EXPECT_EQ(b.name, names[i]);
+    EXPECT_EQ(is_workspace(Buf(i)), workspace.contains(names[i])) << names[i];
+    EXPECT_FALSE(b.meaning.empty()) << names[i];
+    EXPECT_FALSE(b.pointee.empty()) << names[i];
+    // A copy is bound through its weights' member; every other row through its own.
+    if (b.place == BufPlace::copy)
+      EXPECT_TRUE(b.member == "w1" || b.member == "w2") << names[i];
+    else
+      EXPECT_EQ(b.member, b.name);
+  }
+  EXPECT_EQ(buffer_info(Buf::bad_ids).place, BufPlace::optional);
+}
+
+TEST(Operation, SupportRowsParseBackAndMatchTheLaunchRoles) {
+  std::set<std::string_view> names;
+  for (std::size_t i = 0; i < kSupportCount; ++i) {
+    const Support s = Support(i);
+    EXPECT_TRUE(names.insert(to_string(s)).second) << to_string(s);
+    EXPECT_EQ(parse_support(to_string(s)), s);
+    if (const auto role = support_info(s).role) {
+      EXPECT_EQ(support_of(*role), s);
+      EXPECT_EQ(to_string(*role), to_string(s));
+    }
+  }
+  EXPECT_FALSE(parse_support("stage1"));
+  EXPECT_FALSE(support_of(Role::stage1));
+  EXPECT_FALSE(support_of(Role::stage2));
+  for (Role r : {Role::align, Role::reduce_atomic, Role::reduce_partials, Role::reduce_partials16, Role::align_count,
+                 Role::align_scatter, Role::quantise_x, Role::quantise_inter})
+    EXPECT_TRUE(support_of(r)) << to_string(r);
+}
+
+// The support unit's entries come from the rows: present where the presence
+// column says so, each the emitter's name.
+TEST(Operation, SupportUnitsHoldTheRowsTheirPresenceAllows) {
+  const Target& t = *find_target("sm_90a");
+  const auto old16 = manifest::SupportUnit::of(t, DType::bf16, false, false);
+  const auto bf16 = manifest::SupportUnit::of(t, DType::bf16, true, true);
+  const auto fp8 = manifest::SupportUnit::of(t, DType::e4m3, true, true);
+  EXPECT_EQ(bf16.symbol(Support::align), align_entry(t));
+  EXPECT_EQ(bf16.symbol(Support::reference2), reference_entry(t, StageRole::stage2, DType::bf16));
+  EXPECT_EQ(fp8.symbol(Support::quantise_inter), quantise_inter_entry(t));
+  EXPECT_TRUE(old16.symbol(Support::reduce_partials16).empty());
+  EXPECT_FALSE(old16.wide_align());
+  EXPECT_TRUE(bf16.wide_align());
+  EXPECT_TRUE(bf16.symbol(Support::quantise_x).empty());
+  for (std::size_t i = 0; i < kSupportCount; ++i) {
+    const bool always = support_info(Support(i)).presence == SupportPresence::always;
+    if (always) EXPECT_FALSE(old16.symbols[i].empty()) << to_string(Support(i));
+    EXPECT_FALSE(fp8.symbols[i].empty()) << to_string(Support(i));
+  }
+}
+
+}  // namespace
+}  // namespace ft

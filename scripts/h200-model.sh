@@ -16,7 +16,13 @@
 #      ragged_dot, batch 1 and 32, prompt 512, 32 new tokens: $OUT/model-bf16.json. Each implementation holds
 #      the experts' weights once, in its own layout (flytune's tiled copies, ragged_dot's transposed ones,
 #      dense's originals), made layer by layer from the seed, so 32 layers (90 GB of experts) fit;
-#   5. with what time is left, batch 1 at prompt 4096 (flytune, ragged_dot, dense): $OUT/model-bf16-p4096.json.
+#   5. with what time is left, batch 1 at prompt 4096 (flytune, ragged_dot, dense): $OUT/model-bf16-p4096.json
+#      (P4096=0 skips it);
+#   6. FP8=1: the fp8 model (--fp8: per-tensor e4m3 experts): `flytune search --dtype fp8 --scales per-tensor`
+#      of the same buckets over a reduced fp8 wgmma space, bounded, `export --check gpu`, then the model at
+#      LAYERS layers, batch 1 and 32, prompt 512: $OUT/model-fp8.json.
+# FLAGS=0 skips step 3. JAX may use XLA_PYTHON_CLIENT_MEM_FRACTION (default here 0.95) of the GPU: at 75%
+# the XLA paths' batch-32 temporaries did not fit beside 32 layers of experts.
 # Files in $OUT: h200-model.log, summary.txt, flags-*.json, cmdbuf.txt, traces.tar.gz, model-bf16*.json,
 # mixtral-manifest.json (at most 8 come back: the flags JSONs are tarred into flags.tar.gz).
 #
@@ -35,7 +41,9 @@ LAYERS=${LAYERS:-32}
 FLAGS_LAYERS=${FLAGS_LAYERS:-8}
 TOKENS=1,32,512,16384
 SPACE="atom=wgmma_m64k16_f32_bf16;wgmma_producer=on;wgmma_tile_m=64,128,192;wgmma_tile_n=32,64,128,256;wgmma_stages=3,4;wgmma_tiles=1;split_k=1;reduce=atomic"
+FP8_SPACE="atom=wgmma_m64k32_f32_e4m3;wgmma_producer=on;wgmma_tile_m=64,128;wgmma_tile_n=64,128,256;wgmma_stages=3,4;split_k=1;reduce=atomic"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false PIP_DISABLE_PIP_VERSION_CHECK=1
+export XLA_PYTHON_CLIENT_MEM_FRACTION=${XLA_PYTHON_CLIENT_MEM_FRACTION:-0.95}
 
 say() { echo "[$SECONDS s] $*" | tee -a "$LOG"; }
 section() { printf '\n===== [%s s] %s\n' "$SECONDS" "$*" >>"$LOG"; }
@@ -80,6 +88,7 @@ mixtral() {  # limit (s), arguments...: flytune-mixtral on the export, its outpu
   bounded "$limit" python3 -m flytune.models.generate --export /tmp/mixtral-export --no-progress "$@"
 }
 
+if [ "${FLAGS:-1}" != 0 ]; then
 section "decode step under XLA's command-buffer settings ($FLAGS_LAYERS layers)"
 flags_run() {  # name, the --xla_gpu_enable_command_buffer value (or "default": the flag not given), arguments...
   local name=$1 value=$2; shift 2
@@ -125,17 +134,41 @@ if grep -q "in ENTRY (outside): [1-9]" "$OUT/cmdbuf.txt"; then
 fi
 (cd /tmp && tar czf "$OUT/traces.tar.gz" traces $(cd /tmp && ls dump/*step*after_optimizations.txt 2>/dev/null))
 (cd "$OUT" && tar czf flags.tar.gz flags-*.json && rm -f flags-*.json)
+fi
 
 section "model: $LAYERS layers"
 t0=$SECONDS
-mixtral $(( $(left) - 10 )) --layers "$LAYERS" --batch 1,32 --prompt-len 512 --new-tokens 32 --repeats 2 \
+reserve=10; [ "${FP8:-0}" = 1 ] && reserve=${FP8_S:-240}  # the fp8 section's seconds, kept from the bf16 model
+mixtral $(( $(left) - reserve )) --layers "$LAYERS" --batch 1,32 --prompt-len 512 --new-tokens 32 --repeats 2 \
   --json "$OUT/model-bf16.json"
 say "model: rc $? in $((SECONDS - t0)) s"
 sed -n '/^| impl/,$p' "$LOG" | tee -a "$OUT/summary.txt"
 
+if [ "${FP8:-0}" = 1 ]; then
+  section "fp8 search"
+  t0=$SECONDS
+  bounded 90 "$F" search --problem mixtral-8x7b --dtype fp8 --scales per-tensor --tokens "$TOKENS" --db /tmp/mixtral-fp8.db \
+    --seed 5 --no-baseline --space "$FP8_SPACE"
+  rc=$?
+  say "fp8 search: rc $rc in $((SECONDS - t0)) s$([ $rc -eq 124 ] && echo ': cut short, exporting what it finished')"
+  grep -E '^ +[0-9]+ layer' "$LOG" | tail -4 | sed 's/ \{2,\}/ /g' | cut -c1-150 | tee -a "$OUT/summary.txt"
+  t0=$SECONDS
+  bounded 60 "$F" export --db /tmp/mixtral-fp8.db --out /tmp/mixtral-fp8-export --force --check gpu \
+    --check-tokens 1,31,32,512,4097 --check-routing uniform
+  say "fp8 export: rc $? in $((SECONDS - t0)) s: $(grep -E 'checks passed|FAIL' "$LOG" | tail -1)"
+  section "fp8 model: $LAYERS layers"
+  t0=$SECONDS
+  bounded $(( $(left) - 5 )) python3 -m flytune.models.generate --export /tmp/mixtral-fp8-export --no-progress --fp8 \
+    --layers "$LAYERS" --batch 1,32 --prompt-len 512 --new-tokens 32 --repeats 2 --json "$OUT/model-fp8.json"
+  say "fp8 model: rc $? in $((SECONDS - t0)) s"
+  sed -n '/^| impl/,$p' "$LOG" | tail -12 | tee -a "$OUT/summary.txt"
+fi
+
+if [ "${P4096:-1}" != 0 ]; then
 section "model: $LAYERS layers, batch 1, prompt 4096"
 t0=$SECONDS
 mixtral $(( $(left) - 3 )) --layers "$LAYERS" --batch 1 --prompt-len 4096 --new-tokens 32 --repeats 2 \
   --impl flytune,ragged_dot,dense --json "$OUT/model-bf16-p4096.json"
 say "model P=4096: rc $? in $((SECONDS - t0)) s"
+fi
 say "done: $SECONDS s; files: $(cd "$OUT" && echo *)"

@@ -68,6 +68,16 @@ def emu_export_dir(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def emu_fp8_export_dir(tmp_path_factory) -> pathlib.Path:
+    """The tiny Mixtral's MoE problem with fp8 per-tensor experts (E 4, H 256, I 512, k 2, e4m3) searched on the
+    CPU emulator at T = 1, 8 (tests/data/tiny_emu_fp8.db)."""
+    out = tmp_path_factory.mktemp("export") / "tiny_emu_fp8"
+    subprocess.run([str(_flytune_bin()), "export", "--db", str(REPO / "tests" / "data" / "tiny_emu_fp8.db"),
+                    "--out", str(out), "--check", "none"], check=True, capture_output=True, text=True)
+    return out
+
+
+@pytest.fixture(scope="session")
 def cpu_fp8_export(fp8_export_dir):
     import flytune
     return flytune.load(fp8_export_dir, device="none")

@@ -9,7 +9,10 @@ Bounds (stated in docs/PYTHON.md):
   the first 4 of the 9 generated (bf16 rounding in another summation order can flip a near tie later);
 - GPU, flytune vs ragged_dot on the tiny export, bf16: the same 3e-2 and 4 steps;
 - CPU emulator (device="emulate"), flytune vs ragged_dot on the tiny problem's emulator export, bf16: 3e-2 on
-  the prefill and the first decode step's logits, the same greedy token.
+  the prefill and the first decode step's logits, the same greedy token;
+- fp8 experts (per-tensor e4m3): XLA's paths equal the per-token reference on the dequantised codes to 1e-5
+  (float32), and within 6e-2 of the unquantised weights; on the emulator, flytune's fp8 layers against ragged_dot
+  on the same codes: FP8_MODEL_BOUND on both logits, the same greedy token.
 """
 import json
 import math
@@ -28,6 +31,7 @@ import flytune.jax  # noqa: E402,F401
 from flytune.models import checkpoint, generate, mixtral, moe  # noqa: E402
 
 TINY = mixtral.TINY
+FP8_MODEL_BOUND = 6e-2  # flytune's fp8 layer quantises x and the intermediate; XLA's paths keep them bf16
 
 
 # --- a float64 reference of the blocks, written from the architecture's definition ---------------------------
@@ -265,7 +269,73 @@ def test_flytune_in_the_model_on_the_cpu_emulator_agrees_with_ragged_dot(emu_exp
     assert rel_l2(f[0], r[0]) < 3e-2 and rel_l2(f[1], r[1]) < 3e-2
 
 
+# --- fp8 experts ---------------------------------------------------------------------------------------------
+
+def test_per_tensor_quantisation_maps_each_amax_to_the_largest_code():
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((3, 16, 32)).astype(np.float32) * np.array([1e-3, 1.0, 0.0])[:, None, None]
+    codes, scales = moe.quantise_per_tensor(jnp.asarray(w))
+    assert codes.dtype == jnp.float8_e4m3fn and scales.shape == (3,)
+    back = np.asarray(codes, np.float32) * np.asarray(scales)[:, None, None]
+    for e in (0, 1):  # e4m3 keeps 3 mantissa bits: within 2^-4 relative of each value, the amax exact
+        assert np.abs(np.asarray(codes[e], np.float32)).max() == moe.E4M3_MAX
+        assert np.all(np.abs(back[e] - w[e]) <= 2.0 ** -4 * np.abs(w[e]) + 2.0 ** -9 * float(scales[e]))
+    assert float(scales[2]) == 1.0 and not np.any(back[2])  # an all-zero expert stays zero, no NaN
+    assert float(moe.current_x_scale(jnp.zeros((2, 4)))[0]) == 1.0
+    assert float(moe.current_x_scale(jnp.asarray([[-896.0, 1.0]]))[0]) == 2.0
+
+
+@pytest.mark.parametrize("impl", ["ragged_dot", "dense"])
+def test_fp8_experts_on_xlas_paths_are_the_dequantised_weights(impl, f32_params):
+    rng = np.random.default_rng(2)
+    layer = f32_params["layers"][0]
+    x = rng.standard_normal((19, TINY.hidden)).astype(np.float32)
+    ids, w = _routing(rng, 19, TINY.experts, TINY.topk)
+    deq = [np.asarray(c, np.float64) * np.asarray(s, np.float64)[:, None, None]
+           for c, s in (moe.quantise_per_tensor(layer[n]) for n in ("w1", "w2"))]
+    prepared = moe.prepare(impl, layer["w1"], layer["w2"], fp8=True)
+    assert isinstance(prepared, moe.Fp8Experts) and prepared.w1.dtype == jnp.float8_e4m3fn
+    got = jax.jit(lambda *a: moe.apply(impl, *a))(jnp.asarray(x), jnp.asarray(ids), jnp.asarray(w), prepared)
+    assert rel_l2(got, ref_moe(x.astype(np.float64), ids, w, *deq)) < 1e-5
+    exact = ref_moe(x.astype(np.float64), ids, w, *(np.asarray(layer[n], np.float64) for n in ("w1", "w2")))
+    assert 1e-4 < rel_l2(got, exact) < 6e-2  # the codes are not the weights, but close
+
+
+def test_the_driver_runs_the_fp8_model_end_to_end(tmp_path):
+    r = _run(tmp_path, "--impl", "ragged_dot,dense", "--fp8")
+    assert r["experts"] == "e4m3 per-tensor" and [x["impl"] for x in r["runs"]] == ["ragged_dot", "dense"]
+    a = r["runs"][1]["agreement"]
+    assert a["logits_rel_l2"] < 3e-2 and a["tokens_equal_steps"] >= 4, a
+    codes = mixtral.expert_bytes(TINY, jnp.float8_e4m3fn)
+    scales = TINY.layers * 2 * TINY.experts * 4  # one float32 per expert matrix
+    assert r["moe_weight_bytes"] == {"ragged_dot": codes + scales, "dense": codes + scales}
+
+
+def test_flytune_fp8_in_the_model_on_the_cpu_emulator_agrees_with_ragged_dot(emu_fp8_export_dir):
+    # The tiny problem's fp8 per-tensor emulator export: flytune's fp8 layer (x quantised by its current amax,
+    # the intermediate requantised) against ragged_dot on the same codes dequantised, prefill then one step.
+    export = flytune.load(emu_fp8_export_dir, device="emulate")
+    params = mixtral.random_params(TINY, 0, jnp.bfloat16)
+    prompt = jnp.asarray(np.random.default_rng(0).integers(0, TINY.vocab, (1, 5)), jnp.int32)
+    logits = {}
+    for impl in ("flytune", "ragged_dot"):
+        step = jax.jit(lambda params, w, t, cache, pos, impl=impl: mixtral.forward(TINY, impl, params, w, t, cache,
+                                                                                   pos), static_argnums=4)
+        w = [moe.prepare(impl, p["w1"], p["w2"], export, fp8=True) for p in params["layers"]]
+        if impl == "flytune":
+            assert all(m.scales == "per-tensor" and m.w1_scales.shape == (TINY.experts,) for m in w)
+        first, cache = step(params, w, prompt, mixtral.empty_cache(TINY, 1, 8, jnp.bfloat16), 0)
+        nxt = jnp.argmax(first, axis=-1).astype(jnp.int32)[:, None]
+        second, _ = step(params, w, nxt, cache, 5)
+        logits[impl] = (first, second, nxt)
+    f, r = logits["flytune"], logits["ragged_dot"]
+    print("fp8 emulator vs ragged_dot:", rel_l2(f[0], r[0]), rel_l2(f[1], r[1]))
+    assert int(f[2][0, 0]) == int(r[2][0, 0])
+    assert rel_l2(f[0], r[0]) < FP8_MODEL_BOUND and rel_l2(f[1], r[1]) < FP8_MODEL_BOUND
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--fp8", "--dtype", "f32", "--impl", "dense"], "--fp8 takes bf16 activations"),
     (["--layers", "3", "--impl", "dense"], "--layers must be between 1 and 2 for this config, got 3"),
     (["--impl", "flytune"], "the flytune implementation needs --export DIR"),
 ])

@@ -70,6 +70,10 @@ def parser() -> argparse.ArgumentParser:
                                     "implementation: it must hold the model's MoE problem")
     p.add_argument("--dtype", default="bf16", choices=["bf16", "f32"],
                    help="weights and activations (default bf16; f32 for checks on the CPU: flytune's layers are 16-bit)")
+    p.add_argument("--fp8", action="store_true",
+                   help="fp8 experts: w1/w2 quantised per tensor to e4m3 (one scale per expert matrix; flytune's "
+                        "per-tensor fp8 problem, which --export must hold), x bf16 scaled per call by its amax; "
+                        "ragged_dot and dense dequantise the same codes to bf16 in the step (flytune.models.moe)")
     p.add_argument("--batch", type=_ints, default=[1], help="batch sizes, comma-separated (default 1)")
     p.add_argument("--prompt-len", type=_ints, default=[512], help="prompt lengths, comma-separated (default 512)")
     p.add_argument("--new-tokens", type=_positive, default=32, help="greedy decode steps (default 32)")
@@ -261,7 +265,7 @@ def _load_weights(args, progress: Progress):
             lambda layer: mixtral.random_experts(c, args.seed, layer, dtype))
 
 
-def _prepare(impl: str, c, experts, export) -> list:
+def _prepare(impl: str, c, experts, export, fp8: bool = False) -> list:
     """Every layer's MoE weights in the implementation's layout, made one layer at a time from experts(layer);
     the originals go as each layer is done (unless the layout is the original: dense)."""
     import jax
@@ -270,7 +274,7 @@ def _prepare(impl: str, c, experts, export) -> list:
     prepared = []
     for layer in range(c.layers):
         w1, w2 = experts(layer)
-        prepared.append(moe.prepare(impl, w1, w2, export))
+        prepared.append(moe.prepare(impl, w1, w2, export, fp8))
         del w1, w2
         jax.block_until_ready(prepared[-1])
     return prepared
@@ -310,16 +314,23 @@ def run(args) -> dict:
     if "flytune" in args.impl and not args.export:
         raise ValueError("the flytune implementation needs --export DIR (an export of the model's MoE problem; "
                          "or leave flytune out of --impl)")
+    if args.fp8 and args.dtype != "bf16":
+        raise ValueError("--fp8 takes bf16 activations (--dtype bf16): flytune's fp8 layers read and write bf16")
     export = flytune.load(args.export) if args.export and "flytune" in args.impl else None
     c, params, source, experts = _load_weights(args, progress)
     mixtral.check_params(c, params)
     if export is not None:  # the problem must be there before anything is timed
-        export.find_problem(c.experts, c.hidden, c.inter, c.topk, args.dtype)
+        if args.fp8:
+            export.find_problem(c.experts, c.hidden, c.inter, c.topk, "e4m3", scales="per-tensor")
+        else:
+            export.find_problem(c.experts, c.hidden, c.inter, c.topk, args.dtype)
     result = {
         "model": args.config if not args.checkpoint else "checkpoint",
         "config": {k: getattr(c, k) for k in c.__dataclass_fields__},
         "layers": c.layers, "dtype": args.dtype, "weights": source,
-        "weight_bytes": _param_bytes(params) + mixtral.expert_bytes(c, mixtral.DTYPES[args.dtype]),
+        "experts": "e4m3 per-tensor" if args.fp8 else args.dtype,
+        "weight_bytes": _param_bytes(params) + mixtral.expert_bytes(c, jax.numpy.float8_e4m3fn if args.fp8 else
+                                                                    mixtral.DTYPES[args.dtype]),
         "device": f"{jax.devices()[0].platform}:{jax.devices()[0].device_kind}", "jax": jax.__version__,
         "flytune": flytune.__version__, "export": args.export, "new_tokens": args.new_tokens,
         "repeats": args.repeats, "command": " ".join([NAME] + sys.argv[1:]), "runs": [],
@@ -332,7 +343,7 @@ def run(args) -> dict:
     for impl in args.impl:
         progress.note(f"{impl}: preparing the MoE weights of {c.layers} layers")
         try:
-            prepared = _prepare(impl, c, experts, export)
+            prepared = _prepare(impl, c, experts, export, args.fp8)
         except Exception as e:  # reported in the results and the exit code, and the next implementation runs
             _failed(result, progress, impl, None, e)
             continue

@@ -9,9 +9,12 @@
 
 #include "generator/emitter.hpp"
 #include "generator/families/families.hpp"
+#include "layer/program_parts.hpp"
 #include "templates/ft/moe_inter_scales.hpp"
 
 namespace ft {
+
+using namespace program_parts;
 
 long long max_padded_rows(const Problem& p, int tokens, int align_block) {
   const long long pairs = (long long)tokens * p.topk;
@@ -152,6 +155,10 @@ std::string_view to_string(Role r) {
     case Role::reduce_partials16: return "reduce_partials16";
     case Role::quantise_x: return "quantise_x";
     case Role::quantise_inter: return "quantise_inter";
+    case Role::dgrad2: return "dgrad2";
+    case Role::dgrad1: return "dgrad1";
+    case Role::wgrad2: return "wgrad2";
+    case Role::wgrad1: return "wgrad1";
   }
   return "?";
 }
@@ -182,9 +189,13 @@ std::size_t LayerProgram::index_of(std::string_view step_name) const {
   return steps.size();
 }
 
-namespace {
+namespace program_parts {
 
 std::unexpected<Error> bad(const std::string& what) { return fail(Errc::invalid_input, "layer program: " + what); }
+
+}  // namespace program_parts
+
+namespace {
 
 // Roles, dtypes, targets, the routed weight's placement, and each stage's
 // own legality for the problem (the space's rules: one home).
@@ -212,6 +223,10 @@ Status validate(const LayerRecipe& r) {
     if (auto why = v.family->problem_rules(v, p)) return bad(fmt::format("{}: {}", v.name(), *why));
   return {};
 }
+
+}  // namespace
+
+namespace program_parts {
 
 MoeArgs base_args(const Problem& p, int tokens, int align_block, long long rows) {
   MoeArgs a{};
@@ -251,6 +266,10 @@ void push_align(LayerProgram& prog, const Target& t, const Problem& p, const Moe
                                    {blocks, 1, 1, kAlignThreads, align_scatter_lds_bytes(p.experts)}, args));
 }
 
+}  // namespace program_parts
+
+namespace {
+
 // What a buffer's size rule (layer/buffers.def) reads: the problem's sizes,
 // the program's rows, which stages it holds and how they read and write.
 struct BufferSizing {
@@ -259,10 +278,11 @@ struct BufferSizing {
   std::uint64_t rows, blocks, table;  // sorted_ids' rows, its row blocks, the wide align's count table (words)
   bool s1, s2, fp8;                   // fp8: an fp8 layer with a stage
   bool quantise_inter;                // stage 1 leaves a bf16 intermediate for a quantise_inter step
+  bool bwd;                           // the backward's program (layer/backward.hpp): plain weights, its own rows
   std::optional<WeightLayout> l1, l2;  // the layout each stage reads
   Reduce out;
-  std::uint64_t w1_bytes(WeightLayout l) const { return l1 == l ? E * 2 * I * H * wes : 0; }
-  std::uint64_t w2_bytes(WeightLayout l) const { return l2 == l ? E * H * I * wes : 0; }
+  std::uint64_t w1_bytes(WeightLayout l) const { return l1 == l || (bwd && l == WeightLayout::plain) ? E * 2 * I * H * wes : 0; }
+  std::uint64_t w2_bytes(WeightLayout l) const { return l2 == l || (bwd && l == WeightLayout::plain) ? E * H * I * wes : 0; }
   std::uint64_t scale_bytes(Buf b) const { return std::uint64_t(scale_shape(p, b).count()) * 4; }
   // atomic: fp32 sums per token; partials: a row per (token, slot), fp32 or 16-bit;
   // the _y modes: the arrival counters first (templates/ft/moe_args.hpp, direct_y_words).
@@ -273,6 +293,10 @@ struct BufferSizing {
   }
   std::uint64_t activation_scale_bytes() const { return std::uint64_t(activation_scale_count(p.scales, (long long)T, (long long)H)) * 4; }
 };
+
+}  // namespace
+
+namespace program_parts {
 
 // Buffer sizes: every row's size rule on this program.
 void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
@@ -296,6 +320,7 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
                        s2 != nullptr,
                        p.fp8() && (s1 || s2),
                        s1 && needs_quantise_inter(*s1),
+                       !r.grad.empty(),
                        s1 ? std::optional(s1->contract().weights) : std::nullopt,
                        s2 ? std::optional(s2->contract().weights) : std::nullopt,
                        s2 ? s2->contract().output : Reduce::atomic};
@@ -305,7 +330,7 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
 #undef FT_BUFFER
 }
 
-}  // namespace
+}  // namespace program_parts
 
 std::uint64_t y_acc_clear_words(Reduce out, const Problem& p, int tokens) {
   const std::uint64_t sums = std::uint64_t(tokens) * std::uint64_t(p.hidden);

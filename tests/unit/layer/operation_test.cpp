@@ -44,10 +44,12 @@ TEST(Operation, BufferRowsKeepTheirNamesOrderAndWorkspace) {
   const std::vector<std::string> names{"x",          "topk_ids",      "topk_weights", "w1",      "w2",       "w1_shuffled",
                                        "w2_shuffled", "w1_tiled",     "w2_tiled",     "inter",   "y_acc",    "y",
                                        "sorted_ids", "block_experts", "padded_rows",  "bad_ids", "x_scale",  "w1_scales",
-                                       "w2_scales",  "xq",            "x_scales",     "inter_q", "inter_scales"};
+                                       "w2_scales",  "xq",            "x_scales",     "inter_q", "inter_scales",
+                                       // the backward's rows, appended (layer/backward.hpp)
+                                       "dy", "saved_gate_up", "saved_inter", "d_gate_up", "d_weights", "dx", "dw1", "dw2"};
   ASSERT_EQ(kBufCount, names.size());
   const std::set<std::string> workspace{"inter", "y_acc", "sorted_ids", "block_experts", "padded_rows",
-                                        "xq",    "x_scales", "inter_q", "inter_scales"};
+                                        "xq",    "x_scales", "inter_q", "inter_scales", "d_gate_up"};
   for (std::size_t i = 0; i < kBufCount; ++i) {
     const BufferInfo& b = buffer_info(Buf(i));
     EXPECT_EQ(b.name, names[i]);

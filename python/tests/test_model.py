@@ -250,23 +250,32 @@ def test_the_flytune_implementation_lowers_to_flytunes_call_in_every_layer(cpu_e
 def test_flytune_in_the_model_on_the_cpu_emulator_agrees_with_ragged_dot(emu_export_dir):
     # The tiny problem's emulator export (device="emulate"): the model's flytune path runs the real kernels on
     # the CPU through JAX's CPU handler, prefill (T=5) then one decode step (T=1), against ragged_dot's logits.
-    export = flytune.load(emu_export_dir, device="emulate")
+    # every bucket's stage 1 reads the tiled copy, T=1's stage 2 the plain w2
+    f, r = _emulated_logits(emu_export_dir, False, lambda m: m.w1 is None and m.w2 is not None and
+                            m.w1_tiled is not None)
+    assert int(f[2][0, 0]) == int(r[2][0, 0])
+    assert rel_l2(f[0], r[0]) < 3e-2 and rel_l2(f[1], r[1]) < 3e-2
+
+
+def _emulated_logits(export_dir, fp8: bool, check_flytune):
+    """flytune (the export opened on the CPU emulator) and ragged_dot in the tiny bf16 model: for each, the
+    prefill's (T=5) logits, one decode step's (T=1) and the greedy token between them; check_flytune(m) must hold
+    for every layer's flytune weights."""
+    export = flytune.load(export_dir, device="emulate")
     params = mixtral.random_params(TINY, 0, jnp.bfloat16)
     prompt = jnp.asarray(np.random.default_rng(0).integers(0, TINY.vocab, (1, 5)), jnp.int32)
     logits = {}
     for impl in ("flytune", "ragged_dot"):
         step = jax.jit(lambda params, w, t, cache, pos, impl=impl: mixtral.forward(TINY, impl, params, w, t, cache,
                                                                                    pos), static_argnums=4)
-        w = [moe.prepare(impl, p["w1"], p["w2"], export) for p in params["layers"]]
-        if impl == "flytune":  # every bucket's stage 1 reads the tiled copy, T=1's stage 2 the plain w2
-            assert all(m.w1 is None and m.w2 is not None and m.w1_tiled is not None for m in w)
+        w = [moe.prepare(impl, p["w1"], p["w2"], export, fp8=fp8) for p in params["layers"]]
+        if impl == "flytune":
+            assert all(check_flytune(m) for m in w)
         first, cache = step(params, w, prompt, mixtral.empty_cache(TINY, 1, 8, jnp.bfloat16), 0)
         nxt = jnp.argmax(first, axis=-1).astype(jnp.int32)[:, None]
         second, _ = step(params, w, nxt, cache, 5)
         logits[impl] = (first, second, nxt)
-    f, r = logits["flytune"], logits["ragged_dot"]
-    assert int(f[2][0, 0]) == int(r[2][0, 0])
-    assert rel_l2(f[0], r[0]) < 3e-2 and rel_l2(f[1], r[1]) < 3e-2
+    return logits["flytune"], logits["ragged_dot"]
 
 
 # --- fp8 experts ---------------------------------------------------------------------------------------------
@@ -314,22 +323,8 @@ def test_the_driver_runs_the_fp8_model_end_to_end(tmp_path):
 def test_flytune_fp8_in_the_model_on_the_cpu_emulator_agrees_with_ragged_dot(emu_fp8_export_dir):
     # The tiny problem's fp8 per-tensor emulator export: flytune's fp8 layer (x quantised by its current amax,
     # the intermediate requantised) against ragged_dot on the same codes dequantised, prefill then one step.
-    export = flytune.load(emu_fp8_export_dir, device="emulate")
-    params = mixtral.random_params(TINY, 0, jnp.bfloat16)
-    prompt = jnp.asarray(np.random.default_rng(0).integers(0, TINY.vocab, (1, 5)), jnp.int32)
-    logits = {}
-    for impl in ("flytune", "ragged_dot"):
-        step = jax.jit(lambda params, w, t, cache, pos, impl=impl: mixtral.forward(TINY, impl, params, w, t, cache,
-                                                                                   pos), static_argnums=4)
-        w = [moe.prepare(impl, p["w1"], p["w2"], export, fp8=True) for p in params["layers"]]
-        if impl == "flytune":
-            assert all(m.scales == "per-tensor" and m.w1_scales.shape == (TINY.experts,) for m in w)
-        first, cache = step(params, w, prompt, mixtral.empty_cache(TINY, 1, 8, jnp.bfloat16), 0)
-        nxt = jnp.argmax(first, axis=-1).astype(jnp.int32)[:, None]
-        second, _ = step(params, w, nxt, cache, 5)
-        logits[impl] = (first, second, nxt)
-    f, r = logits["flytune"], logits["ragged_dot"]
-    print("fp8 emulator vs ragged_dot:", rel_l2(f[0], r[0]), rel_l2(f[1], r[1]))
+    f, r = _emulated_logits(emu_fp8_export_dir, True, lambda m: m.scales == "per-tensor" and
+                            m.w1_scales.shape == (TINY.experts,))
     assert int(f[2][0, 0]) == int(r[2][0, 0])
     assert rel_l2(f[0], r[0]) < FP8_MODEL_BOUND and rel_l2(f[1], r[1]) < FP8_MODEL_BOUND
 

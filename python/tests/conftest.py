@@ -38,43 +38,39 @@ def _flytune_bin() -> pathlib.Path:
     return path
 
 
+def _export_test_db(tmp_path_factory, db: str, folder: str) -> pathlib.Path:
+    """tests/data/<db> exported (without a check) into a fresh folder <folder>."""
+    out = tmp_path_factory.mktemp("export") / folder
+    subprocess.run([str(_flytune_bin()), "export", "--db", str(REPO / "tests" / "data" / db), "--out", str(out),
+                    "--check", "none"], check=True, capture_output=True, text=True)
+    return out
+
+
 @pytest.fixture(scope="session")
 def export_dir(tmp_path_factory) -> pathlib.Path:
     given = os.environ.get("FLYTUNE_EXPORT_DIR")
     if given:
         return pathlib.Path(given)
-    out = tmp_path_factory.mktemp("export") / "tiny"
-    subprocess.run([str(_flytune_bin()), "export", "--db", str(REPO / "tests" / "data" / "tiny_forms.db"),
-                    "--out", str(out), "--check", "none"], check=True, capture_output=True, text=True)
-    return out
+    return _export_test_db(tmp_path_factory, "tiny_forms.db", "tiny")
 
 
 @pytest.fixture(scope="session")
 def fp8_export_dir(tmp_path_factory) -> pathlib.Path:
-    out = tmp_path_factory.mktemp("export") / "tiny_fp8"
-    subprocess.run([str(_flytune_bin()), "export", "--db", str(REPO / "tests" / "data" / "tiny_fp8.db"),
-                    "--out", str(out), "--check", "none"], check=True, capture_output=True, text=True)
-    return out
+    return _export_test_db(tmp_path_factory, "tiny_fp8.db", "tiny_fp8")
 
 
 @pytest.fixture(scope="session")
 def emu_export_dir(tmp_path_factory) -> pathlib.Path:
     """The tiny Mixtral's MoE problem (E 4, H 256, I 512, k 2, bf16) searched on the CPU emulator (host libraries:
     opened with device="emulate" or "none")."""
-    out = tmp_path_factory.mktemp("export") / "tiny_emu"
-    subprocess.run([str(_flytune_bin()), "export", "--db", str(REPO / "tests" / "data" / "tiny_emu_bf16.db"),
-                    "--out", str(out), "--check", "none"], check=True, capture_output=True, text=True)
-    return out
+    return _export_test_db(tmp_path_factory, "tiny_emu_bf16.db", "tiny_emu")
 
 
 @pytest.fixture(scope="session")
 def emu_fp8_export_dir(tmp_path_factory) -> pathlib.Path:
     """The tiny Mixtral's MoE problem with fp8 per-tensor experts (E 4, H 256, I 512, k 2, e4m3) searched on the
     CPU emulator at T = 1, 8 (tests/data/tiny_emu_fp8.db)."""
-    out = tmp_path_factory.mktemp("export") / "tiny_emu_fp8"
-    subprocess.run([str(_flytune_bin()), "export", "--db", str(REPO / "tests" / "data" / "tiny_emu_fp8.db"),
-                    "--out", str(out), "--check", "none"], check=True, capture_output=True, text=True)
-    return out
+    return _export_test_db(tmp_path_factory, "tiny_emu_fp8.db", "tiny_emu_fp8")
 
 
 @pytest.fixture(scope="session")

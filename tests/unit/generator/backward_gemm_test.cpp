@@ -6,10 +6,9 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <set>
-#include <sstream>
+
+#include "tests/unit/generator/golden.hpp"
 
 namespace ft {
 namespace {
@@ -88,18 +87,7 @@ TEST(KGroupedLaunch, OneBlockPerTileOfEachExpert) {
   EXPECT_EQ(s.lds_bytes, 2 * (64 + 128) * (32 + 8) * 2);
 }
 
-void check_golden(const KernelSource& src) {
-  const std::string path = std::string(FT_TEST_SOURCE_DIR) + "/tests/golden/" + src.name + ".cpp";
-  if (const char* u = std::getenv("FLYTUNE_UPDATE_GOLDEN"); u && std::string(u) == "1") {
-    std::ofstream(path) << src.text;
-    return;
-  }
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << "missing golden file " << path << " (run with FLYTUNE_UPDATE_GOLDEN=1)";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  EXPECT_EQ(ss.str(), src.text) << "generated source changed; if intended, refresh with FLYTUNE_UPDATE_GOLDEN=1";
-}
+using test::check_golden;
 
 TEST(DgradRules, TheReductionIsTiledByTileK) {
   Problem p;

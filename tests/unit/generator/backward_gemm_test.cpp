@@ -17,6 +17,16 @@ BackwardVariant make(const char* target, const char* atom, int tm, int tn, int t
   return BackwardVariant{find_target(target), find_atom(atom), tm, tn, tk, wm, wn, st};
 }
 
+// E = 8, H = 64, I = 96, top-2: I is no multiple of 64.
+Problem problem_64x96() {
+  Problem p;
+  p.experts = 8;
+  p.hidden = 64;
+  p.inter = 96;
+  p.topk = 2;
+  return p;
+}
+
 struct Rejection {
   BackwardVariant v;
   const char* why;  // a part of the reason
@@ -46,11 +56,7 @@ TEST(KGroupedRules, EachRuleRejectsWithItsLine) {
 }
 
 TEST(KGroupedRules, TheProblemMustBeTiledByBothGradients) {
-  Problem p;
-  p.experts = 8;
-  p.hidden = 64;
-  p.inter = 96;
-  p.topk = 2;
+  Problem p = problem_64x96();
   const BackwardVariant v = make("gfx950", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2);
   const auto why = why_illegal_for(v, p);
   ASSERT_TRUE(why);
@@ -90,11 +96,7 @@ TEST(KGroupedLaunch, OneBlockPerTileOfEachExpert) {
 using test::check_golden;
 
 TEST(DgradRules, TheReductionIsTiledByTileK) {
-  Problem p;
-  p.experts = 8;
-  p.hidden = 64;
-  p.inter = 96;
-  p.topk = 2;
+  Problem p = problem_64x96();
   BackwardVariant v = make("sm_90a", "mma_m16n8k16_f32_bf16", 16, 32, 128, 1, 2, 2);
   v.op = BackwardOp::dgrad_swiglu;
   auto why = why_illegal_for(v, p);

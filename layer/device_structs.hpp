@@ -9,6 +9,7 @@
 
 #include "templates/ft/int_types.hpp"
 #include "templates/ft/moe_args.hpp"
+#include "templates/ft/moe_backward_args.hpp"
 
 namespace ft {
 

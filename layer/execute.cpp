@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "layer/backward.hpp"
+
 namespace ft {
 namespace {
 
@@ -14,9 +16,10 @@ namespace {
 Buf step_buffer(const Step& s, Buf b) { return b == Buf::w1 ? s.w1 : b == Buf::w2 ? s.w2 : b; }
 
 // The pointer fields of a launch step's argument, from the table: each row
-// of layer/buffers.def into its MoeArgs member.
-MoeArgs bound_args(const Step& s, const BufferTable& t) {
-  MoeArgs a = s.args;
+// of layer/buffers.def into its member (the backward's rows: StepArgs').
+StepArgs bound_args(const Step& s, const BufferTable& t) {
+  StepArgs a{};
+  static_cast<MoeArgs&>(a) = s.args;
 #define FT_BUFFER(name, member, pointee, place, meaning, size) \
   if (BufPlace::place != BufPlace::copy) a.member = device_pointer<pointee>(at(t, step_buffer(s, Buf::name)));
 #include "layer/buffers.def"
@@ -58,6 +61,10 @@ Result<std::vector<FunctionHandle>> bind(const LayerProgram& p, const RoleKernel
       case Role::align_scatter: out[i] = k.align_scatter; break;
       case Role::quantise_x: out[i] = k.quantise_x; break;
       case Role::quantise_inter: out[i] = k.quantise_inter; break;
+      case Role::dgrad2: out[i] = k.dgrad2; break;
+      case Role::dgrad1: out[i] = k.dgrad1; break;
+      case Role::wgrad2: out[i] = k.wgrad2; break;
+      case Role::wgrad1: out[i] = k.wgrad1; break;
     }
     if (!out[i].p) return fail(Errc::internal, fmt::format("layer program: no {} kernel was loaded for step {}", to_string(s.role), s.name));
   }
@@ -99,9 +106,13 @@ Status execute(Device& d, const LayerProgram& p, std::span<const FunctionHandle>
     }
     const LaunchShape& g = s.shape;
     if (g.grid_x <= 0 || g.grid_y <= 0 || g.grid_z <= 0) continue;
-    const MoeArgs a = bound_args(s, buffers);
+    const StepArgs a = bound_args(s, buffers);
+    const MoeArgs& moe = a;  // a forward kernel's argument
+    const BackwardKernelArgs grad = is_backward(s.role) ? backward_kernel_args(s.role, a) : BackwardKernelArgs{};
+    const void* bytes = is_backward(s.role) ? grad.data() : &moe;
+    const std::size_t size = is_backward(s.role) ? grad.size() : sizeof moe;
     const Status st = d.launch(functions[i], Dim3{unsigned(g.grid_x), unsigned(g.grid_y), unsigned(g.grid_z)},
-                               Dim3{unsigned(g.block), 1, 1}, g.lds_bytes, stream, &a, sizeof a);
+                               Dim3{unsigned(g.block), 1, 1}, g.lds_bytes, stream, bytes, size);
     if (!st) return std::unexpected(with_context(st.error(), fmt::format("step {} ({})", s.name, s.symbol)));
   }
   if (!o.marks.empty()) FT_CHECK(d.record(o.marks[mark], stream));

@@ -26,6 +26,7 @@ struct RoleKernels {
   FunctionHandle align, stage1, stage2, reduce_atomic, reduce_partials, reduce_partials16;
   FunctionHandle align_count, align_scatter;  // the wide align (layer/program.hpp, AlignForm)
   FunctionHandle quantise_x, quantise_inter;  // fp8 layers' support steps
+  FunctionHandle dgrad2, dgrad1, wgrad2, wgrad1;  // the backward's stages (layer/backward.hpp)
 };
 // One function per step (a null handle for memsets); Errc::internal when a
 // role the program needs has no kernel.

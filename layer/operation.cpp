@@ -3,6 +3,7 @@
 #include <array>
 
 #include "generator/emitter.hpp"
+#include "layer/backward.hpp"
 
 namespace ft {
 namespace {
@@ -54,9 +55,11 @@ constexpr std::array<Stage, 2> kForwardStages{{
      "down GEMM of the intermediate over each expert's rows, into Y's sums or per-slot partials"},
 }};
 
-constexpr std::array<Buf, kBufCount> kForwardBuffers = [] {
-  std::array<Buf, kBufCount> b{};
-  for (std::size_t i = 0; i < kBufCount; ++i) b[i] = Buf(i);
+// The forward's buffers: every row before the backward's (layer/buffers.def).
+constexpr std::size_t kForwardBufCount = std::size_t(Buf::dy);
+constexpr std::array<Buf, kForwardBufCount> kForwardBuffers = [] {
+  std::array<Buf, kForwardBufCount> b{};
+  for (std::size_t i = 0; i < kForwardBufCount; ++i) b[i] = Buf(i);
   return b;
 }();
 
@@ -70,12 +73,58 @@ const Operation kMoeForward{
     "moe_forward",
     "the routed-expert MoE layer's forward pass: align, stage 1, stage 2, reduce (fp8: the quantise steps)",
     kForwardStages,
+    {},
+    {},
     kForwardBuffers,
     kForwardSupport,
     &build_program,
 };
 
-constexpr std::array<const Operation*, 1> kOperations{&kMoeForward};
+// The backward's roles (docs/TRAINING.md, "Buffers of each backward kernel").
+// Every role reads the align's sorted rows.
+constexpr std::array<Buf, 7> kDgrad2Reads{Buf::dy, Buf::w2, Buf::topk_weights, Buf::saved_gate_up,
+                                          Buf::sorted_ids, Buf::block_experts, Buf::padded_rows};
+constexpr std::array<Buf, 2> kDgrad2Writes{Buf::d_gate_up, Buf::d_weights};
+constexpr std::array<Buf, 5> kDgrad1Reads{Buf::d_gate_up, Buf::w1, Buf::sorted_ids, Buf::block_experts, Buf::padded_rows};
+constexpr std::array<Buf, 1> kDgrad1Writes{Buf::dx};
+constexpr std::array<Buf, 6> kWgrad2Reads{Buf::dy, Buf::saved_inter, Buf::topk_weights,
+                                          Buf::sorted_ids, Buf::block_experts, Buf::padded_rows};
+constexpr std::array<Buf, 1> kWgrad2Writes{Buf::dw2};
+constexpr std::array<Buf, 5> kWgrad1Reads{Buf::d_gate_up, Buf::x, Buf::sorted_ids, Buf::block_experts, Buf::padded_rows};
+constexpr std::array<Buf, 1> kWgrad1Writes{Buf::dw1};
+
+constexpr std::array<GradRole, 4> kBackwardRoles{{
+    {Role::dgrad2, BackwardOp::dgrad_swiglu, Extent::hidden, Extent::inter, kDgrad2Reads, kDgrad2Writes, Buf::d_weights,
+     "stage-2 backward: (w dY) W2_e over each expert's rows, the SwiGLU backward into [dgate; dup], d(topk_weights)"},
+    {Role::dgrad1, BackwardOp::dgrad_scatter, Extent::two_inter, Extent::hidden,
+     kDgrad1Reads, kDgrad1Writes, Buf::dx, "stage-1 backward: [dgate; dup] W1_e scatter-added over the k slots into dX"},
+    {Role::wgrad2, BackwardOp::wgrad, Extent::hidden, Extent::inter, kWgrad2Reads, kWgrad2Writes, std::nullopt,
+     "dW2_e = (w dY)_e^T h_e, K-grouped over each expert's rows"},
+    {Role::wgrad1, BackwardOp::wgrad, Extent::two_inter, Extent::hidden, kWgrad1Reads, kWgrad1Writes, std::nullopt,
+     "dW1_e = [dgate; dup]_e^T X_e, K-grouped over each expert's rows"},
+}};
+
+// What a backward program may touch: X, the routing, the plain weights, the
+// align's rows and the backward's own rows.
+constexpr std::array<Buf, 17> kBackwardBuffers{
+    Buf::x,         Buf::topk_ids,      Buf::topk_weights, Buf::w1,          Buf::w2,        Buf::sorted_ids,
+    Buf::block_experts, Buf::padded_rows, Buf::bad_ids,    Buf::dy,          Buf::saved_gate_up, Buf::saved_inter,
+    Buf::d_gate_up, Buf::d_weights,     Buf::dx,           Buf::dw1,         Buf::dw2};
+// It rebuilds the forward's sorted rows with the support unit's align.
+constexpr std::array<Support, 3> kBackwardSupport{Support::align, Support::align_count, Support::align_scatter};
+
+const Operation kMoeBackward{
+    "moe_backward",
+    "the MoE layer's backward pass: align, dgrad2, dgrad1, wgrad2, wgrad1 (dX, dW1, dW2, d(topk_weights) from dY)",
+    {},
+    kBackwardRoles,
+    "moe_backward (measure/workload/backward_reference.hpp)",
+    kBackwardBuffers,
+    kBackwardSupport,
+    &build_backward_program,
+};
+
+constexpr std::array<const Operation*, 2> kOperations{&kMoeForward, &kMoeBackward};
 
 }  // namespace
 
@@ -91,8 +140,24 @@ const Stage* Operation::find_stage(std::string_view stage_name) const {
   return nullptr;
 }
 
+const GradRole* Operation::grad_role(Role launch) const {
+  for (const GradRole& g : grad)
+    if (g.launch == launch) return &g;
+  return nullptr;
+}
+
+int extent(Extent e, int hidden, int inter) {
+  switch (e) {
+    case Extent::hidden: return hidden;
+    case Extent::inter: return inter;
+    case Extent::two_inter: break;
+  }
+  return 2 * inter;
+}
+
 std::span<const Operation* const> operations() { return kOperations; }
 const Operation& moe_forward() { return kMoeForward; }
+const Operation& moe_backward() { return kMoeBackward; }
 
 const Operation* find(std::string_view name) {
   for (const Operation* o : kOperations)

@@ -15,7 +15,11 @@
 //     sequence (layer/program.hpp) that the search times, the export records
 //     and the runtime runs.
 // The forward MoE layer is the first row (op::moe_forward()); its database
-// kinds, manifest keys and goldens are those it had before the registry.
+// kinds, manifest keys and goldens are those it had before the registry. The
+// backward is the second (op::moe_backward(), layer/backward.hpp): its roles
+// are filled by backward GEMM configurations (generator/backward_gemm.hpp,
+// LayerRecipe::grad) rather than stage family variants, so they are rows of
+// their own kind (GradRole), and its reference is the CPU backward.
 //
 // The API is plain data: spans over constant tables, string views, function
 // pointers. Nothing here allocates, throws or holds state; a new operation is
@@ -28,6 +32,7 @@
 #include <string>
 #include <string_view>
 
+#include "generator/backward_gemm.hpp"
 #include "generator/family.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"
@@ -73,10 +78,34 @@ struct Stage {
   std::string_view meaning;
 };
 
+// The problem size a backward GEMM dimension is.
+enum class Extent : std::uint8_t { hidden, inter, two_inter };  // H, I, 2I
+int extent(Extent e, int hidden, int inter);
+
+// One role of the backward: the backward GEMM configuration that fills it
+// (LayerRecipe::grad), the GEMM's sizes on a problem and the buffers its step
+// reads and writes (the step's argument struct takes exactly these:
+// layer/backward.hpp, backward_kernel_args).
+struct GradRole {
+  Role launch;     // its step, by to_string(launch) its name ("dgrad2")
+  BackwardOp gemm;  // what its configuration runs
+  Extent m, n;     // wgrad: C_e [m, n]; dgrad: the reduction K = m into n columns
+  std::span<const Buf> reads, writes;
+  // The buffer its fp32 atomics add into, zeroed by a "clear_<buffer>" step
+  // before the align (none: every element is written).
+  std::optional<Buf> clears;
+  std::string_view meaning;
+};
+
 struct Operation {
   std::string_view name;     // "moe_forward"
   std::string_view meaning;
-  std::span<const Stage> stages;     // in recipe order
+  std::span<const Stage> stages;     // in recipe order (LayerRecipe::stages); empty for the backward
+  std::span<const GradRole> grad;    // the backward's roles in recipe order (LayerRecipe::grad); empty for the forward
+  // The reference its outputs are checked against when it is not a stage's
+  // support kernel: a CPU function above this layer, named (the backward's:
+  // every role's writes against the gradients of the same name).
+  std::string_view host_reference;
   std::span<const Buf> buffers;      // every buffer a program of it may read or write
   std::span<const Support> support;  // its support unit's kernels
   // The launch sequence of a recipe at T (Errc::invalid_input for a recipe
@@ -85,11 +114,13 @@ struct Operation {
 
   const Stage* stage(StageRole role) const;      // null: not a role of this operation
   const Stage* find_stage(std::string_view name) const;
+  const GradRole* grad_role(Role launch) const;  // null: not a backward role of this operation
 };
 
-// Every operation, the forward MoE layer first.
+// Every operation, the forward MoE layer first, then its backward.
 std::span<const Operation* const> operations();
 const Operation& moe_forward();
+const Operation& moe_backward();
 const Operation* find(std::string_view name);  // null when none has this name
 
 }  // namespace op

@@ -9,9 +9,12 @@
 
 #include "generator/emitter.hpp"
 #include "generator/families/families.hpp"
+#include "layer/program_parts.hpp"
 #include "templates/ft/moe_inter_scales.hpp"
 
 namespace ft {
+
+using namespace program_parts;
 
 long long max_padded_rows(const Problem& p, int tokens, int align_block) {
   const long long pairs = (long long)tokens * p.topk;
@@ -152,6 +155,10 @@ std::string_view to_string(Role r) {
     case Role::reduce_partials16: return "reduce_partials16";
     case Role::quantise_x: return "quantise_x";
     case Role::quantise_inter: return "quantise_inter";
+    case Role::dgrad2: return "dgrad2";
+    case Role::dgrad1: return "dgrad1";
+    case Role::wgrad2: return "wgrad2";
+    case Role::wgrad1: return "wgrad1";
   }
   return "?";
 }
@@ -182,9 +189,13 @@ std::size_t LayerProgram::index_of(std::string_view step_name) const {
   return steps.size();
 }
 
-namespace {
+namespace program_parts {
 
 std::unexpected<Error> bad(const std::string& what) { return fail(Errc::invalid_input, "layer program: " + what); }
+
+}  // namespace program_parts
+
+namespace {
 
 // Roles, dtypes, targets, the routed weight's placement, and each stage's
 // own legality for the problem (the space's rules: one home).
@@ -192,6 +203,7 @@ Status validate(const LayerRecipe& r) {
   const Problem& p = r.problem;
   if (!r.target) return bad("no target");
   if (r.stages.empty()) return bad("no stage variant");
+  if (!r.grad.empty()) return bad("a forward recipe holds no backward stages (LayerRecipe::grad; op::moe_backward builds those)");
   for (std::size_t i = 0; i < r.stages.size(); ++i) {
     const Variant& v = r.stages[i];
     if (!v.target || !v.family || !v.atom()) return bad(fmt::format("stage variant {} has no target, family or atom", v.target && v.family ? v.name() : "?"));
@@ -211,6 +223,22 @@ Status validate(const LayerRecipe& r) {
   for (const Variant& v : r.stages)
     if (auto why = v.family->problem_rules(v, p)) return bad(fmt::format("{}: {}", v.name(), *why));
   return {};
+}
+
+}  // namespace
+
+namespace program_parts {
+
+Result<LayerProgram> start_program(const Problem& p, int tokens, int align_block) {
+  if (tokens < 1 || tokens > kMaxTokens) return bad(fmt::format("token count {} outside 1..{}", tokens, kMaxTokens));
+  LayerProgram prog;
+  prog.tokens = tokens;
+  prog.align_block = align_block;
+  prog.max_padded_rows = max_padded_rows(p, tokens, align_block);
+  const long long words = std::max<long long>(prog.max_padded_rows, (long long)tokens * p.topk);
+  if (words > std::numeric_limits<int>::max())  // pairs and rows are 32-bit kernel arguments
+    return bad(fmt::format("T={} with {} experts, top-{}: sizes overflow the kernels' 32-bit arguments", tokens, p.experts, p.topk));
+  return prog;
 }
 
 MoeArgs base_args(const Problem& p, int tokens, int align_block, long long rows) {
@@ -251,6 +279,10 @@ void push_align(LayerProgram& prog, const Target& t, const Problem& p, const Moe
                                    {blocks, 1, 1, kAlignThreads, align_scatter_lds_bytes(p.experts)}, args));
 }
 
+}  // namespace program_parts
+
+namespace {
+
 // What a buffer's size rule (layer/buffers.def) reads: the problem's sizes,
 // the program's rows, which stages it holds and how they read and write.
 struct BufferSizing {
@@ -259,10 +291,13 @@ struct BufferSizing {
   std::uint64_t rows, blocks, table;  // sorted_ids' rows, its row blocks, the wide align's count table (words)
   bool s1, s2, fp8;                   // fp8: an fp8 layer with a stage
   bool quantise_inter;                // stage 1 leaves a bf16 intermediate for a quantise_inter step
+  bool bwd;                           // the backward's program (layer/backward.hpp): plain weights, its own rows
   std::optional<WeightLayout> l1, l2;  // the layout each stage reads
   Reduce out;
-  std::uint64_t w1_bytes(WeightLayout l) const { return l1 == l ? E * 2 * I * H * wes : 0; }
-  std::uint64_t w2_bytes(WeightLayout l) const { return l2 == l ? E * H * I * wes : 0; }
+  // The backward reads the plain weights.
+  bool reads(const std::optional<WeightLayout>& stage, WeightLayout l) const { return bwd ? l == WeightLayout::plain : stage == l; }
+  std::uint64_t w1_bytes(WeightLayout l) const { return reads(l1, l) ? E * 2 * I * H * wes : 0; }
+  std::uint64_t w2_bytes(WeightLayout l) const { return reads(l2, l) ? E * H * I * wes : 0; }
   std::uint64_t scale_bytes(Buf b) const { return std::uint64_t(scale_shape(p, b).count()) * 4; }
   // atomic: fp32 sums per token; partials: a row per (token, slot), fp32 or 16-bit;
   // the _y modes: the arrival counters first (templates/ft/moe_args.hpp, direct_y_words).
@@ -273,6 +308,10 @@ struct BufferSizing {
   }
   std::uint64_t activation_scale_bytes() const { return std::uint64_t(activation_scale_count(p.scales, (long long)T, (long long)H)) * 4; }
 };
+
+}  // namespace
+
+namespace program_parts {
 
 // Buffer sizes: every row's size rule on this program.
 void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
@@ -296,6 +335,7 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
                        s2 != nullptr,
                        p.fp8() && (s1 || s2),
                        s1 && needs_quantise_inter(*s1),
+                       !r.grad.empty(),
                        s1 ? std::optional(s1->contract().weights) : std::nullopt,
                        s2 ? std::optional(s2->contract().weights) : std::nullopt,
                        s2 ? s2->contract().output : Reduce::atomic};
@@ -305,7 +345,7 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
 #undef FT_BUFFER
 }
 
-}  // namespace
+}  // namespace program_parts
 
 std::uint64_t y_acc_clear_words(Reduce out, const Problem& p, int tokens) {
   const std::uint64_t sums = std::uint64_t(tokens) * std::uint64_t(p.hidden);
@@ -364,15 +404,8 @@ Status pair_fits(const Target& t, const Problem& p, const Variant& stage1, const
 
 Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
   FT_CHECK(validate(r));
-  if (tokens < 1 || tokens > kMaxTokens) return bad(fmt::format("token count {} outside 1..{}", tokens, kMaxTokens));
   const Problem& p = r.problem;
-  LayerProgram prog;
-  prog.tokens = tokens;
-  prog.align_block = FT_TRY(align_block_of(r));
-  prog.max_padded_rows = max_padded_rows(p, tokens, prog.align_block);
-  const long long words = std::max<long long>(prog.max_padded_rows, (long long)tokens * p.topk);
-  if (words > std::numeric_limits<int>::max())  // pairs and rows are 32-bit kernel arguments
-    return bad(fmt::format("T={} with {} experts, top-{}: sizes overflow the kernels' 32-bit arguments", tokens, p.experts, p.topk));
+  LayerProgram prog = FT_TRY(start_program(p, tokens, FT_TRY(align_block_of(r))));
   const MoeArgs args = base_args(p, tokens, prog.align_block, prog.max_padded_rows);
   const Target& t = *r.target;
 
@@ -421,11 +454,7 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
 Result<LayerProgram> build_align_program(const Target& t, const Problem& p, int tokens, int align_block, AlignForm form) {
   if (align_block < 1 || align_block > kMaxAlignBlock)
     return bad(fmt::format("row block {} outside 1..{}", align_block, kMaxAlignBlock));
-  if (tokens < 1 || tokens > kMaxTokens) return bad(fmt::format("token count {} outside 1..{}", tokens, kMaxTokens));
-  LayerProgram prog;
-  prog.tokens = tokens;
-  prog.align_block = align_block;
-  prog.max_padded_rows = max_padded_rows(p, tokens, align_block);
+  LayerProgram prog = FT_TRY(start_program(p, tokens, align_block));
   push_align(prog, t, p, base_args(p, tokens, align_block, prog.max_padded_rows), form);
   size_buffers(prog, LayerRecipe{&t, p, {}});
   return prog;

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "generator/backward_gemm.hpp"
 #include "generator/problem.hpp"
 #include "generator/target.hpp"
 #include "generator/variant.hpp"
@@ -127,6 +128,9 @@ enum class Role : std::uint8_t {
   align, stage1, stage2, reduce_atomic, reduce_partials, reduce_partials16,
   align_count, align_scatter,    // the wide align's two launches
   quantise_x, quantise_inter,    // fp8 layers: X, and a bf16 intermediate, to e4m3 with scales
+  // The backward (layer/backward.hpp): the stage-2 and stage-1 dgrad GEMMs,
+  // the K-grouped GEMMs of dW2 and dW1 (generator/backward_gemm.hpp).
+  dgrad2, dgrad1, wgrad2, wgrad1,
 };
 // The reduce kernel's role for a stage-2 output mode.
 Role reduce_role(Reduce r);
@@ -150,6 +154,28 @@ struct Step {
   Buf w1 = Buf::w1, w2 = Buf::w2;
 };
 
+// What a launch step's pointers are bound into (layer/execute.cpp): the
+// kernels' MoeArgs, then the backward's buffers (layer/buffers.def's last
+// rows), which its steps' argument structs take (layer/backward.hpp,
+// backward_kernel_args). Host-side only: a forward kernel gets the MoeArgs.
+struct StepArgs : MoeArgs {
+  const u16* dy;
+  const u16* saved_gate_up;
+  const u16* saved_inter;
+  u16* d_gate_up;
+  float* d_weights;
+  float* dx;
+  float* dw1;
+  float* dw2;
+};
+
+// A backward stage of a recipe: the backward GEMM configuration that runs in
+// one of the backward's launch roles (dgrad2, dgrad1, wgrad2, wgrad1).
+struct GradStage {
+  Role role = Role::dgrad2;
+  BackwardVariant kernel;
+};
+
 // What a program is built from: the stage variants of one operation
 // (layer/operation.hpp; the forward layer's are stage 1 and stage 2), in the
 // operation's role order: all of them (a layer), or one alone (the search
@@ -159,6 +185,9 @@ struct LayerRecipe {
   const Target* target = nullptr;
   Problem problem;
   std::vector<Variant> stages;
+  // The backward operation's stages (op::moe_backward, layer/backward.hpp), in
+  // its role order; empty in a forward recipe (and `stages` empty in a backward one).
+  std::vector<GradStage> grad;
   // The support unit holds the wide align's kernels (every one this flytune
   // builds does; exports of databases recorded before it existed do not, and
   // their layers align in one block at any size, as they were verified).

@@ -18,18 +18,7 @@ namespace ft {
 
 template <class Cfg>
 struct RoutedDgrad : StagedGemm<Cfg> {
-  using Base = StagedGemm<Cfg>;
-  using typename Base::Core;
-  using typename Base::S;
-  using Base::TM, Base::TN, Base::TK, Base::kChunkElems, Base::half_of;
-  static constexpr int kThreads = Base::kThreads;
-  static constexpr int kSmemBytes = Base::kSmemBytes;
-  static constexpr int kAChunks = TM * (TK / kChunkElems);             // A: TM rows of TK values
-  static constexpr int kChunks = kAChunks + TK * (TN / kChunkElems);  // W: TK rows of TN values
-  static constexpr int kChunksPerThread = (kChunks + kThreads - 1) / kThreads;
-  static_assert(TN % kChunkElems == 0 && TK % kChunkElems == 0, "whole chunks per row");
-
-  u32 staged[kChunksPerThread][4];  // the chunks in flight (StagedGemm::half_of)
+  FT_STAGED_GEMM_NAMES;
 
   FT_DEVICE void fetch(const DgradArgs& p, const i32* ids, int expert, int k0, int n0) {
     const int tid = thread_index();

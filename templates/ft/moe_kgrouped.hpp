@@ -20,18 +20,7 @@ namespace ft {
 
 template <class Cfg>
 struct KGrouped : StagedGemm<Cfg> {
-  using Base = StagedGemm<Cfg>;
-  using typename Base::Core;
-  using typename Base::S;
-  using Base::TM, Base::TN, Base::TK, Base::kChunkElems, Base::half_of;
-  static constexpr int kThreads = Base::kThreads;
-  static constexpr int kSmemBytes = Base::kSmemBytes;
-  static constexpr int kAChunks = TK * (TM / kChunkElems);
-  static constexpr int kChunks = kAChunks + TK * (TN / kChunkElems);
-  static constexpr int kChunksPerThread = (kChunks + kThreads - 1) / kThreads;
-  static_assert(TM % kChunkElems == 0 && TN % kChunkElems == 0, "whole chunks per row");
-
-  u32 staged[kChunksPerThread][4];  // the chunks in flight (StagedGemm::half_of)
+  FT_STAGED_GEMM_NAMES;
 
   // The first and one-past-last row of sorted_ids that belong to expert e.
   struct Rows {

@@ -17,45 +17,40 @@ struct StagedGemm {
   static constexpr int kSmemBytes = Core::kSmemBytes;
   static constexpr int kChunkElems = Core::kChunkElems;  // 16-bit values in a 16-byte chunk
   static_assert(sizeof(S) == 2, "16-bit operands");
+  // A k-slice's chunks: A's TM x TK values first, then B's TK x TN (how each
+  // kernel lays its rows out over them is its own).
+  static constexpr int kAChunks = TM * TK / kChunkElems;
+  static constexpr int kChunks = kAChunks + TK * TN / kChunkElems;
+  static constexpr int kChunksPerThread = (kChunks + kThreads - 1) / kThreads;
+  static_assert(TM % kChunkElems == 0 && TN % kChunkElems == 0 && TK % kChunkElems == 0, "whole chunks per row");
 
   Core core;
+  u32 staged[kChunksPerThread][4];  // this thread's chunks in flight (half_of)
 
   // Value i of a chunk held as four words (two values per word, the lower first).
   FT_DEVICE static S half_of(u32 w, int i) { return S(i % 2 ? w >> 16 : w & 0xffffu); }
 
   // acc = the sum over the k-slices k0 = k_begin, k_begin + TK, ... < k_end of
-  // the slice fetch(k0) loads and store(buf) puts into LDS; loads of the next
-  // slice overlap this slice's math with two LDS stages. The bounds are uniform
-  // across the block.
+  // the slice fetch(k0) loads and store(buf) puts into LDS (tiled_gemm.hpp,
+  // k_slices: single or ping-pong). The bounds are uniform across the block.
   template <class Fetch, class Store>
   FT_DEVICE void accumulate(int k_begin, int k_end, Fetch fetch, Store store) {
     FT_UNROLL for (int rm = 0; rm < Core::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Core::RN; ++rn)
         FT_UNROLL for (int i = 0; i < Core::kCRegs; ++i) core.acc[0][rm][rn][i] = 0.0f;
-    S* lds = reinterpret_cast<S*>(shared_memory());
-    if constexpr (Cfg::stages == 1) {
-      for (int k0 = k_begin; k0 < k_end; k0 += TK) {
-        fetch(k0);
-        store(lds);
-        barrier();
-        core.compute(lds);
-        barrier();
-      }
-    } else if (k_begin < k_end) {
-      fetch(k_begin);
-      store(lds);
-      barrier();
-      int cur = 0;
-      for (int k0 = k_begin; k0 < k_end; k0 += TK) {
-        const bool more = k0 + TK < k_end;
-        if (more) fetch(k0 + TK);
-        core.compute(lds + cur * Core::kStageElems);
-        if (more) store(lds + (cur ^ 1) * Core::kStageElems);
-        barrier();
-        cur ^= 1;
-      }
-    }
+    if (k_begin < k_end)  // an expert without rows: no slice to fetch
+      k_slices<Cfg::stages, TK, Core::kStageElems>(reinterpret_cast<S*>(shared_memory()), k_begin, k_end, fetch, store,
+                                                   [&](const S* buf, int) { core.compute(buf); });
   }
 };
 
 }  // namespace ft
+
+// The names of StagedGemm<Cfg> a kernel deriving from it uses unqualified (a
+// dependent base's members need naming): the first line of its body.
+#define FT_STAGED_GEMM_NAMES                                                                                              \
+  using Base = StagedGemm<Cfg>;                                                                                         \
+  using typename Base::Core;                                                                                            \
+  using typename Base::S;                                                                                               \
+  using Base::TM, Base::TN, Base::TK, Base::kChunkElems, Base::kThreads, Base::kAChunks, Base::kChunks, Base::kChunksPerThread, \
+      Base::half_of, Base::staged

@@ -12,6 +12,38 @@
 // (promote), which acc_at then reads: run_scaled.
 namespace ft {
 
+// The main loop over the k-slices k0 = k_begin, k_begin + TK, ... < k_end of a
+// GEMM staged through LDS: fetch(k0) loads a slice into registers, store(buf)
+// puts it into LDS, compute(buf, k0) runs the atoms on it. With two LDS stages
+// (StageElems apart) the next slice's loads overlap this slice's math. The
+// bounds are uniform across the block. The tiled machinery's (TiledGemm) and
+// the backward's GEMMs' (staged_gemm.hpp).
+template <int Stages, int TK, int StageElems, class S, class Fetch, class Store, class Compute>
+FT_DEVICE void k_slices(S* lds, int k_begin, int k_end, Fetch fetch, Store store, Compute compute) {
+  if constexpr (Stages == 1) {
+    for (int k0 = k_begin; k0 < k_end; k0 += TK) {
+      fetch(k0);
+      store(lds);
+      barrier();
+      compute(lds, k0);
+      barrier();
+    }
+  } else {
+    fetch(k_begin);
+    store(lds);
+    barrier();
+    int cur = 0;
+    for (int k0 = k_begin; k0 < k_end; k0 += TK) {
+      const bool more = k0 + TK < k_end;
+      if (more) fetch(k0 + TK);  // next slice's loads overlap this slice's math
+      compute(lds + cur * StageElems, k0);
+      if (more) store(lds + (cur ^ 1) * StageElems);
+      barrier();
+      cur ^= 1;
+    }
+  }
+}
+
 template <class Cfg, int NB, bool Promote = false>
 struct TiledGemm {
   using Atom = typename Cfg::Atom;
@@ -148,31 +180,12 @@ struct TiledGemm {
   // (ks.a: the A scale of a tile row; ks.w: weight matrix nb's scale).
   template <class KScales>
   FT_DEVICE void run_scaled(int k_begin, int k_end, const KScales& ks) {
-    S* lds = reinterpret_cast<S*>(shared_memory());
-    if constexpr (Cfg::stages == 1) {
-      for (int k0 = k_begin; k0 < k_end; k0 += TK) {
-        fetch(k0);
-        store(lds);
-        barrier();
-        compute(lds);
-        if constexpr (Promote) promote_after(ks, k0, k_end);
-        barrier();
-      }
-    } else {
-      fetch(k_begin);
-      store(lds);
-      barrier();
-      int cur = 0;
-      for (int k0 = k_begin; k0 < k_end; k0 += TK) {
-        const bool more = k0 + TK < k_end;
-        if (more) fetch(k0 + TK);  // next slice's loads overlap this slice's math
-        compute(lds + cur * kStageElems);
-        if constexpr (Promote) promote_after(ks, k0, k_end);
-        if (more) store(lds + (cur ^ 1) * kStageElems);
-        barrier();
-        cur ^= 1;
-      }
-    }
+    k_slices<Cfg::stages, TK, kStageElems>(
+        reinterpret_cast<S*>(shared_memory()), k_begin, k_end, [&](int k0) { fetch(k0); }, [&](S* buf) { store(buf); },
+        [&](const S* buf, int k0) {
+          compute(buf);
+          if constexpr (Promote) promote_after(ks, k0, k_end);
+        });
   }
 
   // Promotes the group that the k-tile at k0 ends, if it ends one, or the

@@ -11,6 +11,7 @@
 #include "measure/workload/half.hpp"
 #include "measure/workload/reference.hpp"
 #include "measure/workload/workload.hpp"
+#include "tests/emu/emu_test_support.hpp"
 
 namespace ft::emu::test {
 
@@ -25,13 +26,7 @@ struct Gradients {
 };
 
 inline Gradients gradients_for(DType d, int tokens, int align_block) {
-  Problem p;
-  p.name = "kgrouped";
-  p.experts = 4;
-  p.hidden = 64;
-  p.inter = 64;
-  p.topk = 2;
-  p.dtype = d;
+  Problem p = emu_problem("kgrouped", d, 64, 64);
   p.routing = *Routing::parse("uniform");
   WorkloadOptions o;
   o.empty_experts = 1;

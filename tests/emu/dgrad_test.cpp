@@ -147,12 +147,7 @@ TEST_P(EmuDgrad, StageGradientsMatchTheBackwardReference) {
   const BackwardVariant swiglu = variant(GetParam(), BackwardOp::dgrad_swiglu);
   const BackwardVariant scatter = variant(GetParam(), BackwardOp::dgrad_scatter);
   ASSERT_NE(swiglu.atom, nullptr);
-  Problem p;
-  p.experts = 4;
-  p.hidden = 64;
-  p.inter = 64;
-  p.topk = 2;
-  p.dtype = swiglu.atom->dtype;
+  const Problem p = emu_problem("dgrad", swiglu.atom->dtype, 64, 64);
   ASSERT_FALSE(why_illegal_for(swiglu, p)) << *why_illegal_for(swiglu, p);
   ASSERT_FALSE(why_illegal_for(scatter, p)) << *why_illegal_for(scatter, p);
   auto u2 = emit_backward(swiglu), u1 = emit_backward(scatter);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "generator/kernel_source.hpp"
+#include "generator/problem.hpp"
 #include "generator/target.hpp"
 #include "compile/emu_compile.hpp"
 #include "emulate/emu_device.hpp"
@@ -29,6 +30,18 @@ inline KernelSource unit_from_file(const std::string& file, std::vector<std::str
   std::stringstream ss;
   ss << in.rdbuf();
   return KernelSource{file, ss.str(), std::move(entries)};
+}
+
+// The emulator tests' layers: four experts, top-2, H and I as given.
+inline Problem emu_problem(std::string name, DType dtype, int hidden, int inter) {
+  Problem p;
+  p.name = std::move(name);
+  p.experts = 4;
+  p.hidden = hidden;
+  p.inter = inter;
+  p.topk = 2;
+  p.dtype = dtype;
+  return p;
 }
 
 inline const Target& target(const char* name) {

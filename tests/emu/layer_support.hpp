@@ -24,13 +24,7 @@ inline constexpr int kTokenCounts[] = {1, 7, 33};
 // E=4, H=256, I=512, top-2: small enough for the emulator, large enough for
 // several tiles in every direction.
 inline Problem small_problem(DType dtype, Scales scales = Scales::none) {
-  Problem p;
-  p.name = "emu-small";
-  p.experts = 4;
-  p.hidden = 256;
-  p.inter = 512;
-  p.topk = 2;
-  p.dtype = dtype;
+  Problem p = emu_problem("emu-small", dtype, 256, 512);
   p.scales = dtype == DType::e4m3 && scales == Scales::none ? Scales::per_tensor : scales;
   return p;
 }

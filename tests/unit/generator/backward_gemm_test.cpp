@@ -6,16 +6,25 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
 #include <set>
-#include <sstream>
+
+#include "tests/unit/generator/golden.hpp"
 
 namespace ft {
 namespace {
 
 BackwardVariant make(const char* target, const char* atom, int tm, int tn, int tk, int wm, int wn, int st) {
   return BackwardVariant{find_target(target), find_atom(atom), tm, tn, tk, wm, wn, st};
+}
+
+// E = 8, H = 64, I = 96, top-2: I is no multiple of 64.
+Problem problem_64x96() {
+  Problem p;
+  p.experts = 8;
+  p.hidden = 64;
+  p.inter = 96;
+  p.topk = 2;
+  return p;
 }
 
 struct Rejection {
@@ -47,11 +56,7 @@ TEST(KGroupedRules, EachRuleRejectsWithItsLine) {
 }
 
 TEST(KGroupedRules, TheProblemMustBeTiledByBothGradients) {
-  Problem p;
-  p.experts = 8;
-  p.hidden = 64;
-  p.inter = 96;
-  p.topk = 2;
+  Problem p = problem_64x96();
   const BackwardVariant v = make("gfx950", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2);
   const auto why = why_illegal_for(v, p);
   ASSERT_TRUE(why);
@@ -88,25 +93,10 @@ TEST(KGroupedLaunch, OneBlockPerTileOfEachExpert) {
   EXPECT_EQ(s.lds_bytes, 2 * (64 + 128) * (32 + 8) * 2);
 }
 
-void check_golden(const KernelSource& src) {
-  const std::string path = std::string(FT_TEST_SOURCE_DIR) + "/tests/golden/" + src.name + ".cpp";
-  if (const char* u = std::getenv("FLYTUNE_UPDATE_GOLDEN"); u && std::string(u) == "1") {
-    std::ofstream(path) << src.text;
-    return;
-  }
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << "missing golden file " << path << " (run with FLYTUNE_UPDATE_GOLDEN=1)";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  EXPECT_EQ(ss.str(), src.text) << "generated source changed; if intended, refresh with FLYTUNE_UPDATE_GOLDEN=1";
-}
+using test::check_golden;
 
 TEST(DgradRules, TheReductionIsTiledByTileK) {
-  Problem p;
-  p.experts = 8;
-  p.hidden = 64;
-  p.inter = 96;
-  p.topk = 2;
+  Problem p = problem_64x96();
   BackwardVariant v = make("sm_90a", "mma_m16n8k16_f32_bf16", 16, 32, 128, 1, 2, 2);
   v.op = BackwardOp::dgrad_swiglu;
   auto why = why_illegal_for(v, p);

@@ -4,30 +4,13 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
-
 #include "generator/space.hpp"
+#include "tests/unit/generator/golden.hpp"
 
 namespace ft {
 namespace {
 
-std::string golden_path(const std::string& name) { return std::string(FT_TEST_SOURCE_DIR) + "/tests/golden/" + name + ".cpp"; }
-
-void check_golden(const KernelSource& src) {
-  const std::string path = golden_path(src.name);
-  if (const char* u = std::getenv("FLYTUNE_UPDATE_GOLDEN"); u && std::string(u) == "1") {
-    std::ofstream(path) << src.text;
-    return;
-  }
-  std::ifstream in(path);
-  ASSERT_TRUE(in) << "missing golden file " << path << " (run with FLYTUNE_UPDATE_GOLDEN=1)";
-  std::stringstream ss;
-  ss << in.rdbuf();
-  EXPECT_EQ(ss.str(), src.text) << "generated source for " << src.name << " changed; if intended, refresh "
-                                << "with FLYTUNE_UPDATE_GOLDEN=1";
-}
+using test::check_golden;
 
 Variant make(const char* target, StageRole kind, const char* atom, int tm, int tn, int tk, int wm, int wn, int st) {
   Variant v = Variant::of(*find_target(target), kind, *find_atom(atom));

@@ -5,10 +5,13 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 
 #include "generator/emitter.hpp"
+#include "layer/backward.hpp"
 #include "layer/operation.hpp"
 #include "manifest/manifest.hpp"
 
@@ -20,7 +23,7 @@ TEST(Operation, TheForwardLayerIsTheFirstRowWithBothStagesInOrder) {
   const op::Operation& f = op::moe_forward();
   EXPECT_EQ(op::operations().front(), &f);
   EXPECT_EQ(op::find("moe_forward"), &f);
-  EXPECT_EQ(op::find("moe_backward_nonexistent"), nullptr);
+  EXPECT_EQ(op::find("moe_sideways"), nullptr);
   ASSERT_EQ(f.stages.size(), 2u);
   EXPECT_EQ(f.stages[0].role, StageRole::stage1);
   EXPECT_EQ(f.stages[1].role, StageRole::stage2);
@@ -33,9 +36,76 @@ TEST(Operation, TheForwardLayerIsTheFirstRowWithBothStagesInOrder) {
     EXPECT_FALSE(s.meaning.empty());
   }
   EXPECT_EQ(f.find_stage("stage3"), nullptr);
-  EXPECT_EQ(f.buffers.size(), kBufCount);
+  EXPECT_TRUE(f.grad.empty());
+  EXPECT_TRUE(f.host_reference.empty()) << "its references are the stages' support kernels";
+  EXPECT_EQ(f.buffers.size(), std::size_t(Buf::dy)) << "every row before the backward's";
   EXPECT_EQ(f.support.size(), kSupportCount);
   EXPECT_EQ(f.build, &build_program);
+}
+
+// The backward is the second row: four roles filled by backward GEMM
+// configurations, in the order a recipe holds them, each with the GEMM it runs,
+// its sizes, its buffers (all of them the operation's) and the accumulator it
+// adds into; the support unit's align; the CPU backward as its reference.
+TEST(Operation, TheBackwardIsTheSecondRowWithItsFourRolesInOrder) {
+  const op::Operation& b = op::moe_backward();
+  ASSERT_EQ(op::operations().size(), 2u);
+  EXPECT_EQ(op::operations()[1], &b);
+  EXPECT_EQ(op::find("moe_backward"), &b);
+  EXPECT_TRUE(b.stages.empty()) << "no stage family fills a backward role";
+  EXPECT_EQ(b.stage(StageRole::stage1), nullptr);
+  EXPECT_EQ(b.build, &build_backward_program);
+  EXPECT_EQ(b.host_reference, "moe_backward (measure/workload/backward_reference.hpp)");
+  EXPECT_FALSE(b.meaning.empty());
+  struct Want {
+    Role launch;
+    BackwardOp gemm;
+    int m, n;  // on H = 1024, I = 512
+    std::optional<Buf> clears;
+    std::set<Buf> writes;
+  };
+  const Want want[] = {
+      {Role::dgrad2, BackwardOp::dgrad_swiglu, 1024, 512, Buf::d_weights, {Buf::d_gate_up, Buf::d_weights}},
+      {Role::dgrad1, BackwardOp::dgrad_scatter, 1024, 1024, Buf::dx, {Buf::dx}},
+      {Role::wgrad2, BackwardOp::wgrad, 1024, 512, std::nullopt, {Buf::dw2}},
+      {Role::wgrad1, BackwardOp::wgrad, 1024, 1024, std::nullopt, {Buf::dw1}},
+  };
+  ASSERT_EQ(b.grad.size(), std::size(want));
+  const std::set<Buf> listed(b.buffers.begin(), b.buffers.end());
+  EXPECT_EQ(listed.size(), b.buffers.size()) << "each buffer once";
+  for (std::size_t i = 0; i < b.grad.size(); ++i) {
+    const op::GradRole& g = b.grad[i];
+    SCOPED_TRACE(std::string(to_string(g.launch)));
+    EXPECT_EQ(g.launch, want[i].launch);
+    EXPECT_EQ(b.grad_role(g.launch), &g);
+    EXPECT_TRUE(is_backward(g.launch));
+    EXPECT_EQ(g.gemm, want[i].gemm);
+    EXPECT_EQ(op::extent(g.m, 1024, 512), want[i].m);
+    EXPECT_EQ(op::extent(g.n, 1024, 512), want[i].n);
+    EXPECT_EQ(g.clears, want[i].clears);
+    EXPECT_EQ(std::set<Buf>(g.writes.begin(), g.writes.end()), want[i].writes);
+    if (g.clears) {
+      EXPECT_TRUE(std::set<Buf>(g.writes.begin(), g.writes.end()).contains(*g.clears));
+    }
+    for (auto list : {g.reads, g.writes})
+      for (Buf x : list) EXPECT_TRUE(listed.contains(x)) << to_string(x);
+    for (Buf x : {Buf::sorted_ids, Buf::block_experts, Buf::padded_rows})
+      EXPECT_NE(std::ranges::find(g.reads, x), g.reads.end()) << "every role reads the sorted rows: " << to_string(x);
+    EXPECT_FALSE(support_of(g.launch)) << "its kernel is its configuration's, not the support unit's";
+    EXPECT_FALSE(g.meaning.empty());
+  }
+  EXPECT_EQ(b.grad_role(Role::stage1), nullptr);
+  EXPECT_FALSE(is_backward(Role::align));
+  // X, the routing, the plain weights and the align's rows beside its own; no copy, scale or forward workspace.
+  for (Buf x : listed) {
+    const bool own = std::size_t(x) >= std::size_t(Buf::dy);
+    const bool forward_input = x == Buf::x || x == Buf::topk_ids || x == Buf::topk_weights || x == Buf::w1 || x == Buf::w2;
+    const bool align = x == Buf::sorted_ids || x == Buf::block_experts || x == Buf::padded_rows || x == Buf::bad_ids;
+    EXPECT_TRUE(own || forward_input || align) << to_string(x);
+  }
+  EXPECT_EQ(listed.size(), 9u + (kBufCount - std::size_t(Buf::dy)));
+  const std::vector<Support> support(b.support.begin(), b.support.end());
+  EXPECT_EQ(support, (std::vector<Support>{Support::align, Support::align_count, Support::align_scatter}));
 }
 
 // The table keeps the names, the order and the workspace the enum had (the
@@ -44,10 +114,12 @@ TEST(Operation, BufferRowsKeepTheirNamesOrderAndWorkspace) {
   const std::vector<std::string> names{"x",          "topk_ids",      "topk_weights", "w1",      "w2",       "w1_shuffled",
                                        "w2_shuffled", "w1_tiled",     "w2_tiled",     "inter",   "y_acc",    "y",
                                        "sorted_ids", "block_experts", "padded_rows",  "bad_ids", "x_scale",  "w1_scales",
-                                       "w2_scales",  "xq",            "x_scales",     "inter_q", "inter_scales"};
+                                       "w2_scales",  "xq",            "x_scales",     "inter_q", "inter_scales",
+                                       // the backward's rows, appended (layer/backward.hpp)
+                                       "dy", "saved_gate_up", "saved_inter", "d_gate_up", "d_weights", "dx", "dw1", "dw2"};
   ASSERT_EQ(kBufCount, names.size());
   const std::set<std::string> workspace{"inter", "y_acc", "sorted_ids", "block_experts", "padded_rows",
-                                        "xq",    "x_scales", "inter_q", "inter_scales"};
+                                        "xq",    "x_scales", "inter_q", "inter_scales", "d_gate_up"};
   for (std::size_t i = 0; i < kBufCount; ++i) {
     const BufferInfo& b = buffer_info(Buf(i));
     EXPECT_EQ(b.name, names[i]);

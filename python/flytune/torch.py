@@ -12,7 +12,8 @@ it can be captured in a CUDA graph and traced by torch.compile (a fake
 implementation gives its output's shape). Weights a plan reads arranged
 (shuffled / tiled) are arranged once per weight tensor (and again after an
 in-place change) and kept beside it: run one call, or prepare_weights, before
-capturing a graph.
+capturing a graph. On an export opened on the CPU emulator (flytune.load(dir,
+device="emulate")) the same op runs on CPU tensors, synchronously.
 """
 from __future__ import annotations
 
@@ -40,9 +41,19 @@ def use(export: flytune.Export) -> None:
     _default_export = export
 
 
-def _selector(device: torch.device) -> str:
+def _selector(export: flytune.Export, device: torch.device) -> str:
+    """The runtime device a launch on `device` runs on: the CPU emulator (export.device "emulate") for an emulated
+    export, whose tensors are CPU tensors (_check_devices), else the tensor's GPU."""
+    if export.emulated:
+        return export.device
     index = device.index if device.index is not None else torch.cuda.current_device()
     return f"{'hip' if torch.version.hip else 'cuda'}:{index}"
+
+
+def _stream(device: torch.device) -> int:
+    """The stream a launch is enqueued on: PyTorch's current one on a GPU; none on the CPU emulator, which runs
+    the layer synchronously on host memory before the call returns."""
+    return 0 if device.type == "cpu" else torch.cuda.current_stream(device).cuda_stream
 
 
 def _problem(export: flytune.Export, hidden_states, w1, w2, topk_weights, topk_ids, scales: dict) -> flytune.Problem:
@@ -99,10 +110,17 @@ def _fp8_problem(export: flytune.Export, context: str, shape: tuple, hidden_stat
     return flytune._scaled_problem(candidates, context, given)
 
 
-def _check_devices(hidden_states, tensors: dict) -> None:
-    """Every tensor of a launch on hidden_states' GPU (a kernel would fault on another device's memory)."""
-    if hidden_states.device.type != "cuda":
-        raise flytune.ArgumentError(f"flytune::moe_layer: tensors must be on a GPU, got {hidden_states.device}")
+def _check_devices(export: flytune.Export, hidden_states, tensors: dict) -> None:
+    """Every tensor of a launch where the export runs (a kernel would fault on another device's memory): CPU
+    tensors for an export opened on the CPU emulator, else tensors on one GPU."""
+    where = hidden_states.device
+    if export.emulated and where.type != "cpu":
+        raise flytune.ArgumentError(f"flytune::moe_layer: the export {export.dir} runs on the CPU emulator "
+                                    f"(device='emulate'): tensors must be CPU tensors, got {where}")
+    if not export.emulated and where.type != "cuda":
+        raise flytune.ArgumentError(f"flytune::moe_layer: tensors must be on a GPU, got {where} (the export "
+                                    f"{export.dir} is opened on {export.device}; CPU tensors run on an export of "
+                                    f"flytune search --emulate loaded with device='emulate')")
     for name, t in tensors.items():
         if t is not None and t.device != hidden_states.device:
             raise flytune.ArgumentError(f"flytune::moe_layer: {name} is on {t.device}, hidden_states on "
@@ -125,9 +143,8 @@ def _arranged_copy(export: flytune.Export, selector: str, w: torch.Tensor, name:
     src = w.contiguous()
     dst = torch.empty_like(src)
     rows, cols = src.numel() // src.shape[-1], src.shape[-1]
-    stream = torch.cuda.current_stream(src.device).cuda_stream
-    flytune._call(export._core.arrange, selector, src.data_ptr(), dst.data_ptr(), rows, cols, layout, stream,
-                  src.element_size(), context=f"flytune: arranging {name}")
+    flytune._call(export._core.arrange, selector, src.data_ptr(), dst.data_ptr(), rows, cols, layout,
+                  _stream(src.device), src.element_size(), context=f"flytune: arranging {name}")
     with _arranged_lock:
         if hit is None:
             weakref.finalize(w, _arranged.pop, key, None)
@@ -162,7 +179,8 @@ def prepare_weights(w1: torch.Tensor, w2: torch.Tensor, export: Optional[flytune
                                         f"{tuple(w1.shape)} {w1.dtype} (the export has: "
                                         f"{', '.join(p.key for p in export.problems)})")
         export.find_problem(experts, hidden, two_inter // 2, 1, dtype)  # the runtime's NotFoundError
-    selector = _selector(w1.device)
+    _check_devices(export, w1, {"w2": w2})
+    selector = _selector(export, w1.device)
     _ensure_open(export, selector)
     for p in problems:
         for name in export.weight_copies(p.key):
@@ -185,12 +203,12 @@ def moe_layer(hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, t
     e = flytune._find_export(export)
     scales = {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales}
     problem = _problem(e, hidden_states, w1, w2, topk_weights, topk_ids, scales)
-    _check_devices(hidden_states, dict(w1=w1, w2=w2, topk_weights=topk_weights, topk_ids=topk_ids, **scales))
+    _check_devices(e, hidden_states, dict(w1=w1, w2=w2, topk_weights=topk_weights, topk_ids=topk_ids, **scales))
     y = torch.empty_like(hidden_states)
     tokens = int(hidden_states.shape[0])
     if tokens == 0:
         return y
-    selector = _selector(hidden_states.device)
+    selector = _selector(e, hidden_states.device)
     _ensure_open(e, selector)
     plan = e.plan(problem.key, tokens)
     copies = {}
@@ -203,7 +221,7 @@ def moe_layer(hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, t
     scale_ptrs = {n: t.contiguous() for n, t in scales.items() if t is not None}  # kept alive over the launch
     ptr = lambda name: copies[name].data_ptr() if name in copies else 0  # noqa: E731
     sptr = lambda name: scale_ptrs[name].data_ptr() if name in scale_ptrs else 0  # noqa: E731
-    stream = torch.cuda.current_stream(hidden_states.device).cuda_stream
+    stream = _stream(hidden_states.device)
     flytune._call(e._core.launch, selector, problem.key, tokens, x.data_ptr(), ids.data_ptr(), wts.data_ptr(),
                   w1c.data_ptr(), w2c.data_ptr(), ptr("w1_shuffled"), ptr("w2_shuffled"), ptr("w1_tiled"),
                   ptr("w2_tiled"), workspace.data_ptr(), workspace.numel(), y.data_ptr(), stream,

@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import cuda_devices, framework
+from layer_reference import ref_moe
 
 jax = framework("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -35,17 +36,6 @@ FP8_MODEL_BOUND = 6e-2  # flytune's fp8 layer quantises x and the intermediate; 
 
 
 # --- a float64 reference of the blocks, written from the architecture's definition ---------------------------
-
-def ref_moe(x, ids, w, w1, w2):
-    inter = w2.shape[2]
-    y = np.zeros((x.shape[0], w2.shape[1]))
-    for t in range(x.shape[0]):
-        for s in range(ids.shape[1]):
-            e = ids[t, s]
-            gate, up = w1[e, :inter] @ x[t], w1[e, inter:] @ x[t]
-            y[t] += w[t, s] * (w2[e] @ (gate / (1 + np.exp(-gate)) * up))
-    return y
-
 
 def ref_norm(x, g, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g

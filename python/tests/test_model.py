@@ -29,7 +29,7 @@ import jax.numpy as jnp  # noqa: E402
 
 import flytune  # noqa: E402
 import flytune.jax  # noqa: E402,F401
-from flytune.models import checkpoint, generate, mixtral, moe  # noqa: E402
+from flytune.models import checkpoint, generate, mixtral, moe, report  # noqa: E402
 
 TINY = mixtral.TINY
 FP8_MODEL_BOUND = 6e-2  # flytune's fp8 layer quantises x and the intermediate; XLA's paths keep them bf16
@@ -180,11 +180,11 @@ def test_the_decode_time_is_the_steps_alone(monkeypatch):
     params = mixtral.random_params(TINY, 0, jnp.bfloat16)
     model = generate.Model(TINY, "dense", params, [(p["w1"], p["w2"]) for p in params["layers"]])
     nxt, _, cache = model.prefill(jnp.zeros((1, 4), jnp.int32), 8)
-    model.decode(nxt, cache, 4, 2, generate.Progress(False), "warm-up")
+    model.decode(nxt, cache, 4, 2, report.Progress(False), "warm-up")
     nxt, _, cache = model.prefill(jnp.zeros((1, 4), jnp.int32), 8)
     real = jnp.stack
     monkeypatch.setattr(jnp, "stack", lambda *a, **k: (_time.sleep(1.0), real(*a, **k))[1])
-    tokens, seconds = model.decode(nxt, cache, 4, 2, generate.Progress(False), "timed")
+    tokens, seconds = model.decode(nxt, cache, 4, 2, report.Progress(False), "timed")
     assert tokens.shape == (1, 3) and seconds < 1.0
 
 
@@ -214,12 +214,12 @@ def test_speedups_are_over_the_faster_other_implementation_per_shape():
                 "decode_tokens_per_s": decode}
     runs = [row("flytune", 1, 300.0, 60.0), row("ragged_dot", 1, 100.0, 30.0), row("dense", 1, 150.0, 20.0),
             row("flytune", 32, 800.0, 90.0), row("ragged_dot", 32, 200.0, 100.0)]
-    assert generate._speedups(runs) == [
+    assert report.speedups(runs) == [
         {"batch": 1, "prompt_len": 512, "prefill": {"vs": "dense", "speedup": 2.0},
          "decode": {"vs": "ragged_dot", "speedup": 2.0}},
         {"batch": 32, "prompt_len": 512, "prefill": {"vs": "ragged_dot", "speedup": 4.0},
          "decode": {"vs": "ragged_dot", "speedup": 0.9}}]
-    assert generate._speedups(runs[1:3]) == []  # no flytune row: nothing to compare
+    assert report.speedups(runs[1:3]) == []  # no flytune row: nothing to compare
 
 
 def test_the_flytune_implementation_lowers_to_flytunes_call_in_every_layer(cpu_export):

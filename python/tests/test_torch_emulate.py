@@ -4,6 +4,7 @@ float32 references of layer_reference.py (the GPU tests' own): the bf16 layer (t
 tiny Mixtral's problem, whose plans read tiled and plain weights) and the fp8 layer in every scale mode
 (tests/data/tiny_fp8.db), each with a mutant the comparison must catch; CPU tensors on a GPU export and GPU
 tensors on an emulated export are refused with one line, and the op's argument checks are the GPU's."""
+import gc
 import types
 
 import pytest
@@ -60,6 +61,24 @@ def test_the_arranged_copies_are_made_on_the_cpu(emu_bf16):
     assert not all(torch.equal(c, w1) for c in copies if c.shape == w1.shape)  # arranged, not copied
     y = torch.ops.flytune.moe_layer(x, w1, w2, weights, ids, emu_bf16.key)
     assert rel_l2(y.float().numpy(), want) < TOLERANCE
+
+
+def test_arranged_weights_hold_the_layer_once(emu_bf16):
+    # tiny_emu_bf16.db's plans read w1 only tiled (every bucket) and w2 plain at T=1: w1 comes back as a stand-in
+    # without values, w2 as it is; the layer is the same with the original w1 gone.
+    p = emu_bf16.problems[0]
+    assert "w1" not in emu_bf16.weights_read(p.key) and "w2" in emu_bf16.weights_read(p.key)
+    (x, w1, w2, weights, ids), _ = _bf16_case(p, 8, "uniform", seed=4)
+    want = {t: torch.ops.flytune.moe_layer(x[:t], w1, w2, weights[:t], ids[:t], emu_bf16.key) for t in (1, 8)}
+    s1, s2 = ftt.arranged_weights(w1.clone(), w2, emu_bf16)
+    assert s2 is w2 and s1.shape == w1.shape and s1.dtype == w1.dtype and s1.untyped_storage().nbytes() == 2
+    gc.collect()  # the clone s1 was made from is gone: its copies live on under s1
+    for t, y in want.items():
+        assert torch.equal(torch.ops.flytune.moe_layer(x[:t], s1, s2, weights[:t], ids[:t], emu_bf16.key), y), t
+    other = flytune.load(emu_bf16.dir, device="emulate")  # another export: the stand-in holds none of its copies
+    with pytest.raises(flytune.ArgumentError, match=r"a weight stand-in of arranged_weights \(4, 1024, 256\) has "
+                                                    r"no w1_tiled for the export"):
+        torch.ops.flytune.moe_layer(x, s1, s2, weights, ids, other.key)
 
 
 @pytest.mark.filterwarnings("ignore::flytune.CoverageWarning")  # T=5 above tiny_fp8.db's one bucket, T=1: on purpose

@@ -145,8 +145,16 @@ def test_the_driver_runs_flytune_on_the_cpu_emulator(tmp_path, emu_export_dir):
     a = r["runs"][1]["agreement"]
     assert r["runs"][1]["impl"] == "flytune" and a["vs"] == "grouped_mm"
     assert a["logits_rel_l2"] < 3e-2 and a["tokens_equal_steps"] == a["steps"] == 4, a
-    copies = r["moe_weight_bytes"]["flytune"] - r["moe_weight_bytes"]["grouped_mm"]
-    assert copies > 0  # the arranged copies the plans read, beside w1/w2
+    # flytune holds the arranged copies its plans read and the plain weights they read, once: in this export every
+    # plan reads w1 tiled (w1 is a stand-in of one element), T=1 w2 plain and T=8 w2 tiled
+    import flytune
+    e = flytune.load(emu_export_dir, device="none")
+    key = e.problems[0].key
+    one = {"w1": TINY.experts * 2 * TINY.inter * TINY.hidden * 2, "w2": TINY.experts * TINY.hidden * TINY.inter * 2}
+    held = sum(one[n[:2]] for n in e.weight_copies(key)) + sum(one[n] if n in e.weights_read(key) else 2
+                                                                for n in ("w1", "w2"))
+    assert e.weights_read(key) == ["w2", "w1_tiled", "w2_tiled"], e.weights_read(key)
+    assert r["moe_weight_bytes"]["flytune"] == TINY.layers * held
     assert r["speedups"] and r["speedups"][0]["decode"]["vs"] == "grouped_mm"
 
 

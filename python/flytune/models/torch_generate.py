@@ -152,13 +152,14 @@ def _load_weights(args, device, progress: report.Progress):
 
 def _prepare(impl: str, c, experts, export, args) -> tuple:
     """(every layer's experts in the implementation's layout, made one layer at a time, the bytes it holds):
-    flytune's count the arranged copies its plans read beside w1/w2 (the op keeps them per weight tensor)."""
+    flytune's are the arranged copies its plans read (kept by flytune.torch) and the plain weights they read."""
     from flytune.models import torch_mixtral as tm
     prepared = [tm.prepare(impl, *experts(layer), export, args.fp8) for layer in range(c.layers)]
     held = tm.param_bytes(prepared)
     if impl == "flytune":
         e, key = prepared[0], report.find_layer_problem(export, c, args).key
-        held += c.layers * sum(tm.param_bytes(e.w1 if n.startswith("w1") else e.w2) for n in export.weight_copies(key))
+        copies = [e.w1 if n.startswith("w1") else e.w2 for n in export.weight_copies(key)]
+        held += c.layers * sum(t.numel() * t.element_size() for t in copies)
     return prepared, held
 
 

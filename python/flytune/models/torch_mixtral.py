@@ -95,8 +95,10 @@ def weights_from_jax(tree, device):
 
 
 def param_bytes(tree) -> int:
+    """The bytes the tensors of `tree` hold (their storage: a view holds its whole tensor, a stand-in of
+    flytune.torch.arranged_weights one element)."""
     if isinstance(tree, torch.Tensor):
-        return tree.numel() * tree.element_size()
+        return tree.untyped_storage().nbytes()
     if isinstance(tree, dict):
         return sum(param_bytes(v) for v in tree.values())
     if isinstance(tree, (list, tuple)):
@@ -110,9 +112,9 @@ def param_bytes(tree) -> int:
 
 @dataclasses.dataclass
 class Experts:
-    """One layer's experts as an implementation holds them: w1/w2 in its layout (flytune and dense: [E, 2I, H] and
-    [E, H, I]; grouped_mm: their [E, H, 2I] / [E, I, H] transposed views), fp8 codes with per-expert scales or
-    None, and flytune's export."""
+    """One layer's experts as an implementation holds them: w1/w2 in its layout (dense: [E, 2I, H] and [E, H, I];
+    grouped_mm: their [E, H, 2I] / [E, I, H] transposed views; flytune: flytune.torch.arranged_weights' pair,
+    which keeps the arranged copies), fp8 codes with per-expert scales or None, and flytune's export."""
     w1: torch.Tensor
     w2: torch.Tensor
     w1_scales: Optional[torch.Tensor] = None
@@ -139,7 +141,9 @@ def prepare(impl: str, w1: torch.Tensor, w2: torch.Tensor, export=None, fp8: boo
         (w1, s1), (w2, s2) = quantise_per_tensor(w1), quantise_per_tensor(w2)
     if impl == "flytune":
         import flytune.torch as ftt
-        ftt.prepare_weights(w1, w2, export)  # the arranged copies, made now rather than in the first step
+        # the arranged copies, made now; a weight no plan reads plain is given to the op as a stand-in without
+        # values, so the layer's experts are held once (the copies) once the caller drops w1 / w2
+        w1, w2 = ftt.arranged_weights(w1, w2, export)
     if impl == "grouped_mm":
         w1, w2 = w1.transpose(1, 2), w2.transpose(1, 2)  # views: column-major, as _grouped_mm takes them
     return Experts(w1, w2, s1, s2, export)

@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import framework
+from conftest import cuda_devices, framework
 from layer_reference import ref_moe, rel_l2
 
 torch = framework("torch")
@@ -107,9 +107,9 @@ def test_prefill_then_decode_equals_the_whole_sequence():
     assert rel_l2(shifted.numpy(), whole[:, 7].numpy()) > 1e-3
 
 
-def _run(tmp_path, *args, name="run.json"):
+def _run(tmp_path, *args, name="run.json", device="cpu"):
     out = tmp_path / name
-    rc = torch_generate.main(["--config", "tiny", "--device", "cpu", "--batch", "2", "--prompt-len", "16",
+    rc = torch_generate.main(["--config", "tiny", "--device", device, "--batch", "2", "--prompt-len", "16",
                               "--new-tokens", "8", "--repeats", "1", "--json", str(out), "--no-progress", *args])
     assert rc == 0
     return json.loads(out.read_text())
@@ -209,3 +209,23 @@ def test_usage_errors_exit_2(capsys, args):
     with pytest.raises(SystemExit) as e:
         torch_generate.main(["--config", "tiny", *args])
     assert e.value.code == 2
+
+
+# --- on a GPU ------------------------------------------------------------------------------------------------
+
+@pytest.mark.gpu
+@pytest.mark.skipif(cuda_devices() == 0, reason="no NVIDIA GPU (libcuda.so.1 / cuDeviceGetCount)")
+def test_gpu_the_driver_runs_every_implementation(export_dir, tmp_path):
+    import flytune
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    try:
+        flytune.load(export_dir, device="cuda:0")
+    except flytune.TargetError as e:
+        pytest.skip(f"the export is for another GPU: {e}")
+    r = _run(tmp_path, "--impl", "grouped_mm,flytune,dense", "--export", str(export_dir), "--batch", "1,4",
+             "--no-parts", device="cuda")
+    assert {x["impl"] for x in r["runs"]} == {"grouped_mm", "flytune", "dense"} and r["flytune_device"] == "cuda:0"
+    for row in r["runs"][2:]:  # flytune and dense, each batch, against grouped_mm
+        a = row["agreement"]
+        assert a["logits_rel_l2"] < 3e-2 and a["tokens_equal_steps"] >= 4, (row["impl"], row["batch"], a, r["notes"])

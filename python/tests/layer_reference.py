@@ -1,7 +1,7 @@
 """The MoE layer's references for the package's tests, on a GPU (test_gpu.py) and on the CPU emulator
 (test_torch_emulate.py): routings and inputs, the 16-bit layer in float32 (the intermediate rounded to 16 bits as
 the layer stores it) and the fp8 layer in torch by templates/ft/reference.hpp's rule, with the bounds they are
-held to."""
+held to; and the models' per-token layer (ref_moe: test_model.py, test_torch_model.py)."""
 import json
 import pathlib
 

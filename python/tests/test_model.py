@@ -21,7 +21,7 @@ import os
 import numpy as np
 import pytest
 
-from conftest import cuda_devices, framework
+from conftest import check_two_implementations, cuda_devices, framework, run_driver
 from layer_reference import ref_moe
 
 jax = framework("jax")
@@ -152,21 +152,12 @@ def test_prefill_then_decode_equals_the_whole_sequence(f32_params):
 
 
 def _run(tmp_path, *args):
-    out = tmp_path / "run.json"
-    rc = generate.main(["--config", "tiny", "--batch", "2", "--prompt-len", "16", "--new-tokens", "8", "--repeats",
-                        "1", "--json", str(out), "--no-progress", *args])
-    assert rc == 0
-    return json.loads(out.read_text())
+    return run_driver(generate.main, tmp_path, *args)
 
 
 def test_the_driver_runs_every_xla_implementation_end_to_end(tmp_path):
     r = _run(tmp_path, "--impl", "ragged_dot,dense")
-    assert [(x["impl"], x["batch"], x["prompt_len"]) for x in r["runs"]] == [("ragged_dot", 2, 16), ("dense", 2, 16)]
-    a = r["runs"][1]["agreement"]
-    assert a["vs"] == "ragged_dot" and a["logits_rel_l2"] < 3e-2 and a["tokens_equal_steps"] >= 4, a
-    for x in r["runs"]:
-        assert x["prefill_tokens_per_s"] > 0 and x["decode_tokens_per_s"] > 0
-        assert set(x["parts"]) == {"prefill", "decode"} and x["parts"]["decode"]["moe_s"]["median"] > 0
+    check_two_implementations(r, "ragged_dot", "dense")
     assert r["layers"] == 2 and r["config"]["experts"] == TINY.experts and r["dtype"] == "bf16"
     experts = mixtral.expert_bytes(TINY, jnp.bfloat16)  # each implementation holds its own layout, once
     assert r["moe_weight_bytes"] == {"ragged_dot": experts, "dense": experts}

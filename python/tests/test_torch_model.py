@@ -18,7 +18,7 @@ import json
 import numpy as np
 import pytest
 
-from conftest import cuda_devices, framework
+from conftest import check_two_implementations, cuda_devices, framework, run_driver
 from layer_reference import ref_moe, rel_l2
 
 torch = framework("torch")
@@ -107,22 +107,13 @@ def test_prefill_then_decode_equals_the_whole_sequence():
     assert rel_l2(shifted.numpy(), whole[:, 7].numpy()) > 1e-3
 
 
-def _run(tmp_path, *args, name="run.json", device="cpu"):
-    out = tmp_path / name
-    rc = torch_generate.main(["--config", "tiny", "--device", device, "--batch", "2", "--prompt-len", "16",
-                              "--new-tokens", "8", "--repeats", "1", "--json", str(out), "--no-progress", *args])
-    assert rc == 0
-    return json.loads(out.read_text())
+def _run(tmp_path, *args, device="cpu"):
+    return run_driver(torch_generate.main, tmp_path, "--device", device, *args)
 
 
 def test_the_driver_runs_grouped_mm_and_dense_end_to_end_with_the_jax_drivers_keys(tmp_path):
     r = _run(tmp_path, "--impl", "grouped_mm,dense")
-    assert [(x["impl"], x["batch"], x["prompt_len"]) for x in r["runs"]] == [("grouped_mm", 2, 16), ("dense", 2, 16)]
-    a = r["runs"][1]["agreement"]
-    assert a["vs"] == "grouped_mm" and a["logits_rel_l2"] < 3e-2 and a["tokens_equal_steps"] >= 4, a
-    for x in r["runs"]:
-        assert x["prefill_tokens_per_s"] > 0 and x["decode_tokens_per_s"] > 0
-        assert set(x["parts"]) == {"prefill", "decode"} and x["parts"]["decode"]["moe_s"]["median"] > 0
+    check_two_implementations(r, "grouped_mm", "dense")
     experts = TINY.layers * 3 * TINY.experts * TINY.hidden * TINY.inter * 2
     assert r["moe_weight_bytes"] == {"grouped_mm": experts, "dense": experts}
     assert r["framework"] == "torch" and r["grouped_mm"] == "torch._grouped_mm" and r["notes"] == []

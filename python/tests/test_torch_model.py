@@ -65,9 +65,12 @@ def test_the_torch_model_equals_the_jax_model_on_the_same_weights():
     import jax.numpy as jnp
     from flytune.models import mixtral
     c = TINY
-    jparams = mixtral.random_params(c, 5, jnp.float32)
-    params = tm.weights_from_jax(jparams, "cpu")
+    params = tm.random_params(c, 5, "cpu", torch.float32)  # torch's, handed to JAX as they are
+    jparams = {k: [{n: jnp.asarray(t.numpy()) for n, t in layer.items()} for layer in v] if k == "layers"
+               else jnp.asarray(v.numpy()) for k, v in params.items()}
     experts = [tm.prepare("dense", p.pop("w1"), p.pop("w2")) for p in params["layers"]]
+    back = tm.weights_from_jax(jparams, "cpu")  # the driver's way from JAX (DLPack): bit-exact
+    assert torch.equal(back["embed"], params["embed"]) and torch.equal(back["layers"][1]["w1"], experts[1].w1)
     tokens = np.random.default_rng(6).integers(0, c.vocab, (2, 7)).astype(np.int32)
     jweights = [(p["w1"], p["w2"]) for p in jparams["layers"]]
     jforward = jax.jit(lambda t, cache, pos: mixtral.forward(c, "dense", jparams, jweights, t, cache, pos))

@@ -22,7 +22,7 @@ from conftest import check_two_implementations, cuda_devices, framework, run_dri
 from layer_reference import ref_moe, rel_l2
 
 torch = framework("torch")
-from flytune.models import config, generate, torch_generate, torch_mixtral as tm  # noqa: E402
+from flytune.models import config, generate, report, torch_generate, torch_mixtral as tm  # noqa: E402
 
 TINY = config.TINY
 
@@ -103,6 +103,14 @@ def test_prefill_then_decode_equals_the_whole_sequence():
     tm.forward(c, "grouped_mm", params, experts, tokens[:, :7], cache, 0)
     chunk = tm.forward(c, "grouped_mm", params, experts, tokens[:, 7:10], cache, 7, last_only=False)
     assert rel_l2(chunk.numpy(), whole[:, 7:].numpy()) < 1e-5
+    # static shapes (pos a tensor: the whole cache masked by position, what a CUDA graph of the step replays),
+    # on a cache whose rows past the prompt hold another sequence's values (the mask must hide them)
+    cache = tm.empty_cache(c, 2, 16, "cpu", torch.float32)
+    tm.forward(c, "grouped_mm", params, experts, tokens.flip(1), cache, 0)
+    tm.forward(c, "grouped_mm", params, experts, tokens[:, :7], cache, 0)
+    static = [tm.forward(c, "grouped_mm", params, experts, tokens[:, i:i + 1], cache, torch.tensor(i))
+              for i in range(7, 10)]
+    assert rel_l2(torch.stack(static, 1).numpy(), whole[:, 7:].numpy()) < 1e-5
     # a cache position off by one is far outside the bound
     cache = tm.empty_cache(c, 2, 16, "cpu", torch.float32)
     tm.forward(c, "grouped_mm", params, experts, tokens[:, :7], cache, 0)
@@ -180,6 +188,7 @@ def test_a_torch_without_grouped_mm_runs_the_loop_and_says_so(tmp_path, monkeypa
     (["--layers", "3", "--impl", "dense"], "--layers must be between 1 and 2 for this config, got 3"),
     (["--impl", "flytune"], "the flytune implementation needs --export DIR"),
     (["--impl", "dense", "--device", "cuda"], "--device cuda: torch sees no GPU"),
+    (["--impl", "dense", "--device", "cpu", "--cuda-graph"], "--cuda-graph needs --device cuda (the model runs on cpu)"),
 ])
 def test_bad_input_is_one_line_and_exit_1(capsys, args, message):
     if "cuda" in args and torch.cuda.is_available():
@@ -223,3 +232,34 @@ def test_gpu_the_driver_runs_every_implementation(export_dir, tmp_path):
     for row in r["runs"][2:]:  # flytune and dense, each batch, against grouped_mm
         a = row["agreement"]
         assert a["logits_rel_l2"] < 3e-2 and a["tokens_equal_steps"] >= 4, (row["impl"], row["batch"], a, r["notes"])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(cuda_devices() == 0, reason="no NVIDIA GPU (libcuda.so.1 / cuDeviceGetCount)")
+@pytest.mark.parametrize("impl", ["grouped_mm", "flytune"])
+def test_gpu_the_decode_step_replayed_from_a_cuda_graph_is_the_eager_one(impl, export_dir):
+    import flytune
+    if not torch.cuda.is_available():
+        pytest.skip("torch sees no CUDA device")
+    try:
+        export = flytune.load(export_dir, device="cuda:0") if impl == "flytune" else None
+    except flytune.TargetError as e:
+        pytest.skip(f"the export is for another GPU: {e}")
+    dev = torch.device("cuda:0")
+    params = tm.random_params(TINY, 2, dev, torch.bfloat16)
+    params["lm_head"] = params["lm_head"].float()
+    experts = [tm.prepare(impl, p.pop("w1"), p.pop("w2"), export) for p in params["layers"]]
+    prompt = torch.from_numpy(np.random.default_rng(3).integers(0, TINY.vocab, (3, 6))).to(dev)
+    # the same static step (a position tensor) run eagerly: the graph's replays must give its tokens exactly
+    eager = torch_generate.Model(TINY, impl, params, experts, dev)
+    nxt, _, cache = eager.prefill(prompt, 12)
+    want = [nxt]
+    for pos in range(6, 11):
+        nxt, _ = eager.static_step(nxt, cache, torch.tensor(pos, device=dev))
+        want.append(nxt)
+    model = torch_generate.Model(TINY, impl, params, experts, dev, graph=True)
+    for _ in range(2):  # the second prefill reuses the graph's cache and its captured step
+        nxt, _, cache = model.prefill(prompt, 12)
+        got = model.decode(nxt, cache, 6, 5, report.Progress(False), "test")[0]
+        assert torch.equal(got, torch.stack(want, 1)), (got, want)
+    assert len(model._graphs) == 1

@@ -31,6 +31,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cuda", "cpu"],
                    help="where the model runs (default cuda where torch sees a GPU, else cpu: flytune's layers on the "
                         "CPU emulator, whose export is one of flytune search --emulate)")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="decode steps replayed from a CUDA graph of the step, captured at the first step of each "
+                        "batch x prompt (static shapes: the whole KV cache masked by position); --device cuda")
     p.add_argument("--weights", choices=["jax", "torch"],
                    help="random weights: jax, the JAX model's for --seed (needs jax; the default where it imports), "
                         "or torch: torch's generator (other values)")
@@ -64,25 +67,72 @@ def _timed(fn, args: tuple, repeats: int, device) -> dict:
     return result
 
 
-class Model:
-    """One implementation's prefill and decode step over shared weights (eager PyTorch)."""
+class _GraphedStep:
+    """The decode step captured in a CUDA graph on one cache, replayed per token with the token and position copied
+    into its inputs (static shapes: torch_mixtral.attention with a position tensor). Captured at its first step's
+    position, after two warm-up steps there that write the cache row the step itself writes."""
 
-    def __init__(self, c, impl: str, params: dict, prepared: list, device):
+    def __init__(self, model: "Model", token, cache, pos: int):
+        import torch
+        self.token = token.clone()
+        self.pos = torch.full((), pos, dtype=torch.int64, device=model.device)
+        side = torch.cuda.Stream(model.device)
+        side.wait_stream(torch.cuda.current_stream(model.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                model.static_step(self.token, cache, self.pos)
+        torch.cuda.current_stream(model.device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.next, self.logits = model.static_step(self.token, cache, self.pos)
+
+    def __call__(self, token, pos: int):
+        self.token.copy_(token)
+        self.pos.fill_(pos)
+        self.graph.replay()
+        return self.next.clone(), self.logits
+
+
+class Model:
+    """One implementation's prefill and decode step over shared weights: eager PyTorch, or (graph) the decode
+    step replayed from a CUDA graph per batch x cache length, on a cache kept for it."""
+
+    def __init__(self, c, impl: str, params: dict, prepared: list, device, graph: bool = False):
         self.c, self.impl, self.params, self.prepared, self.device = c, impl, params, prepared, device
         self.dtype = params["embed"].dtype
+        self.graph = graph
+        self._caches, self._graphs = {}, {}  # (batch, length) -> cache; id(cache) -> _GraphedStep
 
     def prefill(self, tokens, length: int):
         import torch
         from flytune.models import torch_mixtral as tm
-        cache = tm.empty_cache(self.c, tokens.shape[0], length, self.device, self.dtype)
+        shape = (tokens.shape[0], length)
+        if not self.graph:
+            cache = tm.empty_cache(self.c, *shape, self.device, self.dtype)
+        else:  # the graph's cache: written by every prefill of this shape (rows past the prompt are masked)
+            if shape not in self._caches:
+                self._caches[shape] = tm.empty_cache(self.c, *shape, self.device, self.dtype)
+            cache = self._caches[shape]
         logits = tm.forward(self.c, self.impl, self.params, self.prepared, tokens, cache, 0)
         return torch.argmax(logits, dim=-1), logits, cache
 
     def step(self, token, cache, pos: int):
         import torch
         from flytune.models import torch_mixtral as tm
+        if self.graph:
+            if id(cache) not in self._graphs:
+                self._graphs[id(cache)] = _GraphedStep(self, token, cache, pos)
+            nxt, logits = self._graphs[id(cache)](token, pos)
+            return nxt, logits, cache
         logits = tm.forward(self.c, self.impl, self.params, self.prepared, token[:, None], cache, pos)
         return torch.argmax(logits, dim=-1), logits, cache
+
+    def static_step(self, token, cache, pos):
+        """The step at a position tensor (static shapes): (the next token, the logits)."""
+        import torch
+        from flytune.models import torch_mixtral as tm
+        logits = tm.forward(self.c, self.impl, self.params, self.prepared, token[:, None], cache, pos)
+        return torch.argmax(logits, dim=-1), logits
 
     def decode(self, nxt, cache, pos: int, steps: int, progress: report.Progress, label: str):
         """Greedy decode of `steps` tokens from the prefill's token `nxt` and its cache at position `pos`:
@@ -193,6 +243,8 @@ def run(args) -> dict:
         raise ValueError("--device cuda: torch sees no GPU (torch.cuda.is_available() is False); --device cpu runs "
                          "flytune's layers on the CPU emulator")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.cuda_graph and device.type != "cuda":
+        raise ValueError(f"--cuda-graph needs --device cuda (the model runs on {device.type})")
     if args.weights is None:
         args.weights = "jax" if importlib.util.find_spec("jax") else "torch"
     export = _open_export(args, device)
@@ -209,7 +261,7 @@ def run(args) -> dict:
     result = report.header(NAME, args, c, source, tm.param_bytes(params) + expert_bytes,
                            f"cuda:{torch.cuda.get_device_name(device)}" if device.type == "cuda" else "cpu:cpu",
                            {"jax": jax_version, "framework": "torch", "torch": torch.__version__})
-    result["grouped_mm"] = grouped
+    result["grouped_mm"], result["cuda_graph"] = grouped, args.cuda_graph
     result["flytune_device"] = export.device if export is not None else None
     result["notes"] = [] if grouped == "torch._grouped_mm" or "grouped_mm" not in args.impl else [f"grouped_mm: {grouped}"]
     for note in result["notes"]:
@@ -220,7 +272,7 @@ def run(args) -> dict:
 
     def prepare(impl):
         prepared, held = _prepare(impl, c, experts, export, args)
-        return Model(c, impl, params, prepared, device), held, _memory(device)
+        return Model(c, impl, params, prepared, device, args.cuda_graph), held, _memory(device)
 
     report.measure_impls(result, args, progress, prompts, prepare, c.layers,
                          lambda model, b, p, prompt: _measure(model, args, b, p, prompt, progress))

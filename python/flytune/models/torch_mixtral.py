@@ -245,33 +245,43 @@ def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
-def rope(x: torch.Tensor, pos: int, theta: float) -> torch.Tensor:
-    """Rotary embedding of x [B, T, N, D] at positions pos..pos+T-1 (the half-split convention)."""
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding of x [B, T, N, D] at positions [T] (the half-split convention)."""
     half = x.shape[-1] // 2
     freqs = theta ** (-torch.arange(half, device=x.device, dtype=torch.float32) / half)
-    angles = torch.arange(pos, pos + x.shape[1], device=x.device, dtype=torch.float32)[:, None] * freqs[None, :]
+    angles = positions.float()[:, None] * freqs[None, :]
     cos, sin = angles.cos()[None, :, None, :], angles.sin()[None, :, None, :]
     x1, x2 = x[..., :half].float(), x[..., half:].float()
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
-def attention(c: Config, p: dict, x: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pos: int):
+def attention(c: Config, p: dict, x: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor, pos):
     """Grouped-query attention of x [B, T, H] at positions pos..pos+T-1 over the cache [B, S, Nkv, D], whose rows
-    pos..pos+T-1 get this step's keys and values (in place). Returns the block's output before the residual."""
+    pos..pos+T-1 get this step's keys and values (in place). Returns the block's output before the residual.
+    pos: an int, or a 0-dim int64 tensor on x's device: then every shape is static (the whole cache, masked by
+    position), so the step can be captured in a CUDA graph and replayed at any position."""
     B, T, _ = x.shape
     D = c.head_dim
-    q = rope((x @ p["wq"]).view(B, T, c.heads, D), pos, c.rope_theta)
-    k = rope((x @ p["wk"]).view(B, T, c.kv_heads, D), pos, c.rope_theta)
-    cache_k[:, pos:pos + T] = k.to(cache_k.dtype)
-    cache_v[:, pos:pos + T] = (x @ p["wv"]).view(B, T, c.kv_heads, D).to(cache_v.dtype)
-    keys, values = cache_k[:, :pos + T].transpose(1, 2), cache_v[:, :pos + T].transpose(1, 2)  # [B, Nkv, S, D]
+    static = isinstance(pos, torch.Tensor)
+    positions = pos + torch.arange(T, device=x.device) if static else torch.arange(pos, pos + T, device=x.device)
+    q = rope((x @ p["wq"]).view(B, T, c.heads, D), positions, c.rope_theta)
+    k = rope((x @ p["wk"]).view(B, T, c.kv_heads, D), positions, c.rope_theta).to(cache_k.dtype)
+    v = (x @ p["wv"]).view(B, T, c.kv_heads, D).to(cache_v.dtype)
     # Causal: query t sees the cache up to its own position pos + t. A prefill (pos 0) is SDPA's causal case and a
-    # decode step (T 1) sees all it has: no mask, so a fused kernel serves both; other chunks get the mask.
+    # decode step (T 1) sees all it has: no mask, so a fused kernel serves both; other chunks and static steps
+    # get the mask.
+    if static:
+        cache_k.index_copy_(1, positions, k)
+        cache_v.index_copy_(1, positions, v)
+        keys, values = cache_k.transpose(1, 2), cache_v.transpose(1, 2)  # [B, Nkv, S, D]
+    else:
+        cache_k[:, pos:pos + T], cache_v[:, pos:pos + T] = k, v
+        keys, values = cache_k[:, :pos + T].transpose(1, 2), cache_v[:, :pos + T].transpose(1, 2)
     mask = None
-    if T > 1 and pos > 0:
-        mask = torch.arange(pos + T, device=x.device)[None, :] <= torch.arange(pos, pos + T, device=x.device)[:, None]
+    if static or (T > 1 and pos > 0):
+        mask = torch.arange(keys.shape[2], device=x.device)[None, :] <= positions[:, None]
     out = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=mask,
-                                         is_causal=T > 1 and pos == 0, enable_gqa=True)
+                                         is_causal=mask is None and T > 1, enable_gqa=True)
     return out.transpose(1, 2).reshape(B, T, c.heads * D) @ p["wo"]
 
 
@@ -288,7 +298,7 @@ def moe_block(c: Config, p: dict, impl: str, experts: Experts, x: torch.Tensor) 
     return apply(impl, h, ids, w.contiguous(), experts).reshape(B, T, H)
 
 
-def decoder_layer(c: Config, p: dict, impl: str, experts: Experts, x, cache_k, cache_v, pos: int):
+def decoder_layer(c: Config, p: dict, impl: str, experts: Experts, x, cache_k, cache_v, pos):
     x = x + attention(c, p, rms_norm(x, p["attn_norm"], c.norm_eps), cache_k, cache_v, pos)
     return x + moe_block(c, p, impl, experts, x)
 
@@ -301,10 +311,11 @@ def empty_cache(c: Config, batch: int, length: int, device, dtype) -> list:
 
 
 @torch.inference_mode()
-def forward(c: Config, impl: str, params: dict, experts: list, tokens: torch.Tensor, cache: list, pos: int,
+def forward(c: Config, impl: str, params: dict, experts: list, tokens: torch.Tensor, cache: list, pos,
             last_only: bool = True) -> torch.Tensor:
-    """The decoder on tokens [B, T] at positions pos..pos+T-1 (cache updated in place): float32 logits [B, V] of
-    the last position, or [B, T, V] with last_only False. experts[l] is prepare's for layer l. The logits are
+    """The decoder on tokens [B, T] at positions pos..pos+T-1 (cache updated in place; pos an int, or a 0-dim
+    tensor for static shapes: attention): float32 logits [B, V] of the last position, or [B, T, V] with last_only
+    False. experts[l] is prepare's for layer l. The logits are
     float32 products of the normed x and lm_head (the JAX model's float32 accumulation; a float32 lm_head, which
     the driver makes once, saves the conversion per step)."""
     x = params["embed"][tokens]

@@ -21,6 +21,10 @@
 #   6. FP8=1: the fp8 model (--fp8: per-tensor e4m3 experts): `flytune search --dtype fp8 --scales per-tensor`
 #      of the same buckets over a reduced fp8 wgmma space, bounded, `export --check gpu`, then the model at
 #      LAYERS layers, batch 1 and 32, prompt 512: $OUT/model-fp8.json.
+#   7. TORCH=1: the PyTorch model (flytune-mixtral-torch, the same weights and prompts) on the same export at
+#      TORCH_LAYERS (default LAYERS) layers, dense, flytune, grouped_mm, batch 1 and 32, prompt 512, 32 new
+#      tokens, with the time left (P4096=0 leaves it more), TORCH_ARGS added (e.g. --cuda-graph: the decode
+#      steps replayed from CUDA graphs): $OUT/model-torch.json.
 # FLAGS=0 skips step 3. JAX may use XLA_PYTHON_CLIENT_MEM_FRACTION (default here 0.95) of the GPU: at 75%
 # the XLA paths' batch-32 temporaries did not fit beside 32 layers of experts.
 # Files in $OUT: h200-model.log, summary.txt, flags-*.json, cmdbuf.txt, traces.tar.gz, model-bf16*.json,
@@ -170,5 +174,15 @@ t0=$SECONDS
 mixtral $(( $(left) - 3 )) --layers "$LAYERS" --batch 1 --prompt-len 4096 --new-tokens 32 --repeats 2 \
   --impl flytune,ragged_dot,dense --json "$OUT/model-bf16-p4096.json"
 say "model P=4096: rc $? in $((SECONDS - t0)) s"
+fi
+if [ "${TORCH:-0}" = 1 ]; then
+section "torch model: ${TORCH_LAYERS:-$LAYERS} layers"
+t0=$SECONDS
+# shellcheck disable=SC2086  # TORCH_ARGS: options, split on purpose
+bounded $(( $(left) - 3 )) python3 -m flytune.models.torch_generate --export /tmp/mixtral-export --no-progress \
+  --layers "${TORCH_LAYERS:-$LAYERS}" --batch 1,32 --prompt-len 512 --new-tokens 32 --repeats 2 \
+  --json "$OUT/model-torch.json" ${TORCH_ARGS:-}
+say "torch model: rc $? in $((SECONDS - t0)) s"
+sed -n '/^| impl/,$p' "$LOG" | tail -8 | tee -a "$OUT/summary.txt"
 fi
 say "done: $SECONDS s; files: $(cd "$OUT" && echo *)"

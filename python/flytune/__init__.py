@@ -12,6 +12,7 @@ goes through it for everything: opening, checking, planning, launching.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import os
 import threading
@@ -103,7 +104,9 @@ def _call(fn, *args, context: str = "", **kwargs):
 class CoverageWarning(UserWarning):
     """A layer whose T the export serves with another bucket's kernels: T above its largest tuned bucket, or
     the bucket meant for T has no layer (its search found none; exported with --allow-missing). Issued once
-    per (problem, T); Export.plan(...)["coverage"] and ["coverage_note"] say the same (ft_plan_coverage)."""
+    per (problem, T) among the PLAN_CACHE_PLANS most recently warned about (an Export remembers no more, so a
+    server seeing ever new T keeps a bounded memory; one forgotten warns again when it comes back);
+    Export.plan(...)["coverage"] and ["coverage_note"] say the same (ft_plan_coverage)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +166,9 @@ class Export:
                                       tuple(p["buckets"]), p["element_bytes"], p["scales"],
                                       tuple((n, tuple(s)) for n, s in p["scale_shapes"].items()))
                               for p in core.problems())
-        self._coverage_warned = set()  # (problem, T) already warned about
+        # (problem, T) already warned about, least recently warned first: bounded like the plans (a server sees
+        # a new T on most calls, and every T above the largest bucket is another key)
+        self._coverage_warned: "collections.OrderedDict[tuple, None]" = collections.OrderedDict()
         with _exports_lock:
             _exports[core.key] = self
 
@@ -201,8 +206,11 @@ class Export:
         key = (plan["problem"], plan["tokens"])
         with _exports_lock:
             if key in self._coverage_warned:
+                self._coverage_warned.move_to_end(key)
                 return
-            self._coverage_warned.add(key)
+            self._coverage_warned[key] = None
+            while len(self._coverage_warned) > PLAN_CACHE_PLANS:
+                self._coverage_warned.popitem(last=False)
         warnings.warn(f"flytune: {plan['problem']}: {plan['coverage_note']}", CoverageWarning, stacklevel=3)
 
     def weight_copies(self, problem: str) -> list:

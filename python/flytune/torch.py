@@ -12,7 +12,10 @@ it can be captured in a CUDA graph and traced by torch.compile (a fake
 implementation gives its output's shape). Weights a plan reads arranged
 (shuffled / tiled) are arranged once per weight tensor (and again after an
 in-place change) and kept beside it: run one call, or prepare_weights, before
-capturing a graph.
+capturing a graph; arranged_weights also gives back stand-ins for the weights no
+plan reads plain, so the layer's weights are held once. On an export opened on
+the CPU emulator (flytune.load(dir, device="emulate")) the same op runs on CPU
+tensors, synchronously.
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ import torch
 import flytune
 from flytune import _core
 
-__all__ = ["moe_layer", "fused_experts", "prepare_weights", "use"]
+__all__ = ["moe_layer", "fused_experts", "prepare_weights", "arranged_weights", "use"]
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # fp8 weights by the export's format (Problem.dtype); torch.uint8 holds either's codes.
@@ -40,9 +43,19 @@ def use(export: flytune.Export) -> None:
     _default_export = export
 
 
-def _selector(device: torch.device) -> str:
+def _selector(export: flytune.Export, device: torch.device) -> str:
+    """The runtime device a launch on `device` runs on: the CPU emulator (export.device "emulate") for an emulated
+    export, whose tensors are CPU tensors (_check_devices), else the tensor's GPU."""
+    if export.emulated:
+        return export.device
     index = device.index if device.index is not None else torch.cuda.current_device()
     return f"{'hip' if torch.version.hip else 'cuda'}:{index}"
+
+
+def _stream(device: torch.device) -> int:
+    """The stream a launch is enqueued on: PyTorch's current one on a GPU; none on the CPU emulator, which runs
+    the layer synchronously on host memory before the call returns."""
+    return 0 if device.type == "cpu" else torch.cuda.current_stream(device).cuda_stream
 
 
 def _problem(export: flytune.Export, hidden_states, w1, w2, topk_weights, topk_ids, scales: dict) -> flytune.Problem:
@@ -99,10 +112,17 @@ def _fp8_problem(export: flytune.Export, context: str, shape: tuple, hidden_stat
     return flytune._scaled_problem(candidates, context, given)
 
 
-def _check_devices(hidden_states, tensors: dict) -> None:
-    """Every tensor of a launch on hidden_states' GPU (a kernel would fault on another device's memory)."""
-    if hidden_states.device.type != "cuda":
-        raise flytune.ArgumentError(f"flytune::moe_layer: tensors must be on a GPU, got {hidden_states.device}")
+def _check_devices(export: flytune.Export, hidden_states, tensors: dict) -> None:
+    """Every tensor of a launch where the export runs (a kernel would fault on another device's memory): CPU
+    tensors for an export opened on the CPU emulator, else tensors on one GPU."""
+    where = hidden_states.device
+    if export.emulated and where.type != "cpu":
+        raise flytune.ArgumentError(f"flytune::moe_layer: the export {export.dir} runs on the CPU emulator "
+                                    f"(device='emulate'): tensors must be CPU tensors, got {where}")
+    if not export.emulated and where.type != "cuda":
+        raise flytune.ArgumentError(f"flytune::moe_layer: tensors must be on a GPU, got {where} (the export "
+                                    f"{export.dir} is opened on {export.device}; CPU tensors run on an export of "
+                                    f"flytune search --emulate loaded with device='emulate')")
     for name, t in tensors.items():
         if t is not None and t.device != hidden_states.device:
             raise flytune.ArgumentError(f"flytune::moe_layer: {name} is on {t.device}, hidden_states on "
@@ -115,19 +135,27 @@ _arranged: dict = {}
 _arranged_lock = threading.Lock()
 
 
+# Stand-ins (arranged_weights) by id: tensors without values under which arranged copies are kept.
+_stand_ins: set = set()
+
+
 def _arranged_copy(export: flytune.Export, selector: str, w: torch.Tensor, name: str) -> torch.Tensor:
     key = (id(w), name, export.key)
     with _arranged_lock:
         hit = _arranged.get(key)
+        stand_in = id(w) in _stand_ins
     if hit is not None and hit[0] == w._version and hit[1] == w.data_ptr():
         return hit[2]
+    if stand_in:
+        raise flytune.ArgumentError(f"flytune::moe_layer: a weight stand-in of arranged_weights {tuple(w.shape)} has "
+                                    f"no {name} for the export {export.dir} (it holds the copies of the export it "
+                                    f"was made for; call arranged_weights with the real weights for this one)")
     layout = _core.WEIGHT_LAYOUT_SHUFFLED if name.endswith("shuffled") else _core.WEIGHT_LAYOUT_TILED
     src = w.contiguous()
     dst = torch.empty_like(src)
     rows, cols = src.numel() // src.shape[-1], src.shape[-1]
-    stream = torch.cuda.current_stream(src.device).cuda_stream
-    flytune._call(export._core.arrange, selector, src.data_ptr(), dst.data_ptr(), rows, cols, layout, stream,
-                  src.element_size(), context=f"flytune: arranging {name}")
+    flytune._call(export._core.arrange, selector, src.data_ptr(), dst.data_ptr(), rows, cols, layout,
+                  _stream(src.device), src.element_size(), context=f"flytune: arranging {name}")
     with _arranged_lock:
         if hit is None:
             weakref.finalize(w, _arranged.pop, key, None)
@@ -146,9 +174,9 @@ def _ensure_open(export: flytune.Export, selector: str) -> None:
         export.open_on(selector)
 
 
-def prepare_weights(w1: torch.Tensor, w2: torch.Tensor, export: Optional[flytune.Export] = None) -> None:
+def prepare_weights(w1: torch.Tensor, w2: torch.Tensor, export: Optional[flytune.Export] = None) -> list:
     """Arranges w1 and w2 in every layout the export's plans for their shapes read, now (before a CUDA graph
-    is captured, or to keep the first call fast)."""
+    is captured, or to keep the first call fast). Returns the export's problems these weights serve."""
     export = export or _default_export
     if export is None:
         raise flytune.ArgumentError("flytune.torch.prepare_weights: no export (pass one, or flytune.torch.use it)")
@@ -162,11 +190,40 @@ def prepare_weights(w1: torch.Tensor, w2: torch.Tensor, export: Optional[flytune
                                         f"{tuple(w1.shape)} {w1.dtype} (the export has: "
                                         f"{', '.join(p.key for p in export.problems)})")
         export.find_problem(experts, hidden, two_inter // 2, 1, dtype)  # the runtime's NotFoundError
-    selector = _selector(w1.device)
+    _check_devices(export, w1, {"w2": w2})
+    selector = _selector(export, w1.device)
     _ensure_open(export, selector)
     for p in problems:
         for name in export.weight_copies(p.key):
             _arranged_copy(export, selector, w1 if name.startswith("w1") else w2, name)
+    return problems
+
+
+def arranged_weights(w1: torch.Tensor, w2: torch.Tensor, export: Optional[flytune.Export] = None) -> tuple:
+    """prepare_weights, and the (w1, w2) to give the op from then on so that the layer's weights are held once:
+    a weight some plan of the export reads plain (Export.weights_read) comes back as it is; one that every plan
+    reads only arranged comes back as a stand-in -- its shape, dtype and device, one element of storage (a
+    stride-0 view) -- that keeps its arranged copies. Drop your own w1/w2 and the copies are all that is held.
+    The op never reads a stand-in's values; one given to another export (or changed) raises ArgumentError."""
+    export = export or _default_export
+    problems = prepare_weights(w1, w2, export)
+    read = {n for p in problems for n in export.weights_read(p.key)}
+    out = []
+    for name, w in (("w1", w1), ("w2", w2)):
+        if name in read:
+            out.append(w)
+            continue
+        stand_in = torch.empty((1,) * w.dim(), dtype=w.dtype, device=w.device).expand(w.shape)
+        with _arranged_lock:
+            for (owner, layout, key), (_, _, copy) in list(_arranged.items()):
+                if owner == id(w) and key == export.key:
+                    new_key = (id(stand_in), layout, key)
+                    _arranged[new_key] = (stand_in._version, stand_in.data_ptr(), copy)
+                    weakref.finalize(stand_in, _arranged.pop, new_key, None)
+            _stand_ins.add(id(stand_in))
+        weakref.finalize(stand_in, _stand_ins.discard, id(stand_in))
+        out.append(stand_in)
+    return tuple(out)
 
 
 @torch.library.custom_op("flytune::moe_layer", mutates_args=())
@@ -185,12 +242,12 @@ def moe_layer(hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, t
     e = flytune._find_export(export)
     scales = {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales}
     problem = _problem(e, hidden_states, w1, w2, topk_weights, topk_ids, scales)
-    _check_devices(hidden_states, dict(w1=w1, w2=w2, topk_weights=topk_weights, topk_ids=topk_ids, **scales))
+    _check_devices(e, hidden_states, dict(w1=w1, w2=w2, topk_weights=topk_weights, topk_ids=topk_ids, **scales))
     y = torch.empty_like(hidden_states)
     tokens = int(hidden_states.shape[0])
     if tokens == 0:
         return y
-    selector = _selector(hidden_states.device)
+    selector = _selector(e, hidden_states.device)
     _ensure_open(e, selector)
     plan = e.plan(problem.key, tokens)
     copies = {}
@@ -199,13 +256,15 @@ def moe_layer(hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, t
             copies[name] = _arranged_copy(e, selector, w1 if name.startswith("w1") else w2, name)
     workspace = torch.empty(plan["workspace"]["total"], dtype=torch.uint8, device=hidden_states.device)
     x, ids, wts = hidden_states.contiguous(), topk_ids.contiguous(), topk_weights.contiguous()
-    w1c, w2c = w1.contiguous(), w2.contiguous()
+    # the plain weights only where this plan reads them (a stand-in of arranged_weights has no values to copy)
+    w1c, w2c = (w.contiguous() if plan[n] else None for n, w in (("w1", w1), ("w2", w2)))
     scale_ptrs = {n: t.contiguous() for n, t in scales.items() if t is not None}  # kept alive over the launch
     ptr = lambda name: copies[name].data_ptr() if name in copies else 0  # noqa: E731
     sptr = lambda name: scale_ptrs[name].data_ptr() if name in scale_ptrs else 0  # noqa: E731
-    stream = torch.cuda.current_stream(hidden_states.device).cuda_stream
+    stream = _stream(hidden_states.device)
+    plain = lambda t: t.data_ptr() if t is not None else 0  # noqa: E731
     flytune._call(e._core.launch, selector, problem.key, tokens, x.data_ptr(), ids.data_ptr(), wts.data_ptr(),
-                  w1c.data_ptr(), w2c.data_ptr(), ptr("w1_shuffled"), ptr("w2_shuffled"), ptr("w1_tiled"),
+                  plain(w1c), plain(w2c), ptr("w1_shuffled"), ptr("w2_shuffled"), ptr("w1_tiled"),
                   ptr("w2_tiled"), workspace.data_ptr(), workspace.numel(), y.data_ptr(), stream,
                   sptr("x_scale"), sptr("w1_scales"), sptr("w2_scales"), context="flytune::moe_layer")
     return y

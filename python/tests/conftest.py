@@ -18,6 +18,7 @@ sm_90a winners of the tiny Mixtral's MoE problem (E 4, H 256, I 512, k 2, bf16),
 wgmma_tile_m=64;wgmma_tile_n=64;wgmma_stages=3;tile_m=32" --tokens 1,8 --no-baseline`.
 """
 import importlib
+import json
 import os
 import pathlib
 import shutil
@@ -115,3 +116,24 @@ def cuda_devices() -> int:
     if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(n)) != 0:
         return 0
     return n.value
+
+
+def run_driver(main, tmp_path, *args, name="run.json") -> dict:
+    """A model driver's main (flytune-mixtral's or flytune-mixtral-torch's) on the tiny config, batch 2 x prompt
+    16, 8 new tokens, one repeat, and more `args`: its --json, after it exited 0."""
+    out = tmp_path / name
+    assert main(["--config", "tiny", "--batch", "2", "--prompt-len", "16", "--new-tokens", "8", "--repeats", "1",
+                 "--json", str(out), "--no-progress", *args]) == 0
+    return json.loads(out.read_text())
+
+
+def check_two_implementations(r: dict, first: str, second: str) -> None:
+    """run_driver's result of --impl first,second: a row each, the second's last logits within 3e-2 relative L2
+    of the first's and their greedy tokens equal for the first 4 of 9 (the drivers' bf16 bound), tokens/s and the
+    time per part measured."""
+    assert [(x["impl"], x["batch"], x["prompt_len"]) for x in r["runs"]] == [(first, 2, 16), (second, 2, 16)]
+    a = r["runs"][1]["agreement"]
+    assert a["vs"] == first and a["logits_rel_l2"] < 3e-2 and a["tokens_equal_steps"] >= 4, a
+    for x in r["runs"]:
+        assert x["prefill_tokens_per_s"] > 0 and x["decode_tokens_per_s"] > 0
+        assert set(x["parts"]) == {"prefill", "decode"} and x["parts"]["decode"]["moe_s"]["median"] > 0

@@ -21,31 +21,21 @@ import os
 import numpy as np
 import pytest
 
-from conftest import cuda_devices, framework
+from conftest import check_two_implementations, cuda_devices, framework, run_driver
+from layer_reference import ref_moe
 
 jax = framework("jax")
 import jax.numpy as jnp  # noqa: E402
 
 import flytune  # noqa: E402
 import flytune.jax  # noqa: E402,F401
-from flytune.models import checkpoint, generate, mixtral, moe  # noqa: E402
+from flytune.models import checkpoint, generate, mixtral, moe, report  # noqa: E402
 
 TINY = mixtral.TINY
 FP8_MODEL_BOUND = 6e-2  # flytune's fp8 layer quantises x and the intermediate; XLA's paths keep them bf16
 
 
 # --- a float64 reference of the blocks, written from the architecture's definition ---------------------------
-
-def ref_moe(x, ids, w, w1, w2):
-    inter = w2.shape[2]
-    y = np.zeros((x.shape[0], w2.shape[1]))
-    for t in range(x.shape[0]):
-        for s in range(ids.shape[1]):
-            e = ids[t, s]
-            gate, up = w1[e, :inter] @ x[t], w1[e, inter:] @ x[t]
-            y[t] += w[t, s] * (w2[e] @ (gate / (1 + np.exp(-gate)) * up))
-    return y
-
 
 def ref_norm(x, g, eps):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * g
@@ -162,21 +152,12 @@ def test_prefill_then_decode_equals_the_whole_sequence(f32_params):
 
 
 def _run(tmp_path, *args):
-    out = tmp_path / "run.json"
-    rc = generate.main(["--config", "tiny", "--batch", "2", "--prompt-len", "16", "--new-tokens", "8", "--repeats",
-                        "1", "--json", str(out), "--no-progress", *args])
-    assert rc == 0
-    return json.loads(out.read_text())
+    return run_driver(generate.main, tmp_path, *args)
 
 
 def test_the_driver_runs_every_xla_implementation_end_to_end(tmp_path):
     r = _run(tmp_path, "--impl", "ragged_dot,dense")
-    assert [(x["impl"], x["batch"], x["prompt_len"]) for x in r["runs"]] == [("ragged_dot", 2, 16), ("dense", 2, 16)]
-    a = r["runs"][1]["agreement"]
-    assert a["vs"] == "ragged_dot" and a["logits_rel_l2"] < 3e-2 and a["tokens_equal_steps"] >= 4, a
-    for x in r["runs"]:
-        assert x["prefill_tokens_per_s"] > 0 and x["decode_tokens_per_s"] > 0
-        assert set(x["parts"]) == {"prefill", "decode"} and x["parts"]["decode"]["moe_s"]["median"] > 0
+    check_two_implementations(r, "ragged_dot", "dense")
     assert r["layers"] == 2 and r["config"]["experts"] == TINY.experts and r["dtype"] == "bf16"
     experts = mixtral.expert_bytes(TINY, jnp.bfloat16)  # each implementation holds its own layout, once
     assert r["moe_weight_bytes"] == {"ragged_dot": experts, "dense": experts}
@@ -190,11 +171,11 @@ def test_the_decode_time_is_the_steps_alone(monkeypatch):
     params = mixtral.random_params(TINY, 0, jnp.bfloat16)
     model = generate.Model(TINY, "dense", params, [(p["w1"], p["w2"]) for p in params["layers"]])
     nxt, _, cache = model.prefill(jnp.zeros((1, 4), jnp.int32), 8)
-    model.decode(nxt, cache, 4, 2, generate.Progress(False), "warm-up")
+    model.decode(nxt, cache, 4, 2, report.Progress(False), "warm-up")
     nxt, _, cache = model.prefill(jnp.zeros((1, 4), jnp.int32), 8)
     real = jnp.stack
     monkeypatch.setattr(jnp, "stack", lambda *a, **k: (_time.sleep(1.0), real(*a, **k))[1])
-    tokens, seconds = model.decode(nxt, cache, 4, 2, generate.Progress(False), "timed")
+    tokens, seconds = model.decode(nxt, cache, 4, 2, report.Progress(False), "timed")
     assert tokens.shape == (1, 3) and seconds < 1.0
 
 
@@ -224,12 +205,12 @@ def test_speedups_are_over_the_faster_other_implementation_per_shape():
                 "decode_tokens_per_s": decode}
     runs = [row("flytune", 1, 300.0, 60.0), row("ragged_dot", 1, 100.0, 30.0), row("dense", 1, 150.0, 20.0),
             row("flytune", 32, 800.0, 90.0), row("ragged_dot", 32, 200.0, 100.0)]
-    assert generate._speedups(runs) == [
+    assert report.speedups(runs) == [
         {"batch": 1, "prompt_len": 512, "prefill": {"vs": "dense", "speedup": 2.0},
          "decode": {"vs": "ragged_dot", "speedup": 2.0}},
         {"batch": 32, "prompt_len": 512, "prefill": {"vs": "ragged_dot", "speedup": 4.0},
          "decode": {"vs": "ragged_dot", "speedup": 0.9}}]
-    assert generate._speedups(runs[1:3]) == []  # no flytune row: nothing to compare
+    assert report.speedups(runs[1:3]) == []  # no flytune row: nothing to compare
 
 
 def test_the_flytune_implementation_lowers_to_flytunes_call_in_every_layer(cpu_export):

@@ -89,6 +89,28 @@ def test_the_plan_cache_is_bounded_over_many_token_counts(export_dir):
     assert export.cached_plans() == bound
 
 
+def test_the_coverage_warnings_remembered_are_bounded_too(export_dir):
+    """Every T above the largest bucket warns once (flytune.CoverageWarning): an Export remembers the
+    PLAN_CACHE_PLANS T it warned about last, so a server seeing ever new T holds a bounded set, and a T forgotten
+    warns again when it comes back."""
+    export = flytune.load(export_dir, device="none")
+    bound = flytune.PLAN_CACHE_PLANS
+    p = export.problems[0]
+    above = [p.buckets[-1] + i for i in range(1, 3 * bound + 1)]
+
+    def warned(tokens):
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            for t in tokens:
+                export.plan(p.key, t)
+        return [w for w in seen if issubclass(w.category, flytune.CoverageWarning)]
+
+    assert len(warned(above)) == len(above)  # each T once
+    assert len(export._coverage_warned) == bound
+    assert warned(above[-bound:]) == []  # the last bound T are remembered (and stay so, most recent last)
+    assert len(warned(above[:1])) == 1 and len(export._coverage_warned) == bound  # forgotten: warns again
+
+
 def test_unknown_shapes_get_the_runtimes_answer(cpu_export):
     p = cpu_export.problems[0]
     with pytest.raises(flytune.NotFoundError) as e:

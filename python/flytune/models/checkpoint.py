@@ -25,7 +25,7 @@ import glob
 import json
 import os
 
-from flytune.models.mixtral import Config
+from flytune.models.config import Config
 
 # config.json key -> Config field
 _HF_KEYS = {"vocab_size": "vocab", "hidden_size": "hidden", "intermediate_size": "inter",

@@ -146,6 +146,7 @@ def prepare(impl: str, w1: torch.Tensor, w2: torch.Tensor, export=None, fp8: boo
         w1, w2 = ftt.arranged_weights(w1, w2, export)
     if impl == "grouped_mm":
         w1, w2 = w1.transpose(1, 2), w2.transpose(1, 2)  # views: column-major, as _grouped_mm takes them
+        grouped_mm_backend(w1.device, w1.dtype)  # its probe copies from the host: never inside a graph capture
     return Experts(w1, w2, s1, s2, export)
 
 
@@ -219,7 +220,9 @@ def grouped_layer(x, ids, weights, w1t, w2t) -> torch.Tensor:
     experts, inter, hidden = w2t.shape
     flat = ids.reshape(-1).long()
     order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=experts)
+    # per-expert pair counts without a device-to-host sync (bincount sizes its output from the largest id,
+    # which a CUDA graph capture cannot read); ids are in [0, E) here
+    counts = torch.zeros(experts, dtype=torch.long, device=flat.device).index_add_(0, flat, torch.ones_like(flat))
     offs = torch.cumsum(counts, 0).to(torch.int32)
     tok = order // ids.shape[-1]
     gu = _grouped_gemm(x[tok], w1t, offs, counts)

@@ -40,7 +40,7 @@ namespace {
 
 namespace xla = test::xla;
 
-constexpr const char* kSpace = "small;atom=mfma_f32_16x16x16_bf16;tile_m=32;split_k=1";  // one variant per stage
+constexpr const char* kSpace = "small;atom=mfma_f32_16x16x16_bf16;tile_m=32;split_k=1;layout=shuffled";  // one variant per stage, reading shuffled weights
 constexpr int kTokens = 5;                       // under the export's one bucket (8)
 constexpr std::uint16_t kPoison = 0x7fc0;        // a bf16 NaN: y elements no kernel wrote fail the comparison
 
@@ -53,7 +53,7 @@ XLA_FFI_Handler* rocm_handler(const std::string& name) {
 // The tiny gfx942 export of a search on the double's hip:0 (half a minute on
 // the emulator) and why there is none. ctest runs each test in a process of
 // its own, so the first one keeps it in the build tree for the others, marked
-// with the flytune binary that made it and remade when that binary changes.
+// with the flytune binary and the space that made it and remade when either changes.
 struct TinyExport {
   std::string path, error;
 };
@@ -63,7 +63,7 @@ std::string made_by() {
   std::error_code ec;
   const auto size = fs::file_size(FLYTUNE_BIN, ec);
   const auto time = fs::last_write_time(FLYTUNE_BIN, ec).time_since_epoch().count();
-  return std::string(FLYTUNE_BIN) + " " + std::to_string(size) + " " + std::to_string(time) + "\n";
+  return std::string(FLYTUNE_BIN) + " " + std::to_string(size) + " " + std::to_string(time) + " " + kSpace + "\n";
 }
 
 TinyExport make_tiny_export() {
@@ -153,6 +153,7 @@ class RocmFfi : public ::testing::Test {
     const Problem& p = work_.problem;
     const std::int64_t T = kTokens, H = p.hidden, I = p.inter, E = p.experts, k = p.topk;
     const py::PlanInfo plan = export_->plan_info(problem_, kTokens);
+    ASSERT_TRUE(plan.w1_shuffled && plan.w2_shuffled) << "the layout=shuffled variants read both arranged copies";
     x_ = tensor(XLA_FFI_DataType_BF16, work_.x, {T, H});
     ids_ = tensor(XLA_FFI_DataType_S32, work_.topk_ids, {T, k});
     weights_ = tensor(XLA_FFI_DataType_F32, work_.topk_weights, {T, k});
@@ -222,6 +223,18 @@ TEST_F(RocmFfi, RunsATinyLayerOnTheDouble) {
   const ReferenceOutput ref = reference_layer(work_);
   const Comparison c = compare_output(got, ref.y, DType::bf16);
   EXPECT_TRUE(c.passed) << c.summary(work_.problem.hidden) << " (jaxlib " FT_HIP_JAXLIB_VERSION ")";
+}
+
+// The copies flytune_arrange_weights made are what the layer reads: the plain
+// weights passed in their place miss the reference.
+TEST_F(RocmFfi, PlainWeightsInPlaceOfTheShuffledCopiesMissTheReference) {
+  xla::Call c = layer_call();
+  c.args[5] = w1_, c.args[6] = w2_;
+  const xla::Outcome out = xla::call(rocm_handler("flytune_moe_layer"), c);
+  ASSERT_TRUE(out.ok) << out.message;
+  const Comparison cmp = compare_output(y(), reference_layer(work_).y, DType::bf16);
+  EXPECT_FALSE(cmp.passed) << cmp.summary(work_.problem.hidden);
+  EXPECT_GT(cmp.rel_l2, 0.1) << cmp.summary(work_.problem.hidden);
 }
 
 // A call frame the handler must refuse with one line through the FFI error

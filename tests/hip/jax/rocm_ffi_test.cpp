@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -121,6 +122,9 @@ class RocmFfi : public ::testing::Test {
     stream_ = *s;
     auto p = problem_from_preset("tiny");
     ASSERT_TRUE(p) << p.error().describe();
+    const py::ProblemInfo& served = export_->problems().front();
+    ASSERT_EQ(std::tuple(served.experts, served.hidden, served.inter, served.topk, served.dtype),
+              std::tuple(p->experts, p->hidden, p->inter, p->topk, std::string("bf16")));
     auto w = make_workload(*p, kTokens, {.seed = 11});
     ASSERT_TRUE(w) << w.error().describe();
     work_ = std::move(*w);

@@ -8,7 +8,9 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -84,6 +86,21 @@ Double* the_double(hipError_t* why) {
   if (!d) return ft_why_;
 
 Gpu* gpu_of(Double& d, int index) { return index >= 0 && index < d.count() ? &d.gpu(index) : nullptr; }
+
+// The streams hipStreamCreate made and hipStreamDestroy has not freed. A call
+// on any other non-null stream (another runtime's, XLA's of a CUDA device, a
+// destroyed one) is refused with hipErrorInvalidHandle before the double reads
+// it; the real runtime would read through the pointer.
+std::mutex streams_mutex;
+std::unordered_set<hipStream_t> live_streams;
+bool is_live(hipStream_t s) {
+  std::lock_guard lock(streams_mutex);
+  return !s || live_streams.count(s) > 0;
+}
+#define FT_HIP_STREAM(s)                                                                                      \
+  if (!is_live(s))                                                                                            \
+    return failed(hipErrorInvalidHandle, fmt::format("{} is not a stream of the flytune HIP double (not made " \
+                                                     "by its hipStreamCreate, or destroyed)", static_cast<void*>(s)));
 
 // A stream's GPU and emulator stream (the null stream: the current GPU's default).
 Gpu& stream_gpu(Double& d, hipStream_t s) { return d.gpu(s ? s->gpu : current_gpu); }
@@ -240,21 +257,25 @@ ft::DevicePtr dptr(const void* p) { return ft::DevicePtr(reinterpret_cast<std::u
 
 hipError_t hipMemcpyHtoDAsync(hipDeviceptr_t dst, void* src, size_t bytes, hipStream_t s) {
   FT_HIP_DOUBLE(d);
+  FT_HIP_STREAM(s);
   return status(stream_gpu(*d, s).emu->copy_to_device(dptr(dst), src, bytes, emu_stream(s)));
 }
 
 hipError_t hipMemcpyDtoHAsync(void* dst, hipDeviceptr_t src, size_t bytes, hipStream_t s) {
   FT_HIP_DOUBLE(d);
+  FT_HIP_STREAM(s);
   return status(stream_gpu(*d, s).emu->copy_to_host(dst, dptr(src), bytes, emu_stream(s)));
 }
 
 hipError_t hipMemcpyDtoDAsync(hipDeviceptr_t dst, hipDeviceptr_t src, size_t bytes, hipStream_t s) {
   FT_HIP_DOUBLE(d);
+  FT_HIP_STREAM(s);
   return status(stream_gpu(*d, s).emu->copy_device(dptr(dst), dptr(src), bytes, emu_stream(s)));
 }
 
 hipError_t hipMemsetD32Async(hipDeviceptr_t dst, int value, size_t count, hipStream_t s) {
   FT_HIP_DOUBLE(d);
+  FT_HIP_STREAM(s);
   return status(stream_gpu(*d, s).emu->memset_u32(dptr(dst), std::uint32_t(value), count, emu_stream(s)));
 }
 
@@ -292,6 +313,7 @@ hipError_t hipModuleLaunchKernel(hipFunction_t f, unsigned gx, unsigned gy, unsi
                                  unsigned bz, unsigned lds, hipStream_t s, void** params, void** extra) {
   FT_HIP_DOUBLE(d);
   if (!f) return failed(hipErrorInvalidHandle, "launch of a null function");
+  FT_HIP_STREAM(s);
   if (s && s->gpu != f->gpu) return failed(hipErrorInvalidHandle, "a launch on another GPU's stream");
   Gpu& gpu = d->gpu(f->gpu);
   const ft::hip_double::LaunchRequest launch{{gx, gy, gz}, {bx, by, bz}, int(lds), params, extra};
@@ -310,12 +332,19 @@ hipError_t hipStreamCreate(hipStream_t* s) {
   auto r = d->gpu(current_gpu).emu->create_stream();
   if (!r) return failed(hipErrorOutOfMemory, r.error());
   *s = new ihipStream_t{current_gpu, *r};
+  std::lock_guard lock(streams_mutex);
+  live_streams.insert(*s);
   return hipSuccess;
 }
 
 hipError_t hipStreamDestroy(hipStream_t s) {
   FT_HIP_DOUBLE(d);
   if (!s) return failed(hipErrorInvalidHandle, "destroy of the null stream");
+  FT_HIP_STREAM(s);
+  {
+    std::lock_guard lock(streams_mutex);
+    live_streams.erase(s);
+  }
   const ft::Status st = d->gpu(s->gpu).emu->destroy_stream(s->emu);
   delete s;
   return status(st, hipErrorInvalidHandle);
@@ -323,6 +352,7 @@ hipError_t hipStreamDestroy(hipStream_t s) {
 
 hipError_t hipStreamSynchronize(hipStream_t s) {
   FT_HIP_DOUBLE(d);
+  FT_HIP_STREAM(s);
   synchronized();
   return status(stream_gpu(*d, s).emu->synchronize(emu_stream(s)), hipErrorInvalidHandle);
 }
@@ -346,6 +376,7 @@ hipError_t hipEventDestroy(hipEvent_t e) {
 hipError_t hipEventRecord(hipEvent_t e, hipStream_t s) {
   FT_HIP_DOUBLE(d);
   if (!e) return failed(hipErrorInvalidHandle, "record of a null event");
+  FT_HIP_STREAM(s);
   if (s && s->gpu != e->gpu) return failed(hipErrorInvalidHandle, "an event recorded on another GPU's stream");
   e->recorded = ++records;
   e->completed = false;
@@ -377,12 +408,14 @@ hipError_t hipEventElapsedTime(float* ms, hipEvent_t start, hipEvent_t stop) {
 
 hipError_t hipStreamBeginCapture(hipStream_t s, hipStreamCaptureMode) {
   FT_HIP_DOUBLE(d);
+  FT_HIP_STREAM(s);
   if (!s) return failed(hipErrorStreamCaptureUnsupported, "capture on the null stream");
   return status(d->gpu(s->gpu).emu->begin_capture(s->emu), hipErrorIllegalState);
 }
 
 hipError_t hipStreamEndCapture(hipStream_t s, hipGraph_t* graph) {
   FT_HIP_DOUBLE(d);
+  FT_HIP_STREAM(s);
   if (!s) return failed(hipErrorIllegalState, "end of a capture on the null stream");
   auto g = d->gpu(s->gpu).emu->end_capture(s->emu);
   if (!g) return failed(hipErrorIllegalState, g.error());
@@ -402,6 +435,7 @@ hipError_t hipGraphInstantiate(hipGraphExec_t* exec, hipGraph_t graph, hipGraphN
 hipError_t hipGraphLaunch(hipGraphExec_t exec, hipStream_t s) {
   FT_HIP_DOUBLE(d);
   if (!exec) return failed(hipErrorInvalidHandle, "launch of a null graph");
+  FT_HIP_STREAM(s);
   if (s && s->gpu != exec->graph->gpu) return failed(hipErrorInvalidHandle, "a graph launched on another GPU's stream");
   return status(d->gpu(exec->graph->gpu).emu->launch_graph(exec->graph->emu, emu_stream(s)), hipErrorLaunchFailure);
 }

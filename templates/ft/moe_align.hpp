@@ -19,21 +19,23 @@ namespace ft {
 // instead of one thread walking E experts: at E = 128 or 256 that walk was a
 // serial chain of E dependent LDS round trips and divisions by B. scratch
 // (E ints) is overwritten; it may be counts itself.
+// Threads: the block's (the one-launch layer aligns in blocks of its GEMM's size).
+template <int Threads = kAlignThreads>
 FT_DEVICE void padded_offsets(const int* counts, int* offsets, int* scratch, int E, int B) {
   const int tid = thread_index();
-  for (int e = tid; e < E; e += kAlignThreads) scratch[e] = (counts[e] + B - 1) / B * B;
+  for (int e = tid; e < E; e += Threads) scratch[e] = (counts[e] + B - 1) / B * B;
   barrier();
   int* src = scratch;
   int* dst = offsets + 1;
   for (int d = 1; d < E; d *= 2) {
-    for (int e = tid; e < E; e += kAlignThreads) dst[e] = src[e] + (e >= d ? src[e - d] : 0);
+    for (int e = tid; e < E; e += Threads) dst[e] = src[e] + (e >= d ? src[e - d] : 0);
     barrier();
     int* t = src;
     src = dst;
     dst = t;
   }
   if (src != offsets + 1)
-    for (int e = tid; e < E; e += kAlignThreads) offsets[e + 1] = src[e];
+    for (int e = tid; e < E; e += Threads) offsets[e + 1] = src[e];
   if (tid == 0) offsets[0] = 0;
   barrier();
 }

@@ -21,8 +21,10 @@ namespace ft {
 class Variant {
  public:
   Variant() = default;
-  // A variant of the atom's family with every axis at its initial value.
+  // A variant of the atom's family (family_of), or of `family`, with every
+  // axis at its initial value.
   static Variant of(const Target& target, StageRole role, const AtomInfo& atom);
+  static Variant of(const Target& target, StageRole role, const AtomInfo& atom, const Family* family);
 
   const Target* target = nullptr;
   const Family* family = nullptr;

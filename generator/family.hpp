@@ -132,6 +132,9 @@ class Family {
   virtual int threads(const Variant& v) const;
   // Dynamic LDS / shared memory of one block; emitted units static_assert the templates agree.
   virtual int lds_bytes(const Variant& v) const = 0;
+  // The most dynamic LDS a launch of it asks for: the limit a loader raises on
+  // its function (CUDA needs it above 48 KiB). The default: lds_bytes.
+  virtual int lds_limit(const Variant& v) const { return lds_bytes(v); }
   // Registers per lane the kernel needs at least; a pre-compile estimate for legality.
   virtual int register_estimate(const Variant& v) const = 0;
   // The family's own rules on its axes alone, then on a problem; nullopt when legal.

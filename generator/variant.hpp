@@ -42,6 +42,7 @@ class Variant {
 
   int threads() const { return family->threads(*this); }
   int lds_bytes() const { return family->lds_bytes(*this); }
+  int lds_limit() const { return family->lds_limit(*this); }
   int register_estimate() const { return family->register_estimate(*this); }
   StageContract contract() const { return family->contract(*this); }
   int weight_matrices() const { return role == StageRole::stage1 ? 2 : 1; }

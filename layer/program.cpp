@@ -359,6 +359,11 @@ std::vector<Variant> stage_list(const std::optional<Variant>& stage1, const std:
   return out;
 }
 
+bool launches(const LayerProgram& p, const Variant& stage) {
+  const std::string name = stage.name();
+  return std::any_of(p.steps.begin(), p.steps.end(), [&](const Step& s) { return s.op == Step::Op::launch && s.symbol == name; });
+}
+
 Result<int> align_block_of(const LayerRecipe& r) {
   int block = 1;
   std::string tiles;

@@ -83,6 +83,10 @@ class OneLaunchFamily final : public Family {
     return (gemm + 15) / 16 * 16;
   }
 
+  // The launch adds route tables that grow with T (build_program refuses a T
+  // whose tables do not fit): a loader allows the target's whole LDS.
+  int lds_limit(const Variant& v) const override { return v.target->lds_bytes; }
+
   // Both units hold both GEMMs: the larger estimate.
   int register_estimate(const Variant& v) const override {
     return std::max(tiled_registers(v, v.get("tile_n"), 2), tiled_registers(v, 2 * v.get("tile_n"), 1));

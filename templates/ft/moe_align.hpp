@@ -40,6 +40,18 @@ FT_DEVICE void padded_offsets(const int* counts, int* offsets, int* scratch, int
   barrier();
 }
 
+// The expert whose padded run holds `row`: the last e with offsets[e] <= row
+// (offsets as padded_offsets leaves them; that run is not empty).
+FT_DEVICE int expert_of_row(const int* offsets, int E, int row) {
+  int lo = 0, hi = E - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (offsets[mid] <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 // Y's rows of the tokens t = first, first + stride, ... (< end) none of whose
 // slots names an expert (all -1 or bad ids): zeros. The _y modes of stage 2
 // finish only the chunks that received values (moe_args.hpp, Reduce), so
@@ -89,16 +101,7 @@ FT_DEVICE void moe_align(const MoeArgs& p) {
   padded_offsets(counts, offsets, counts, E, B);  // counts are not read after this
   if (tid == 0) *p.padded_rows = offsets[E];
   const int total = offsets[E];
-  for (int b = tid; b < total / B; b += kAlignThreads) {
-    // The expert whose run holds row b*B: the last e with offsets[e] <= b*B and a non-empty run.
-    int lo = 0, hi = E - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (offsets[mid] <= b * B) lo = mid;
-      else hi = mid - 1;
-    }
-    p.block_experts[b] = lo;
-  }
+  for (int b = tid; b < total / B; b += kAlignThreads) p.block_experts[b] = expert_of_row(offsets, E, b * B);
   for (int r = tid; r < total; r += kAlignThreads) p.sorted_ids[r] = pairs;
   barrier();
   for (int i = tid; i < pairs; i += kAlignThreads) {
@@ -171,15 +174,8 @@ FT_DEVICE void moe_align_scatter(const MoeArgs& p) {
   // row blocks j = b, b + blocks, ... (the last e with offsets[e] <= j * B).
   for (int e = b; e < E; e += blocks)
     for (int r = offsets[e] + totals[e] + tid; r < offsets[e + 1]; r += kAlignThreads) p.sorted_ids[r] = pairs;
-  for (int j = b * kAlignThreads + tid; j < offsets[E] / B; j += blocks * kAlignThreads) {
-    int lo = 0, hi = E - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (offsets[mid] <= j * B) lo = mid;
-      else hi = mid - 1;
-    }
-    p.block_experts[j] = lo;
-  }
+  for (int j = b * kAlignThreads + tid; j < offsets[E] / B; j += blocks * kAlignThreads)
+    p.block_experts[j] = expert_of_row(offsets, E, j * B);
   const int first = b * chunk, last = first + chunk < pairs ? first + chunk : pairs;
   for (int i = first + tid; i < last; i += kAlignThreads) {
     const int e = p.topk_ids[i];

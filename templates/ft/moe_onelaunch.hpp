@@ -165,15 +165,7 @@ struct OneLaunch {
     padded_offsets<kThreads>(counts, offsets, counts, E, B);  // counts are not read after this
     const int total = offsets[E];
     if (tid == 0) *padded = total;
-    for (int b = tid; b < total / B; b += kThreads) {
-      int lo = 0, hi = E - 1;  // the last e with offsets[e] <= b*B and a non-empty run
-      while (lo < hi) {
-        const int mid = (lo + hi + 1) / 2;
-        if (offsets[mid] <= b * B) lo = mid;
-        else hi = mid - 1;
-      }
-      experts[b] = lo;
-    }
+    for (int b = tid; b < total / B; b += kThreads) experts[b] = expert_of_row(offsets, E, b * B);
     for (int r = tid; r < total; r += kThreads) sorted[r] = pairs;
     barrier();
     // Each pair's place in its expert's run: the pairs of that expert before

@@ -4,13 +4,15 @@
 // 1 alone and stage 2 alone against the CPU reference at T = 1, 3, 7, 16
 // (uniform routing, one expert with no tokens); -1 ids with fully masked
 // tokens (zero Y rows) and bad ids (counted); Y the same bits on every run and
-// under another interleaving of the blocks; and a mutant that starts stage-2
-// tiles one stage-1 tile early, which must fail.
+// under another interleaving of the blocks; a mutant that starts stage-2
+// tiles one stage-1 tile early, which must fail; and the family's emitted
+// units through the layer program.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "device/device_buffer.hpp"
+#include "generator/families/families.hpp"
 #include "measure/workload/half.hpp"
 #include "tests/emu/layer_support.hpp"
 
@@ -211,6 +213,38 @@ TEST(EmuOneLaunchRelease, AnEarlyReleaseFails) {
     }
     std::printf("%s: the early release failed under %d of %d schedules\n", name, failed, int(kMutantSchedules));
     EXPECT_GT(failed, 0) << name << ": a stage 2 released one stage-1 tile early passed under every schedule";
+  }
+}
+
+// The family's own units (generator/families/onelaunch.cpp, emitted) through
+// the layer program -- a clear and one launch -- as the search and the
+// runtime run them: every form against the CPU reference.
+TEST(EmuOneLaunchProgram, TheFamilysUnitsThroughTheLayerProgram) {
+  const std::tuple<const char*, const char*, int, int> cases[] = {{"gfx942", "mfma_f32_16x16x16_bf16", 1, 16},
+                                                                  {"sm_90a", "mma_m16n8k16_f32_bf16", 1, 8}};
+  for (const auto& [name, atom, warps_n, tile_n] : cases) {
+    const Target& t = target(name);
+    LayerPlan plan;
+    for (StageRole role : kStageRoles) {
+      Variant v = Variant::of(t, role, *find_atom(atom), &onelaunch_family());
+      v.set("ol_blocks", 6).set("tile_m", 16).set("tile_n", tile_n).set("tile_k", 64).set("warps_m", 1).set("warps_n", warps_n);
+      const auto why = why_illegal(v, small_problem(DType::bf16));
+      ASSERT_FALSE(why) << v.name() << ": " << *why;
+      (role == StageRole::stage1 ? plan.stage1 : plan.stage2) = v;
+    }
+    auto kernels = TargetBench::of(t).kernels(plan);
+    ASSERT_TRUE(kernels) << kernels.error().describe();
+    for (int tokens : kTokenCounts) {
+      const Case& c = case_for(DType::bf16, tokens);
+      auto prog = build_program(plan.recipe(c.workload.problem), tokens);
+      ASSERT_TRUE(prog) << prog.error().describe();
+      EXPECT_EQ(prog->steps.size(), 2u) << plan_label(plan);
+      auto dw = DeviceWorkload::upload(TargetBench::of(t).device(), c.workload);
+      ASSERT_TRUE(dw) << dw.error().describe();
+      auto cmp = verify_layer(*dw, *kernels, plan, c.reference[0]);
+      ASSERT_TRUE(cmp) << plan_label(plan) << " T=" << tokens << ": " << cmp.error().describe();
+      EXPECT_TRUE(cmp->passed) << plan_label(plan) << " T=" << tokens << ": " << cmp->summary(std::size_t(c.workload.problem.hidden));
+    }
   }
 }
 

@@ -40,6 +40,17 @@ FT_DEVICE void padded_offsets(const int* counts, int* offsets, int* scratch, int
   barrier();
 }
 
+// Counts the experts of pairs [first, last) into counts[0..E) (LDS) and the
+// ids outside [-1, E) into *bad, Threads threads at a time.
+template <int Threads = kAlignThreads>
+FT_DEVICE void count_pairs(const MoeArgs& p, int first, int last, int* counts, int* bad) {
+  for (int i = first + thread_index(); i < last; i += Threads) {
+    const int e = p.topk_ids[i];
+    if (e >= 0 && e < p.experts) atomic_add(&counts[e], 1);
+    else if (e != -1) atomic_add(bad, 1);
+  }
+}
+
 // The expert whose padded run holds `row`: the last e with offsets[e] <= row
 // (offsets as padded_offsets leaves them; that run is not empty).
 FT_DEVICE int expert_of_row(const int* offsets, int E, int row) {
@@ -90,11 +101,7 @@ FT_DEVICE void moe_align(const MoeArgs& p) {
     for (long long c = tid; c < words / 4; c += kAlignThreads) acc[c] = zero_chunk();
   }
   barrier();
-  for (int i = tid; i < pairs; i += kAlignThreads) {
-    const int e = p.topk_ids[i];
-    if (e >= 0 && e < E) atomic_add(&counts[e], 1);
-    else if (e != -1) atomic_add(bad, 1);
-  }
+  count_pairs(p, 0, pairs, counts, bad);
   barrier();
   zero_unrouted_rows(p, tid, p.tokens, kAlignThreads);
   if (tid == 0 && p.bad_ids) *p.bad_ids = *bad;
@@ -130,11 +137,7 @@ FT_DEVICE void moe_align_count(const MoeArgs& p) {
   for (int e = tid; e <= E; e += kAlignThreads) counts[e] = 0;
   barrier();
   const int first = b * chunk, last = first + chunk < pairs ? first + chunk : pairs;
-  for (int i = first + tid; i < last; i += kAlignThreads) {
-    const int e = p.topk_ids[i];
-    if (e >= 0 && e < E) atomic_add(&counts[e], 1);
-    else if (e != -1) atomic_add(&counts[E], 1);
-  }
+  count_pairs(p, first, last, counts, &counts[E]);
   barrier();
   i32* table = p.sorted_ids + p.max_padded_rows;
   for (int e = tid; e <= E; e += kAlignThreads) table[(long long)b * (E + 1) + e] = counts[e];

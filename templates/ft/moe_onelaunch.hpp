@@ -152,11 +152,7 @@ struct OneLaunch {
     for (int e = tid; e < E; e += kThreads) counts[e] = 0;
     if (tid == 0) *bad = 0;
     barrier();
-    for (int i = tid; i < pairs; i += kThreads) {
-      const int e = p.topk_ids[i];
-      if (e >= 0 && e < E) atomic_add(&counts[e], 1);
-      else if (e != -1) atomic_add(bad, 1);
-    }
+    count_pairs<kThreads>(p, 0, pairs, counts, bad);
     barrier();
     if (block_index_x() == 0) {
       zero_unrouted_rows(p, tid, p.tokens, kThreads);

@@ -3,8 +3,10 @@
 // each alone, pairs them into the layer winner of every bucket; flytune
 // export writes the layer as a clear and one launch (checked through the
 // runtime before it writes), and check-export --emulate passes it at token
-// counts and routings the search never ran.
+// counts and routings the search never ran. (Pairing beside the other
+// families: tests/unit/search/layer_pairs_test.cpp.)
 #include <fstream>
+#include <set>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -335,6 +335,8 @@ Status EmuDevice::launch(FunctionHandle f, Dim3 grid, Dim3 block, int dynamic_sh
     g.block_threads = int(threads);
     g.dynamic_lds = dynamic_shared;
     g.workers = options_.workers;
+    g.interleave = options_.interleave;
+    g.schedule_seed = options_.schedule_seed;
     g.fibers = options_.fibers;
     g.lane_stack_bytes = options_.lane_stack_bytes;
     return run_grid(g);

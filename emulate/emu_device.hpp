@@ -15,6 +15,9 @@ namespace ft::emu {
 
 struct EmuDeviceOptions {
   int workers = 0;  // OS threads running blocks; 0: the machine's cores (at most 8); 1: deterministic order
+  // Blocks a worker interleaves (GridLaunch::interleave) and the seed of their schedule.
+  int interleave = 0;
+  unsigned long long schedule_seed = 0;
   FiberSwitch fibers = fast_fiber_switch_available() ? FiberSwitch::fast : FiberSwitch::ucontext;
   std::size_t lane_stack_bytes = 128 * 1024;
   // Which emulated device of its target this is: the ordinal, and the

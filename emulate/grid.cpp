@@ -6,6 +6,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -206,77 +207,136 @@ struct AlignedFree {
   void operator()(unsigned char* p) const { std::free(p); }
 };
 
-// Runs blocks taken from `next` until none remain or one fails.
+// One block in flight on a worker: its lanes, their stacks, its LDS, and
+// where its scheduler stands.
+struct Slot {
+  std::unique_ptr<BlockState> block;
+  std::vector<FiberStack> stacks;
+  std::unique_ptr<unsigned char, AlignedFree> lds;
+  long long id = -1;  // -1: empty
+  int live = 0;       // lanes not yet done
+  int next_lane = 0;
+};
+
+// Runs blocks taken from `next` until none remain or one fails: one at a
+// time, or GridLaunch::interleave of them at once, switching between them in
+// seeded random bursts of lane steps.
 class Worker {
  public:
   explicit Worker(const GridLaunch& launch) : launch_(launch) {}
 
   Status run(std::atomic<long long>& next, long long total, std::atomic<bool>& stop) {
-    const int n = launch_.block_threads;
-    stacks_ = FT_TRY(stack_pool().take(std::size_t(n), launch_.lane_stack_bytes));
-    const std::size_t lds_size = std::size_t(std::max(launch_.dynamic_lds, 16) + 15) / 16 * 16;
-    lds_.reset(static_cast<unsigned char*>(std::aligned_alloc(64, lds_size)));
-    if (!lds_) return fail(Errc::internal, "cannot allocate the emulated LDS");
-    lds_size_ = lds_size;
-    Status status;
-    while (!stop.load(std::memory_order_relaxed)) {
-      const long long id = next.fetch_add(1);
-      if (id >= total) break;
-      status = run_block(id);
-      if (!status) {
-        stop = true;
-        break;
-      }
-    }
-    stack_pool().give(stacks_);
+    slots_.resize(std::size_t(std::max(1, launch_.interleave)));
+    Status status = allocate();
+    if (status) status = slots_.size() == 1 ? run_in_turn(next, total, stop) : run_interleaved(next, total, stop);
+    for (Slot& s : slots_) stack_pool().give(s.stacks);
     return status;
   }
 
  private:
-  Status run_block(long long id) {
+  Status allocate() {
+    lds_size_ = std::size_t(std::max(launch_.dynamic_lds, 16) + 15) / 16 * 16;
+    for (Slot& s : slots_) {
+      s.stacks = FT_TRY(stack_pool().take(std::size_t(launch_.block_threads), launch_.lane_stack_bytes));
+      s.lds.reset(static_cast<unsigned char*>(std::aligned_alloc(64, lds_size_)));
+      if (!s.lds) return fail(Errc::internal, "cannot allocate the emulated LDS");
+    }
+    return {};
+  }
+
+  Status run_in_turn(std::atomic<long long>& next, long long total, std::atomic<bool>& stop) {
+    Slot& s = slots_[0];
+    while (!stop.load(std::memory_order_relaxed)) {
+      const long long id = next.fetch_add(1);
+      if (id >= total) break;
+      start(s, id);
+      while (s.id >= 0) {
+        if (Status st = step(s); !st) {
+          stop = true;
+          return st;
+        }
+      }
+    }
+    return {};
+  }
+
+  Status run_interleaved(std::atomic<long long>& next, long long total, std::atomic<bool>& stop) {
+    std::mt19937_64 rng(launch_.schedule_seed);
+    auto refill = [&](Slot& s) {
+      const long long id = stop.load(std::memory_order_relaxed) ? total : next.fetch_add(1);
+      if (id < total) start(s, id);
+    };
+    for (Slot& s : slots_) refill(s);
+    std::vector<Slot*> busy;
+    const int burst = 8 * launch_.block_threads;
+    while (true) {
+      busy.clear();
+      for (Slot& s : slots_)
+        if (s.id >= 0) busy.push_back(&s);
+      if (busy.empty()) return {};
+      Slot& s = *busy[std::size_t(rng() % busy.size())];
+      for (int n = int(rng() % std::uint64_t(burst)) + 1; n > 0 && s.id >= 0; --n) {
+        if (Status st = step(s); !st) {
+          stop = true;
+          return st;
+        }
+      }
+      if (s.id < 0) refill(s);
+    }
+  }
+
+  void start(Slot& s, long long id) {
     const unsigned gx = launch_.grid[0], gy = launch_.grid[1];
     const int bx = int(id % gx), by = int(id / gx % gy), bz = int(id / gx / gy);
     // LDS holds garbage when a block starts on hardware; NaN bytes make reads before writes show.
-    std::memset(lds_.get(), 0xff, lds_size_);
-    BlockState b;
+    std::memset(s.lds.get(), 0xff, lds_size_);
+    s.block = std::make_unique<BlockState>();
+    BlockState& b = *s.block;
     b.launch = &launch_;
     const int n = launch_.block_threads;
     b.lanes.resize(std::size_t(n));
     for (int i = 0; i < n; ++i) {
       Lane& l = b.lanes[std::size_t(i)];
-      l.ctx = LaneContext{i, {bx, by, bz}, lds_.get()};
-      fiber_prepare(l.fiber, stacks_[std::size_t(i)], &lane_main, &l, launch_.fibers);
+      l.ctx = LaneContext{i, {bx, by, bz}, s.lds.get()};
+      fiber_prepare(l.fiber, s.stacks[std::size_t(i)], &lane_main, &l, launch_.fibers);
     }
+    s.id = id;
+    s.live = n;
+    s.next_lane = 0;
+  }
+
+  // Runs the slot's next runnable lane until it waits or ends; the slot is
+  // empty again (id -1) when its block is done.
+  Status step(Slot& s) {
+    BlockState& b = *s.block;
+    const int n = int(b.lanes.size());
+    const auto where = [&] {
+      const LaneContext& c = b.lanes[0].ctx;
+      return fmt::format("block ({},{},{})", c.block[0], c.block[1], c.block[2]);
+    };
+    int i = s.next_lane;
+    for (int scanned = 0; !runnable(b, b.lanes[std::size_t(i)]); i = (i + 1) % n)
+      if (++scanned == n) {
+        s.id = -1;
+        return fail(Errc::device, fmt::format("barrier divergence in {}: {}: {}", launch_.kernel, where(), describe_deadlock(b)));
+      }
+    Lane& lane = b.lanes[std::size_t(i)];
+    lane.state = LaneState::ready;
     tl_block = &b;
-    int live = n, i = 0;
-    while (live > 0) {
-      int scanned = 0;
-      while (!runnable(b, b.lanes[std::size_t(i)])) {
-        i = (i + 1) % n;
-        if (++scanned == n) {
-          tl_block = nullptr;
-          return fail(Errc::device, fmt::format("barrier divergence in {}: block ({},{},{}): {}", launch_.kernel, bx, by, bz,
-                                                describe_deadlock(b)));
-        }
-      }
-      Lane& lane = b.lanes[std::size_t(i)];
-      lane.state = LaneState::ready;
-      tl_lane = i;
-      fiber_switch(b.scheduler, lane.fiber, launch_.fibers);
-      if (!b.fault.empty()) {
-        tl_block = nullptr;
-        return fail(Errc::device, fmt::format("{}: block ({},{},{}): {}", launch_.kernel, bx, by, bz, b.fault));
-      }
-      if (lane.state == LaneState::done) --live;
-      i = (i + 1) % n;
-    }
+    tl_lane = i;
+    fiber_switch(b.scheduler, lane.fiber, launch_.fibers);
     tl_block = nullptr;
+    if (!b.fault.empty()) {
+      s.id = -1;
+      return fail(Errc::device, fmt::format("{}: {}: {}", launch_.kernel, where(), b.fault));
+    }
+    if (lane.state == LaneState::done && --s.live == 0) s.id = -1;
+    s.next_lane = (i + 1) % n;
     return {};
   }
 
   const GridLaunch& launch_;
-  std::vector<FiberStack> stacks_;
-  std::unique_ptr<unsigned char, AlignedFree> lds_;
+  std::vector<Slot> slots_;
   std::size_t lds_size_ = 0;
 };
 

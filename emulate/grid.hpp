@@ -19,6 +19,12 @@ struct GridLaunch {
   int block_threads = 1;
   int dynamic_lds = 0;                   // bytes of the block's LDS buffer
   int workers = 1;                       // OS threads running blocks (1: in order, on the caller's thread)
+  // Blocks each worker keeps in flight at once, switching between them after
+  // bursts of lane steps of seeded random length: with one worker, one
+  // interleaving of the blocks, the same on every run of a seed (tests of
+  // synchronisation between blocks). 0 or 1: a block runs to its end first.
+  int interleave = 0;
+  unsigned long long schedule_seed = 0;
   FiberSwitch fibers = FiberSwitch::fast;
   std::size_t lane_stack_bytes = 128 * 1024;
 };

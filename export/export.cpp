@@ -319,8 +319,10 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
       continue;
     }
     if (auto named = record->check_names(v1, v2); !named) return std::unexpected(with_context(named.error(), what));
-    const std::string file1 = FT_TRY(stage_code_object(store, objects, *target, toolchain_id, record->stage1_kernel, what));
-    const std::string file2 = FT_TRY(stage_code_object(store, objects, *target, toolchain_id, record->stage2_kernel, what));
+    // The objects of the stages a step launches (not the one-launch layer's moe1 twin).
+    std::string file1, file2;
+    if (launches(*built, v1)) file1 = FT_TRY(stage_code_object(store, objects, *target, toolchain_id, record->stage1_kernel, what));
+    if (launches(*built, v2)) file2 = FT_TRY(stage_code_object(store, objects, *target, toolchain_id, record->stage2_kernel, what));
     if (man.problems.empty() || man.problems.back().key != row.problem.key) {
       man.problems.push_back({row.problem.key, p, row.problem.activation, row.problem.routing, {}, {}});
       ++out.summary.problems;

@@ -153,7 +153,7 @@ StageContract Family::contract(const Variant& v) const {
 }
 
 std::span<const Family* const> all_families() {
-  static const Family* const registry[] = {&tiled_family(), &wgmma_family()};
+  static const Family* const registry[] = {&tiled_family(), &wgmma_family(), &onelaunch_family()};
   return registry;
 }
 

@@ -51,6 +51,10 @@ struct StageContract {
   WeightLayout weights = WeightLayout::plain;  // which copy of the weights the stage reads
   Reduce output = Reduce::atomic;  // stage 2: how it writes the layer's sums
   bool weight_in_stage1 = false;     // where the routed weight is applied (both stages must agree)
+  // The stage's kernel aligns the pairs itself and its moe2 unit runs the
+  // whole layer (the one-launch family): the layer program is a clear of
+  // y_acc's head and one launch, and pairs only twins (layer/program.cpp).
+  bool whole_layer = false;
 };
 
 struct LaunchShape {
@@ -84,6 +88,9 @@ struct Axis {
   std::vector<AxisValue> defaults, wide, small;
   AxisValue initial = 0;       // a new variant's value; a record without the key takes it
   int least = 1;               // integer: the smallest value --space takes
+  // Its presets are empty: the family's variants exist only where --space
+  // gives values (the one-launch family's ol_blocks).
+  bool opt_in = false;
   bool required = false;       // a record (JSON) must carry the key
   // An axis that does not apply to a variant (given the axes before it) takes
   // inactive(v) and is not enumerated. null: always applies / initial.
@@ -125,6 +132,9 @@ class Family {
   virtual int threads(const Variant& v) const;
   // Dynamic LDS / shared memory of one block; emitted units static_assert the templates agree.
   virtual int lds_bytes(const Variant& v) const = 0;
+  // The most dynamic LDS a launch of it asks for: the limit a loader raises on
+  // its function (CUDA needs it above 48 KiB). The default: lds_bytes.
+  virtual int lds_limit(const Variant& v) const { return lds_bytes(v); }
   // Registers per lane the kernel needs at least; a pre-compile estimate for legality.
   virtual int register_estimate(const Variant& v) const = 0;
   // The family's own rules on its axes alone, then on a problem; nullopt when legal.
@@ -148,7 +158,9 @@ class Family {
 // The registry, in enumeration order.
 std::span<const Family* const> all_families();
 const Family* find_family(std::string_view id);
-// The family whose kernels use this atom (nullptr: none).
+// The first family in the registry that takes this atom (nullptr: none): the
+// family of a record that names none. Others may take it too (the one-launch
+// family takes the tiled family's 16-bit atoms).
 const Family* family_of(const AtomInfo& atom);
 
 // Rules every standard stage family shares: the stage's tiles must divide the

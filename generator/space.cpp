@@ -176,13 +176,16 @@ Space enumerate_space(const Target& target, const Problem& problem, const SpaceO
   } else {
     atoms = atoms_for(target, problem.dtype);
   }
+  // Every family that takes an atom, in registry order (none: no family uses
+  // this atom's instruction).
   for (StageRole role : o.roles)
-    for (const AtomInfo* atom : atoms) {
-      Variant v = Variant::of(target, role, *atom);
-      if (!v.family) continue;  // no family uses this atom's instruction
-      v.dtype = problem.dtype;
-      expand(v, 0, o, problem, space);
-    }
+    for (const AtomInfo* atom : atoms)
+      for (const Family* family : all_families()) {
+        if (!family->takes(*atom)) continue;
+        Variant v = Variant::of(target, role, *atom, family);
+        v.dtype = problem.dtype;
+        expand(v, 0, o, problem, space);
+      }
   return space;
 }
 

@@ -21,9 +21,13 @@ namespace {
 }  // namespace
 
 Variant Variant::of(const Target& target, StageRole role, const AtomInfo& atom) {
+  return of(target, role, atom, family_of(atom));
+}
+
+Variant Variant::of(const Target& target, StageRole role, const AtomInfo& atom, const Family* family) {
   Variant v;
   v.target = &target;
-  v.family = family_of(atom);
+  v.family = family;
   v.role = role;
   v.dtype = atom.dtype;
   if (!v.family) return v;  // an atom no family takes: legality says so

@@ -21,8 +21,10 @@ namespace ft {
 class Variant {
  public:
   Variant() = default;
-  // A variant of the atom's family with every axis at its initial value.
+  // A variant of the atom's family (family_of), or of `family`, with every
+  // axis at its initial value.
   static Variant of(const Target& target, StageRole role, const AtomInfo& atom);
+  static Variant of(const Target& target, StageRole role, const AtomInfo& atom, const Family* family);
 
   const Target* target = nullptr;
   const Family* family = nullptr;
@@ -40,6 +42,7 @@ class Variant {
 
   int threads() const { return family->threads(*this); }
   int lds_bytes() const { return family->lds_bytes(*this); }
+  int lds_limit() const { return family->lds_limit(*this); }
   int register_estimate() const { return family->register_estimate(*this); }
   StageContract contract() const { return family->contract(*this); }
   int weight_matrices() const { return role == StageRole::stage1 ? 2 : 1; }

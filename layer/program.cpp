@@ -27,7 +27,10 @@ long long sorted_ids_capacity(const Problem& p, int tokens) {
 }
 
 long long y_acc_capacity(const Problem& p, int tokens) {
-  return ((long long)tokens * p.topk * p.hidden + direct_y_words(tokens, p.hidden)) * 4;
+  // The larger head: the _y modes' counters, or the one-launch layer's at its smallest tile_m (16).
+  const long long head = std::max(direct_y_words(tokens, p.hidden),
+                                  onelaunch_head_words(tokens, p.hidden, max_padded_rows(p, tokens, 16) / 16));
+  return ((long long)tokens * p.topk * p.hidden + head) * 4;
 }
 
 LaunchShape align_launch(const Problem& p) { return {1, 1, 1, kAlignThreads, align_lds_bytes(p.experts)}; }
@@ -220,10 +223,17 @@ Status validate(const LayerRecipe& r) {
   if (s1 && s2 && fp8::quantise_on_store(*s1) && fp8::inter_row_scales(*s2))
     return bad(fmt::format("{} reads row intermediate scales, {} writes 1 x 128 group scales (quantise-on-store)",
                            s2->name(), s1->name()));
+  if (s1 && s2 && (s1->contract().whole_layer || s2->contract().whole_layer) &&
+      (s1->family != s2->family || s1->values != s2->values))
+    return bad(fmt::format("{} and {}: a one-launch stage pairs only with its twin (the same family and values)", s1->name(),
+                           s2->name()));
   for (const Variant& v : r.stages)
     if (auto why = v.family->problem_rules(v, p)) return bad(fmt::format("{}: {}", v.name(), *why));
   return {};
 }
+
+// Whether the recipe is the one-launch family's (validate: then all its stages are).
+bool whole_layer(const LayerRecipe& r) { return r.stages.front().contract().whole_layer; }
 
 }  // namespace
 
@@ -290,6 +300,7 @@ struct BufferSizing {
   std::uint64_t T, E, H, I, k, wes;  // wes: the weights' element bytes (1: fp8 codes)
   std::uint64_t rows, blocks, table;  // sorted_ids' rows, its row blocks, the wide align's count table (words)
   bool s1, s2, fp8;                   // fp8: an fp8 layer with a stage
+  std::uint64_t head;                 // the one-launch layer's head of y_acc (words); 0: another form
   bool quantise_inter;                // stage 1 leaves a bf16 intermediate for a quantise_inter step
   bool bwd;                           // the backward's program (layer/backward.hpp): plain weights, its own rows
   std::optional<WeightLayout> l1, l2;  // the layout each stage reads
@@ -301,13 +312,20 @@ struct BufferSizing {
   std::uint64_t scale_bytes(Buf b) const { return std::uint64_t(scale_shape(p, b).count()) * 4; }
   // atomic: fp32 sums per token; partials: a row per (token, slot), fp32 or 16-bit;
   // the _y modes: the arrival counters first (templates/ft/moe_args.hpp, direct_y_words).
+  // The one-launch layer: its head, then (with stage 2) the per-slot rows.
   std::uint64_t y_acc_bytes() const {
+    if (head) return (head + (s2 ? T * k * H : 0)) * 4;
     const Reduce sums = sums_of(out);
     return (sums == Reduce::atomic ? T : T * k) * H * (sums == Reduce::partials16 ? 2 : 4) +
            (writes_y(out) ? std::uint64_t(direct_y_words((long long)T, (long long)H)) * 4 : 0);
   }
   std::uint64_t activation_scale_bytes() const { return std::uint64_t(activation_scale_count(p.scales, (long long)T, (long long)H)) * 4; }
 };
+
+// The words of y_acc's head of a one-launch program (templates/ft/moe_args.hpp).
+std::uint64_t one_launch_head(const LayerProgram& prog, const Problem& p) {
+  return std::uint64_t(onelaunch_head_words(prog.tokens, p.hidden, prog.max_padded_rows / prog.align_block));
+}
 
 }  // namespace
 
@@ -334,6 +352,7 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
                        s1 != nullptr,
                        s2 != nullptr,
                        p.fp8() && (s1 || s2),
+                       !r.stages.empty() && whole_layer(r) ? one_launch_head(prog, p) : 0,
                        s1 && needs_quantise_inter(*s1),
                        !r.grad.empty(),
                        s1 ? std::optional(s1->contract().weights) : std::nullopt,
@@ -380,6 +399,11 @@ std::vector<Variant> stage_list(const std::optional<Variant>& stage1, const std:
   return out;
 }
 
+bool launches(const LayerProgram& p, const Variant& stage) {
+  const std::string name = stage.name();
+  return std::any_of(p.steps.begin(), p.steps.end(), [&](const Step& s) { return s.op == Step::Op::launch && s.symbol == name; });
+}
+
 Result<int> align_block_of(const LayerRecipe& r) {
   int block = 1;
   std::string tiles;
@@ -402,11 +426,46 @@ Status pair_fits(const Target& t, const Problem& p, const Variant& stage1, const
   return {};
 }
 
+namespace {
+
+// The one-launch family's program: clear y_acc's head (the ticket and the
+// arrival counters), then one launch -- the layer in the moe2 unit
+// (kFlagOneLaunchLayer, step "stage2"), or a stage alone in its own unit.
+// Refused where the launch's LDS (the route tables grow with T) exceeds the target's.
+Status build_one_launch(LayerProgram& prog, const LayerRecipe& r, MoeArgs args) {
+  const Variant* s1 = r.stage(StageRole::stage1);
+  const Variant* s2 = r.stage(StageRole::stage2);
+  const Variant& v = s2 ? *s2 : *s1;
+  Step clear;
+  clear.op = Step::Op::memset_u32;
+  clear.name = "clear_y_acc";
+  clear.buffer = Buf::y_acc;
+  clear.count = one_launch_head(prog, r.problem);
+  prog.steps.push_back(std::move(clear));
+  if (s1 && s2) args.flags |= kFlagOneLaunchLayer;
+  const LaunchShape shape = stage_launch(v, r.problem, prog.tokens, prog.align_block);
+  if (shape.lds_bytes > r.target->lds_bytes)
+    return bad(fmt::format("{} at T={}: LDS use {} bytes (its GEMMs and route tables) exceeds {}", v.name(), prog.tokens,
+                           shape.lds_bytes, r.target->lds_bytes));
+  Step s = launch_step(s2 ? "stage2" : "stage1", s2 ? Role::stage2 : Role::stage1, v.name(), shape, args);
+  s.w1 = weight_buffer(1, v.contract().weights);
+  s.w2 = weight_buffer(2, v.contract().weights);
+  prog.steps.push_back(std::move(s));
+  size_buffers(prog, r);
+  return {};
+}
+
+}  // namespace
+
 Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
   FT_CHECK(validate(r));
   const Problem& p = r.problem;
   LayerProgram prog = FT_TRY(start_program(p, tokens, FT_TRY(align_block_of(r))));
   const MoeArgs args = base_args(p, tokens, prog.align_block, prog.max_padded_rows);
+  if (whole_layer(r)) {
+    FT_CHECK(build_one_launch(prog, r, args));
+    return prog;
+  }
   const Target& t = *r.target;
 
   const Variant* s1 = r.stage(StageRole::stage1);

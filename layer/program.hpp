@@ -209,6 +209,11 @@ struct LayerProgram {
   std::size_t index_of(std::string_view step_name) const;  // steps.size() when absent
 };
 
+// Whether a step of the program launches this stage variant's kernel (every
+// stage of a layer, but the one-launch family's moe1 twin: its moe2 unit runs
+// the whole layer). The export ships, and the runtime loads, only these.
+bool launches(const LayerProgram& p, const Variant& stage);
+
 // The row block of a recipe: the least common multiple of its stages' tile_m
 // (Errc::invalid_input above kMaxAlignBlock, with the tiles named).
 Result<int> align_block_of(const LayerRecipe& r);

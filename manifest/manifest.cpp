@@ -138,13 +138,15 @@ Result<Bucket> decode_bucket(const json& bj, const Manifest& m, const ProblemEnt
   for (const json& s : steps)
     if (s.at("op").get<std::string>() == "launch" && s.contains("code_object"))
       b.code_objects[s.at("symbol").get<std::string>()] = s.at("code_object").get<std::string>();
-  for (const Variant& v : b.recipe.stages)
-    if (!b.code_objects.contains(v.name())) return fail(Errc::invalid_input, at + ": no step names the code object of " + v.name());
   // The recorded steps must be what the one layer program computes for this
   // recipe: an export written by another flytune version, or edited, is refused.
   auto prog = build_program(b.recipe, b.tokens);
   if (!prog) return std::unexpected(with_context(prog.error(), at));
   b.program = std::move(*prog);
+  // Every stage a step launches has its code object (the one-launch layer launches its moe2 twin alone).
+  for (const Variant& v : b.recipe.stages)
+    if (launches(b.program, v) && !b.code_objects.contains(v.name()))
+      return fail(Errc::invalid_input, at + ": no step names the code object of " + v.name());
   const json computed = steps_json(b.program), recorded = program_part(steps);
   if (recorded != computed) {
     const json patch = json::diff(computed, recorded);

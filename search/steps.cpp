@@ -250,9 +250,10 @@ LayerPairs layer_pairs(const Target& target, const Problem& problem, const Ranke
       if (fits(i, j)) add(i, j, false);
   // The best of each row-block class of one stage with the best of the other
   // stage that fits it (the first of each list that does: they are fastest first).
+  // (A one-launch stage's class is its family too: its best is paired with its twin.)
   auto class_of = [](const Candidate* c) {
     const StageContract k = c->cv->variant.contract();
-    return std::tuple{k.rows_per_tile, k.weight_in_stage1, writes_y(k.output)};
+    return std::tuple{k.rows_per_tile, k.weight_in_stage1, writes_y(k.output), k.whole_layer};
   };
   auto best_of_each_class = [&](const Ranked& r) {
     std::vector<std::size_t> firsts;

@@ -163,7 +163,7 @@ Result<VerifyReport> verify_space(const VerifyConfig& cfg) {
   const int max_tokens = *std::max_element(cfg.tokens.begin(), cfg.tokens.end());
   auto bench = FT_TRY(LayerBench::create(*device, cfg.problem, *target, built.support, max_tokens));
   std::vector<FunctionHandle> fns;
-  for (const Built& b : built.variants) fns.push_back(FT_TRY(bench->load(b.binary, b.variant.name(), b.variant.lds_bytes())));
+  for (const Built& b : built.variants) fns.push_back(FT_TRY(bench->load(b.binary, b.variant.name(), b.variant.lds_limit())));
 
   const std::uint64_t base_seed =
       cfg.seed ? cfg.seed : std::uint64_t(std::chrono::system_clock::now().time_since_epoch().count());

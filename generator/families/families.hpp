@@ -15,6 +15,11 @@ namespace ft {
 
 const Family& tiled_family();  // families/tiled.cpp: wave-level mfma / mma.sync GEMM
 const Family& wgmma_family();  // families/wgmma.cpp: Hopper warpgroup GEMM
+const Family& onelaunch_family();  // families/onelaunch.cpp: the whole layer in one persistent launch
+
+// The register estimate of the tiled GEMM (templates/ft/tiled_gemm.hpp) of
+// variant v's tiles and warps at `tile_n` columns of `weight_matrices` weights.
+int tiled_registers(const Variant& v, int tile_n, int weight_matrices);
 
 namespace axes {
 
@@ -25,7 +30,7 @@ struct Values {
 
 // The kernel-name order of the standard tokens (Axis::name_rank).
 enum Rank : int { kTileM, kTileN, kTileK, kWarps, kAtom, kStages, kReduce, kSplitK, kWeight, kLayout, kProducer, kTiles,
-                  kScales, kInterStore, kInterScales, kPromote };
+                  kScales, kInterStore, kInterScales, kPromote, kOneLaunch };
 
 Axis atom();
 // tile_m / tile_n / tile_k: "_m64", "n128", "k64" in the name.

@@ -56,18 +56,7 @@ class TiledFamily final : public Family {
     return std::max(v.get("stages") * rows * (v.get("tile_k") + 16 / es) * es, fp8::staged_bytes(v));
   }
 
-  int register_estimate(const Variant& v) const override {
-    const AtomInfo& a = *v.atom();
-    const int tm = v.get("tile_m"), tn = v.get("tile_n"), tk = v.get("tile_k");
-    const int rm = tm / v.get("warps_m") / a.m, rn = tn / v.get("warps_n") / a.n;
-    // A promoting GEMM (fp8) keeps a second set: the promoted sums.
-    const int acc = v.weight_matrices() * rm * rn * a.c_regs() * (fp8::promotes(v) ? 2 : 1);
-    const int frags = rm * a.a_registers() + rn * a.b_registers();  // operand registers (packed 16- or 8-bit values)
-    const int chunks = ((tm + v.weight_matrices() * tn) * tk / (16 / a.operand_bytes()) + threads(v) - 1) / threads(v);
-    const int staged = v.get("stages") == 2 ? chunks * 4 : 0;
-    const int addressing = chunks * 3 + 24;  // row pointers, strides, indices
-    return acc + frags + staged + addressing;
-  }
+  int register_estimate(const Variant& v) const override { return tiled_registers(v, v.get("tile_n"), v.weight_matrices()); }
 
   std::optional<std::string> shape_rules(const Variant& v) const override {
     const AtomInfo& a = *v.atom();
@@ -95,6 +84,19 @@ class TiledFamily final : public Family {
 };
 
 }  // namespace
+
+int tiled_registers(const Variant& v, int tn, int weight_matrices) {
+  const AtomInfo& a = *v.atom();
+  const int tm = v.get("tile_m"), tk = v.get("tile_k"), threads = v.threads();
+  const int rm = tm / v.get("warps_m") / a.m, rn = tn / v.get("warps_n") / a.n;
+  // A promoting GEMM (fp8) keeps a second set: the promoted sums.
+  const int acc = weight_matrices * rm * rn * a.c_regs() * (fp8::promotes(v) ? 2 : 1);
+  const int frags = rm * a.a_registers() + rn * a.b_registers();  // operand registers (packed 16- or 8-bit values)
+  const int chunks = ((tm + weight_matrices * tn) * tk / (16 / a.operand_bytes()) + threads - 1) / threads;
+  const int staged = v.get("stages") == 2 ? chunks * 4 : 0;
+  const int addressing = chunks * 3 + 24;  // row pointers, strides, indices
+  return acc + frags + staged + addressing;
+}
 
 const Family& tiled_family() {
   static const TiledFamily family;

@@ -64,7 +64,7 @@ struct WorkerService::State {
     auto it = functions.find(key);
     if (it == functions.end()) {
       auto bytes = FT_TRY(read_file(k.code_object));
-      FunctionHandle f = FT_TRY(b->load(bytes, k.entry, k.variant.lds_bytes()));
+      FunctionHandle f = FT_TRY(b->load(bytes, k.entry, k.variant.lds_limit()));
       it = functions.emplace(key, f).first;
     }
     return it->second;

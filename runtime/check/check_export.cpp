@@ -148,7 +148,8 @@ Result<std::map<std::string, std::vector<std::byte>>> emulated_objects(const rt:
   for (const rt::SupportUnit& u : m.supports) units.emplace(u.code_object, emit_support(*m.target_info, u.dtype));
   for (const rt::ProblemEntry& p : m.problems)
     for (const rt::Bucket& b : p.buckets)
-      for (const Variant& v : b.recipe.stages) units.emplace(b.code_objects.at(v.name()), emit_variant(v));
+      for (const Variant& v : b.recipe.stages)
+        if (launches(b.program, v)) units.emplace(b.code_objects.at(v.name()), emit_variant(v));
   std::map<std::string, std::vector<std::byte>> out;
   for (const auto& [file, unit] : units) {
     emu::EmuLibrary lib = FT_TRY(emu::compile_emulated(unit, *m.target_info));

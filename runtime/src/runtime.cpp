@@ -269,9 +269,10 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
                    u.fn(Support::reduce_partials16), u.fn(Support::align_count), u.fn(Support::align_scatter),
                    u.fn(Support::quantise_x),     u.fn(Support::quantise_inter)};
       for (const Variant& v : b.recipe.stages) {
+        if (!launches(b.program, v)) continue;  // the one-launch layer's moe1 twin
         FunctionHandle& slot = v.role == StageRole::stage1 ? b.kernels.stage1 : b.kernels.stage2;
         slot = FT_TRY(function(b.code_objects.at(v.name()), v.name()));
-        if (v.lds_bytes() > 0) FT_CHECK(device_->set_dynamic_shared(slot, v.lds_bytes()));
+        if (v.lds_limit() > 0) FT_CHECK(device_->set_dynamic_shared(slot, v.lds_limit()));
       }
     }
   }

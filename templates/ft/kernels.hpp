@@ -15,6 +15,7 @@
 #include "ft/moe_align.hpp"
 #include "ft/moe_stage1.hpp"
 #include "ft/moe_stage2.hpp"
+#include "ft/moe_onelaunch.hpp"
 #include "ft/moe_reduce.hpp"
 #include "ft/moe_quantise.hpp"
 #include "ft/reference.hpp"

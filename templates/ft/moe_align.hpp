@@ -19,23 +19,48 @@ namespace ft {
 // instead of one thread walking E experts: at E = 128 or 256 that walk was a
 // serial chain of E dependent LDS round trips and divisions by B. scratch
 // (E ints) is overwritten; it may be counts itself.
+// Threads: the block's (the one-launch layer aligns in blocks of its GEMM's size).
+template <int Threads = kAlignThreads>
 FT_DEVICE void padded_offsets(const int* counts, int* offsets, int* scratch, int E, int B) {
   const int tid = thread_index();
-  for (int e = tid; e < E; e += kAlignThreads) scratch[e] = (counts[e] + B - 1) / B * B;
+  for (int e = tid; e < E; e += Threads) scratch[e] = (counts[e] + B - 1) / B * B;
   barrier();
   int* src = scratch;
   int* dst = offsets + 1;
   for (int d = 1; d < E; d *= 2) {
-    for (int e = tid; e < E; e += kAlignThreads) dst[e] = src[e] + (e >= d ? src[e - d] : 0);
+    for (int e = tid; e < E; e += Threads) dst[e] = src[e] + (e >= d ? src[e - d] : 0);
     barrier();
     int* t = src;
     src = dst;
     dst = t;
   }
   if (src != offsets + 1)
-    for (int e = tid; e < E; e += kAlignThreads) offsets[e + 1] = src[e];
+    for (int e = tid; e < E; e += Threads) offsets[e + 1] = src[e];
   if (tid == 0) offsets[0] = 0;
   barrier();
+}
+
+// Counts the experts of pairs [first, last) into counts[0..E) (LDS) and the
+// ids outside [-1, E) into *bad, Threads threads at a time.
+template <int Threads = kAlignThreads>
+FT_DEVICE void count_pairs(const MoeArgs& p, int first, int last, int* counts, int* bad) {
+  for (int i = first + thread_index(); i < last; i += Threads) {
+    const int e = p.topk_ids[i];
+    if (e >= 0 && e < p.experts) atomic_add(&counts[e], 1);
+    else if (e != -1) atomic_add(bad, 1);
+  }
+}
+
+// The expert whose padded run holds `row`: the last e with offsets[e] <= row
+// (offsets as padded_offsets leaves them; that run is not empty).
+FT_DEVICE int expert_of_row(const int* offsets, int E, int row) {
+  int lo = 0, hi = E - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (offsets[mid] <= row) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 // Y's rows of the tokens t = first, first + stride, ... (< end) none of whose
@@ -76,27 +101,14 @@ FT_DEVICE void moe_align(const MoeArgs& p) {
     for (long long c = tid; c < words / 4; c += kAlignThreads) acc[c] = zero_chunk();
   }
   barrier();
-  for (int i = tid; i < pairs; i += kAlignThreads) {
-    const int e = p.topk_ids[i];
-    if (e >= 0 && e < E) atomic_add(&counts[e], 1);
-    else if (e != -1) atomic_add(bad, 1);
-  }
+  count_pairs(p, 0, pairs, counts, bad);
   barrier();
   zero_unrouted_rows(p, tid, p.tokens, kAlignThreads);
   if (tid == 0 && p.bad_ids) *p.bad_ids = *bad;
   padded_offsets(counts, offsets, counts, E, B);  // counts are not read after this
   if (tid == 0) *p.padded_rows = offsets[E];
   const int total = offsets[E];
-  for (int b = tid; b < total / B; b += kAlignThreads) {
-    // The expert whose run holds row b*B: the last e with offsets[e] <= b*B and a non-empty run.
-    int lo = 0, hi = E - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (offsets[mid] <= b * B) lo = mid;
-      else hi = mid - 1;
-    }
-    p.block_experts[b] = lo;
-  }
+  for (int b = tid; b < total / B; b += kAlignThreads) p.block_experts[b] = expert_of_row(offsets, E, b * B);
   for (int r = tid; r < total; r += kAlignThreads) p.sorted_ids[r] = pairs;
   barrier();
   for (int i = tid; i < pairs; i += kAlignThreads) {
@@ -125,11 +137,7 @@ FT_DEVICE void moe_align_count(const MoeArgs& p) {
   for (int e = tid; e <= E; e += kAlignThreads) counts[e] = 0;
   barrier();
   const int first = b * chunk, last = first + chunk < pairs ? first + chunk : pairs;
-  for (int i = first + tid; i < last; i += kAlignThreads) {
-    const int e = p.topk_ids[i];
-    if (e >= 0 && e < E) atomic_add(&counts[e], 1);
-    else if (e != -1) atomic_add(&counts[E], 1);
-  }
+  count_pairs(p, first, last, counts, &counts[E]);
   barrier();
   i32* table = p.sorted_ids + p.max_padded_rows;
   for (int e = tid; e <= E; e += kAlignThreads) table[(long long)b * (E + 1) + e] = counts[e];
@@ -169,15 +177,8 @@ FT_DEVICE void moe_align_scatter(const MoeArgs& p) {
   // row blocks j = b, b + blocks, ... (the last e with offsets[e] <= j * B).
   for (int e = b; e < E; e += blocks)
     for (int r = offsets[e] + totals[e] + tid; r < offsets[e + 1]; r += kAlignThreads) p.sorted_ids[r] = pairs;
-  for (int j = b * kAlignThreads + tid; j < offsets[E] / B; j += blocks * kAlignThreads) {
-    int lo = 0, hi = E - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (offsets[mid] <= j * B) lo = mid;
-      else hi = mid - 1;
-    }
-    p.block_experts[j] = lo;
-  }
+  for (int j = b * kAlignThreads + tid; j < offsets[E] / B; j += blocks * kAlignThreads)
+    p.block_experts[j] = expert_of_row(offsets, E, j * B);
   const int first = b * chunk, last = first + chunk < pairs ? first + chunk : pairs;
   for (int i = first + tid; i < last; i += kAlignThreads) {
     const int e = p.topk_ids[i];

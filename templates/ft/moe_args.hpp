@@ -148,6 +148,10 @@ inline constexpr i32 kFlagAlignClearsSums = 8;
 // (X unquantised; stage 2 reads the fp32 intermediate in y_acc rounded to
 // bf16, not inter_q): the sanity reference of an fp8 layer.
 inline constexpr i32 kFlagUnquantised = 2;
+// Bit 4, read by the one-launch family's moe2 unit (moe_onelaunch.hpp): the
+// launch is the whole layer (stage 1, stage 2 and Y); without it stage 2 alone,
+// reading the intermediate it is given.
+inline constexpr i32 kFlagOneLaunchLayer = 16;
 
 // How stage 2 hands its sums to the reduce kernel: fp32 atomics into [T, H];
 // per-slot fp32 partials [T*k, H]; or per-slot partials in the layer's 16-bit
@@ -174,6 +178,19 @@ inline constexpr int kDirectYColumns = 32;  // the columns of one arrival counte
 // 32-column chunk, rounded to 64 words so the sums after them stay 256-byte aligned.
 constexpr long long direct_y_words(long long tokens, long long hidden) {
   return (tokens * (hidden / kDirectYColumns) + 63) / 64 * 64;
+}
+// The one-launch layer's head of y_acc (moe_onelaunch.hpp): the work ticket,
+// one arrival counter per row block (its stage-1 column tiles done), one per
+// token and 32-column chunk of Y; rounded to 64 words, the per-slot fp32 rows
+// [T*k, H] after it. The layer program clears the head before the launch.
+constexpr long long onelaunch_head_words(long long tokens, long long hidden, long long row_blocks) {
+  return (1 + row_blocks + tokens * (hidden / kDirectYColumns) + 63) / 64 * 64;
+}
+// The LDS of its own align, after the GEMM's: per-expert counts and offsets
+// (E + 1), the bad-id count, the ticket, padded_rows, then sorted_ids [rows]
+// and block_experts [rows / tile_m].
+constexpr long long onelaunch_route_bytes(long long rows, int tile_m, int experts) {
+  return (2LL * experts + 4 + rows + rows / tile_m) * 4;
 }
 enum class WeightLayout { plain, shuffled, tiled };
 // How an fp8 layer's stage 1 hands its intermediate to stage 2: as bf16, which

@@ -47,19 +47,21 @@ struct DirectY {
     fence_device();  // every other arrival's values are visible from here on
     finish(p, t, c * kDirectYColumns);
   }
-  // Y[t, c0 .. c0 + 32): the fp32 sums, or the valid slots' rows summed in slot order.
-  FT_DEVICE static void finish(const MoeArgs& p, int t, int c0) {
+  FT_DEVICE static void finish(const MoeArgs& p, int t, int c0) { finish_from(p, sums(p), t, c0); }
+  // Y[t, c0 .. c0 + 32): the fp32 sums, or the valid slots' rows summed in slot
+  // order, read from `base` (sums(p), or the one-launch layer's rows).
+  FT_DEVICE static void finish_from(const MoeArgs& p, const float* base, int t, int c0) {
     const long long H = p.hidden;
     float v[kDirectYColumns];
     if constexpr (Cfg::reduce == Reduce::atomic_y) {
-      const float* row = sums(p) + t * H + c0;
+      const float* row = base + t * H + c0;
       FT_UNROLL for (int j = 0; j < kDirectYColumns; ++j) v[j] = load_coherent(row + j);
     } else {
       FT_UNROLL for (int j = 0; j < kDirectYColumns; ++j) v[j] = 0.0f;
       for (int s = 0; s < p.topk; ++s) {
         const int e = p.topk_ids[(long long)t * p.topk + s];
         if (e < 0 || e >= p.experts) continue;
-        const float* row = sums(p) + ((long long)t * p.topk + s) * H + c0;
+        const float* row = base + ((long long)t * p.topk + s) * H + c0;
         FT_UNROLL for (int j = 0; j < kDirectYColumns; ++j) v[j] += load_coherent(row + j);
       }
     }

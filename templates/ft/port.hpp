@@ -19,6 +19,8 @@
 //   ft::fence_device()        orders this thread's global writes before its later ones for every block
 //                             (the device-scope fence of an arrival counter)
 //   ft::load_coherent(const float*)  a global load that sees other blocks' fenced writes (not a stale L1 line)
+//   ft::load_acquire(const int*)     an acquire load at device scope (a spin wait on another block's arrivals)
+//   ft::spin_pause()                 the body of a spin wait (the block's and the device's other work runs)
 //   ft::exp_f32(float)
 //   ft::Chunk16, ft::zero_chunk()  a 16-byte register value (the unit of global/LDS copies)
 //   FT_MEMCPY(dst, src, n)   a fixed-size copy the compiler keeps in registers

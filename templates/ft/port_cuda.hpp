@@ -35,6 +35,14 @@ FT_DEVICE float atomic_add(float* p, float v) { return atomicAdd(p, v); }
 FT_DEVICE int atomic_add(int* p, int v) { return atomicAdd(p, v); }
 FT_DEVICE void fence_device() { __threadfence(); }
 FT_DEVICE float load_coherent(const float* p) { return __ldcg(p); }
+// An acquire load at device scope: what the writer fenced before the value it reads is visible after.
+FT_DEVICE int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+// The body of a spin wait: let the SM's other warps issue.
+FT_DEVICE void spin_pause() { __nanosleep(64); }
 
 FT_DEVICE float exp_f32(float x) { return __expf(x); }
 

@@ -50,6 +50,7 @@ struct Runtime {
 #if !defined(FT_EMU_ABI_ONLY)
 
 #include <atomic>
+#include <thread>
 
 #if !defined(FT_WAVE_SIZE)
 #error "port_emu.hpp: define FT_WAVE_SIZE to the emulated target's wave size (Target::template_defines)"
@@ -98,6 +99,13 @@ FT_DEVICE int atomic_add(int* p, int v) { return std::atomic_ref<int>(*p).fetch_
 FT_DEVICE void fence_device() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 FT_DEVICE float load_coherent(const float* p) {
   return std::atomic_ref<float>(*const_cast<float*>(p)).load(std::memory_order_relaxed);
+}
+FT_DEVICE int load_acquire(const int* p) { return std::atomic_ref<int>(*const_cast<int*>(p)).load(std::memory_order_acquire); }
+// A spin wait's body: the block's other lanes run, then the OS thread lets the
+// threads running other blocks (the ones the wait is for) have the core.
+FT_DEVICE void spin_pause() {
+  emu::detail::runtime->yield();
+  std::this_thread::yield();
 }
 
 FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }

@@ -47,6 +47,8 @@ FT_DEVICE int atomic_add(int* p, int v) {
 }
 FT_DEVICE void fence_device() { __builtin_amdgcn_fence(__ATOMIC_SEQ_CST, "agent"); }
 FT_DEVICE float load_coherent(const float* p) { return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT); }
+FT_DEVICE int load_acquire(const int* p) { return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT); }
+FT_DEVICE void spin_pause() { __builtin_amdgcn_s_sleep(1); }
 
 FT_DEVICE float exp_f32(float x) { return __builtin_expf(x); }
 

@@ -40,19 +40,28 @@ TEST(Families, EveryFamilyDeclaresTheStandardAxesOnce) {
     for (const Axis& a : f->axes()) {
       EXPECT_TRUE(keys.insert(a.key).second) << f->id() << ": axis " << a.key << " twice";
       EXPECT_TRUE(a.token) << f->id() << ": axis " << a.key << " has no name token";
-      if (a.type != AxisType::atom && !a.from_problem) EXPECT_FALSE(a.defaults.empty()) << f->id() << ": " << a.key << " has no default values";
+      // An opt-in axis (its family searched only where --space gives values) alone has none.
+      if (a.type != AxisType::atom && !a.from_problem)
+        EXPECT_EQ(a.defaults.empty(), a.opt_in) << f->id() << ": " << a.key << (a.opt_in ? " is opt-in but has" : " has no") << " default values";
     }
     for (std::string_view k : kStandardKeys) EXPECT_LT(f->index_of(k), f->axes().size()) << f->id() << " lacks " << k;
     EXPECT_EQ(f->axes().front().type, AxisType::atom) << f->id() << ": the atom comes first (the space sets it)";
   }
 }
 
-TEST(Families, EveryAtomBelongsToExactlyOneFamily) {
+// Every atom has a family, the first that takes it (a record naming none
+// reads as that one); only the one-launch family shares atoms, the tiled
+// family's 16-bit ones.
+TEST(Families, EveryAtomHasAFamilyAndSharesOnlyWithTheOneLaunchFamily) {
   for (const AtomInfo& a : all_atoms()) {
-    int takers = 0;
-    for (const Family* f : all_families()) takers += f->takes(a) ? 1 : 0;
-    EXPECT_EQ(takers, 1) << a.id;
-    EXPECT_NE(family_of(a), nullptr) << a.id;
+    std::vector<const Family*> takers;
+    for (const Family* f : all_families())
+      if (f->takes(a)) takers.push_back(f);
+    ASSERT_FALSE(takers.empty()) << a.id;
+    EXPECT_EQ(family_of(a), takers.front()) << a.id;
+    EXPECT_NE(takers.front(), &onelaunch_family()) << a.id;
+    const bool shared = takers.front() == &tiled_family() && a.operand_bytes() == 2;
+    EXPECT_EQ(takers.size(), shared ? 2u : 1u) << a.id;
   }
 }
 

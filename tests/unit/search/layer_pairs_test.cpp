@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "generator/atoms.hpp"
+#include "generator/families/families.hpp"
 #include "generator/problem.hpp"
 #include "layer/program.hpp"
 #include "search/measurer.hpp"
@@ -267,6 +268,39 @@ TEST_F(LayerStepTest, NoPairThatFitsIsAMissingLayerWithItsReason) {
   EXPECT_NE(summary_.missing_layers[0].reason.find("384"), std::string::npos) << summary_.missing_layers[0].reason;
   ASSERT_EQ(summary_.notes.size(), 1u);
   EXPECT_NE(summary_.notes[0].find("T=16384: no layer winner"), std::string::npos) << summary_.notes[0];
+}
+
+// The one-launch family beside six faster wgmma stages of each kind: its
+// moe1 is paired with its twin (the best of its own class), not with a faster
+// one-launch moe2 of other values, and no pair mixes the families.
+TEST(LayerPairs, OneLaunchStagesArePairedWithTheirTwinsOnly) {
+  auto onelaunch = [](StageRole kind, int tile_n) {
+    Variant v = Variant::of(sm90(), kind, *find_atom("mma_m16n8k16_f32_bf16"), &onelaunch_family());
+    v.set("ol_blocks", 264).set("tile_m", 16).set("tile_n", tile_n).set("tile_k", 64).set("warps_m", 1).set("warps_n", 2);
+    return v;
+  };
+  struct Kind {
+    std::vector<CompiledVariant> variants;
+    std::vector<Candidate> candidates;
+    Ranked ranked;
+  } k1, k2;
+  for (Kind* k : {&k1, &k2}) {
+    const StageRole role = k == &k1 ? StageRole::stage1 : StageRole::stage2;
+    for (int i = 0; i < 6; ++i) k->variants.push_back({wgmma(role, 64, 64 * (1 + i % 3)), {}});
+    if (role == StageRole::stage2) k->variants.push_back({onelaunch(role, 32), {}});  // faster than the twin, not a twin
+    k->variants.push_back({onelaunch(role, 16), {}});
+    for (std::size_t i = 0; i < k->variants.size(); ++i) k->candidates.push_back({&k->variants[i], std::int64_t(i + 1), {}});
+    for (std::size_t i = 0; i < k->candidates.size(); ++i) k->ranked.emplace_back(double(i + 1), &k->candidates[i]);
+  }
+  const LayerPairs pairs = layer_pairs(sm90(), mixtral(), k1.ranked, k2.ranked);
+  const Variant twin1 = onelaunch(StageRole::stage1, 16), twin2 = onelaunch(StageRole::stage2, 16);
+  bool twins = false;
+  for (const auto& [a, b] : pairs.pairs) {
+    const Variant &v1 = a->cv->variant, &v2 = b->cv->variant;
+    EXPECT_EQ(v1.family, v2.family) << v1.name() << " + " << v2.name();
+    twins = twins || (v1 == twin1 && v2 == twin2);
+  }
+  EXPECT_TRUE(twins) << "the one-launch twins were not paired";
 }
 
 }  // namespace

@@ -16,8 +16,37 @@ namespace {
 
 constexpr std::uint32_t kPoison = 0xffffffffu;  // an fp32 NaN, two 16-bit NaNs
 
-// The reference gradient of a buffer a role writes.
-const std::vector<float>& reference_of(Buf b, const MoeGradients<float>& ref) {
+template <class T>
+Result<DeviceBuffer> upload(Device& dev, const std::vector<T>& v, std::size_t bytes) {
+  DeviceBuffer b = FT_TRY(DeviceBuffer::allocate(dev, std::max<std::size_t>({16, bytes, v.size() * sizeof(T)})));
+  if (!v.empty()) FT_CHECK(dev.copy_to_device(b.ptr(), v.data(), v.size() * sizeof(T)));
+  return b;
+}
+
+}  // namespace
+
+RoutedCheck check_d_gate_up(std::span<const std::uint16_t> got, const std::vector<float>& ref,
+                            std::span<const std::int32_t> topk_ids, const Problem& problem) {
+  const std::size_t row = 2 * std::size_t(problem.inter);
+  std::vector<std::uint16_t> routed;
+  std::vector<float> routed_ref;
+  RoutedCheck out;
+  for (std::size_t q = 0; q < topk_ids.size(); ++q) {
+    const bool is_routed = topk_ids[q] >= 0 && topk_ids[q] < problem.experts;
+    for (std::size_t i = q * row; i < (q + 1) * row; ++i) {
+      if (is_routed) {
+        routed.push_back(got[i]);
+        routed_ref.push_back(ref[i]);
+      } else if (got[i] != 0xffffu) {
+        ++out.unrouted_written;
+      }
+    }
+  }
+  out.routed = compare_output(routed, routed_ref, problem.dtype);
+  return out;
+}
+
+const std::vector<float>& reference_gradient(Buf b, const MoeGradients<float>& ref) {
   switch (b) {
     case Buf::d_weights: return ref.dweights;
     case Buf::dx: return ref.dx;
@@ -27,15 +56,6 @@ const std::vector<float>& reference_of(Buf b, const MoeGradients<float>& ref) {
   }
   return ref.d_gate_up;
 }
-
-template <class T>
-Result<DeviceBuffer> upload(Device& dev, const std::vector<T>& v, std::size_t bytes) {
-  DeviceBuffer b = FT_TRY(DeviceBuffer::allocate(dev, std::max<std::size_t>({16, bytes, v.size() * sizeof(T)})));
-  if (!v.empty()) FT_CHECK(dev.copy_to_device(b.ptr(), v.data(), v.size() * sizeof(T)));
-  return b;
-}
-
-}  // namespace
 
 // The host side of the current inputs and their reference.
 struct BackwardBench::State {
@@ -132,10 +152,13 @@ struct Prepared {
   Bound bound;
 };
 
-Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, const LayerRecipe& r,
-                                    RoleKernels k, const Workload& w, const std::vector<std::uint16_t>& dy,
-                                    const std::vector<std::uint16_t>& gate_up, const std::vector<std::uint16_t>& inter,
-                                    const std::vector<float>& d_gate_up_ref) {
+Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, const LayerRecipe& r, RoleKernels k,
+                             const BackwardBench::State& s) {
+  if (s.w.tokens == 0) return fail(Errc::internal, "the backward bench has no inputs yet (set_inputs)");
+  k.align = s.align;
+  k.align_count = s.align_count;
+  k.align_scatter = s.align_scatter;
+  const Workload& w = s.w;
   if (r.target != &t || r.problem.key() != p.key())
     return fail(Errc::invalid_input, "the recipe is of another target or problem than the bench");
   Prepared out;
@@ -146,7 +169,7 @@ Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, con
   const bool has_dgrad2 = std::ranges::any_of(r.grad, [](const GradStage& g) { return g.role == Role::dgrad2; });
   std::vector<std::uint16_t> d_gate_up;
   if (!has_dgrad2)
-    for (float v : d_gate_up_ref) d_gate_up.push_back(f32_to_half(p.dtype, v));
+    for (float v : s.ref.d_gate_up) d_gate_up.push_back(f32_to_half(p.dtype, v));
   for (std::size_t i = 0; i < kBufCount; ++i) {
     const std::size_t bytes = std::size_t(out.prog.bytes[i]);
     if (!bytes) continue;
@@ -158,9 +181,9 @@ Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, con
       case Buf::topk_weights: buf = FT_TRY(upload(dev, w.topk_weights, bytes)); break;
       case Buf::w1: buf = FT_TRY(upload(dev, w.w1, bytes)); break;
       case Buf::w2: buf = FT_TRY(upload(dev, w.w2, bytes)); break;
-      case Buf::dy: buf = FT_TRY(upload(dev, dy, bytes)); break;
-      case Buf::saved_gate_up: buf = FT_TRY(upload(dev, gate_up, bytes)); break;
-      case Buf::saved_inter: buf = FT_TRY(upload(dev, inter, bytes)); break;
+      case Buf::dy: buf = FT_TRY(upload(dev, s.dy, bytes)); break;
+      case Buf::saved_gate_up: buf = FT_TRY(upload(dev, s.gate_up, bytes)); break;
+      case Buf::saved_inter: buf = FT_TRY(upload(dev, s.inter, bytes)); break;
       default: {
         if (b == Buf::d_gate_up && !has_dgrad2) {
           buf = FT_TRY(upload(dev, d_gate_up, bytes));
@@ -182,57 +205,32 @@ Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, con
 
 Result<BackwardCheck> BackwardBench::verify(const LayerRecipe& r, const RoleKernels& grad) {
   const State& s = *state_;
-  if (s.w.tokens == 0) return fail(Errc::internal, "BackwardBench::verify before set_inputs");
-  RoleKernels k = grad;
-  k.align = s.align;
-  k.align_count = s.align_count;
-  k.align_scatter = s.align_scatter;
-  Prepared run = FT_TRY(prepare_run(dev_, problem_, target_, r, k, s.w, s.dy, s.gate_up, s.inter, s.ref.d_gate_up));
+  Prepared run = FT_TRY(prepare_run(dev_, problem_, target_, r, grad, s));
   FT_CHECK(execute(dev_, run.prog, run.fns, run.bound.table, {}));
   FT_CHECK(dev_.synchronize());
 
   BackwardCheck check;
   const DType d = problem_.dtype;
-  const long long I = problem_.inter;
   for (const GradStage& g : r.grad)
     for (Buf b : op::moe_backward().grad_role(g.role)->writes) {
       const DevicePtr p = at(run.bound.table, b);
       if (b != Buf::d_gate_up) {
-        std::vector<float> v(reference_of(b, s.ref).size());
+        std::vector<float> v(reference_gradient(b, s.ref).size());
         FT_CHECK(dev_.copy_to_host(v.data(), p, v.size() * 4));
-        check.buffers.emplace_back(b, compare_values(v, reference_of(b, s.ref), tolerance_for(d)));
+        check.buffers.emplace_back(b, compare_values(v, reference_gradient(b, s.ref), tolerance_for(d)));
         continue;
       }
       std::vector<std::uint16_t> got(s.ref.d_gate_up.size());
       FT_CHECK(dev_.copy_to_host(got.data(), p, got.size() * 2));
-      // The routed pairs' rows against the reference; the others must keep their poison.
-      std::vector<std::uint16_t> routed;
-      std::vector<float> routed_ref;
-      for (long long q = 0; q < s.w.pairs(); ++q) {
-        const int e = s.w.topk_ids[std::size_t(q)];
-        for (long long col = 0; col < 2 * I; ++col) {
-          const std::size_t i = std::size_t(q * 2 * I + col);
-          if (e >= 0 && e < problem_.experts) {
-            routed.push_back(got[i]);
-            routed_ref.push_back(s.ref.d_gate_up[i]);
-          } else if (got[i] != 0xffffu) {
-            ++check.unrouted_written;
-          }
-        }
-      }
-      check.buffers.emplace_back(b, compare_output(routed, routed_ref, d));
+      const RoutedCheck rc = check_d_gate_up(got, s.ref.d_gate_up, s.w.topk_ids, problem_);
+      check.buffers.emplace_back(b, rc.routed);
+      check.unrouted_written += rc.unrouted_written;
     }
   return check;
 }
 
 Result<Timing> BackwardBench::time(const LayerRecipe& r, const RoleKernels& grad, const TimingOptions& opt) {
-  const State& s = *state_;
-  if (s.w.tokens == 0) return fail(Errc::internal, "BackwardBench::time before set_inputs");
-  RoleKernels k = grad;
-  k.align = s.align;
-  k.align_count = s.align_count;
-  k.align_scatter = s.align_scatter;
-  Prepared run = FT_TRY(prepare_run(dev_, problem_, target_, r, k, s.w, s.dy, s.gate_up, s.inter, s.ref.d_gate_up));
+  Prepared run = FT_TRY(prepare_run(dev_, problem_, target_, r, grad, *state_));
   for (int i = 0; i < opt.warmup; ++i) FT_CHECK(execute(dev_, run.prog, run.fns, run.bound.table, {}));
   const EventHandle start = FT_TRY(dev_.create_event());
   const EventHandle stop = FT_TRY(dev_.create_event());

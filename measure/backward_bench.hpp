@@ -28,6 +28,7 @@
 #include "layer/execute.hpp"
 #include "layer/program.hpp"
 #include "measure/layer_bench.hpp"
+#include "measure/workload/backward_reference.hpp"
 #include "measure/workload/compare.hpp"
 
 namespace ft {
@@ -40,6 +41,21 @@ struct BackwardCheck {
   const Comparison& worst() const;  // a failed one first, else the largest relative L2
   std::string summary() const;      // "dw1: rel L2 ..." of the worst, or what broke
 };
+
+// The reference gradient of a buffer a backward role writes (dx, dw1, dw2,
+// d_weights; d_gate_up otherwise).
+const std::vector<float>& reference_gradient(Buf b, const MoeGradients<float>& ref);
+
+// d_gate_up [T*k, 2I] checked as the backward's tests check it: the routed
+// pairs' rows (ids in [0, E)) against the reference with the 16-bit bounds;
+// `unrouted_written` counts the other rows' elements that lost their poison
+// (0xffff, a 16-bit NaN).
+struct RoutedCheck {
+  Comparison routed;
+  std::size_t unrouted_written = 0;
+};
+RoutedCheck check_d_gate_up(std::span<const std::uint16_t> got, const std::vector<float>& ref,
+                            std::span<const std::int32_t> topk_ids, const Problem& problem);
 
 class BackwardBench {
  public:
@@ -61,8 +77,9 @@ class BackwardBench {
 
   int tokens() const;
 
+  struct State;  // the current inputs, their reference and the align kernels (backward_bench.cpp)
+
  private:
-  struct State;
   BackwardBench(Device& dev, const Problem& p, const Target& t);
   Device& dev_;
   Problem problem_;

@@ -17,6 +17,7 @@
 #include "layer/operation.hpp"
 #include "measure/backward_bench.hpp"
 #include "measure/worker/worker_device.hpp"
+#include "search/steps.hpp"
 #include "store/kind.hpp"
 
 namespace ft {
@@ -54,27 +55,11 @@ struct Ids {
 Status record(Recorder& rec, const Ids& ids, std::int64_t variant, int tokens, std::string_view phase,
               db::MeasurementStatus st, const std::optional<Timing>& t, const std::optional<Comparison>& c,
               const std::string& error) {
-  db::MeasurementRecord m;
-  m.run_id = ids.run;
-  m.variant_id = variant;
-  m.problem_id = ids.problem;
-  m.device_id = ids.device;
-  m.tokens = tokens;
-  m.phase = std::string(phase);
-  m.status = st;
-  m.error_message = error;
+  Measured result{t, std::nullopt};
+  if (c) result.comparison = protocol::VerifyAnswer{c->passed, c->rel_l2, c->max_abs, c->summary()};
+  db::MeasurementRecord m =
+      measurement_row({variant, ids.problem, ids.device, tokens}, ids.run, phase, st, result, error, {});
   m.pci_bus_id = ids.bus;
-  if (t) {
-    m.median_us = t->median_us;
-    m.p10_us = t->p10_us;
-    m.p90_us = t->p90_us;
-    m.min_us = t->min_us;
-    m.samples = t->samples;
-  }
-  if (c) {
-    m.rel_l2_err = c->rel_l2;
-    m.max_abs_err = c->max_abs;
-  }
   return rec.measurement(m);
 }
 

@@ -73,7 +73,9 @@ TEST_P(EmuBackwardBench, VerifiesAgainstTheCpuBackward) {
       EXPECT_EQ(cmp.passed, !broken) << c.label << " T=" << tokens << " " << to_string(b) << ": " << cmp.summary();
     }
     EXPECT_EQ(check->passed(), c.failing.empty()) << check->summary();
-    if (!c.failing.empty()) EXPECT_TRUE(check->summary().starts_with("dw")) << check->summary();
+    if (!c.failing.empty()) {
+      EXPECT_TRUE(check->summary().starts_with("dw")) << check->summary();
+    }
   }
   if (c.failing.empty()) {
     auto time = (*bench)->time(r, k, {.warmup = 0, .reps = 2, .flush_l2 = false});

@@ -364,7 +364,9 @@ Command setup_search(CLI::App& app) {
                   "Search only shard I of N (0 <= I < N): the buckets whose index in the sorted list is I mod N");
   sub->add_option("--strategy", opt->strategy, fmt::format("How each bucket's variants are timed: {}", strategy_help()))
       ->capture_default_str();
-  sub->add_option("--budget", opt->budget, "random: variants per kind and bucket (0: all)")->check(whole_number_at_least(0));
+  sub->add_option("--budget", opt->budget,
+                  "random: variants per kind and bucket; --pass backward: configurations per role (0: all)")
+      ->check(whole_number_at_least(0));
   sub->add_option("--time-limit", opt->time_limit, "random: seconds of sampling per kind and bucket (0: none)")
       ->check(finite_seconds());
   sub->add_option("--model-budget", opt->model_budget,

@@ -27,7 +27,7 @@ struct SearchConfig {
   std::vector<int> tokens;
   std::string shard;                 // "I/N" when `tokens` is one shard's share (shard.hpp); recorded in the run
   std::string strategy{default_strategy()};  // a row of strategies.def (check_strategy)
-  int budget = 0;                    // random: variants per kind and bucket (0: all)
+  int budget = 0;                    // random: variants per kind and bucket; backward: configurations per role (0: all)
   double time_limit_s = 0;           // random: stop sampling after this long (0: none)
   double model_budget_s = 4;         // model: seconds of short timing per kind and bucket the pick may spend
   int model_explore = 4;             // model: candidates beside the model's fastest drawn at random

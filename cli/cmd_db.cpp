@@ -136,6 +136,8 @@ Command setup_db(CLI::App& app) {
   winners->add_option("--target", opt->target, fmt::format("Only devices of this target ({})", known_target_names(" or ")));
   winners->add_option("--tokens", opt->tokens, "Only this token bucket")->check(whole_number_at_least(1));
   winners->add_option("--kind", opt->kind, "Only this kind (moe1, moe2, layer, ...)");
+  winners->add_option("--pass", opt->pass, "Only this pass's winners (forward or backward; default both)")
+      ->check(CLI::IsMember({"forward", "backward"}));
   view("stats", "Variants per compile status; measurements per run and status", DbView::stats);
   CLI::App* variants = view("variants", "Compiled variants with their resources", DbView::variants);
   variants->add_option("--target", opt->target, fmt::format("Only this target ({})", known_target_names(" or ")));

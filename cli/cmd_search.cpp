@@ -22,10 +22,12 @@
 #include "cli/problem_options.hpp"
 #include "generator/target.hpp"
 #include "device/runtimes.hpp"
+#include "search/backward_search.hpp"
 #include "search/progress.hpp"
 #include "search/search.hpp"
 #include "search/shard.hpp"
 #include "search/strategy.hpp"
+#include "store/kind.hpp"
 #include "measure/worker/worker_device.hpp"
 
 namespace ft::cli {
@@ -58,6 +60,7 @@ struct SearchOptions {
   bool emulate = false;
   bool in_process = false;
   bool problem_given = false;
+  std::string pass = "forward";  // forward, backward or both
 };
 
 // --emulate (or an emu: --device): the worker on the CPU emulator of the one
@@ -153,7 +156,8 @@ void print_summary(const SearchSummary& s, const Problem& p) {
     fmt::print("{:>6} {:<6} {:>10} {:>19} {:>8} {:>9}  {}\n", "tokens", "kind", "median", "p10-p90", "floor%", "vs default",
                "kernel");
     for (const auto& w : s.winners)
-      fmt::print("{:>6} {:<6} {:>10.1f} {:>19} {:>8} {:>9}  {}\n", w.tokens, w.kind, w.median_us,
+      fmt::print("{:>6} {:<6} {:>10.1f} {:>19} {:>8} {:>9}  {}\n", w.tokens,
+                 w.pass == db::to_string(db::Pass::forward) ? w.kind : w.pass + " " + w.kind, w.median_us,
                  fmt::format("{:.1f}-{:.1f}", w.p10_us, w.p90_us),
                  w.floor_us ? fmt::format("{:.0f}%", 100.0 * *w.floor_us / w.median_us) : "-",
                  w.speedup_vs_default ? fmt::format("{:.2f}x", *w.speedup_vs_default) : "-", w.kernel);
@@ -326,6 +330,10 @@ int run(SearchOptions opt) {
   }
   if (cfg.dry_run && cfg.targets.empty())
     for (const Target* t : dry_run_default_targets()) cfg.targets.emplace_back(t->name);
+  if (opt.pass == "backward") cfg.passes = {db::Pass::backward};
+  if (opt.pass == "both") cfg.passes = {db::Pass::forward, db::Pass::backward};
+  if (opt.pass != "forward")
+    if (auto st = check_backward_config(cfg); !st) return report_error(st.error());
 
   install_interrupt_handler();
   auto summary = run_search(cfg);
@@ -356,7 +364,9 @@ Command setup_search(CLI::App& app) {
                   "Search only shard I of N (0 <= I < N): the buckets whose index in the sorted list is I mod N");
   sub->add_option("--strategy", opt->strategy, fmt::format("How each bucket's variants are timed: {}", strategy_help()))
       ->capture_default_str();
-  sub->add_option("--budget", opt->budget, "random: variants per kind and bucket (0: all)")->check(whole_number_at_least(0));
+  sub->add_option("--budget", opt->budget,
+                  "random: variants per kind and bucket; --pass backward: configurations per role (0: all)")
+      ->check(whole_number_at_least(0));
   sub->add_option("--time-limit", opt->time_limit, "random: seconds of sampling per kind and bucket (0: none)")
       ->check(finite_seconds());
   sub->add_option("--model-budget", opt->model_budget,
@@ -388,6 +398,9 @@ Command setup_search(CLI::App& app) {
   sub->add_flag("--in-process", opt->in_process,
                 "Measure in this process, not in a worker process per device: no crash isolation and no watchdog (a "
                 "kernel that faults or hangs ends the search); for --emulate and tests");
+  sub->add_option("--pass", opt->pass,
+                  "forward (the default), backward (the backward program; on the CPU emulator, --emulate) or both")
+      ->check(CLI::IsMember({"forward", "backward", "both"}));
   sub->add_flag("--force", opt->force, "Measure again what the database already has");
   sub->add_flag("--graph", opt->graph, "Time the whole layer by CUDA/HIP graph replay");
   sub->add_flag("--json", opt->json, "Print the summary as JSON");

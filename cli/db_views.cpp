@@ -160,6 +160,7 @@ Status show_winners(db::Store& store, const DbOptions& opt) {
   if (!opt.target.empty()) filter.arch = opt.target;
   if (!opt.kind.empty()) filter.kind = opt.kind;
   if (opt.tokens > 0) filter.tokens = opt.tokens;
+  filter.pass = db::parse_pass(opt.pass);  // nullopt (both) when not given; CLI11 allows only the two names
   auto rows = FT_TRY(store.winners(filter));
   if (opt.json) {
     nlohmann::json out = nlohmann::json::array();
@@ -168,6 +169,7 @@ Status show_winners(db::Store& store, const DbOptions& opt) {
       out.push_back({{"problem", r.problem.key},
                      {"device", {{"id", r.device.id}, {"name", r.device.name}, {"arch", r.device.arch},
                                  {"runtime", r.device.runtime}, {"driver_version", r.device.driver_version}}},
+                     {"pass", db::to_string(w.pass)},
                      {"tokens", w.tokens},
                      {"kind", w.kind},
                      {"kernel_name", r.variant.kernel_name},
@@ -186,7 +188,7 @@ Status show_winners(db::Store& store, const DbOptions& opt) {
   }
   if (rows.empty()) {
     fmt::print("no winners recorded in {}{}\n", store.path(),
-               filter.problem_key || filter.arch || filter.kind || filter.tokens ? " matching the filter" : "");
+               filter.problem_key || filter.arch || filter.kind || filter.tokens || filter.pass ? " matching the filter" : "");
     return {};
   }
   // One table per (problem, device).
@@ -195,19 +197,21 @@ Status show_winners(db::Store& store, const DbOptions& opt) {
     const auto& first = rows[i];
     fmt::print("{}{} on {} ({}, {} {})\n", i == 0 ? "" : "\n", first.problem.key, first.device.name, first.device.arch,
                first.device.runtime, first.device.driver_version);
-    Table t({"kind", "tokens", "median us", "p10-p90 us", "vs default", "kernel", "toolchain"}, ".rrrr");
+    Table t({"pass", "kind", "tokens", "median us", "p10-p90 us", "vs default", "kernel", "toolchain"}, "..rrrr");
     const std::size_t begin = i;
     for (; i < rows.size() && rows[i].problem.id == first.problem.id && rows[i].device.id == first.device.id; ++i) {
       const auto& r = rows[i];
       const auto& w = r.winner;
-      t.add({w.kind, std::to_string(w.tokens), fmt::format("{:.1f}", w.median_us),
+      t.add({std::string(db::to_string(w.pass)), w.kind, std::to_string(w.tokens), fmt::format("{:.1f}", w.median_us),
              w.p10_us && w.p90_us ? fmt::format("{:.1f}-{:.1f}", *w.p10_us, *w.p90_us) : "-",
              w.speedup_vs_default ? fmt::format("{:.2f}x", *w.speedup_vs_default) : "-", r.variant.kernel_name,
              r.toolchain.label()});
     }
     t.print("  ");
-    if (!filter.kind) {
-      const std::vector<db::WinnerRow> group(rows.begin() + long(begin), rows.begin() + long(i));
+    if (!filter.kind && filter.pass != db::Pass::backward) {
+      std::vector<db::WinnerRow> group;  // the forward's: its stage winners without a layer winner
+      for (auto r = rows.begin() + long(begin); r != rows.begin() + long(i); ++r)
+        if (r->winner.pass == db::Pass::forward) group.push_back(*r);
       for (const std::string& m : FT_TRY(missing_layers(store, group))) fmt::print("  {}\n", m);
     }
   }

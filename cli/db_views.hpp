@@ -24,6 +24,7 @@ struct DbOptions {
   std::string target;
   int tokens = 0;  // 0: every bucket
   std::string kind;
+  std::string pass;  // winners: "forward" or "backward"; empty: both
   std::string status;
   int limit = 0;
   bool sql = false;  // schema: print the CREATE statements

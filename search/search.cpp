@@ -25,6 +25,7 @@
 #include "generator/emitter.hpp"
 #include "layer/operation.hpp"
 #include "layer/program.hpp"
+#include "search/backward_search.hpp"
 #include "search/compile_space.hpp"
 #include "search/dealing.hpp"
 #include "search/object_dir.hpp"
@@ -518,7 +519,7 @@ nlohmann::json SearchSummary::to_json() const {
                             {"defaults_added", t.defaults_added}, {"cache_hits", t.cache_hits},
                             {"verified", t.verified}, {"verify_failed", t.verify_failed}, {"crashed", t.crashed}});
   for (const auto& w : winners) {
-    nlohmann::json r{{"tokens", w.tokens}, {"kind", w.kind}, {"kernel", w.kernel}, {"median_us", w.median_us},
+    nlohmann::json r{{"tokens", w.tokens}, {"pass", w.pass}, {"kind", w.kind}, {"kernel", w.kernel}, {"median_us", w.median_us},
                      {"p10_us", w.p10_us}, {"p90_us", w.p90_us}};
     if (w.floor_us) r["floor_us"] = *w.floor_us;
     if (w.speedup_vs_default) r["speedup_vs_default"] = *w.speedup_vs_default;
@@ -540,6 +541,8 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   const auto t0 = Clock::now();
   FT_CHECK(cfg.problem.validate());
   FT_CHECK(check_strategy(cfg.strategy));
+  const auto searches = [&](db::Pass p) { return std::ranges::find(cfg.passes, p) != cfg.passes.end(); };
+  if (searches(db::Pass::backward)) FT_CHECK(check_backward_config(cfg));
   SearchSummary summary;
   summary.db_path = cfg.db_path;
   summary.dry_run = cfg.dry_run;
@@ -558,8 +561,12 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
   const ObjectDir objects;  // removed on every way out of the search
   auto status = [&]() -> Result<db::RunStatus> {
     const std::int64_t problem_id = FT_TRY(rec.problem(db::ProblemRecord::from(cfg.problem)));
-    return cfg.dry_run ? dry_run(rec, cfg, summary, objects.path)
-                       : device_search(cfg, rec, summary, problem_id, objects.path);
+    if (cfg.dry_run) return dry_run(rec, cfg, summary, objects.path);
+    db::RunStatus st = db::RunStatus::finished;
+    if (searches(db::Pass::forward)) st = FT_TRY(device_search(cfg, rec, summary, problem_id, objects.path));
+    if (searches(db::Pass::backward) && st == db::RunStatus::finished)
+      st = FT_TRY(backward_search(cfg, rec, summary, problem_id, cfg.seed ? cfg.seed : fresh_seed()));
+    return st;
   }();
   if (!status) {
     (void)rec.end_run(summary.run_id, db::RunStatus::failed);

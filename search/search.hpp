@@ -17,6 +17,7 @@
 #include "compile/compile.hpp"
 #include "search/ceilings.hpp"
 #include "search/strategy.hpp"
+#include "store/kind.hpp"
 
 namespace ft {
 
@@ -26,7 +27,7 @@ struct SearchConfig {
   std::vector<int> tokens;
   std::string shard;                 // "I/N" when `tokens` is one shard's share (shard.hpp); recorded in the run
   std::string strategy{default_strategy()};  // a row of strategies.def (check_strategy)
-  int budget = 0;                    // random: variants per kind and bucket (0: all)
+  int budget = 0;                    // random: variants per kind and bucket; backward: configurations per role (0: all)
   double time_limit_s = 0;           // random: stop sampling after this long (0: none)
   double model_budget_s = 4;         // model: seconds of short timing per kind and bucket the pick may spend
   int model_explore = 4;             // model: candidates beside the model's fastest drawn at random
@@ -51,6 +52,9 @@ struct SearchConfig {
   // subprocess per device: no crash isolation and no watchdog (a kernel that
   // faults or hangs takes the search down); for the emulator and tests.
   bool in_process = false;
+  // The passes searched, in this order: the forward's stages and layer, and/or
+  // the backward program (backward_search.hpp: the CPU emulator only, for now).
+  std::vector<db::Pass> passes{db::Pass::forward};
 };
 
 struct TargetSummary {
@@ -70,6 +74,7 @@ struct BucketResult {
   std::optional<double> floor_us;
   std::optional<double> speedup_vs_default;
   nlohmann::json stages;       // layer: per-stage medians
+  std::string pass = "forward";  // db::Pass's text: the backward's layer winner says "backward"
 };
 
 // A token bucket that ended without a layer winner (its stages may have

@@ -128,18 +128,18 @@ db::MeasurementStatus status_of(const Error& e) {
   }
 }
 
-Status GpuContext::record(std::int64_t variant_id, int tokens, std::string_view phase, db::MeasurementStatus st,
-                          const Measured& result, const std::string& error, const TelemetryReading& tele) {
+db::MeasurementRecord measurement_row(const db::MeasurementKey& key, std::int64_t run_id, std::string_view phase,
+                                      db::MeasurementStatus st, const Measured& result, const std::string& error,
+                                      const TelemetryReading& tele) {
   db::MeasurementRecord mr;
   mr.run_id = run_id;
-  mr.variant_id = variant_id;
-  mr.problem_id = problem_id;
-  mr.device_id = device_id;
-  mr.tokens = tokens;
+  mr.variant_id = key.variant_id;
+  mr.problem_id = key.problem_id;
+  mr.device_id = key.device_id;
+  mr.tokens = key.tokens;
   mr.phase = std::string(phase);
   mr.status = st;
   mr.error_message = error;
-  mr.pci_bus_id = info.pci_bus_id;
   if (const auto& t = result.timing) {
     mr.median_us = t->median_us;
     mr.p10_us = t->p10_us;
@@ -154,6 +154,13 @@ Status GpuContext::record(std::int64_t variant_id, int tokens, std::string_view 
   mr.sm_clock_mhz = tele.sm_clock_mhz;
   mr.mem_clock_mhz = tele.memory_clock_mhz;
   mr.temperature_c = tele.temperature_c;
+  return mr;
+}
+
+Status GpuContext::record(std::int64_t variant_id, int tokens, std::string_view phase, db::MeasurementStatus st,
+                          const Measured& result, const std::string& error, const TelemetryReading& tele) {
+  db::MeasurementRecord mr = measurement_row({variant_id, problem_id, device_id, tokens}, run_id, phase, st, result, error, tele);
+  mr.pci_bus_id = info.pci_bus_id;
   return rec.measurement(mr);
 }
 

@@ -29,6 +29,12 @@ struct Measured {
   std::optional<protocol::VerifyAnswer> comparison;
 };
 
+// One measurement row: its keys, outcome, what the result holds and the
+// telemetry read beside it (the caller adds the device's bus id).
+db::MeasurementRecord measurement_row(const db::MeasurementKey& key, std::int64_t run_id, std::string_view phase,
+                                      db::MeasurementStatus st, const Measured& result, const std::string& error,
+                                      const TelemetryReading& tele);
+
 // One device as the steps see it: its measurer, what it reported, the device
 // row of its model, and the ids every measurement row carries.
 struct GpuContext {

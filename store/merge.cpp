@@ -41,7 +41,8 @@ struct Candidate {
   bool in_out = false;  // already OUT's winner
 };
 
-using WinnerKey = std::tuple<std::int64_t, std::int64_t, int, std::string>;
+using WinnerKey = std::tuple<std::int64_t, std::int64_t, int, std::string, Pass>;
+constexpr WinnerFilter kEveryPass{.pass = std::nullopt};
 
 Result<InputData> read_input(const std::string& path) {
   Store in = FT_TRY(Store::open(path, OpenMode::read_only));
@@ -53,7 +54,7 @@ Result<InputData> read_input(const std::string& path) {
   d.problems = FT_TRY(in.problems());
   d.variants = FT_TRY(in.variants());
   d.measurements = FT_TRY(in.measurements());
-  d.winners = FT_TRY(in.winners());
+  d.winners = FT_TRY(in.winners(kEveryPass));
   std::map<std::string, bool> seen;
   for (const VariantRecord& v : d.variants) {
     if (v.code_object_hash.empty() || seen[v.code_object_hash]) continue;
@@ -168,11 +169,11 @@ Result<int> merge_into(Store& out, const std::vector<InputData>& inputs) {
   std::map<WinnerKey, WinnerRow> names;  // for messages
   auto add = [&](Candidate c, const WinnerRow& row) {
     const WinnerRecord& w = c.winner;
-    WinnerKey key{w.problem_id, w.device_id, w.tokens, w.kind};
+    WinnerKey key{w.problem_id, w.device_id, w.tokens, w.kind, w.pass};
     names.emplace(key, row);
     candidates[key].push_back(std::move(c));
   };
-  for (const WinnerRow& row : FT_TRY(out.winners())) add(Candidate{row.winner, row.toolchain, out.path(), true}, row);
+  for (const WinnerRow& row : FT_TRY(out.winners(kEveryPass))) add(Candidate{row.winner, row.toolchain, out.path(), true}, row);
   for (const InputData& in : inputs) {
     const Keys k = FT_TRY(import_rows(out, in));
     for (const WinnerRow& row : in.winners) add(FT_TRY(rekey_winner(row, k, in.path)), row);

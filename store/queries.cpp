@@ -95,13 +95,15 @@ Result<std::vector<WinnerRow>> Store::winners(const WinnerFilter& f) {
       "JOIN problems AS p ON p.id = w.problem_id JOIN devices AS d ON d.id = w.device_id "
       "JOIN variants AS v ON v.id = w.variant_id JOIN toolchains AS t ON t.id = v.toolchain_id "
       "WHERE (?1 IS NULL OR p.key = ?1) AND (?2 IS NULL OR w.device_id = ?2) AND (?3 IS NULL OR d.arch = ?3) AND "
-      "(?4 IS NULL OR w.tokens = ?4) AND (?5 IS NULL OR w.kind = ?5) "
-      "ORDER BY p.key, d.arch, d.name, w.device_id, w.kind, w.tokens"));
+      "(?4 IS NULL OR w.tokens = ?4) AND (?5 IS NULL OR w.kind = ?5) AND (?6 IS NULL OR w.pass = ?6) "
+      "ORDER BY p.key, d.arch, d.name, w.device_id, w.pass = 'backward', w.kind, w.tokens"));
   q.bind(1, f.problem_key);
   q.bind(2, f.device_id);
   q.bind(3, f.arch);
   q.bind(4, f.tokens);
   q.bind(5, f.kind);
+  if (f.pass) q.bind(6, to_string(*f.pass));
+  else q.bind(6, std::nullopt);
   return collect<WinnerRow>(q, [](const Query& r) {
     WinnerRow row;
     int c = 0;

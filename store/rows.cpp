@@ -143,6 +143,7 @@ WinnerRecord read_winner(const Query& q, int c) {
   w.default_variant_id = q.opt_i64(c + 9);
   w.speedup_vs_default = q.opt_f64(c + 10);
   w.chosen_at = q.text(c + 11);
+  w.pass = parse_pass(q.text(c + 12)).value_or(Pass::forward);  // the column's CHECK allows no other text
   return w;
 }
 

@@ -43,8 +43,8 @@ constexpr int kVariantColumnCount = 22;
 #define FT_MEASUREMENT_COLUMNS(p) p "id, " FT_MEASUREMENT_FIELDS(p)
 #define FT_WINNER_COLUMNS(p)                                                                                 \
   p "problem_id, " p "device_id, " p "tokens, " p "kind, " p "variant_id, " p "run_id, " p "median_us, " p \
-    "p10_us, " p "p90_us, " p "default_variant_id, " p "speedup_vs_default, " p "chosen_at"
-constexpr int kWinnerColumnCount = 12;
+    "p10_us, " p "p90_us, " p "default_variant_id, " p "speedup_vs_default, " p "chosen_at, " p "pass"
+constexpr int kWinnerColumnCount = 13;
 
 // Read a record from the columns that start at `c` (its FT_<TABLE>_COLUMNS).
 RunRecord read_run(const sql::Query& q, int c);

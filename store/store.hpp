@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "store/kind.hpp"
 #include "store/migrations.hpp"
 #include "base/error.hpp"
 #include "generator/problem.hpp"
@@ -179,6 +180,7 @@ struct WinnerRecord {
   std::optional<std::int64_t> default_variant_id;
   std::optional<double> speedup_vs_default;  // default time / winner time
   std::string chosen_at;
+  Pass pass = Pass::forward;  // part of the key: a bucket has a forward and a backward layer winner
 };
 
 // A winner with everything it refers to, for the db command, report and export.
@@ -197,6 +199,9 @@ struct WinnerFilter {
   std::optional<std::string> arch;
   std::optional<int> tokens;
   std::optional<std::string> kind;
+  // Forward unless asked: the readers of the forward's winners (export,
+  // report, model-check) never see a backward one; nullopt: every pass.
+  std::optional<Pass> pass = Pass::forward;
 };
 
 struct VariantFilter {
@@ -294,7 +299,7 @@ class Store {
 
   // Appends one measurement (history is kept); committed before it returns.
   Result<std::int64_t> add_measurement(const MeasurementRecord& m);
-  // Inserts or replaces the winner of (problem, device, tokens, kind).
+  // Inserts or replaces the winner of (problem, device, tokens, kind, pass).
   Status set_winner(const WinnerRecord& w);
 
   // Runs `body` in one write transaction (BEGIN IMMEDIATE ... COMMIT): an
@@ -323,7 +328,7 @@ class Store {
   Result<std::optional<VariantRecord>> variant(std::int64_t id);
   Result<std::vector<VariantRecord>> variants(const VariantFilter& filter = {});
   Result<std::vector<MeasurementRecord>> measurements(const MeasurementFilter& filter = {});
-  // Ordered by problem key, device, kind, tokens.
+  // Ordered by problem key, device, pass, kind, tokens.
   Result<std::vector<WinnerRow>> winners(const WinnerFilter& filter = {});
   Result<std::optional<std::vector<std::byte>>> code_object(std::string_view hash);
   // Its format ("hsaco" or "cubin"); nullopt if no such code object.

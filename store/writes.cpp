@@ -153,8 +153,8 @@ Result<std::int64_t> Store::add_measurement(const MeasurementRecord& m) {
 Status Store::set_winner(const WinnerRecord& w) {
   FT_CHECK(impl_->writable("set_winner"));
   auto q = FT_TRY(impl_->query(
-      "INSERT INTO winners (" FT_WINNER_COLUMNS("") ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12) "
-      "ON CONFLICT (problem_id, device_id, tokens, kind) DO UPDATE SET variant_id = excluded.variant_id, "
+      "INSERT INTO winners (" FT_WINNER_COLUMNS("") ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
+      "ON CONFLICT (problem_id, device_id, tokens, kind, pass) DO UPDATE SET variant_id = excluded.variant_id, "
       "run_id = excluded.run_id, median_us = excluded.median_us, p10_us = excluded.p10_us, p90_us = excluded.p90_us, "
       "default_variant_id = excluded.default_variant_id, speedup_vs_default = excluded.speedup_vs_default, "
       "chosen_at = excluded.chosen_at"));
@@ -170,6 +170,7 @@ Status Store::set_winner(const WinnerRecord& w) {
   q.bind(10, w.default_variant_id);
   q.bind(11, w.speedup_vs_default);
   q.bind(12, w.chosen_at.empty() ? utc_now() : w.chosen_at);
+  q.bind(13, to_string(w.pass));
   if (auto s = q.run(); !s) return std::unexpected(impl_->error(s.error(), "set_winner"));
   return {};
 }

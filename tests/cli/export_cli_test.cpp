@@ -137,7 +137,7 @@ TEST(ExportCli, ProblemPicksOneOfSeveral) {
                 "SELECT 'moe_e4_h256_i512_k2_bf16_swiglu_hot:2', experts, hidden, inter, topk, dtype, activation, 'hot:2' "
                 "FROM problems WHERE routing = 'uniform';"
                 "INSERT INTO winners SELECT (SELECT id FROM problems WHERE routing = 'hot:2'), device_id, tokens, kind, "
-                "variant_id, run_id, median_us, p10_us, p90_us, default_variant_id, speedup_vs_default, chosen_at "
+                "variant_id, run_id, median_us, p10_us, p90_us, default_variant_id, speedup_vs_default, chosen_at, pass "
                 "FROM winners WHERE problem_id = (SELECT id FROM problems WHERE routing = 'uniform');");
   auto all = test::run_flytune({"export", "--db", both, "--out", dir.file("all"), "--no-check"});
   if (all.exit_code != 0 && all.output.find("toolchain") != std::string::npos) GTEST_SKIP() << all.output;

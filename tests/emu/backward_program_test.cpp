@@ -23,6 +23,7 @@
 #include "layer/backward.hpp"
 #include "layer/execute.hpp"
 #include "layer/operation.hpp"
+#include "measure/backward_bench.hpp"
 #include "measure/workload/compare.hpp"
 #include "tests/emu/backward_support.hpp"
 #include "tests/emu/layer_support.hpp"
@@ -147,18 +148,6 @@ Result<Outputs> run_backward(const BCase& c, const Gradients& g, const Mutation&
   return out;
 }
 
-// The reference gradient of a buffer a role writes.
-const std::vector<float>& reference_of(Buf b, const MoeGradients<float>& ref) {
-  switch (b) {
-    case Buf::d_weights: return ref.dweights;
-    case Buf::dx: return ref.dx;
-    case Buf::dw1: return ref.dw1;
-    case Buf::dw2: return ref.dw2;
-    default: break;
-  }
-  return ref.d_gate_up;
-}
-
 struct Checked {
   std::map<Buf, Comparison> by_buffer;  // every buffer the operation's roles write
   std::size_t unrouted_written = 0;     // d_gate_up elements of unrouted pairs that lost their poison
@@ -166,30 +155,16 @@ struct Checked {
 
 Checked check(const Outputs& o, const Gradients& g) {
   const DType d = g.w.problem.dtype;
-  const long long I = g.w.problem.inter;
   Checked c;
   for (const op::GradRole& row : op::moe_backward().grad)
     for (Buf b : row.writes) {
       if (b != Buf::d_gate_up) {
-        c.by_buffer[b] = compare_values(o.fp32.at(b), reference_of(b, g.ref), tolerance_for(d));
+        c.by_buffer[b] = compare_values(o.fp32.at(b), reference_gradient(b, g.ref), tolerance_for(d));
         continue;
       }
-      // The routed pairs' rows against the reference; the others must stay poisoned.
-      std::vector<std::uint16_t> routed;
-      std::vector<float> routed_ref;
-      for (long long q = 0; q < g.w.pairs(); ++q) {
-        const int e = g.w.topk_ids[std::size_t(q)];
-        for (long long col = 0; col < 2 * I; ++col) {
-          const std::size_t at = std::size_t(q * 2 * I + col);
-          if (e >= 0 && e < g.w.problem.experts) {
-            routed.push_back(o.d_gate_up[at]);
-            routed_ref.push_back(g.ref.d_gate_up[at]);
-          } else if (o.d_gate_up[at] != 0xffffu) {
-            ++c.unrouted_written;
-          }
-        }
-      }
-      c.by_buffer[b] = compare_output(routed, routed_ref, d);
+      const RoutedCheck rc = check_d_gate_up(o.d_gate_up, g.ref.d_gate_up, g.w.topk_ids, g.w.problem);
+      c.by_buffer[b] = rc.routed;
+      c.unrouted_written += rc.unrouted_written;
     }
   return c;
 }

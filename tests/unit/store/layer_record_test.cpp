@@ -20,7 +20,8 @@ using nlohmann::json;
 
 TEST(Kind, KeepsTheDatabaseText) {
   const std::vector<std::pair<Kind, const char*>> rows{
-      {Kind::moe1, "moe1"}, {Kind::moe2, "moe2"}, {Kind::layer, "layer"}, {Kind::support, "support"}};
+      {Kind::moe1, "moe1"}, {Kind::moe2, "moe2"}, {Kind::layer, "layer"},
+      {Kind::support, "support"}, {Kind::grad, "grad"}, {Kind::backward, "backward"}};
   for (const auto& [kind, text] : rows) {
     EXPECT_EQ(to_string(kind), text);
     EXPECT_EQ(parse_kind(text), kind) << text;
@@ -28,6 +29,14 @@ TEST(Kind, KeepsTheDatabaseText) {
   }
   for (const char* other : {"", "Layer", "stage1", "align"}) EXPECT_FALSE(parse_kind(other)) << other;
   for (StageRole r : kStageRoles) EXPECT_EQ(to_string(kind_of(r)), to_string(r));
+}
+
+TEST(Pass, KeepsTheDatabaseText) {
+  for (const auto& [pass, text] : std::vector<std::pair<Pass, const char*>>{{Pass::forward, "forward"}, {Pass::backward, "backward"}}) {
+    EXPECT_EQ(to_string(pass), text);
+    EXPECT_EQ(parse_pass(text), pass) << text;
+  }
+  for (const char* other : {"", "Forward", "both", "layer"}) EXPECT_FALSE(parse_pass(other)) << other;
 }
 
 Variant stage(StageRole role, int tile_m) {

@@ -70,33 +70,46 @@ TEST(Migrations, FreshSchemaMatchesGolden) {
       << "the schema changed; if a new migration is intended, refresh with FLYTUNE_UPDATE_GOLDEN=1";
 }
 
+// A row in every table of version 1 (and 2), rows referring to rows: a run,
+// an NVIDIA device, a toolchain, a problem, a variant, its code object, a
+// measurement and a winner.
+constexpr const char* kOldRows =
+    "PRAGMA foreign_keys = ON;"
+    "INSERT INTO runs (id, started_at, status, command_line, flytune_version, git_commit, templates_commit, "
+    "  hostname, strategy) VALUES (1, 't', 'finished', 'flytune search', 'v', 'g', 'g', 'h', 'halving');"
+    "INSERT INTO devices (id, runtime, name, arch) VALUES (7, 'cuda', 'NVIDIA H200', 'sm_90a');"
+    "INSERT INTO toolchains (id, backend, version, path) VALUES (3, 'nvrtc', 'nvrtc 13.0', '');"
+    "INSERT INTO problems (id, key, experts, hidden, inter, topk, dtype, activation, routing) "
+    "  VALUES (1, 'p', 4, 256, 512, 2, 'bf16', 'swiglu', 'uniform');"
+    "INSERT INTO variants (id, kernel_name, target, kind, source_hash, code_object_hash, toolchain_id, "
+    "  compile_status, created_at, updated_at) VALUES (5, 'ft_k', 'sm_90a', 'moe1', 's', 'h1', 3, 'ok', 't', 't');"
+    "INSERT INTO code_objects VALUES ('h1', 'cubin', 3, x'010203');"
+    "INSERT INTO measurements (run_id, variant_id, problem_id, device_id, tokens, phase, status, measured_at) "
+    "  VALUES (1, 5, 1, 7, 16, 'short', 'ok', 't');"
+    "INSERT INTO winners (problem_id, device_id, tokens, kind, variant_id, run_id, median_us, chosen_at) "
+    "  VALUES (1, 7, 16, 'moe1', 5, 1, 12.5, 't');";
+
+// A file of `version` (the first migrations applied by hand, as a build of that
+// version made it) holding kOldRows.
+void old_database(const std::string& path, int version) {
+  auto all = migrations();
+  ASSERT_TRUE(all);
+  ASSERT_GT(all->size(), static_cast<std::size_t>(version));
+  std::string sql = fmt::format("PRAGMA application_id = {}; BEGIN;", kApplicationId);
+  for (int v = 0; v < version; ++v)
+    sql += fmt::format("{}; INSERT INTO schema_migrations VALUES ({}, '{}', '2026-01-01T00:00:00.000Z');",
+                       std::string((*all)[v].sql), v + 1, (*all)[v].name);
+  test::raw_sql(path, sql + fmt::format("PRAGMA user_version = {}; COMMIT;", version));
+  test::raw_sql(path, kOldRows);
+}
+
 // A version-1 file with rows in every table migration 2 rebuilds (and rows
 // referring to them) keeps them all, keys intact, and then takes the emulator's
 // device, toolchain and code-object format, which version 1 refused.
 TEST(Migrations, Version1KeepsItsRowsAndTakesTheEmulator) {
   test::ScratchDir dir;
   const std::string path = dir.file("v1.db");
-  auto all = migrations();
-  ASSERT_TRUE(all);
-  ASSERT_GE(all->size(), 2u);
-  test::raw_sql(path, fmt::format("PRAGMA application_id = {}; BEGIN; {}; PRAGMA user_version = 1; COMMIT;",
-                                  kApplicationId, std::string(all->front().sql)));
-  test::raw_sql(path,
-                "PRAGMA foreign_keys = ON;"
-                "INSERT INTO schema_migrations VALUES (1, '0001_create_tables', '2026-01-01T00:00:00.000Z');"
-                "INSERT INTO runs (id, started_at, status, command_line, flytune_version, git_commit, templates_commit, "
-                "  hostname, strategy) VALUES (1, 't', 'finished', 'flytune search', 'v', 'g', 'g', 'h', 'halving');"
-                "INSERT INTO devices (id, runtime, name, arch) VALUES (7, 'cuda', 'NVIDIA H200', 'sm_90a');"
-                "INSERT INTO toolchains (id, backend, version, path) VALUES (3, 'nvrtc', 'nvrtc 13.0', '');"
-                "INSERT INTO problems (id, key, experts, hidden, inter, topk, dtype, activation, routing) "
-                "  VALUES (1, 'p', 4, 256, 512, 2, 'bf16', 'swiglu', 'uniform');"
-                "INSERT INTO variants (id, kernel_name, target, kind, source_hash, code_object_hash, toolchain_id, "
-                "  compile_status, created_at, updated_at) VALUES (5, 'ft_k', 'sm_90a', 'moe1', 's', 'h1', 3, 'ok', 't', 't');"
-                "INSERT INTO code_objects VALUES ('h1', 'cubin', 3, x'010203');"
-                "INSERT INTO measurements (run_id, variant_id, problem_id, device_id, tokens, phase, status, measured_at) "
-                "  VALUES (1, 5, 1, 7, 16, 'short', 'ok', 't');"
-                "INSERT INTO winners (problem_id, device_id, tokens, kind, variant_id, run_id, median_us, chosen_at) "
-                "  VALUES (1, 7, 16, 'moe1', 5, 1, 12.5, 't');");
+  old_database(path, 1);
 
   auto store = Store::open(path, OpenMode::existing);
   ASSERT_TRUE(store) << store.error().describe();
@@ -137,6 +150,39 @@ TEST(Migrations, Version1KeepsItsRowsAndTakesTheEmulator) {
     m.phase = "short";
     return m;
   }()));
+}
+
+// A version-2 file keeps its winner as a forward one; the pass joins the key,
+// so a backward winner of the same bucket and kind sits beside it, and the
+// filter picks by pass (forward unless asked).
+TEST(Migrations, Version2WinnersBecomeForwardAndTakeABackwardBeside) {
+  test::ScratchDir dir;
+  const std::string path = dir.file("v2.db");
+  old_database(path, 2);
+  auto store = Store::open(path, OpenMode::existing);
+  ASSERT_TRUE(store) << store.error().describe();
+  EXPECT_EQ(store->schema_info().value().version, schema_version());
+  WinnerRecord backward{.problem_id = 1, .device_id = 7, .tokens = 16, .kind = "moe1", .variant_id = 5, .run_id = 1,
+                        .median_us = 30.0, .pass = Pass::backward};
+  ASSERT_TRUE(store->set_winner(backward));
+  backward.median_us = 20.0;  // a second set replaces the backward winner, not the forward one
+  ASSERT_TRUE(store->set_winner(backward));
+  struct Case {
+    std::optional<Pass> filter;
+    std::vector<std::pair<Pass, double>> rows;
+  };
+  for (const Case& c : std::vector<Case>{{Pass::forward, {{Pass::forward, 12.5}}},
+                                         {Pass::backward, {{Pass::backward, 20.0}}},
+                                         {std::nullopt, {{Pass::forward, 12.5}, {Pass::backward, 20.0}}}}) {
+    WinnerFilter f;
+    f.pass = c.filter;
+    auto rows = store->winners(f);
+    ASSERT_TRUE(rows) << rows.error().describe();
+    std::vector<std::pair<Pass, double>> got;
+    for (const WinnerRow& r : *rows) got.emplace_back(r.winner.pass, r.winner.median_us);
+    EXPECT_EQ(got, c.rows) << (c.filter ? to_string(*c.filter) : "every pass");
+  }
+  EXPECT_EQ(store->winners().value().size(), 1u);  // the default filter: forward
 }
 
 TEST(Migrations, FreshDatabaseIsMarkedAndVersioned) {

@@ -1,0 +1,254 @@
+#include "measure/backward_bench.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "layer/backward.hpp"
+#include "layer/operation.hpp"
+#include "measure/workload/backward_reference.hpp"
+#include "measure/workload/half.hpp"
+#include "measure/workload/workload.hpp"
+
+namespace ft {
+namespace {
+
+constexpr std::uint32_t kPoison = 0xffffffffu;  // an fp32 NaN, two 16-bit NaNs
+
+template <class T>
+Result<DeviceBuffer> upload(Device& dev, const std::vector<T>& v, std::size_t bytes) {
+  DeviceBuffer b = FT_TRY(DeviceBuffer::allocate(dev, std::max<std::size_t>({16, bytes, v.size() * sizeof(T)})));
+  if (!v.empty()) FT_CHECK(dev.copy_to_device(b.ptr(), v.data(), v.size() * sizeof(T)));
+  return b;
+}
+
+}  // namespace
+
+RoutedCheck check_d_gate_up(std::span<const std::uint16_t> got, const std::vector<float>& ref,
+                            std::span<const std::int32_t> topk_ids, const Problem& problem) {
+  const std::size_t row = 2 * std::size_t(problem.inter);
+  std::vector<std::uint16_t> routed;
+  std::vector<float> routed_ref;
+  RoutedCheck out;
+  for (std::size_t q = 0; q < topk_ids.size(); ++q) {
+    const bool is_routed = topk_ids[q] >= 0 && topk_ids[q] < problem.experts;
+    for (std::size_t i = q * row; i < (q + 1) * row; ++i) {
+      if (is_routed) {
+        routed.push_back(got[i]);
+        routed_ref.push_back(ref[i]);
+      } else if (got[i] != 0xffffu) {
+        ++out.unrouted_written;
+      }
+    }
+  }
+  out.routed = compare_output(routed, routed_ref, problem.dtype);
+  return out;
+}
+
+const std::vector<float>& reference_gradient(Buf b, const MoeGradients<float>& ref) {
+  switch (b) {
+    case Buf::d_weights: return ref.dweights;
+    case Buf::dx: return ref.dx;
+    case Buf::dw1: return ref.dw1;
+    case Buf::dw2: return ref.dw2;
+    default: break;
+  }
+  return ref.d_gate_up;
+}
+
+// The host side of the current inputs and their reference.
+struct BackwardBench::State {
+  Workload w;
+  std::vector<std::uint16_t> dy, gate_up, inter;  // 16-bit, as a forward saved them
+  MoeGradients<float> ref;
+  FunctionHandle align, align_count, align_scatter;
+};
+
+bool BackwardCheck::passed() const {
+  return unrouted_written == 0 && !buffers.empty() &&
+         std::ranges::all_of(buffers, [](const auto& b) { return b.second.passed; });
+}
+
+const Comparison& BackwardCheck::worst() const {
+  const auto* w = &buffers.front();
+  for (const auto& b : buffers)
+    if ((!b.second.passed && w->second.passed) || (b.second.passed == w->second.passed && b.second.rel_l2 > w->second.rel_l2))
+      w = &b;
+  return w->second;
+}
+
+std::string BackwardCheck::summary() const {
+  if (buffers.empty()) return "no buffer checked";
+  const Comparison& c = worst();
+  auto it = std::ranges::find_if(buffers, [&](const auto& b) { return &b.second == &c; });
+  std::string s = fmt::format("{}: {}", to_string(it->first), c.summary());
+  if (unrouted_written) s += fmt::format("; {} d_gate_up element(s) of unrouted pairs written", unrouted_written);
+  return s;
+}
+
+BackwardBench::BackwardBench(Device& dev, const Problem& p, const Target& t)
+    : dev_(dev), problem_(p), target_(t), state_(std::make_unique<State>()) {}
+
+BackwardBench::~BackwardBench() {
+  for (ModuleHandle m : modules_) (void)dev_.unload_module(m);
+}
+
+int BackwardBench::tokens() const { return state_->w.tokens; }
+
+Result<std::unique_ptr<BackwardBench>> BackwardBench::create(Device& dev, const Problem& p, const Target& target,
+                                                             std::span<const std::byte> support) {
+  if (p.fp8()) return fail(Errc::invalid_input, "the backward has no fp8 kernels; give a bf16 or f16 problem");
+  std::unique_ptr<BackwardBench> b(new BackwardBench(dev, p, target));
+  ModuleHandle m = FT_TRY(dev.load_module(support));
+  b->modules_.push_back(m);
+  auto entry = [&](Support s) { return dev.function(m, support_entry(s, target, p.dtype)); };
+  b->state_->align = FT_TRY(entry(Support::align));
+  b->state_->align_count = FT_TRY(entry(Support::align_count));
+  b->state_->align_scatter = FT_TRY(entry(Support::align_scatter));
+  return b;
+}
+
+Result<FunctionHandle> BackwardBench::load(std::span<const std::byte> code_object, const std::string& entry) {
+  ModuleHandle m = FT_TRY(dev_.load_module(code_object));
+  modules_.push_back(m);
+  return dev_.function(m, entry);
+}
+
+Status BackwardBench::set_inputs(int tokens, std::uint64_t seed, int empty_experts) {
+  State& s = *state_;
+  WorkloadOptions o;
+  o.seed = seed;
+  o.empty_experts = empty_experts;
+  s.w = FT_TRY(make_workload(problem_, tokens, o));
+  const DType d = problem_.dtype;
+  const MoeInputs<float> in = decoded_inputs(s.w);
+  std::vector<float> dy(std::size_t(tokens) * std::size_t(problem_.hidden));
+  s.dy.clear();
+  for (std::size_t i = 0; i < dy.size(); ++i) {
+    s.dy.push_back(f32_to_half(d, random_normal(seed ^ 0x6479u, i)));  // "dy"
+    dy[i] = half_to_f32(d, s.dy.back());
+  }
+  s.ref = moe_backward(in, std::span<const float>(dy));
+  s.gate_up.clear();
+  s.inter.clear();
+  for (float v : s.ref.gate_up) s.gate_up.push_back(f32_to_half(d, v));
+  for (float v : s.ref.inter) s.inter.push_back(f32_to_half(d, v));
+  return {};
+}
+
+namespace {
+
+// A program's buffers on the device: inputs uploaded, the rest poisoned.
+struct Bound {
+  std::map<Buf, DeviceBuffer> held;
+  BufferTable table{};
+};
+
+// The program of a recipe at the current T, its functions and its buffers.
+struct Prepared {
+  LayerProgram prog;
+  std::vector<FunctionHandle> fns;
+  Bound bound;
+};
+
+Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, const LayerRecipe& r, RoleKernels k,
+                             const BackwardBench::State& s) {
+  if (s.w.tokens == 0) return fail(Errc::internal, "the backward bench has no inputs yet (set_inputs)");
+  k.align = s.align;
+  k.align_count = s.align_count;
+  k.align_scatter = s.align_scatter;
+  const Workload& w = s.w;
+  if (r.target != &t || r.problem.key() != p.key())
+    return fail(Errc::invalid_input, "the recipe is of another target or problem than the bench");
+  Prepared out;
+  out.prog = FT_TRY(build_backward_program(r, w.tokens));
+  out.fns = FT_TRY(bind(out.prog, k));
+  FT_CHECK(prepare(dev, out.prog, out.fns));
+  // d_gate_up is an input of a program without dgrad2 (dgrad1 or wgrad1 alone).
+  const bool has_dgrad2 = std::ranges::any_of(r.grad, [](const GradStage& g) { return g.role == Role::dgrad2; });
+  std::vector<std::uint16_t> d_gate_up;
+  if (!has_dgrad2)
+    for (float v : s.ref.d_gate_up) d_gate_up.push_back(f32_to_half(p.dtype, v));
+  for (std::size_t i = 0; i < kBufCount; ++i) {
+    const std::size_t bytes = std::size_t(out.prog.bytes[i]);
+    if (!bytes) continue;
+    const Buf b = Buf(i);
+    DeviceBuffer buf;
+    switch (b) {
+      case Buf::x: buf = FT_TRY(upload(dev, w.x, bytes)); break;
+      case Buf::topk_ids: buf = FT_TRY(upload(dev, w.topk_ids, bytes)); break;
+      case Buf::topk_weights: buf = FT_TRY(upload(dev, w.topk_weights, bytes)); break;
+      case Buf::w1: buf = FT_TRY(upload(dev, w.w1, bytes)); break;
+      case Buf::w2: buf = FT_TRY(upload(dev, w.w2, bytes)); break;
+      case Buf::dy: buf = FT_TRY(upload(dev, s.dy, bytes)); break;
+      case Buf::saved_gate_up: buf = FT_TRY(upload(dev, s.gate_up, bytes)); break;
+      case Buf::saved_inter: buf = FT_TRY(upload(dev, s.inter, bytes)); break;
+      default: {
+        if (b == Buf::d_gate_up && !has_dgrad2) {
+          buf = FT_TRY(upload(dev, d_gate_up, bytes));
+          break;
+        }
+        buf = FT_TRY(DeviceBuffer::allocate(dev, bytes));
+        const bool rows = b == Buf::sorted_ids || b == Buf::block_experts;
+        FT_CHECK(dev.memset_u32(buf.ptr(), rows ? 0u : kPoison, bytes / 4));
+      }
+    }
+    out.bound.table[i] = buf.ptr();
+    out.bound.held.emplace(b, std::move(buf));
+  }
+  FT_CHECK(check_buffers(out.prog, out.bound.table));
+  return out;
+}
+
+}  // namespace
+
+Result<BackwardCheck> BackwardBench::verify(const LayerRecipe& r, const RoleKernels& grad) {
+  const State& s = *state_;
+  Prepared run = FT_TRY(prepare_run(dev_, problem_, target_, r, grad, s));
+  FT_CHECK(execute(dev_, run.prog, run.fns, run.bound.table, {}));
+  FT_CHECK(dev_.synchronize());
+
+  BackwardCheck check;
+  const DType d = problem_.dtype;
+  for (const GradStage& g : r.grad)
+    for (Buf b : op::moe_backward().grad_role(g.role)->writes) {
+      const DevicePtr p = at(run.bound.table, b);
+      if (b != Buf::d_gate_up) {
+        std::vector<float> v(reference_gradient(b, s.ref).size());
+        FT_CHECK(dev_.copy_to_host(v.data(), p, v.size() * 4));
+        check.buffers.emplace_back(b, compare_values(v, reference_gradient(b, s.ref), tolerance_for(d)));
+        continue;
+      }
+      std::vector<std::uint16_t> got(s.ref.d_gate_up.size());
+      FT_CHECK(dev_.copy_to_host(got.data(), p, got.size() * 2));
+      const RoutedCheck rc = check_d_gate_up(got, s.ref.d_gate_up, s.w.topk_ids, problem_);
+      check.buffers.emplace_back(b, rc.routed);
+      check.unrouted_written += rc.unrouted_written;
+    }
+  return check;
+}
+
+Result<Timing> BackwardBench::time(const LayerRecipe& r, const RoleKernels& grad, const TimingOptions& opt) {
+  Prepared run = FT_TRY(prepare_run(dev_, problem_, target_, r, grad, *state_));
+  for (int i = 0; i < opt.warmup; ++i) FT_CHECK(execute(dev_, run.prog, run.fns, run.bound.table, {}));
+  const EventHandle start = FT_TRY(dev_.create_event());
+  const EventHandle stop = FT_TRY(dev_.create_event());
+  std::vector<double> us;
+  Status st = [&]() -> Status {
+    for (int i = 0; i < std::max(1, opt.reps); ++i) {
+      FT_CHECK(dev_.record(start));
+      FT_CHECK(execute(dev_, run.prog, run.fns, run.bound.table, {}));
+      FT_CHECK(dev_.record(stop));
+      FT_CHECK(dev_.synchronize());
+      us.push_back(double(FT_TRY(dev_.elapsed_ms(start, stop))) * 1000.0);
+    }
+    return {};
+  }();
+  (void)dev_.destroy_event(start);
+  (void)dev_.destroy_event(stop);
+  FT_CHECK(st);
+  return summarize(std::move(us));
+}
+
+}  // namespace ft

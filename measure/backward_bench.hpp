@@ -1,0 +1,91 @@
+#pragma once
+// Runs, verifies and times the backward program (layer/backward.hpp,
+// op::moe_backward) on a Device, as LayerBench does the forward's: every
+// launch is a step of build_backward_program run by layer/execute.
+//
+// Inputs: a seeded layer (workload/workload.hpp: X, W1, W2, the routing with
+// the last `empty_experts` experts left without tokens) and dY, with the
+// forward's saved tensors (the pre-activations [gate; up] and the
+// intermediate) from the fp32 CPU backward (workload/backward_reference.hpp,
+// moe_backward) rounded to the 16-bit type, as a forward would have stored
+// them. That backward is the reference: verification poisons every output
+// and the workspace with NaN (the sorted rows zeroed), runs the whole program
+// once and compares every buffer a role writes (the operation's rows) with
+// compare.hpp's 16-bit bounds -- dX, dW1, dW2 and d(topk_weights) as fp32,
+// d_gate_up on the routed pairs' rows; its other rows must keep their poison.
+// Timing: events around the whole program, warm-ups first; the L2 is not
+// flushed (the first backward search runs on the CPU emulator).
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "device/device.hpp"
+#include "device/device_buffer.hpp"
+#include "generator/problem.hpp"
+#include "generator/target.hpp"
+#include "layer/execute.hpp"
+#include "layer/program.hpp"
+#include "measure/layer_bench.hpp"
+#include "measure/workload/backward_reference.hpp"
+#include "measure/workload/compare.hpp"
+
+namespace ft {
+
+// A verification of the backward: each written buffer's comparison.
+struct BackwardCheck {
+  std::vector<std::pair<Buf, Comparison>> buffers;  // in the roles' order of writes
+  std::size_t unrouted_written = 0;  // d_gate_up elements of unrouted pairs that lost their poison
+  bool passed() const;
+  const Comparison& worst() const;  // a failed one first, else the largest relative L2
+  std::string summary() const;      // "dw1: rel L2 ..." of the worst, or what broke
+};
+
+// The reference gradient of a buffer a backward role writes (dx, dw1, dw2,
+// d_weights; d_gate_up otherwise).
+const std::vector<float>& reference_gradient(Buf b, const MoeGradients<float>& ref);
+
+// d_gate_up [T*k, 2I] checked as the backward's tests check it: the routed
+// pairs' rows (ids in [0, E)) against the reference with the 16-bit bounds;
+// `unrouted_written` counts the other rows' elements that lost their poison
+// (0xffff, a 16-bit NaN).
+struct RoutedCheck {
+  Comparison routed;
+  std::size_t unrouted_written = 0;
+};
+RoutedCheck check_d_gate_up(std::span<const std::uint16_t> got, const std::vector<float>& ref,
+                            std::span<const std::int32_t> topk_ids, const Problem& problem);
+
+class BackwardBench {
+ public:
+  // Loads the support unit (its align kernels) of a 16-bit problem.
+  static Result<std::unique_ptr<BackwardBench>> create(Device& dev, const Problem& problem, const Target& target,
+                                                       std::span<const std::byte> support_code_object);
+  ~BackwardBench();
+  BackwardBench(const BackwardBench&) = delete;
+  BackwardBench& operator=(const BackwardBench&) = delete;
+
+  // Loads a backward GEMM's code object; the handle stays valid for the bench's life.
+  Result<FunctionHandle> load(std::span<const std::byte> code_object, const std::string& entry);
+  // Fresh inputs and their reference gradients for `tokens`.
+  Status set_inputs(int tokens, std::uint64_t seed, int empty_experts);
+
+  // `grad`: the kernels of the recipe's roles (dgrad2 .. wgrad1); the bench adds its align.
+  Result<BackwardCheck> verify(const LayerRecipe& recipe, const RoleKernels& grad);
+  Result<Timing> time(const LayerRecipe& recipe, const RoleKernels& grad, const TimingOptions& opt);
+
+  int tokens() const;
+
+  struct State;  // the current inputs, their reference and the align kernels (backward_bench.cpp)
+
+ private:
+  BackwardBench(Device& dev, const Problem& p, const Target& t);
+  Device& dev_;
+  Problem problem_;
+  const Target& target_;
+  std::vector<ModuleHandle> modules_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ft

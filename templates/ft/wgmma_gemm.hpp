@@ -133,11 +133,20 @@ struct WgmmaGemm {
     else return acc[rm][(nb * RN + rn) * 4 + i];
   }
 
-  // Whether this thread holds accumulators (the producer warpgroup does not).
-  FT_DEVICE static bool holds_results() { return thread_index() < kConsumers * 128; }
+  static constexpr bool kProducerWarpgroup = kSpecialized;  // run_tiles splits a persistent block's lanes
+
+  // Whether this thread holds accumulators (the producer warpgroup does not);
+  // known at compile time in a copy of the code for one role (lanes.hpp).
+  template <class Lanes = AllLanes>
+  FT_DEVICE static bool holds_results(Lanes = {}) {
+    if constexpr (!kSpecialized || !Lanes::produces) return true;
+    else if constexpr (!Lanes::consumes) return false;
+    else return thread_index() < kConsumers * 128;
+  }
   // Whether this thread holds the current tile's results: a consumer's, and
   // in ping-pong only the warpgroup whose turn the tile was.
-  FT_DEVICE bool holds_tile() const { return holds_results() && (!kPingPong || mine); }
+  template <class Lanes = AllLanes>
+  FT_DEVICE bool holds_tile(Lanes lanes = {}) const { return holds_results(lanes) && (!kPingPong || mine); }
   // The warpgroup's first row in the tile (ping-pong: every warpgroup has all of them).
   FT_DEVICE static int group_row0() { return kPingPong ? 0 : thread_index() / 128 * kGroupRows; }
   // This thread's index among the copying threads, or -1.
@@ -225,13 +234,14 @@ struct WgmmaGemm {
 
   // Accumulates A[:, k_begin:k_end] x B^T into acc; every thread of the block
   // calls it (a producer warpgroup only copies).
-  FT_DEVICE void run(int k_begin, int k_end) {
+  template <class Lanes = AllLanes>
+  FT_DEVICE void run(int k_begin, int k_end, Lanes lanes = {}) {
     static_assert(!Promote, "a promoting GEMM runs with its scales (run_scaled)");
     unsigned char* r = ring();
     const u32 ring_addr = shared_address(r);
     const int tiles = (k_end - k_begin) / TK;
     if constexpr (kPingPong) {
-      if (holds_results()) {
+      if (holds_results(lanes)) {
         mine = turn % 2 == thread_index() / 128;
         ++turn;
         if (!mine) {  // the other warpgroup's tile: only the ring's k-tile count moves on
@@ -240,9 +250,9 @@ struct WgmmaGemm {
         }
       }
     }
-    zero_accumulators();
+    if constexpr (Lanes::consumes) zero_accumulators();
     if constexpr (kSpecialized)
-      run_specialized(r, ring_addr, k_begin, tiles, static_cast<const int*>(nullptr));
+      run_specialized(r, ring_addr, k_begin, tiles, static_cast<const int*>(nullptr), lanes);
     else
       run_together(r, ring_addr, k_begin, tiles, static_cast<const int*>(nullptr));
   }
@@ -251,17 +261,19 @@ struct WgmmaGemm {
   // retires, total += acc x ks.a(row, g) x ks.w(nb, g), then acc = 0; with
   // PromoteEvery = n > 1 after every n-th k-tile and the last (the scales
   // are the same for every group, so acc may hold n groups' sums).
-  template <class KScales>
-  FT_DEVICE void run_scaled(int k_begin, int k_end, const KScales& ks) {
+  template <class KScales, class Lanes = AllLanes>
+  FT_DEVICE void run_scaled(int k_begin, int k_end, const KScales& ks, Lanes lanes = {}) {
     static_assert(Promote, "run_scaled promotes");
     static_assert(PromoteEvery == 1 || requires { KScales::kConstantAlongK; },
                   "promoting every n > 1 k-tiles needs scales constant along k");
     unsigned char* r = ring();
-    zero_accumulators();
-    FT_UNROLL for (int rm = 0; rm < RM; ++rm)
-      FT_UNROLL for (int i = 0; i < kN / 2; ++i) total[rm][i] = 0.0f;
+    if constexpr (Lanes::consumes) {
+      zero_accumulators();
+      FT_UNROLL for (int rm = 0; rm < RM; ++rm)
+        FT_UNROLL for (int i = 0; i < kN / 2; ++i) total[rm][i] = 0.0f;
+    }
     if constexpr (kSpecialized)
-      run_specialized(r, shared_address(r), k_begin, (k_end - k_begin) / TK, &ks);
+      run_specialized(r, shared_address(r), k_begin, (k_end - k_begin) / TK, &ks, lanes);
     else
       run_together(r, shared_address(r), k_begin, (k_end - k_begin) / TK, &ks);
   }
@@ -343,14 +355,14 @@ struct WgmmaGemm {
   // with the next tile while the consumers store this one. `ks`: null, or
   // the scales to promote with (Promote): after a promoting k-tile's wgmma
   // retire (wait 0) its stage is released before the promotion runs.
-  template <class KScales>
-  FT_DEVICE void run_specialized(unsigned char* ring, u32 ring_addr, int k_begin, int tiles, const KScales* ks) {
+  template <class KScales, class Lanes>
+  FT_DEVICE void run_specialized(unsigned char* ring, u32 ring_addr, int k_begin, int tiles, const KScales* ks, Lanes lanes) {
     constexpr int S = Cfg::stages;
     u64* full = full_barriers();
     u64* empty = empty_barriers();
     const int first = issued;
     issued += tiles;
-    if (!holds_results()) {
+    if (!holds_results(lanes)) {
       const bool issuer = loader_index() == 0;
       const long long first_slice = k_begin / TK;
       for (int t = 0; t < tiles; ++t) {

@@ -68,11 +68,13 @@ FT_DEVICE void run_tiles(Gemm& g, int grid_x, int grid_y, int splits, F tile) {
   g.start();
   if constexpr (Cfg::tiles_per_block > 1 && Gemm::kProducerWarpgroup) {
     if (!Gemm::holds_results()) {
+      Gemm::producer_registers();  // a rebalanced block's producer gives registers back...
       for_each_tile<Cfg, Gemm::kTileGroup>(grid_x, grid_y, splits,
                                            [&](int rb, int ct, int s) { tile(rb, ct, s, ProducerLanes{}); });
       Gemm::leave();
       return;
     }
+    Gemm::consumer_registers();  // ... and its consumers take them
     for_each_tile<Cfg, Gemm::kTileGroup>(grid_x, grid_y, splits,
                                          [&](int rb, int ct, int s) { tile(rb, ct, s, ConsumerLanes{}); });
   } else {

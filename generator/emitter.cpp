@@ -54,12 +54,12 @@ static_assert(Kernel::kSmemBytes == {lds}, "the generator and the templates disa
 
 }}  // namespace
 
-FT_KERNEL({threads}, {name})(ft::MoeArgs args) {{ Kernel::run(args); }}
+{kernel}({threads}, {name})(ft::MoeArgs args) {{ Kernel::run(args); }}
 )",
       fmt::arg("name", name), fmt::arg("family", v.family->id()), fmt::arg("kind", to_string(v.role)),
       fmt::arg("target", v.target->name), fmt::arg("dtype", to_string(v.dtype)), fmt::arg("atom", v.atom()->id),
       fmt::arg("config", config), fmt::arg("stage", v.family->kernel_template(v.role)), fmt::arg("threads", v.threads()),
-      fmt::arg("lds", v.lds_bytes()));
+      fmt::arg("lds", v.lds_bytes()), fmt::arg("kernel", v.family->kernel_macro(v)));
   return KernelSource{name, std::move(text), {name}};
 }
 

@@ -125,6 +125,10 @@ class Family {
   // stage templates, "ft::Stage1<Config>" / "ft::Stage2<Config>"
   // (templates/ft/moe_stage1.hpp, moe_stage2.hpp).
   virtual std::string_view kernel_template(StageRole role) const;
+  // The macro that declares the unit's entry point (templates/ft/port_*.hpp):
+  // "FT_KERNEL", or "FT_KERNEL_REBALANCED" for kernels whose warpgroups move
+  // registers between them (one block per SM).
+  virtual std::string_view kernel_macro(const Variant&) const { return "FT_KERNEL"; }
 
   // Threads of one block. The default: warps_m x warps_n warps of the atom's
   // lanes, plus a producer warpgroup (4 warps) where warp_specialized is on

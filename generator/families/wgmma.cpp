@@ -45,6 +45,30 @@ Axis pingpong_axis() {
   return a;
 }
 
+// Register rebalance (templates/ft/wgmma_gemm.hpp, Cfg::rebalance, "_rb"):
+// the producer warpgroup of a persistent block with two or three consumers
+// gives registers back (setmaxnreg) and the consumers take them. An axis of
+// those blocks only; legal only where the block does not fit the register
+// file without it (elsewhere it would be the same kernel under two names).
+bool rebalance_block(const Variant& v) {
+  return v.get("warp_specialized") != 0 && v.get("tiles_per_block") > 1 && v.get("warps_m") * v.get("warps_n") >= 8;
+}
+bool rebalance(const Variant& v) { return rebalance_block(v) && v.get("rebalance") != 0; }
+Axis rebalance_axis() {
+  Axis a;
+  a.key = "rebalance";
+  a.type = AxisType::boolean;
+  a.spelling = "wgmma_regs";
+  a.names = {"even", "rebalance"};
+  a.cpp_type = "bool";
+  a.defaults = {0};  // opt-in (wgmma_regs=even,rebalance): measured slower on the H200 (docs/HOPPER.md)
+  a.wide = {0, 1};
+  a.present = rebalance_block;
+  a.token = [](const Variant&, AxisValue x) { return std::string(x ? "_rb" : ""); };
+  a.name_rank = axes::kTiles;  // after ping-pong (the axis before it): "_t8_rb"
+  return a;
+}
+
 class WgmmaFamily final : public Family {
  public:
   WgmmaFamily() {
@@ -69,6 +93,7 @@ class WgmmaFamily final : public Family {
     // persistent grid whose rings run on from one tile into the next).
     axes_.push_back(axes::tiles_per_block("wgmma_tiles", Values{{1, 8}, {1, 4, 8}}));
     axes_.push_back(pingpong_axis());
+    axes_.push_back(rebalance_axis());
     axes_.push_back(axes::weight_in_stage1(Values{{0}, {0, 1}}));
     axes_.push_back(axes::layout("", Values{{int(WeightLayout::plain)}}, layout_for_producer));
     axes_.push_back(axes::split_k(Values{{1, 4}, {1, 2, 4}}));
@@ -92,6 +117,9 @@ class WgmmaFamily final : public Family {
   std::string_view id() const override { return "wgmma"; }
   bool takes(const AtomInfo& a) const override { return a.family == "wgmma"; }
   std::span<const Axis> axes() const override { return axes_; }
+  std::string_view kernel_macro(const Variant& v) const override {
+    return rebalance(v) ? "FT_KERNEL_REBALANCED" : "FT_KERNEL";
+  }
   // ft::WgmmaGemm::kSmemBytes: 128-byte rows (one k-tile) of A and all weight
   // tiles per stage, plus 1024 bytes to align the ring for the swizzle; a
   // producer warpgroup adds a full and an empty mbarrier (8 bytes each) per
@@ -99,9 +127,14 @@ class WgmmaFamily final : public Family {
   int lds_bytes(const Variant& v) const override {
     const int st = v.get("stages");
     const int ring = st * (v.get("tile_m") + v.weight_matrices() * v.get("tile_n")) * 128 + 1024 +
-                     (v.get("warp_specialized") ? 16 * st : 0) + (pingpong(v) ? 16 : 0);  // + two turn mbarriers
+                     (v.get("warp_specialized") ? 16 * st : 0) + (pingpong(v) ? 16 : 0) +  // + two turn mbarriers
+                     (rebalance(v) ? v.get("tile_m") * 64 : 0);  // + the producer's A-row pointers (8 bytes a chunk)
     return std::max(ring, fp8::staged_bytes(v));
   }
+
+  // A rebalanced producer warpgroup's lanes: addressing and a 64-bit pointer
+  // per weight tile (their A-row pointers live in shared memory).
+  static int producer_register_estimate(const Variant& v) { return 24 + 2 * v.weight_matrices(); }
 
   int register_estimate(const Variant& v) const override {
     const bool ws = v.get("warp_specialized") != 0;
@@ -160,13 +193,25 @@ class WgmmaFamily final : public Family {
         return fmt::format("{} rows of 16-byte chunks do not split evenly over {} threads", tm + n, threads(v));
     }
     // One block must fit the register file at the registers each thread needs
-    // (the producer warpgroup of a specialised block gets as many as the
-    // others: ptxas allocates one count for the whole kernel).
+    // (without a rebalance the producer warpgroup of a specialised block gets
+    // as many as the others: the launch gives every lane one count).
     const Target& t = *v.target;
     const int file = t.regs_file_per_simd * t.wave_size * t.simds_per_cu;
-    if (v.register_estimate() * threads(v) > file)
-      return fmt::format("needs about {} registers per thread x {} threads, more than the {} of an SM", v.register_estimate(),
-                         threads(v), file);
+    const bool fits_even = v.register_estimate() * threads(v) <= file;
+    if (!rebalance(v)) {
+      if (!fits_even)
+        return fmt::format("needs about {} registers per thread x {} threads, more than the {} of an SM", v.register_estimate(),
+                           threads(v), file);
+      return std::nullopt;
+    }
+    if (fits_even) return std::string("fits the register file evenly: rebalancing would build the same kernel again");
+    using Split = ft::RegisterSplit;
+    if (file != Split::kFile) return fmt::format("register rebalance assumes an SM of {} registers, not {}", Split::kFile, file);
+    if (const int producer = producer_register_estimate(v); producer > Split::kProducer)
+      return fmt::format("a rebalanced producer keeps {} registers, it needs about {}", Split::kProducer, producer);
+    if (const int consumers = wm / 4, c = Split::consumer(consumers); v.register_estimate() > c)
+      return fmt::format("needs about {} registers per consumer lane, more than the {} a rebalance gives {} consumer warpgroups",
+                         v.register_estimate(), c, consumers);
     return std::nullopt;
   }
 

@@ -8,6 +8,7 @@
 #include "ft/atom_mfma.hpp"
 #include "ft/atom_mma_sync.hpp"
 #include "ft/atom_wgmma.hpp"
+#include "ft/lanes.hpp"
 #include "ft/tiled_gemm.hpp"
 #include "ft/wgmma_gemm.hpp"
 #include "ft/tile_order.hpp"

@@ -34,13 +34,15 @@ struct Stage1 {
 
   FT_DEVICE static void run(const MoeArgs& p) {
     Gemm g;
-    run_tiles<Cfg>(g, p.max_padded_rows / Cfg::tile_m, p.inter_size / Cfg::tile_n, 1, [&](int row_block, int col_tile, int) {
-      if constexpr (kFp8) tile_fp8(p, g, row_block, col_tile);
-      else tile(p, g, row_block, col_tile);
+    run_tiles<Cfg>(g, p.max_padded_rows / Cfg::tile_m, p.inter_size / Cfg::tile_n, 1, [&](int row_block, int col_tile, int, auto lanes) {
+      if constexpr (kFp8) tile_fp8(p, g, row_block, col_tile, lanes);
+      else tile(p, g, row_block, col_tile, lanes);
     });
   }
 
-  FT_DEVICE static void tile(const MoeArgs& p, Gemm& g, int row_block, int col_tile) {
+  // lanes: which lanes run this copy (lanes.hpp; run_tiles).
+  template <class Lanes = AllLanes>
+  FT_DEVICE static void tile(const MoeArgs& p, Gemm& g, int row_block, int col_tile, Lanes lanes = {}) {
     const int row0 = row_block * Cfg::tile_m;
     if (row0 >= *p.padded_rows) return;  // uniform across the block
     const int expert = p.block_experts[row0 / p.align_block];
@@ -58,9 +60,9 @@ struct Stage1 {
           const long long row = (long long)expert * 2 * I + nb * I + n0 + r;  // nb 0: gate, 1: up
           return p.w1 + weight_offset<Cfg::layout>(row, k, H, p.experts * 2 * I);
         });
-    g.run(0, int(H));
+    g.run(0, int(H), lanes);
 
-    if (!g.holds_tile()) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
+    if (!g.holds_tile(lanes)) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
     constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;  // adjacent columns stored together
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)
@@ -80,7 +82,8 @@ struct Stage1 {
         }
   }
 
-  FT_DEVICE static void tile_fp8(const MoeArgs& p, Gemm& g, int row_block, int col_tile) {
+  template <class Lanes = AllLanes>
+  FT_DEVICE static void tile_fp8(const MoeArgs& p, Gemm& g, int row_block, int col_tile, Lanes lanes = {}) {
     const int row0 = row_block * Cfg::tile_m;
     if (row0 >= *p.padded_rows) return;  // uniform across the block
     const int expert = p.block_experts[row0 / p.align_block];
@@ -103,13 +106,13 @@ struct Stage1 {
       const long long gate_block = ((long long)expert * 2 * I + n0) / kScaleGroup;
       const Stage1BlockScales ks{ids, pairs, p.topk, groups, p.x_scales,
                                  {p.w1_scales + gate_block * groups, p.w1_scales + (gate_block + I / kScaleGroup) * groups}};
-      g.run_scaled(0, int(H), ks);
+      g.run_scaled(0, int(H), ks, lanes);
     } else if constexpr (kPromoteEvery > 0) {
-      g.run_scaled(0, int(H), UnitScales{});
+      g.run_scaled(0, int(H), UnitScales{}, lanes);
     } else {
-      g.run(0, int(H));  // fast accumulation: the scales are the epilogue's (or a producer warpgroup's copies)
+      g.run(0, int(H), lanes);  // fast accumulation: the scales are the epilogue's (or a producer warpgroup's copies)
     }
-    if (!g.holds_tile()) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
+    if (!g.holds_tile(lanes)) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
 
     float* staged = reinterpret_cast<float*>(shared_memory());
     if constexpr (kQuantiseOnStore) barrier();  // every warp is done with the ring the tile is staged in

@@ -92,9 +92,9 @@ struct Stage2 {
   FT_DEVICE static void run(const MoeArgs& p) {
     Gemm g;
     run_tiles<Cfg>(g, p.max_padded_rows / Cfg::tile_m, p.hidden / Cfg::tile_n, Cfg::split_k,
-                   [&](int row_block, int col_tile, int split) {
-                     if constexpr (kFp8) tile_fp8(p, g, row_block, col_tile, split);
-                     else tile(p, g, row_block, col_tile, split);
+                   [&](int row_block, int col_tile, int split, auto lanes) {
+                     if constexpr (kFp8) tile_fp8(p, g, row_block, col_tile, split, lanes);
+                     else tile(p, g, row_block, col_tile, split, lanes);
                    });
   }
 
@@ -118,7 +118,9 @@ struct Stage2 {
     }
   }
 
-  FT_DEVICE static void tile(const MoeArgs& p, Gemm& g, int row_block, int col_tile, int split) {
+  // lanes: which lanes run this copy (lanes.hpp; run_tiles).
+  template <class Lanes = AllLanes>
+  FT_DEVICE static void tile(const MoeArgs& p, Gemm& g, int row_block, int col_tile, int split, Lanes lanes = {}) {
     const int row0 = row_block * Cfg::tile_m;
     if (row0 >= *p.padded_rows) return;
     const int expert = p.block_experts[row0 / p.align_block];
@@ -137,9 +139,9 @@ struct Stage2 {
         [&](int, int r, int k) -> const u16* {
           return p.w2 + weight_offset<Cfg::layout>((long long)expert * H + n0 + r, k, I, p.experts * H);
         });
-    g.run(k_begin, k_begin + k_len);
+    g.run(k_begin, k_begin + k_len, lanes);
 
-    if (!g.holds_tile()) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
+    if (!g.holds_tile(lanes)) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
     constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;  // adjacent columns added / stored together
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Gemm::RN; ++rn)
@@ -186,7 +188,8 @@ struct Stage2 {
     }
   }
 
-  FT_DEVICE static void tile_fp8(const MoeArgs& p, Gemm& g, int row_block, int col_tile, int split) {
+  template <class Lanes = AllLanes>
+  FT_DEVICE static void tile_fp8(const MoeArgs& p, Gemm& g, int row_block, int col_tile, int split, Lanes lanes = {}) {
     const int row0 = row_block * Cfg::tile_m;
     if (row0 >= *p.padded_rows) return;
     const int expert = p.block_experts[row0 / p.align_block];
@@ -207,14 +210,14 @@ struct Stage2 {
         });
     const int groups = int(I / kScaleGroup);
     if constexpr (kRowScales) {
-      if constexpr (kPromoteEvery > 0) g.run_scaled(k_begin, k_begin + k_len, UnitScales{});
-      else g.run(k_begin, k_begin + k_len);  // one set: the row's scale is the epilogue's
+      if constexpr (kPromoteEvery > 0) g.run_scaled(k_begin, k_begin + k_len, UnitScales{}, lanes);
+      else g.run(k_begin, k_begin + k_len, lanes);  // one set: the row's scale is the epilogue's
     } else {
       const float* w_row = nullptr;  // block128: tile_n divides 128, so the tile's rows share a block row
       if constexpr (kScales == Scales::block128) w_row = p.w2_scales + ((long long)expert * H + n0) / kScaleGroup * groups;
-      g.run_scaled(k_begin, k_begin + k_len, Stage2Scales{ids, pairs, groups, p.inter_scales, w_row});
+      g.run_scaled(k_begin, k_begin + k_len, Stage2Scales{ids, pairs, groups, p.inter_scales, w_row}, lanes);
     }
-    if (!g.holds_tile()) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
+    if (!g.holds_tile(lanes)) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
 
     constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)

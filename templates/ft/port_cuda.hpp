@@ -6,6 +6,11 @@
 // NVRTC has memcpy built in but not __builtin_memcpy.
 #define FT_MEMCPY(dst, src, bytes) memcpy(dst, src, bytes)
 #define FT_KERNEL(threads, name) extern "C" __global__ void __launch_bounds__(threads) name
+// A kernel whose warpgroups move registers between them (setmaxnreg, Hopper
+// GEMM with wgmma_regs=rebalance): one block per SM, so ptxas caps the
+// entry count at the register file over the block's threads and honours the
+// per-role counts after setmaxnreg.
+#define FT_KERNEL_REBALANCED(threads, name) extern "C" __global__ void __launch_bounds__(threads, 1) name
 
 #include "ft/int_types.hpp"
 
@@ -108,6 +113,17 @@ FT_DEVICE void copy_async_arrive(u64* bar) {
 FT_DEVICE void producer_exit() {
   asm volatile("exit;\n" ::: "memory");
   __builtin_unreachable();
+}
+// Registers per lane of the calling warpgroup from here on (setmaxnreg;
+// sm_90a, N a multiple of 8 in 24..256, every lane of the warpgroup calls it):
+// a producer warpgroup gives registers back, the consumers take them.
+template <int N>
+FT_DEVICE void registers_decrease() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+FT_DEVICE void registers_increase() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 // One bulk copy (the TMA unit, no tensor map) of `bytes` contiguous bytes,
 // global -> shared, counted off `bar`'s expected bytes when it lands. Both

@@ -64,6 +64,7 @@ struct Runtime {
 #define FT_KERNEL(threads, name)                                                  \
   extern "C" FT_EMU_EXPORT const int name##__ft_emu_max_threads = (threads);      \
   extern "C" FT_EMU_EXPORT void name
+#define FT_KERNEL_REBALANCED(threads, name) FT_KERNEL(threads, name)
 // The compiler decides; full unrolling only slows the host compile.
 #define FT_UNROLL
 
@@ -181,6 +182,12 @@ FT_DEVICE void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
 }
 template <int N>
 FT_DEVICE void copy_async_wait() {}
+// Lanes have no register file here: moving registers between warpgroups
+// (setmaxnreg) changes nothing a lane computes.
+template <int N>
+FT_DEVICE void registers_decrease() {}
+template <int N>
+FT_DEVICE void registers_increase() {}
 FT_DEVICE void fence_async_proxy() {}
 
 namespace emu {

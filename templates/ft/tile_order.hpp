@@ -55,23 +55,31 @@ FT_DEVICE void for_each_tile(int grid_x, int grid_y, int splits, F f) {
   }
 }
 
-// Runs a stage's `tile(row_block, col_tile, split)` over this block's tiles
-// with one Gemm, whose pipeline state lives across a persistent block's
-// tiles. A persistent block's producer makes its own pass over the tiles and
-// leaves: its code never joins the consumers' epilogue (register allocation).
-// (A one-tile block's producer leaves inside WgmmaGemm::run_specialized
-// instead; moving that exit here changes the measured kernels' code.)
+// Runs a stage's `tile(row_block, col_tile, split, lanes)` over this block's
+// tiles with one Gemm, whose pipeline state lives across a persistent
+// block's tiles. A persistent block with a producer warpgroup splits its
+// lanes here, once: the producer makes its own pass over the tiles and
+// leaves, the consumers make theirs, each through a copy of the tile code
+// compiled for its role (lanes.hpp), so neither role's code reaches the
+// other's (register allocation; a one-tile block's producer leaves inside
+// WgmmaGemm::run_specialized instead, and its lanes run one copy).
 template <class Cfg, class Gemm, class F>
 FT_DEVICE void run_tiles(Gemm& g, int grid_x, int grid_y, int splits, F tile) {
   g.start();
-  if constexpr (Cfg::tiles_per_block > 1) {
+  if constexpr (Cfg::tiles_per_block > 1 && Gemm::kProducerWarpgroup) {
     if (!Gemm::holds_results()) {
-      for_each_tile<Cfg, Gemm::kTileGroup>(grid_x, grid_y, splits, tile);
+      Gemm::producer_registers();  // a rebalanced block's producer gives registers back...
+      for_each_tile<Cfg, Gemm::kTileGroup>(grid_x, grid_y, splits,
+                                           [&](int rb, int ct, int s) { tile(rb, ct, s, ProducerLanes{}); });
       Gemm::leave();
       return;
     }
+    Gemm::consumer_registers();  // ... and its consumers take them
+    for_each_tile<Cfg, Gemm::kTileGroup>(grid_x, grid_y, splits,
+                                         [&](int rb, int ct, int s) { tile(rb, ct, s, ConsumerLanes{}); });
+  } else {
+    for_each_tile<Cfg, Gemm::kTileGroup>(grid_x, grid_y, splits, [&](int rb, int ct, int s) { tile(rb, ct, s, AllLanes{}); });
   }
-  for_each_tile<Cfg, Gemm::kTileGroup>(grid_x, grid_y, splits, tile);
 }
 
 }  // namespace ft

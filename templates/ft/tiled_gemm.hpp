@@ -90,8 +90,10 @@ struct TiledGemm {
     if constexpr (Promote) return total[nb][rm][rn][i];
     else return acc[nb][rm][rn][i];
   }
+  static constexpr bool kProducerWarpgroup = false;       // every thread copies and computes
   FT_DEVICE static bool holds_results() { return true; }  // every thread computes
-  FT_DEVICE bool holds_tile() const { return true; }
+  template <class Lanes = AllLanes>
+  FT_DEVICE bool holds_tile(Lanes = {}) const { return true; }
   FT_DEVICE void start() {}  // nothing lives across tiles
   FT_DEVICE static void leave() {}  // no producer warpgroup here
 
@@ -169,7 +171,8 @@ struct TiledGemm {
   }
 
   // Accumulates A[:, k_begin:k_end] x B^T into acc.
-  FT_DEVICE void run(int k_begin, int k_end) {
+  template <class Lanes = AllLanes>
+  FT_DEVICE void run(int k_begin, int k_end, Lanes = {}) {
     static_assert(!Promote, "a promoting GEMM runs with its scales (run_scaled)");
     run_scaled(k_begin, k_end, 0);
   }
@@ -178,6 +181,10 @@ struct TiledGemm {
   // range), total +=
   // acc x ks.a(row, g) x ks.w(nb, g) for every accumulator, then acc = 0
   // (ks.a: the A scale of a tile row; ks.w: weight matrix nb's scale).
+  template <class KScales, class Lanes>
+  FT_DEVICE void run_scaled(int k_begin, int k_end, const KScales& ks, Lanes) {
+    run_scaled(k_begin, k_end, ks);  // every thread copies and computes
+  }
   template <class KScales>
   FT_DEVICE void run_scaled(int k_begin, int k_end, const KScales& ks) {
     k_slices<Cfg::stages, TK, kStageElems>(

@@ -45,6 +45,20 @@
 // once the other has passed the last "full" wait of tile j - 1, which keeps
 // every wait within one phase of its mbarrier (a wait on parity alone cannot
 // tell a phase from the one two later).
+//
+// Register rebalance (Cfg::rebalance, "_rb"; persistent producer blocks with
+// two or three consumer warpgroups): the kernel starts with the register file
+// split evenly over the block's threads (FT_KERNEL_REBALANCED: one block per
+// SM, so 128 a lane for 512 threads), then the producer warpgroup gives
+// registers back (setmaxnreg.dec to RegisterSplit::kProducer, shape_rules.hpp)
+// and the consumers take them (setmaxnreg.inc to RegisterSplit::consumer), so
+// three consumers can hold 128 accumulators each (m192 tiles with N = 256: a
+// fifth less operand traffic per FLOP than m128). What ptxas (CUDA 13.0)
+// needs for that, each found by compiling: the two roles' code in disjoint
+// regions (run_tiles compiles a copy of the tile code per role, lanes.hpp);
+// a producer that fits 32 registers (its A-row pointers in shared memory,
+// pointer_table); and no wgmma wider than N = 128 (kInstrN: ptxas checks each
+// instruction's operands against the entry count, not the region's).
 namespace ft {
 
 // Cfg::pingpong (the wgmma family's axis, generator/families/wgmma.cpp);
@@ -52,6 +66,14 @@ namespace ft {
 template <class Cfg>
 FT_HOST_DEVICE constexpr bool pingpong_of() {
   if constexpr (requires { Cfg::pingpong; }) return Cfg::pingpong;
+  else return false;
+}
+
+// Cfg::rebalance (the wgmma family's wgmma_regs axis); false for Configs
+// without the member.
+template <class Cfg>
+FT_HOST_DEVICE constexpr bool rebalance_of() {
+  if constexpr (requires { Cfg::rebalance; }) return Cfg::rebalance;
   else return false;
 }
 
@@ -87,9 +109,11 @@ struct WgmmaGemm {
   static constexpr int kThreads = (kConsumers + (kSpecialized ? 1 : 0)) * 128;
   static constexpr int kLoaders = kSpecialized ? 128 : kThreads;  // threads issuing the copies
   static constexpr bool kPingPong = pingpong_of<Cfg>();  // consumer warpgroups take whole tiles in turn
+  static constexpr bool kRebalance = rebalance_of<Cfg>();  // setmaxnreg moves registers from producer to consumers
   static constexpr int kGroupRows = kPingPong ? TM : TM / kConsumers;  // rows of A each consumer warpgroup owns
   static constexpr int RM = kGroupRows / 64;           // 64-row wgmma blocks per warpgroup
-  static constexpr int kN = NB * TN;                   // the wgmma's N
+  static constexpr int kN = NB * TN;                   // the weight tiles' columns side by side
+  static constexpr int kInstrN = kRebalance && kN > 128 ? 128 : kN;  // one wgmma's N (a rebalanced block: at most 128, see below)
   static constexpr int RN = TN / 8;                    // 8-column accumulator blocks per weight matrix
   static constexpr int kCRegs = 4;                     // accumulators per lane per 8-column block
   static constexpr bool kPairedColumns = true;         // 2j, 2j+1: columns c, c+1 of one row
@@ -98,9 +122,14 @@ struct WgmmaGemm {
   static constexpr int kStageBytes = kRows * 128;
   // A full and an empty mbarrier per stage; ping-pong adds the two turn mbarriers.
   static constexpr int kBarrierBytes = kSpecialized ? 2 * Cfg::stages * 8 + (kPingPong ? 16 : 0) : 0;
-  static constexpr int kSmemBytes = Cfg::stages * kStageBytes + 1024 + kBarrierBytes;  // + room to align to 1024
   static constexpr int kCopiedRows = kSpecialized ? TM : kRows;  // rows copied 16 bytes at a time: bulk copies move the weights
   static constexpr int kChunksPerThread = kCopiedRows * 8 / kLoaders;
+  // A rebalanced producer keeps its copies' source pointers in shared memory
+  // (after the mbarriers, one per chunk, each lane reading back only its own),
+  // not in registers: it runs on RegisterSplit::kProducer of them.
+  static constexpr int kPointerTableBytes = kRebalance ? kChunksPerThread * kLoaders * 8 : 0;
+  static constexpr int kSmemBytes =
+      Cfg::stages * kStageBytes + 1024 + kBarrierBytes + kPointerTableBytes;  // + room to align to 1024
   static constexpr u32 kWeightTileBytes = TN * 128;
   static constexpr int kRowStep = kLoaders / 8;  // rows between one thread's consecutive chunks
 
@@ -118,10 +147,13 @@ struct WgmmaGemm {
                 "the shared ring reads plain K-major weights, the producer warpgroup tiled ones");
   static_assert(!kPingPong || (kSpecialized && Cfg::tiles_per_block > 1 && kConsumers == 2 && !Promote),
                 "ping-pong: persistent producer blocks, two consumer warpgroups, no promotion");
+  static_assert(!kRebalance || (kSpecialized && Cfg::tiles_per_block > 1 && kConsumers >= 2),
+                "register rebalance: persistent producer blocks (the roles split in run_tiles), two or three consumers");
 
   float acc[RM][kN / 2];
   float total[Promote ? RM : 1][Promote ? kN / 2 : 1];  // promoted sums
-  const Operand* src[kChunksPerThread];  // row start (plus this thread's chunk) of each copy; null: zero row
+  // Row start (plus this thread's chunk) of each copy; null: zero row (a rebalanced block: pointer_table()).
+  const Operand* src[kRebalance ? 1 : kChunksPerThread];
   const Operand* weight_tile[NB];        // bulk copies: each weight tile's first 64-deep slice
   long long weight_slice = 0;        // elements from one 64-deep slice of a tiled weight to the next
   int issued = 0;                    // k-tiles this block's ring has taken so far (specialised blocks)
@@ -133,11 +165,20 @@ struct WgmmaGemm {
     else return acc[rm][(nb * RN + rn) * 4 + i];
   }
 
-  // Whether this thread holds accumulators (the producer warpgroup does not).
-  FT_DEVICE static bool holds_results() { return thread_index() < kConsumers * 128; }
+  static constexpr bool kProducerWarpgroup = kSpecialized;  // run_tiles splits a persistent block's lanes
+
+  // Whether this thread holds accumulators (the producer warpgroup does not);
+  // known at compile time in a copy of the code for one role (lanes.hpp).
+  template <class Lanes = AllLanes>
+  FT_DEVICE static bool holds_results(Lanes = {}) {
+    if constexpr (!kSpecialized || !Lanes::produces) return true;
+    else if constexpr (!Lanes::consumes) return false;
+    else return thread_index() < kConsumers * 128;
+  }
   // Whether this thread holds the current tile's results: a consumer's, and
   // in ping-pong only the warpgroup whose turn the tile was.
-  FT_DEVICE bool holds_tile() const { return holds_results() && (!kPingPong || mine); }
+  template <class Lanes = AllLanes>
+  FT_DEVICE bool holds_tile(Lanes lanes = {}) const { return holds_results(lanes) && (!kPingPong || mine); }
   // The warpgroup's first row in the tile (ping-pong: every warpgroup has all of them).
   FT_DEVICE static int group_row0() { return kPingPong ? 0 : thread_index() / 128 * kGroupRows; }
   // This thread's index among the copying threads, or -1.
@@ -156,7 +197,7 @@ struct WgmmaGemm {
     FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
       const int row = l / 8 + j * kRowStep;
       const Operand* p = row < TM ? a_row(row) : b_at((row - TM) / TN, (row - TM) % TN, 0);
-      src[j] = p ? p + (l % 8) * kChunkElems : nullptr;
+      source(l, j) = p ? p + (l % 8) * kChunkElems : nullptr;
     }
     if constexpr (kSpecialized) {
       FT_UNROLL for (int nb = 0; nb < NB; ++nb) weight_tile[nb] = b_at(nb, 0, 0);
@@ -170,7 +211,8 @@ struct WgmmaGemm {
     const int chunk = (l % 8) ^ ((l / 8) % 8);  // the same swizzle phase for all of this thread's rows
     FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
       const int row = l / 8 + j * kRowStep;
-      copy_async_16(stage + row * 128 + chunk * 16, src[j] ? src[j] + k0 : src[0], src[j] != nullptr);
+      const Operand* from = source(l, j);
+      copy_async_16(stage + row * 128 + chunk * 16, from ? from + k0 : source(l, 0), from != nullptr);
     }
   }
 
@@ -187,8 +229,11 @@ struct WgmmaGemm {
     FT_UNROLL for (int kk = 0; kk < TK / Atom::K_; ++kk)  // 32 bytes of each row per instruction
       FT_UNROLL for (int rm = 0; rm < RM; ++rm) {
         const u32 a = stage + u32((row0 + rm * 64) * 128 + kk * 32);
-        const u32 b = stage + u32(TM * 128 + kk * 32);
-        Atom::template mma<kN>(acc[rm], wgmma_descriptor(a), wgmma_descriptor(b));
+        FT_UNROLL for (int j = 0; j < kN / kInstrN; ++j) {
+          const u32 b = stage + u32((TM + j * kInstrN) * 128 + kk * 32);
+          Atom::template mma<kInstrN>(reinterpret_cast<float(&)[kInstrN / 2]>(acc[rm][j * (kInstrN / 2)]),
+                                      wgmma_descriptor(a), wgmma_descriptor(b));
+        }
       }
     wgmma_commit();
     FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
@@ -204,6 +249,18 @@ struct WgmmaGemm {
   FT_DEVICE static u64* full_barriers() { return reinterpret_cast<u64*>(ring() + Cfg::stages * kStageBytes); }
   FT_DEVICE static u64* empty_barriers() { return full_barriers() + Cfg::stages; }
   FT_DEVICE static u64* turn_barriers() { return empty_barriers() + Cfg::stages; }  // ping-pong
+  FT_DEVICE static const Operand** pointer_table() {
+    return reinterpret_cast<const Operand**>(ring() + Cfg::stages * kStageBytes + kBarrierBytes);
+  }
+  // Loader l's source pointer of its j-th chunk: a register, or its shared-memory slot.
+  FT_DEVICE const Operand*& source(int l, int j) {
+    if constexpr (kRebalance) return pointer_table()[j * kLoaders + l];
+    else return src[j];
+  }
+  FT_DEVICE const Operand* const& source(int l, int j) const {
+    if constexpr (kRebalance) return pointer_table()[j * kLoaders + l];
+    else return src[j];
+  }
 
   // Once per block, before its first tile: a specialised block's mbarriers
   // (they, and the k-tile count below, run on across a persistent block's tiles).
@@ -223,15 +280,25 @@ struct WgmmaGemm {
   // Ends a producer lane that has issued its last copies (see producer_exit).
   FT_DEVICE static void leave() { producer_exit(); }
 
+  // The two roles' register counts (kRebalance; every lane of the warpgroup
+  // calls its role's, run_tiles); no-ops otherwise.
+  FT_DEVICE static void producer_registers() {
+    if constexpr (kRebalance) registers_decrease<RegisterSplit::kProducer>();
+  }
+  FT_DEVICE static void consumer_registers() {
+    if constexpr (kRebalance) registers_increase<RegisterSplit::consumer(kConsumers)>();
+  }
+
   // Accumulates A[:, k_begin:k_end] x B^T into acc; every thread of the block
   // calls it (a producer warpgroup only copies).
-  FT_DEVICE void run(int k_begin, int k_end) {
+  template <class Lanes = AllLanes>
+  FT_DEVICE void run(int k_begin, int k_end, Lanes lanes = {}) {
     static_assert(!Promote, "a promoting GEMM runs with its scales (run_scaled)");
     unsigned char* r = ring();
     const u32 ring_addr = shared_address(r);
     const int tiles = (k_end - k_begin) / TK;
     if constexpr (kPingPong) {
-      if (holds_results()) {
+      if (holds_results(lanes)) {
         mine = turn % 2 == thread_index() / 128;
         ++turn;
         if (!mine) {  // the other warpgroup's tile: only the ring's k-tile count moves on
@@ -240,9 +307,9 @@ struct WgmmaGemm {
         }
       }
     }
-    zero_accumulators();
+    if constexpr (Lanes::consumes) zero_accumulators();
     if constexpr (kSpecialized)
-      run_specialized(r, ring_addr, k_begin, tiles, static_cast<const int*>(nullptr));
+      run_specialized(r, ring_addr, k_begin, tiles, static_cast<const int*>(nullptr), lanes);
     else
       run_together(r, ring_addr, k_begin, tiles, static_cast<const int*>(nullptr));
   }
@@ -251,17 +318,19 @@ struct WgmmaGemm {
   // retires, total += acc x ks.a(row, g) x ks.w(nb, g), then acc = 0; with
   // PromoteEvery = n > 1 after every n-th k-tile and the last (the scales
   // are the same for every group, so acc may hold n groups' sums).
-  template <class KScales>
-  FT_DEVICE void run_scaled(int k_begin, int k_end, const KScales& ks) {
+  template <class KScales, class Lanes = AllLanes>
+  FT_DEVICE void run_scaled(int k_begin, int k_end, const KScales& ks, Lanes lanes = {}) {
     static_assert(Promote, "run_scaled promotes");
     static_assert(PromoteEvery == 1 || requires { KScales::kConstantAlongK; },
                   "promoting every n > 1 k-tiles needs scales constant along k");
     unsigned char* r = ring();
-    zero_accumulators();
-    FT_UNROLL for (int rm = 0; rm < RM; ++rm)
-      FT_UNROLL for (int i = 0; i < kN / 2; ++i) total[rm][i] = 0.0f;
+    if constexpr (Lanes::consumes) {
+      zero_accumulators();
+      FT_UNROLL for (int rm = 0; rm < RM; ++rm)
+        FT_UNROLL for (int i = 0; i < kN / 2; ++i) total[rm][i] = 0.0f;
+    }
     if constexpr (kSpecialized)
-      run_specialized(r, shared_address(r), k_begin, (k_end - k_begin) / TK, &ks);
+      run_specialized(r, shared_address(r), k_begin, (k_end - k_begin) / TK, &ks, lanes);
     else
       run_together(r, shared_address(r), k_begin, (k_end - k_begin) / TK, &ks);
   }
@@ -343,14 +412,14 @@ struct WgmmaGemm {
   // with the next tile while the consumers store this one. `ks`: null, or
   // the scales to promote with (Promote): after a promoting k-tile's wgmma
   // retire (wait 0) its stage is released before the promotion runs.
-  template <class KScales>
-  FT_DEVICE void run_specialized(unsigned char* ring, u32 ring_addr, int k_begin, int tiles, const KScales* ks) {
+  template <class KScales, class Lanes>
+  FT_DEVICE void run_specialized(unsigned char* ring, u32 ring_addr, int k_begin, int tiles, const KScales* ks, Lanes lanes) {
     constexpr int S = Cfg::stages;
     u64* full = full_barriers();
     u64* empty = empty_barriers();
     const int first = issued;
     issued += tiles;
-    if (!holds_results()) {
+    if (!holds_results(lanes)) {
       const bool issuer = loader_index() == 0;
       const long long first_slice = k_begin / TK;
       for (int t = 0; t < tiles; ++t) {

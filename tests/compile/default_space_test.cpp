@@ -248,6 +248,47 @@ TEST(Fp8ProducerPromotion, CompilesWithoutSpillsOrSerialisedWgmma) {
   }
 }
 
+// Register rebalance (wgmma_regs=rebalance, docs/HOPPER.md): the m192n256 stage 2
+// on three consumer warpgroups, fp8 row scales and bf16, compiles with no spills
+// and unserialised wgmma at 160 consumer and 32 producer registers; the
+// rebalanced m192n128 stage 1 is pruned (its producer spills at 32), which the
+// space reports rather than hides.
+TEST(Rebalance, Sm90aStage2CompilesWithoutSpillsOrSerialisedWgmma) {
+  const Target& target = *find_target("sm_90a");
+  ASSERT_EQ(test::missing_toolchain(Backend::nvrtc, target), "") << "the compile suite needs NVRTC";
+  struct Case {
+    DType dtype;
+    const char* axes;
+    std::string wanted;
+  };
+  const std::vector<Case> cases{
+      {DType::e4m3, "atom=wgmma_m64k32_f32_e4m3;inter_scales=row;promote=0",
+       "ft_sm_90a_moe2_e4m3_m192n256k128_w12x1_wgmma_s3_atomic_tiled_ws_t8_rb_tensor_rowscale_fastacc"},
+      {DType::bf16, "atom=wgmma_m64k16_f32_bf16", "ft_sm_90a_moe2_bf16_m192n256k64_w12x1_wgmma_s3_atomic_tiled_ws_t8_rb"}};
+  for (const Case& c : cases) {
+    Problem problem = test::mixtral();
+    problem.dtype = c.dtype;
+    if (c.dtype == DType::e4m3) problem.scales = Scales::per_tensor;
+    CompileSpaceOptions opt;
+    auto space = SpaceOptions::parse(std::string(c.axes) +
+                                     ";kind=moe2;wgmma_regs=rebalance;wgmma_warps=12x1;wgmma_tile_m=192;wgmma_tile_n=256;"
+                                     "wgmma_producer=on;wgmma_tiles=8;wgmma_stages=3;split_k=1;reduce=atomic");
+    ASSERT_TRUE(space) << space.error().describe();
+    opt.space = *space;
+    opt.compile = test::compile_options_for(test::current_test_id(), Backend::nvrtc);
+    opt.progress = false;
+    auto cs = compile_space(target, problem, opt);
+    ASSERT_TRUE(cs) << cs.error().describe();
+    bool seen = false;
+    for (const CompiledVariant& cv : cs->variants) {
+      if (cv.variant.name() != c.wanted) continue;
+      seen = true;
+      for (const auto& p : problems_of(cv, target)) ADD_FAILURE() << cv.variant.name() << ": " << p;
+    }
+    EXPECT_TRUE(seen) << c.wanted << " is not in the space";
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Sm90a, Fp8BigTiles, ::testing::Values(Scales::per_tensor, Scales::per_token),
                          [](const auto& info) { return info.param == Scales::per_tensor ? "pertensor" : "pertoken"; });
 

@@ -169,4 +169,35 @@ inline const Case& case_for(DType dtype, int tokens, std::uint64_t seed = 5, Sca
   return *c;
 }
 
+// The layer `plan` on the small problem at every kTokenCounts T, each against
+// `reference(case)` (a ReferenceOutput of the Case), with the bounds of its dtype.
+template <class Reference>
+void expect_plan_matches(TargetBench& bench, const LayerPlan& plan, Reference reference) {
+  const DType dtype = plan.stage1.dtype;
+  auto kernels = bench.kernels(plan);
+  ASSERT_TRUE(kernels) << kernels.error().describe();
+  for (int tokens : kTokenCounts) {
+    const Case& c = case_for(dtype, tokens);
+    auto dw = DeviceWorkload::upload(bench.device(), c.workload);
+    ASSERT_TRUE(dw) << dw.error().describe();
+    auto run = run_layer(*dw, *kernels, plan);
+    ASSERT_TRUE(run) << plan_label(plan) << " T=" << tokens << ": " << run.error().describe();
+    const Comparison y = compare_output(run->y, reference(c).y, dtype);
+    EXPECT_TRUE(y.passed) << plan_label(plan) << " T=" << tokens << ": " << y.summary();
+  }
+}
+
+// The stage's generated unit with `code` inserted before its Kernel alias, at
+// namespace scope (a mutant's specialisation for the unit's Config); its name
+// gets `suffix`.
+inline KernelSource with_code_before_kernel(const Variant& v, const std::string& code, const std::string& suffix) {
+  KernelSource unit = emit_variant(v);
+  const std::size_t at = unit.text.find("\nusing Kernel = ");
+  EXPECT_NE(at, std::string::npos) << "the generated unit has no Kernel alias";
+  if (at == std::string::npos) return unit;
+  unit.text.insert(at + 1, "}  // namespace\n" + code + "namespace {\n");
+  unit.name += suffix;
+  return unit;
+}
+
 }  // namespace ft::emu::test

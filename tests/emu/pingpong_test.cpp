@@ -73,37 +73,19 @@ TEST(EmuPingPong, MatchesTheCpuReference) {
       EXPECT_NE(v->name().find("_t"), std::string::npos) << v->name();
       EXPECT_NE(v->name().find("_pp"), std::string::npos) << v->name();
     }
-    auto kernels = bench.kernels(plan);
-    ASSERT_TRUE(kernels) << kernels.error().describe();
-    for (int tokens : kTokenCounts) {
-      const Case& c = case_for(dtype, tokens);
-      auto dw = DeviceWorkload::upload(bench.device(), c.workload);
-      ASSERT_TRUE(dw) << dw.error().describe();
-      auto run = run_layer(*dw, *kernels, plan);
-      ASSERT_TRUE(run) << plan_label(plan) << " T=" << tokens << ": " << run.error().describe();
-      const Comparison y = compare_output(run->y, reference_for(c, plan).y, dtype);
-      EXPECT_TRUE(y.passed) << plan_label(plan) << " T=" << tokens << ": " << y.summary();
-    }
+    expect_plan_matches(bench, plan, [&](const Case& c) -> const ReferenceOutput& { return reference_for(c, plan); });
   }
 }
 
 // The stage's generated unit with ft::PingPongTurns replaced for its Config
 // by one that never waits and never passes the turn.
 KernelSource without_handoff(const Variant& v) {
-  KernelSource unit = emit_variant(v);
-  const std::size_t at = unit.text.find("\nusing Kernel = ");
-  EXPECT_NE(at, std::string::npos) << "the generated unit has no Kernel alias";
-  if (at == std::string::npos) return unit;
-  unit.text.insert(at + 1, R"(}  // namespace
-template <>
+  return with_code_before_kernel(v, R"(template <>
 struct ft::PingPongTurns<Config> {  // the mutant: no hand-off
   FT_DEVICE static void wait(ft::u64*, int) {}
   FT_DEVICE static void pass(ft::u64*, int) {}
 };
-namespace {
-)");
-  unit.name += "_mutant_no_handoff";
-  return unit;
+)", "_mutant_no_handoff");
 }
 
 TEST(EmuPingPong, DroppedHandOffFails) {

@@ -57,17 +57,7 @@ TEST(EmuRebalance, MatchesTheCpuReference) {
       ASSERT_FALSE(why) << v->name() << " is illegal: " << *why;
     }
     EXPECT_NE(plan.stage2.name().find("_t3_rb"), std::string::npos) << plan.stage2.name();
-    auto kernels = bench.kernels(plan);
-    ASSERT_TRUE(kernels) << kernels.error().describe();
-    for (int tokens : kTokenCounts) {
-      const Case& c = case_for(dtype, tokens);
-      auto dw = DeviceWorkload::upload(bench.device(), c.workload);
-      ASSERT_TRUE(dw) << dw.error().describe();
-      auto run = run_layer(*dw, *kernels, plan);
-      ASSERT_TRUE(run) << plan_label(plan) << " T=" << tokens << ": " << run.error().describe();
-      const Comparison y = compare_output(run->y, reference_for(c, plan).y, dtype);
-      EXPECT_TRUE(y.passed) << plan_label(plan) << " T=" << tokens << ": " << y.summary();
-    }
+    expect_plan_matches(bench, plan, [&](const Case& c) -> const ReferenceOutput& { return reference_for(c, plan); });
   }
 }
 
@@ -75,19 +65,11 @@ TEST(EmuRebalance, MatchesTheCpuReference) {
 // replaced by one that reads the lane's slot of its next chunk (another row's
 // pointer: a slot of another lane may not be written yet, a wild pointer).
 KernelSource other_chunk_slot(const Variant& v) {
-  KernelSource unit = emit_variant(v);
-  const std::size_t at = unit.text.find("\nusing Kernel = ");
-  EXPECT_NE(at, std::string::npos) << "the generated unit has no Kernel alias";
-  if (at == std::string::npos) return unit;
-  unit.text.insert(at + 1, R"(}  // namespace
-template <>
+  return with_code_before_kernel(v, R"(template <>
 FT_DEVICE const ft::WgmmaGemm<Config, 1, 0>::Operand* const& ft::WgmmaGemm<Config, 1, 0>::source(int l, int j) const {
   return pointer_table()[(j + 1) % kChunksPerThread * kLoaders + l];  // the mutant: its next chunk's slot
 }
-namespace {
-)");
-  unit.name += "_mutant_other_chunk_slot";
-  return unit;
+)", "_mutant_other_chunk_slot");
 }
 
 TEST(EmuRebalance, AnotherChunksPointerSlotFails) {

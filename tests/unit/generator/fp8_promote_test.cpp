@@ -12,6 +12,7 @@
 #include "generator/families/families.hpp"
 #include "generator/space.hpp"
 #include "generator/variant.hpp"
+#include "tests/unit/generator/legality.hpp"
 #include "templates/ft/moe_inter_scales.hpp"
 
 namespace ft {
@@ -51,13 +52,7 @@ class Fp8PromoteLegality : public ::testing::TestWithParam<LegalityCase> {};
 TEST_P(Fp8PromoteLegality, FollowsTheScales) {
   const LegalityCase& c = GetParam();
   const Variant v = wgmma_fp8(c.role, c.scales, c.promote, c.producer, c.row);
-  const auto why = why_illegal(v, fp8_problem(c.scales));
-  if (!c.rejection) {
-    EXPECT_FALSE(why) << v.name() << ": " << *why;
-  } else {
-    ASSERT_TRUE(why) << v.name() << " is legal";
-    EXPECT_NE(why->find(c.rejection), std::string::npos) << *why;
-  }
+  test::expect_legality(v, fp8_problem(c.scales), c.rejection);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -11,6 +11,7 @@
 #include "generator/families/families.hpp"
 #include "generator/space.hpp"
 #include "generator/variant.hpp"
+#include "tests/unit/generator/legality.hpp"
 #include "templates/ft/moe_inter_scales.hpp"
 
 namespace ft {
@@ -44,13 +45,7 @@ class PingPongLegality : public ::testing::TestWithParam<LegalityCase> {};
 TEST_P(PingPongLegality, WholeTilesPerWarpgroup) {
   const LegalityCase& c = GetParam();
   const Variant v = producer_stage(c.role, c.tile_m, c.tile_n, c.tiles, true);
-  const auto why = why_illegal(v, mixtral(DType::bf16));
-  if (!c.rejection) {
-    EXPECT_FALSE(why) << v.name() << ": " << *why;
-  } else {
-    ASSERT_TRUE(why) << v.name() << " is legal";
-    EXPECT_NE(why->find(c.rejection), std::string::npos) << *why;
-  }
+  test::expect_legality(v, mixtral(DType::bf16), c.rejection);
 }
 
 INSTANTIATE_TEST_SUITE_P(

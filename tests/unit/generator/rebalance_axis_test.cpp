@@ -12,6 +12,7 @@
 #include "generator/families/families.hpp"
 #include "generator/space.hpp"
 #include "generator/variant.hpp"
+#include "tests/unit/generator/legality.hpp"
 #include "templates/ft/moe_inter_scales.hpp"
 
 namespace ft {
@@ -57,13 +58,7 @@ class RebalanceLegality : public ::testing::TestWithParam<LegalityCase> {};
 TEST_P(RebalanceLegality, OnlyWhereTheEvenSplitDoesNotFit) {
   const LegalityCase& c = GetParam();
   const Variant v = fp8_stage(c.role, c.tile_m, c.tile_n, c.consumers, 8, true);
-  const auto why = why_illegal(v, mixtral_fp8());
-  if (!c.rejection) {
-    EXPECT_FALSE(why) << v.name() << ": " << *why;
-  } else {
-    ASSERT_TRUE(why) << v.name() << " is legal";
-    EXPECT_NE(why->find(c.rejection), std::string::npos) << *why;
-  }
+  test::expect_legality(v, mixtral_fp8(), c.rejection);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -197,7 +197,7 @@ struct WgmmaGemm {
     FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
       const int row = l / 8 + j * kRowStep;
       const Operand* p = row < TM ? a_row(row) : b_at((row - TM) / TN, (row - TM) % TN, 0);
-      source(l, j) = p ? p + (l % 8) * kChunkElems : nullptr;
+      set_source(l, j, p ? p + (l % 8) * kChunkElems : nullptr);
     }
     if constexpr (kSpecialized) {
       FT_UNROLL for (int nb = 0; nb < NB; ++nb) weight_tile[nb] = b_at(nb, 0, 0);
@@ -252,14 +252,14 @@ struct WgmmaGemm {
   FT_DEVICE static const Operand** pointer_table() {
     return reinterpret_cast<const Operand**>(ring() + Cfg::stages * kStageBytes + kBarrierBytes);
   }
-  // Loader l's source pointer of its j-th chunk: a register, or its shared-memory slot.
-  FT_DEVICE const Operand*& source(int l, int j) {
+  // Loader l's source pointer of its j-th chunk: a register, or (kRebalance) its shared-memory slot.
+  FT_DEVICE const Operand* source(int l, int j) const {
     if constexpr (kRebalance) return pointer_table()[j * kLoaders + l];
     else return src[j];
   }
-  FT_DEVICE const Operand* const& source(int l, int j) const {
-    if constexpr (kRebalance) return pointer_table()[j * kLoaders + l];
-    else return src[j];
+  FT_DEVICE void set_source(int l, int j, const Operand* p) {
+    if constexpr (kRebalance) pointer_table()[j * kLoaders + l] = p;
+    else src[j] = p;
   }
 
   // Once per block, before its first tile: a specialised block's mbarriers

@@ -66,7 +66,7 @@ TEST(EmuRebalance, MatchesTheCpuReference) {
 // pointer: a slot of another lane may not be written yet, a wild pointer).
 KernelSource other_chunk_slot(const Variant& v) {
   return with_code_before_kernel(v, R"(template <>
-FT_DEVICE const ft::WgmmaGemm<Config, 1, 0>::Operand* const& ft::WgmmaGemm<Config, 1, 0>::source(int l, int j) const {
+FT_DEVICE const ft::WgmmaGemm<Config, 1, 0>::Operand* ft::WgmmaGemm<Config, 1, 0>::source(int l, int j) const {
   return pointer_table()[(j + 1) % kChunksPerThread * kLoaders + l];  // the mutant: its next chunk's slot
 }
 )", "_mutant_other_chunk_slot");

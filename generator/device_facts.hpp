@@ -19,6 +19,9 @@
 #ifndef FT_MEMCPY
 #define FT_MEMCPY(dst, src, bytes) __builtin_memcpy(dst, src, bytes)
 #endif
+#ifndef FT_MEMCPY_ALIGNED
+#define FT_MEMCPY_ALIGNED(dst, src, bytes) __builtin_memcpy(dst, src, bytes)
+#endif
 
 #include "templates/ft/elem.hpp"
 #include "templates/ft/numeric.hpp"

@@ -25,15 +25,15 @@ FT_DEVICE void quantise_row(const u16* src, u8* dst, float* scales, int K, int g
   float* part = reinterpret_cast<float*>(shared_memory());
   const int tid = thread_index(), chunks = K / 8;
   auto encode = [&](int c, float scale) {
-    u16 in[8];
-    u8 out[8];
-    copy_bytes<u16, 8>(in, src + c * 8);
+    alignas(16) u16 in[8];
+    alignas(8) u8 out[8];
+    copy_aligned<u16, 8>(in, src + c * 8);
     FT_UNROLL for (int j = 0; j < 8; ++j) out[j] = fp8_quantise<Q>(bf16_to_f32(in[j]), scale);
-    copy_bytes<u8, 8>(dst + c * 8, out);
+    copy_aligned<u8, 8>(dst + c * 8, out);
   };
   auto chunk_amax = [&](int c) {
-    u16 in[8];
-    copy_bytes<u16, 8>(in, src + c * 8);
+    alignas(16) u16 in[8];
+    copy_aligned<u16, 8>(in, src + c * 8);
     float m = 0.0f;
     FT_UNROLL for (int j = 0; j < 8; ++j) m = abs_max(m, bf16_to_f32(in[j]));
     return m;

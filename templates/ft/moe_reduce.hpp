@@ -14,27 +14,31 @@ FT_DEVICE void moe_reduce(const MoeArgs& p) {
   const long long first = ((long long)block_index_x() * kReduceThreads + thread_index()) * 8;
   if (first >= (long long)p.tokens * H) return;
   const long long t = first / H, h = first % H;  // H % 8 == 0: the 8 outputs share a token
-  float v[8];
+  alignas(16) float v[8];
   FT_UNROLL for (int j = 0; j < 8; ++j) v[j] = 0.0f;
   if constexpr (R == Reduce::atomic) {
-    FT_UNROLL for (int j = 0; j < 8; ++j) v[j] = p.y_acc[first + j];
+    copy_aligned<float, 4>(v, p.y_acc + first);
+    copy_aligned<float, 4>(v + 4, p.y_acc + first + 4);
   } else {
     for (int s = 0; s < p.topk; ++s) {
       const int e = p.topk_ids[t * p.topk + s];
       if (e < 0 || e >= p.experts) continue;
       if constexpr (R == Reduce::partials) {
         const float* row = p.y_acc + (t * p.topk + s) * H + h;
-        FT_UNROLL for (int j = 0; j < 8; ++j) v[j] += row[j];
+        alignas(16) float part[8];
+        copy_aligned<float, 4>(part, row);
+        copy_aligned<float, 4>(part + 4, row + 4);
+        FT_UNROLL for (int j = 0; j < 8; ++j) v[j] += part[j];
       } else {  // partials16: one 16-byte load of the slot's 8 values
-        u16 row[8];
-        copy_bytes<u16, 8>(row, reinterpret_cast<const u16*>(p.y_acc) + (t * p.topk + s) * H + h);
+        alignas(16) u16 row[8];
+        copy_aligned<u16, 8>(row, reinterpret_cast<const u16*>(p.y_acc) + (t * p.topk + s) * H + h);
         FT_UNROLL for (int j = 0; j < 8; ++j) v[j] += to_f32<E>(row[j]);
       }
     }
   }
-  u16 out[8];
+  alignas(16) u16 out[8];
   FT_UNROLL for (int j = 0; j < 8; ++j) out[j] = from_f32<E>(v[j]);
-  copy_bytes<u16, 8>(p.y + first, out);
+  copy_aligned<u16, 8>(p.y + first, out);
 }
 
 // Rearranges weights into the shuffled or the tiled layout (weight_layout.hpp),

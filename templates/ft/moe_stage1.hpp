@@ -175,9 +175,9 @@ struct Stage1 {
       FT_UNROLL for (int j = 0; j < 16; ++j) m = abs_max(m, partial[it / 16 * 16 + j]);
       const float scale = fp8_scale_of<Q>(m);
       const float* v = staged + r * Cfg::tile_n + (it % (kGroups * 16)) * 8;
-      u8 q[8];
+      alignas(8) u8 q[8];
       FT_UNROLL for (int j = 0; j < 8; ++j) q[j] = fp8_quantise<Q>(v[j], scale);
-      copy_bytes<u8, 8>(p.inter_q + (long long)id * I + n0 + (it % (kGroups * 16)) * 8, q);
+      copy_aligned<u8, 8>(p.inter_q + (long long)id * I + n0 + (it % (kGroups * 16)) * 8, q);
       if (it % 16 == 0) p.inter_scales[(long long)id * (I / kScaleGroup) + n0 / kScaleGroup + g] = scale;
     }
   }

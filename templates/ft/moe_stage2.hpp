@@ -66,9 +66,9 @@ struct DirectY {
       }
     }
     FT_UNROLL for (int j = 0; j < kDirectYColumns; j += 8) {
-      u16 out[8];
+      alignas(16) u16 out[8];
       FT_UNROLL for (int i = 0; i < 8; ++i) out[i] = from_f32<Cfg::elem>(v[j + i]);
-      copy_bytes<u16, 8>(p.y + t * H + c0 + j, out);
+      copy_aligned<u16, 8>(p.y + t * H + c0 + j, out);
     }
   }
 };

@@ -145,7 +145,15 @@ FT_HOST_DEVICE u8 e4m3_encode(float f) {
 
 FT_HOST_DEVICE float e4m3_to_f32(u8 v) { return e4m3_decode<OcpE4m3>(v); }
 FT_HOST_DEVICE float e4m3fnuz_to_f32(u8 v) { return e4m3_decode<FnuzE4m3>(v); }
-FT_HOST_DEVICE u8 f32_to_e4m3(float f) { return e4m3_encode<OcpE4m3>(f); }
+// In CUDA device code the instruction of the same rule (port_cuda.hpp); the
+// host, the emulator and the AMD flavours run the encoder above.
+FT_HOST_DEVICE u8 f32_to_e4m3(float f) {
+#if defined(FT_HW_E4M3_ENCODE) && defined(__CUDA_ARCH__)
+  return hw_f32_to_e4m3(f);
+#else
+  return e4m3_encode<OcpE4m3>(f);
+#endif
+}
 FT_HOST_DEVICE u8 f32_to_e4m3fnuz(float f) { return e4m3_encode<FnuzE4m3>(f); }
 
 // The e4m3 flavour of the target being compiled, from its row's fp8 column
@@ -221,6 +229,16 @@ FT_HOST_DEVICE storage_t<E> fp8_quantise(float v, float scale) {
 template <class T, int N>
 FT_HOST_DEVICE void copy_bytes(T* dst, const T* src) {
   FT_MEMCPY(dst, src, sizeof(T) * N);
+}
+// N values at addresses that are multiples of their size (4, 8 or 16 bytes):
+// one vector access (FT_MEMCPY_ALIGNED, port.hpp). The rows of X, Y, the
+// intermediate and the partials are 16-byte aligned and a copy of 8 values
+// starts at a multiple of 8, so the support kernels and epilogues use this.
+template <class T, int N>
+FT_HOST_DEVICE void copy_aligned(T* dst, const T* src) {
+  constexpr unsigned kBytes = sizeof(T) * N;
+  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "copy_aligned: 4, 8 or 16 bytes");
+  FT_MEMCPY_ALIGNED(dst, src, kBytes);
 }
 
 FT_HOST_DEVICE float silu(float g, float e_neg_g) { return g / (1.0f + e_neg_g); }

@@ -5,6 +5,9 @@
 #define FT_HOST_DEVICE __host__ __device__ __forceinline__
 // NVRTC has memcpy built in but not __builtin_memcpy.
 #define FT_MEMCPY(dst, src, bytes) memcpy(dst, src, bytes)
+// One vector access (LDG/STG.32/64/128); both sides aligned to the size, register
+// arrays too (alignas at the caller). __builtin_assume_aligned does not survive NVVM.
+#define FT_MEMCPY_ALIGNED(dst, src, bytes) ::ft::copy_words<bytes>(dst, src)
 #define FT_KERNEL(threads, name) extern "C" __global__ void __launch_bounds__(threads) name
 // A kernel whose warpgroups move registers between them (setmaxnreg, Hopper
 // GEMM with wgmma_regs=rebalance): one block per SM, so ptxas caps the
@@ -25,6 +28,25 @@ inline constexpr int kWaveSize = FT_WAVE_SIZE;  // the target row's wave_size (g
 // 16 bytes, the unit of every global and shared copy (LDG.128 / STS.128).
 using Chunk16 = uint4;
 FT_DEVICE Chunk16 zero_chunk() { return make_uint4(0u, 0u, 0u, 0u); }
+
+// numeric.hpp's OCP e4m3 encoding in one instruction (sm_89 and later): round to
+// nearest even, saturate finite values and infinities to +-448, NaN -> 0x7f, the
+// sign of zero kept -- the encoder's rule, compared with it on the H200 by
+// tests/gpu/atom_crosscheck_test.cpp. The pair's high byte (0) is dropped.
+#define FT_HW_E4M3_ENCODE 1
+FT_DEVICE u8 hw_f32_to_e4m3(float f) {
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(f));
+  return u8(pair & 0xffu);
+}
+
+template <unsigned B>
+FT_DEVICE void copy_words(void* dst, const void* src) {
+  static_assert(B == 4 || B == 8 || B == 16, "copy_words: 4, 8 or 16 bytes");
+  if constexpr (B == 16) *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src);
+  else if constexpr (B == 8) *static_cast<uint2*>(dst) = *static_cast<const uint2*>(src);
+  else *static_cast<unsigned*>(dst) = *static_cast<const unsigned*>(src);
+}
 
 FT_DEVICE int thread_index() { return int(threadIdx.x); }
 FT_DEVICE int block_index_x() { return int(blockIdx.x); }

@@ -60,6 +60,7 @@ struct Runtime {
 #define FT_DEVICE inline
 #define FT_HOST_DEVICE inline
 #define FT_MEMCPY(dst, src, bytes) __builtin_memcpy(dst, src, bytes)
+#define FT_MEMCPY_ALIGNED(dst, src, bytes) ::ft::copy_aligned_checked(dst, src, bytes)
 #define FT_EMU_EXPORT __attribute__((visibility("default")))
 #define FT_KERNEL(threads, name)                                                  \
   extern "C" FT_EMU_EXPORT const int name##__ft_emu_max_threads = (threads);      \
@@ -161,6 +162,13 @@ FT_DEVICE void mbarrier_wait(u64* bar, int parity) {
 // offsets into the block's LDS.
 FT_DEVICE u32 shared_address(const void* p) {
   return u32(static_cast<const unsigned char*>(p) - emu::detail::lane().lds);
+}
+// FT_MEMCPY_ALIGNED: the GPU flavours assume both addresses are multiples of
+// the size; here a copy that breaks the assumption faults.
+FT_DEVICE void copy_aligned_checked(void* dst, const void* src, unsigned bytes) {
+  if ((reinterpret_cast<unsigned long long>(dst) | reinterpret_cast<unsigned long long>(src)) % bytes != 0)
+    emu::detail::runtime->fault("an aligned copy (FT_MEMCPY_ALIGNED) at an address not a multiple of its size");
+  __builtin_memcpy(dst, src, bytes);
 }
 FT_DEVICE void copy_async_16(void* dst, const void* src, bool valid) {
   if (valid) __builtin_memcpy(dst, src, 16);

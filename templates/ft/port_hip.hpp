@@ -5,6 +5,8 @@
 #define FT_DEVICE __attribute__((device)) inline
 #define FT_HOST_DEVICE __attribute__((host, device)) inline
 #define FT_MEMCPY(dst, src, bytes) __builtin_memcpy(dst, src, bytes)
+#define FT_MEMCPY_ALIGNED(dst, src, bytes) \
+  __builtin_memcpy(__builtin_assume_aligned(dst, bytes), __builtin_assume_aligned(src, bytes), bytes)
 // Blocks always have exactly `threads` threads; saying so (min = max) lets the
 // compiler use the whole register file (launch_bounds alone capped it at 128 VGPRs).
 #define FT_KERNEL(threads, name) \

@@ -266,7 +266,9 @@ TEST_P(EmuFp8Search, VerifiesTimesPairsExportsAndRunsThroughTheRuntime) {
   for (const json& bucket : problem["buckets"]) {
     bool quantise_inter = false;
     for (const json& step : bucket["steps"]) quantise_inter = quantise_inter || step.value("step", "") == "quantise_inter";
-    if (mode == "static") EXPECT_FALSE(quantise_inter) << bucket.dump(2);
+    if (mode == "static") {
+      EXPECT_FALSE(quantise_inter) << bucket.dump(2);
+    }
   }
   EXPECT_TRUE(manifest["support_units"][0]["symbols"].contains("quantise_x")) << manifest["support_units"].dump(2);
 

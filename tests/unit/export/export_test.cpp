@@ -103,7 +103,7 @@ TEST(Export, StepsAreTheLayerProgramsAndArgsLayoutIsMoeArgs) {
     }
   }
   const json& fields = ex.manifest["args"]["fields"];
-  ASSERT_EQ(fields.size(), 29u);
+  ASSERT_EQ(fields.size(), 30u);
   EXPECT_EQ(fields[0]["name"], "x");
   EXPECT_EQ(fields[11]["name"], "tokens");
   EXPECT_EQ(fields[11]["offset"], offsetof(MoeArgs, tokens));
@@ -115,6 +115,8 @@ TEST(Export, StepsAreTheLayerProgramsAndArgsLayoutIsMoeArgs) {
   EXPECT_EQ(fields[20]["offset"], 128);
   EXPECT_EQ(fields[27]["name"], "scales");
   EXPECT_EQ(fields[27]["offset"], 184);
+  EXPECT_EQ(fields[29]["name"], "inter_scale");  // the static mode's, appended after reserved
+  EXPECT_EQ(fields[29]["offset"], 192);
   const std::string header = test::read_bytes((fs::path(ex.dir) / "flytune_dispatch.h").string());
   EXPECT_NE(header.find("#define FLYTUNE_DISPATCH_COUNT 6"), std::string::npos);
   EXPECT_NE(header.find("#define FLYTUNE_MOE_ARGS_SIZE 200"), std::string::npos);

@@ -20,12 +20,7 @@
 namespace ft {
 namespace {
 
-Problem fp8_problem(Scales scales) {
-  Problem p = problem_from_preset("mixtral-8x7b").value();
-  p.dtype = DType::e4m3;
-  p.scales = scales;
-  return p;
-}
+Problem fp8_problem(Scales scales) { return test::fp8_mixtral(scales); }
 
 Variant wgmma_fp8(StageRole role, Scales scales, bool producer = false, bool row = true) {
   Variant v = Variant::of(*find_target("sm_90a"), role, *find_atom("wgmma_m64k32_f32_e4m3"));
@@ -71,7 +66,9 @@ TEST(StaticScales, VariantsCarryTheTokenAndNoInterStore) {
   for (const Variant& v : space.legal) {
     EXPECT_NE(v.name().find("_static"), std::string::npos) << v.name();
     EXPECT_FALSE(fp8::quantise_on_store(v)) << v.name();
-    if (v.role == StageRole::stage2 && v.has("inter_scales")) EXPECT_TRUE(fp8::inter_row_scales(v)) << v.name();
+    if (v.role == StageRole::stage2 && v.has("inter_scales")) {
+      EXPECT_TRUE(fp8::inter_row_scales(v)) << v.name();
+    }
   }
 }
 

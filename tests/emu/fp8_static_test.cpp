@@ -55,7 +55,7 @@ std::vector<LayerPlan> static_plans(const Target& t) {
                 {128, 128, 64, 8, 4, true, Reduce::partials16, 1, 0, 0, true},
                 {128, 64, 64, 8, 3, false, Reduce::atomic, 2, 1, 4}};
     else
-      shapes = {{2 * atom->m, 64, 64, 0, 2, false, Reduce::atomic}, {2 * atom->m, 128, 128, 0, 1, true, Reduce::partials, 2}};
+      shapes = {{2 * atom->m, 64, 64, 0, 2, false, Reduce::atomic, 2}, {2 * atom->m, 128, 128, 0, 1, true, Reduce::partials}};
     for (const Shape& s : shapes) {
       LayerPlan plan;
       plan.stage1 = static_variant(t, StageRole::stage1, *atom, s);

@@ -1,5 +1,5 @@
 // The runtime's ABI against its past: a C caller compiled against each earlier
-// flytune_runtime.h (tests/abi/headers/v1..v7, old_caller.c) runs a layer
+// flytune_runtime.h (tests/abi/headers/v1..v6, old_caller.c) runs a layer
 // through today's library on the CPU emulator, its ft_layer_buffers ending at
 // a page without access and the fields its header added holding poison; and
 // the sized call reads exactly the bytes it is told, refusing sizes it cannot
@@ -31,7 +31,6 @@ const OldHeader kOldHeaders[] = {
     {1, ft_abi_caller_v1, ft_abi_buffers_size_v1, 13}, {2, ft_abi_caller_v2, ft_abi_buffers_size_v2, 15},
     {3, ft_abi_caller_v3, ft_abi_buffers_size_v3, 16}, {4, ft_abi_caller_v4, ft_abi_buffers_size_v4, 18},
     {5, ft_abi_caller_v5, ft_abi_buffers_size_v5, 21}, {6, ft_abi_caller_v6, ft_abi_buffers_size_v6, 21},
-    {7, ft_abi_caller_v7, ft_abi_buffers_size_v7, 21},
 };
 
 // The emulated runtime over the recorded export, and a small T served by a

@@ -8,7 +8,6 @@
 // same rule on the CPU (measure/workload/reference.hpp calibrated_inter_scale).
 #include <cstddef>
 
-#include "base/error.hpp"
 #include "device/device.hpp"
 #include "generator/device_facts.hpp"  // ft::Elem
 

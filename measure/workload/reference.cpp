@@ -42,9 +42,9 @@ std::vector<float> dequantised_weights(const Workload& w, const std::vector<std:
   return out;
 }
 
-// Stage 1 of an fp8 workload in fp32 from X as given (x [T, H]: dequantised or
-// not) and the dequantised W1: the intermediate [T*k, I], zero for pairs without an expert.
-std::vector<float> stage1_fp8(const Workload& w, const std::vector<float>& x, const std::vector<float>& w1,
+// Stage 1 in fp32 from X and W1 widened to fp32 (fp8 workloads: X dequantised
+// or not, W1 dequantised): the intermediate [T*k, I], zero for pairs without an expert.
+std::vector<float> stage1_f32(const Workload& w, const std::vector<float>& x, const std::vector<float>& w1,
                               bool weight_in_stage1, unsigned threads) {
   const Problem& p = w.problem;
   const long long T = w.tokens, H = p.hidden, I = p.inter, k = p.topk;
@@ -82,7 +82,7 @@ ReferenceOutput reference_layer_fp8(const Workload& w, const ReferenceOptions& o
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = bf16_bits_to_f32(w.x[i]);
   const std::vector<float> w1 = dequantised_weights(w, w.w1q, w.w1_scales, 2 * I, H);
   const std::vector<float> w2 = dequantised_weights(w, w.w2q, w.w2_scales, H, I);
-  out.inter_f32 = stage1_fp8(w, x, w1, options.weight_in_stage1, options.threads);
+  out.inter_f32 = stage1_f32(w, x, w1, options.weight_in_stage1, options.threads);
   const bool fixed = p.scales == Scales::static_tensor;
   parallel_for(T * k, options.threads, [&](long long pair) {
     const float* h = &out.inter_f32[std::size_t(pair * I)];
@@ -153,7 +153,7 @@ float calibrated_inter_scale(const Workload& w, unsigned threads) {
   const Problem& p = w.problem;
   const std::vector<float> w1 = dequantised_weights(w, w.w1q, w.w1_scales, 2 * p.inter, p.hidden);
   float m = 0;
-  for (float v : stage1_fp8(w, dequantised_x(w), w1, false, threads)) m = abs_max(m, v);
+  for (float v : stage1_f32(w, dequantised_x(w), w1, false, threads)) m = abs_max(m, v);
   return scale_of(w.fp8_format, m);
 }
 
@@ -182,28 +182,9 @@ ReferenceOutput reference_layer(const Workload& w, const ReferenceOptions& optio
   };
   const std::vector<float> x = widen(w.x), w1 = widen(w.w1), w2 = widen(w.w2);
 
-  // Stage 1 per (token, slot) pair.
-  parallel_for(T * k, options.threads, [&](long long pair) {
-    const long long t = pair / k;
-    const long long e = w.topk_ids[std::size_t(pair)];
-    if (e < 0 || e >= w.problem.experts) {  // -1: no expert here; the slot contributes nothing
-      for (long long i = 0; i < I; ++i) out.inter[std::size_t(pair * I + i)] = f32_to_half(d, 0.0f);
-      return;
-    }
-    const float* xr = &x[std::size_t(t * H)];
-    for (long long i = 0; i < I; ++i) {
-      const float* g = &w1[std::size_t((e * 2 * I + i) * H)];
-      const float* u = &w1[std::size_t((e * 2 * I + I + i) * H)];
-      float gate = 0, up = 0;
-      for (long long h = 0; h < H; ++h) {
-        gate += xr[h] * g[h];
-        up += xr[h] * u[h];
-      }
-      float v = gate / (1.0f + std::exp(-gate)) * up;
-      if (options.weight_in_stage1) v *= w.topk_weights[std::size_t(pair)];
-      out.inter[std::size_t(pair * I + i)] = f32_to_half(d, v);
-    }
-  });
+  // Stage 1 per (token, slot) pair (zero where the slot has no expert), stored in the 16-bit type.
+  const std::vector<float> h = stage1_f32(w, x, w1, options.weight_in_stage1, options.threads);
+  for (std::size_t i = 0; i < h.size(); ++i) out.inter[i] = f32_to_half(d, h[i]);
 
   // Stage 2 and the top-k sum per token.
   parallel_for(T, options.threads, [&](long long t) {

@@ -291,8 +291,9 @@ def _scaled_problem(candidates: Sequence[Problem], context: str, given: dict) ->
         want, t = p.scale_shape(name), given.get(name)
         if want is None:
             if t is not None:
-                raise ArgumentError(f"{context}: {name} given, but {p.key} reads none ({p.scales}: the "
-                                    f"activations are scaled on the device)")
+                why = "the layer scales its intermediate itself" if name == "inter_scale" else \
+                    "the activations are scaled on the device"
+                raise ArgumentError(f"{context}: {name} given, but {p.key} reads none ({p.scales}: {why})")
             continue
         if t is None:
             raise ArgumentError(f"{context}: {p.key} needs {name} {list(want)} float32")

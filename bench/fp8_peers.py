@@ -6,6 +6,11 @@ name:E:H:I:K). Per problem and scale mode, at each token count:
               scale, one scale per expert, h written as fp8 with a static scale;
   block128    the same layer DeepSeek-V3 style: X and h quantised on the device in
               1x128 groups, 128x128 weight blocks, scales applied per k-step;
+  static      per-tensor's Triton layer with the same calibrated static X and h
+              scales, beside flytune's static mode (`flytune search --scales
+              static`: the caller's static x_scale and inter_scale, stage 1
+              quantising h on store, calibrated on its batch by the same rule);
+              per-tensor's flytune column is its dynamic per-row h scales;
   rowwise     torch._scaled_grouped_mm (where this torch has it): per-token X and
               h scales x per-channel weight scales, the whole layer graph-captured.
 Triton layers: a few configs per token count checked and timed, the fastest kept,
@@ -35,8 +40,8 @@ import h200_peers as hp  # timing, capture, L2 flush, routing, active experts, b
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBLEMS = ["mixtral-8x7b", "deepseek-v3"]
-MODES = ["per-tensor", "block128", "rowwise"]
-PEERS = {"per-tensor": ["triton"], "block128": ["triton"], "rowwise": ["torch"]}
+MODES = ["per-tensor", "block128", "rowwise", "static"]
+PEERS = {"per-tensor": ["triton"], "block128": ["triton"], "rowwise": ["torch"], "static": ["triton"]}
 PEER_NAMES = {"triton": "Triton fp8 fused-MoE", "torch": "torch._scaled_grouped_mm"}
 BOUND = 1e-3  # 1 - 2<x,y>/(|x|^2+|y|^2) against the fp32 reference
 FP8 = torch.float8_e4m3fn
@@ -71,7 +76,8 @@ def fp8_gemm_rates():
 
 def fp8_work(s, T, mode):
     """(FLOPs, bytes): touched experts' fp8 weights and their scales, X and Y in bf16."""
-    scale_bytes = {"per-tensor": 2 * 4, "rowwise": (2 * s.I + s.H) * 4, "block128": 3 * s.H * s.I // (128 * 128) * 4}[mode]
+    scale_bytes = {"per-tensor": 2 * 4, "static": 2 * 4, "rowwise": (2 * s.I + s.H) * 4,
+                   "block128": 3 * s.H * s.I // (128 * 128) * 4}[mode]
     return 6.0 * T * s.K * s.H * s.I, hp.active_experts(s, T) * (3 * s.H * s.I + scale_bytes) + 2 * T * s.H * 2
 
 
@@ -193,10 +199,10 @@ def run_peer(fn, clock, need_s):
 # --- one problem -------------------------------------------------------------------
 
 def mode_scales(tm8, mode, s1, s2, x, ids, w1):
-    """The scale tensors a mode's layer takes; per-tensor's static X and h scales are
-    calibrated on this batch (outside the timed layer)."""
+    """The scale tensors a mode's layer takes; per-tensor's (and static's) static X and h
+    scales are calibrated on this batch (outside the timed layer)."""
     scales = {"w1": s1, "w2": s2}
-    if mode == "per-tensor":
+    if mode in ("per-tensor", "static"):
         scales["x"] = tm8.quantise_per_tensor(x)[1]
         scales["h"] = tm8.calibrate_h_scale(x, ids, w1, scales)
     return scales
@@ -256,7 +262,9 @@ layer quantises it, weights with their scales, h kept in fp32): "1-cos" is
 then rel L2. Triton fp8 fused-MoE (bench/triton_moe_fp8.py: align in torch, X quantised
 in the layer, stage 1 with SwiGLU and h's quantise-on-store fused, stage 2 with the
 routed weight fused, summed over k in torch): per-tensor = static X and h scales
-(calibrated once on the batch), one fp32 scale per expert, dequantised in the epilogues;
+(calibrated once on the batch), one fp32 scale per expert, dequantised in the epilogues
+(static: the same Triton layer and scales, its flytune column `--scales static`, whose h is
+quantised on store with a static scale calibrated the same way);
 block128 = X and h quantised on the device in 1x128 groups, 128x128 weight blocks, the
 scales applied per 128-deep k-step in the main loop. Per token count a few tile configs
 are checked and timed (10 replays), the fastest timed again. torch._scaled_grouped_mm:
@@ -350,7 +358,7 @@ def main():
     ap.add_argument("--out", required=True, help="Markdown output; OUT.json gets the raw numbers")
     ap.add_argument("--problems", default=",".join(PROBLEMS), help="flytune presets or name:E:H:I:K shapes")
     ap.add_argument("--tokens", default=",".join(map(str, hp.TOKENS)), help="token counts, for every problem")
-    ap.add_argument("--modes", default=",".join(MODES), help="scale modes: per-tensor, block128, rowwise")
+    ap.add_argument("--modes", default=",".join(MODES[:3]), help="scale modes: per-tensor, block128, rowwise, static")
     ap.add_argument("--flytune-json", action="append", metavar="[PROBLEM:MODE=]PATH",
                     help="a `flytune search --json` summary of an fp8 problem; its layer winners fill the "
                          "'flytune (search)' column of PROBLEM's MODE table (bare PATH: first problem, per-tensor)")

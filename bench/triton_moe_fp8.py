@@ -1,5 +1,7 @@
 """The fused-MoE layer of bench/triton_moe.py in w8a8 e4m3 (OCP, torch.float8_e4m3fn),
-the fp8 peer bench/fp8_peers.py tunes and times. Two scale modes:
+the fp8 peer bench/fp8_peers.py tunes and times. Two scale modes (and "static", the
+name flytune gives per-tensor's scales -- a static X and h scale, one per expert's
+weights, as FP8 checkpoints ship them -- which here is per-tensor itself):
 
 per-tensor  X quantised with a static per-tensor scale sx (calibrated once, a
             1-element fp32 tensor), W1/W2 with one fp32 scale per expert
@@ -32,7 +34,12 @@ FP8_MAX = 448.0
 GROUP = 128  # block128: activation groups 1x128, weight blocks 128x128
 SCALE_MIN = 1e-12  # an all-zero group gets this scale instead of 0 (its q are 0 either way)
 GROUP_M = 8
-MODES = ("per-tensor", "block128")
+MODES = ("per-tensor", "block128", "static")
+
+
+def _mode(mode):
+    """The layer of a scale mode: "static" is per-tensor's (its X and h scales are static already)."""
+    return "per-tensor" if mode == "static" else mode
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages). fp8 tiles are half the bytes
 # of bf16 ones, so K steps of 128 (one wgmma k=32 x 4) keep the same shared memory.
@@ -56,6 +63,7 @@ def candidate_configs(mode, slots, H, I):
     """The configs worth timing for this many (token, choice) slots; the kernels
     have no K/N masks, so tiles must divide H and I."""
     band = "decode" if slots <= 32 else "medium" if slots <= 1024 else "prefill"
+    mode = _mode(mode)
     if mode == "block128":
         assert H % GROUP == 0 and I % GROUP == 0, "block128 needs H and I multiples of 128"
     return [c for c in CONFIGS[mode][band] if H % c[1] == 0 and I % c[1] == 0 and H % c[2] == 0 and I % c[2] == 0]
@@ -120,7 +128,7 @@ def quantise_channels(w):
 
 def quantise_weights(w, mode):
     """w [E, N, K] -> (q, scales) as the scale mode wants them."""
-    return {"per-tensor": quantise_per_expert, "block128": quantise_blocks, "rowwise": quantise_channels}[mode](w)
+    return {"per-tensor": quantise_per_expert, "block128": quantise_blocks, "rowwise": quantise_channels}[_mode(mode)](w)
 
 
 def dequantise_groups(q, s):
@@ -135,6 +143,7 @@ def dequantise_blocks(q, s):
 
 def dequantise_expert(q, s, e, mode):
     """Expert e's weights in fp32 from q [E, N, K] and its mode's scales."""
+    mode = _mode(mode)
     if mode == "per-tensor":
         return q[e].float() * s[e]
     if mode == "rowwise":
@@ -144,6 +153,7 @@ def dequantise_expert(q, s, e, mode):
 
 def dequantised_x(x, scales, mode):
     """X as the layer of this scale mode quantises it, back in fp32."""
+    mode = _mode(mode)
     if mode == "per-tensor":
         return quantise(x, scales["x"]).float() * scales["x"]
     if mode == "rowwise":
@@ -395,6 +405,7 @@ def moe_layer(mode, x, ids, weights, w1, w2, scales, cfg):
     """The whole fp8 layer for one config and scale mode; returns y [T, H] bf16."""
     assert x.stride(1) == 1 and w1.is_contiguous() and w2.is_contiguous() and weights.is_contiguous()
     assert w1.dtype == FP8 and w2.dtype == FP8
+    mode = _mode(mode)
     if mode == "per-tensor":
         return _layer_pt(x, ids, weights, w1, w2, scales, cfg)
     if mode == "block128":

@@ -14,7 +14,7 @@ void add_problem_options(CLI::App* app, ProblemOptions& opt) {
   app->add_option("--inter", opt.inter, "Intermediate size I (per expert)");
   app->add_option("--topk", opt.topk, "Experts per token k");
   app->add_option("--dtype", opt.dtype, "Element type: bf16, f16 or fp8 (e4m3 in the target's flavour: OCP on sm_90a and gfx950, fnuz on gfx942)");
-  app->add_option("--scales", opt.scales, "fp8 scales: per-tensor (the default), per-token or block128 (docs/USAGE.md)");
+  app->add_option("--scales", opt.scales, "fp8 scales: per-tensor (the default), per-token, block128 or static (docs/USAGE.md)");
   app->add_option("--routing", opt.routing, "Routing: uniform, zipf:S, hot:K or replay:FILE");
 }
 

@@ -162,7 +162,7 @@ Status Problem::validate() const {
   if (inter < 64 || inter % 64 != 0 || inter > kMaxDim)
     return bad(fmt::format("inter must be a positive multiple of 64 up to {}, got {}", kMaxDim, inter));
   if (fp8() && scales == Scales::none)
-    return bad("an fp8 (e4m3) problem needs its scales: per-tensor, per-token or block128");
+    return bad("an fp8 (e4m3) problem needs its scales: per-tensor, per-token, block128 or static");
   if (!fp8() && scales != Scales::none)
     return bad(fmt::format("scales ({}) apply to fp8 problems only, not to {}", to_string(scales), to_string(dtype)));
   // fp8 k-tiles are 128 bytes deep and the intermediate's scale groups 128 wide.
@@ -299,14 +299,15 @@ std::string_view to_string(Scales s) {
     case Scales::per_tensor: return "per-tensor";
     case Scales::per_token: return "per-token";
     case Scales::block128: return "block128";
+    case Scales::static_tensor: return "static";
   }
   return "?";
 }
 
 Result<Scales> parse_scales(std::string_view s) {
-  for (Scales v : {Scales::per_tensor, Scales::per_token, Scales::block128})
+  for (Scales v : {Scales::per_tensor, Scales::per_token, Scales::block128, Scales::static_tensor})
     if (s == to_string(v)) return v;
-  return fail(Errc::invalid_input, fmt::format("unknown scales '{}'; use per-tensor, per-token or block128", shorten(s)));
+  return fail(Errc::invalid_input, fmt::format("unknown scales '{}'; use per-tensor, per-token, block128 or static", shorten(s)));
 }
 
 Result<DTypeSpec> parse_dtype_spec(std::string_view s) {

@@ -77,15 +77,16 @@ std::span<const ProblemPreset> problem_presets();
 Result<Problem> problem_from_preset(std::string_view name);
 // A problem file: JSON {"name":..,"experts":..,"hidden":..,"inter":..,"topk":..,
 // "dtype":"bf16","routing":"uniform"} (name and dtype/routing optional); fp8:
-// "dtype":"fp8" with "scales":"per-tensor" | "per-token" | "block128" (default per-tensor).
+// "dtype":"fp8" with "scales":"per-tensor" | "per-token" | "block128" | "static" (default per-tensor).
 Result<Problem> problem_from_file(const std::string& path);
 Result<Problem> problem_from_json_text(std::string_view text, const std::string& origin);
 
 std::string_view to_string(DType d);
 // "bf16", "f16"/"fp16", "fp8"/"e4m3"/"fp8_e4m3".
 Result<DType> parse_dtype(std::string_view s);
-std::string_view to_string(Scales s);  // "none", "per-tensor", "per-token", "block128"
-// "per-tensor", "per-token", "block128".
+std::string_view to_string(Scales s);  // "none", "per-tensor", "per-token", "block128", "static"
+// "per-tensor", "per-token", "block128", "static" (Scales::static_tensor: per-tensor
+// weights, the caller's static X and intermediate scales, as FP8 checkpoints ship them).
 Result<Scales> parse_scales(std::string_view s);
 // A dtype spec (Problem::dtype_spec): "bf16", "f16", or "e4m3:<scales>".
 struct DTypeSpec {

@@ -36,7 +36,8 @@ std::string missing_hint(Buf b) {
     case Buf::w1_tiled:
     case Buf::w2_tiled:
       return fmt::format("{} (a stage reads tiled weights: arrange them once with the tiled layout)", to_string(b));
-    case Buf::x_scale: return "x_scale (an fp8 layer with per-tensor scales: the static activation scale, [1] fp32)";
+    case Buf::x_scale: return "x_scale (an fp8 layer with per-tensor or static scales: the static activation scale, [1] fp32)";
+    case Buf::inter_scale: return "inter_scale (an fp8 layer with static scales: the static intermediate scale, [1] fp32)";
     case Buf::w1_scales:
     case Buf::w2_scales: return fmt::format("{} (an fp8 layer's weight scales)", to_string(b));
     default: return std::string(to_string(b));

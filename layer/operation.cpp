@@ -55,11 +55,15 @@ constexpr std::array<Stage, 2> kForwardStages{{
      "down GEMM of the intermediate over each expert's rows, into Y's sums or per-slot partials"},
 }};
 
-// The forward's buffers: every row before the backward's (layer/buffers.def).
-constexpr std::size_t kForwardBufCount = std::size_t(Buf::dy);
+// The forward's buffers: every row but the backward's, dy .. dw2 (layer/buffers.def:
+// the forward's rows appended after them follow).
+constexpr bool backward_row(std::size_t i) { return i >= std::size_t(Buf::dy) && i <= std::size_t(Buf::dw2); }
+constexpr std::size_t kForwardBufCount = kBufCount - (std::size_t(Buf::dw2) - std::size_t(Buf::dy) + 1);
 constexpr std::array<Buf, kForwardBufCount> kForwardBuffers = [] {
   std::array<Buf, kForwardBufCount> b{};
-  for (std::size_t i = 0; i < kForwardBufCount; ++i) b[i] = Buf(i);
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < kBufCount; ++i)
+    if (!backward_row(i)) b[n++] = Buf(i);
   return b;
 }();
 

@@ -119,6 +119,9 @@ ScaleShape scale_shape(const Problem& p, Buf b) {
   if (!p.fp8()) return {};
   const bool w1 = b == Buf::w1_scales, w2 = b == Buf::w2_scales;
   switch (p.scales) {
+    case Scales::static_tensor:
+      if (b == Buf::inter_scale) return {1, {1, 0, 0}};
+      [[fallthrough]];
     case Scales::per_tensor:
       if (b == Buf::x_scale) return {1, {1, 0, 0}};
       if (w1 || w2) return {1, {E, 0, 0}};
@@ -377,7 +380,7 @@ std::uint64_t y_acc_clear_words(Reduce out, const Problem& p, int tokens) {
 // that step's flags); a stage 1 that quantises on store writes group scales, so
 // it does not pair with such a stage 2 (validate).
 bool needs_quantise_inter(const Variant& stage1) {
-  return stage1.dtype == DType::e4m3 && !fp8::quantise_on_store(stage1);
+  return stage1.dtype == DType::e4m3 && !fp8::quantise_on_store(stage1) && !fp8::static_inter(stage1);
 }
 
 const Variant* LayerRecipe::stage(StageRole role) const {

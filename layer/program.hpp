@@ -110,10 +110,11 @@ Buf weight_buffer(int which, WeightLayout layout);
 bool is_workspace(Buf b);
 
 // The shape of an fp8 layer's scale tensor the caller passes (Buf::x_scale,
-// w1_scales, w2_scales; fp32, row-major): per-tensor [1] / [E] / [E];
-// per-token - / [E, 2I] / [E, H]; block128 - / [E, 2I/128, H/128] /
-// [E, H/128, I/128]. Rank 0 where the layer reads none (16-bit problems,
-// x_scale outside per-tensor, any other buffer). The one home of this rule:
+// w1_scales, w2_scales, inter_scale; fp32, row-major): per-tensor [1] / [E] /
+// [E] / -; per-token - / [E, 2I] / [E, H] / -; block128 - / [E, 2I/128, H/128] /
+// [E, H/128, I/128] / -; static [1] / [E] / [E] / [1]. Rank 0 where the layer
+// reads none (16-bit problems, x_scale outside per-tensor and static,
+// inter_scale outside static, any other buffer). The one home of this rule:
 // the layer program sizes the buffers by it, the manifest and the C API
 // (ft_plan_scale_shape) report it.
 struct ScaleShape {
@@ -245,7 +246,8 @@ std::uint64_t y_acc_clear_words(Reduce stage2_output, const Problem& p, int toke
 // aligns do not clear, but they have no _y stages.
 inline constexpr std::uint64_t kAlignClearWords = 32768;
 // Whether stage 1 of this variant leaves the intermediate as bf16 for a
-// quantise_inter step (an fp8 variant without quantise-on-store).
+// quantise_inter step (an fp8 variant without quantise-on-store, not of a
+// static intermediate scale: such a stage 1 quantises with it on store).
 bool needs_quantise_inter(const Variant& stage1);
 // The align step(s) alone with a given row block and form (checks of align
 // against the CPU); by default the form a layer of that size uses.

@@ -33,15 +33,16 @@ const ArgField kMoeArgsFields[] = {
     FT_FIELD(flags, "i32", "0 (bit 0 is read by the reference kernels only)"),
     FT_FIELD(bad_ids, "i32*", "[1] or null: align writes the count of topk_ids outside [-1, experts)"),
     // fp8 layers (appended; null / 0 in 16-bit layers): templates/ft/moe_args.hpp, ft::Scales
-    FT_FIELD(x_scale, "const f32*", "fp8 per-tensor: [1] the static activation scale"),
-    FT_FIELD(w1_scales, "const f32*", "fp8: W1 scales, per-tensor [experts], per-token [experts, 2*inter], block128 [experts, 2*inter/128, hidden/128]"),
-    FT_FIELD(w2_scales, "const f32*", "fp8: W2 scales, per-tensor [experts], per-token [experts, hidden], block128 [experts, hidden/128, inter/128]"),
+    FT_FIELD(x_scale, "const f32*", "fp8 per-tensor and static: [1] the static activation scale"),
+    FT_FIELD(w1_scales, "const f32*", "fp8: W1 scales, per-tensor and static [experts], per-token [experts, 2*inter], block128 [experts, 2*inter/128, hidden/128]"),
+    FT_FIELD(w2_scales, "const f32*", "fp8: W2 scales, per-tensor and static [experts], per-token [experts, hidden], block128 [experts, hidden/128, inter/128]"),
     FT_FIELD(xq, "u8*", "fp8: [T, hidden] e4m3 activations (workspace)"),
-    FT_FIELD(x_scales, "f32*", "fp8: activation scales, per-tensor [1], per-token [T], block128 [T, hidden/128] (workspace)"),
+    FT_FIELD(x_scales, "f32*", "fp8: activation scales, per-tensor and static [1], per-token [T], block128 [T, hidden/128] (workspace)"),
     FT_FIELD(inter_q, "u8*", "fp8: [T*topk, inter] e4m3 intermediate (workspace)"),
     FT_FIELD(inter_scales, "f32*", "fp8: [T*topk, inter/128] its group scales (workspace)"),
-    FT_FIELD(scales, "i32", "fp8: 1 per-tensor, 2 per-token, 3 block128; 0 in 16-bit layers"),
+    FT_FIELD(scales, "i32", "fp8: 1 per-tensor, 2 per-token, 3 block128, 4 static; 0 in 16-bit layers"),
     FT_FIELD(reserved, "i32", "0"),
+    FT_FIELD(inter_scale, "const f32*", "fp8 static: [1] the static intermediate scale; null in the other modes"),
 };
 #undef FT_FIELD
 #define FT_FIELD(name, type, meaning) ArgField{#name, offsetof(ShuffleArgs, name), sizeof(ShuffleArgs::name), type, meaning}
@@ -109,6 +110,9 @@ json fp8_problem_json(const Problem& p, const Target& t) {
   };
   json scales = json::object();
   switch (p.scales) {
+    case Scales::static_tensor:
+      scales["inter_scale"] = tensor(Buf::inter_scale, "the static intermediate scale: stage 1 stores h as code = sat(h / inter_scale)");
+      [[fallthrough]];
     case Scales::per_tensor:
       scales["x_scale"] = tensor(Buf::x_scale, "the static activation scale: x is quantised as code = sat(x / x_scale)");
       scales["w1_scales"] = tensor(Buf::w1_scales, "one scale per expert: W1 = code * w1_scales[e]");
@@ -124,15 +128,18 @@ json fp8_problem_json(const Problem& p, const Target& t) {
       break;
     case Scales::none: break;
   }
-  const char* activations = p.scales == Scales::per_tensor  ? "quantised on the device with x_scale"
+  const char* activations = tensor_scales(p.scales)         ? "quantised on the device with x_scale"
                             : p.scales == Scales::per_token ? "quantised on the device, one dynamic scale per token (amax / max)"
                                                             : "quantised on the device, one dynamic scale per 1 x 128 group of a token (amax / max)";
   const bool fnuz = t.fp8 == Fp8Flavour::fnuz;
   json fp8{{"weights_format", fnuz ? "e4m3fnuz (max 240, 0x80 the one NaN, no -0)" : "e4m3 OCP float8_e4m3fn (max 448)"},
           {"weights", "w1 [experts, 2*inter, hidden] and w2 [experts, hidden, inter] as one code byte per element"},
           {"activations", std::string("x and y are bf16; x is ") + activations},
-          {"intermediate", "stage 2 reads e4m3 codes with one fp32 scale per 1 x 128 group (workspace inter_q, inter_scales); "
-                           "a stage 2 named _rowscale reads one scale per row, held in each of the row's group slots"},
+          {"intermediate", p.scales == Scales::static_tensor
+                               ? "stage 1 stores e4m3 codes of the static inter_scale (workspace inter_q) and that scale in "
+                                 "each of a row's 1 x 128 slots (workspace inter_scales), which stage 2 reads"
+                               : "stage 2 reads e4m3 codes with one fp32 scale per 1 x 128 group (workspace inter_q, inter_scales); "
+                                 "a stage 2 named _rowscale reads one scale per row, held in each of the row's group slots"},
           {"scale_tensors", std::move(scales)},
           {"fnuz_checkpoints", fnuz ? "the same bits as OCP mean half the value: convert OCP weights by zeroing the 0x80 "
                                       "pattern and doubling the scales (ft_fp8_ocp_to_fnuz in flytune_runtime.h)"

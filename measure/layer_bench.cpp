@@ -156,6 +156,7 @@ Status LayerBench::set_inputs(int tokens, std::uint64_t seed, std::span<const st
   FT_CHECK(dev_.copy_to_device(at(table_, Buf::topk_ids), ids.data(), pairs * 4));
   FT_CHECK(dev_.copy_to_device(at(table_, Buf::topk_weights), weights.data(), pairs * 4));
   reference_ready_ = {};
+  if (problem_.fp8()) FT_CHECK(calibrate_fp8());
   return dev_.synchronize();
 }
 
@@ -189,19 +190,9 @@ Status LayerBench::ensure_arranged(WeightLayout layout) {
 Status LayerBench::ensure_reference(bool w1, bool row_scales) {
   const int f = w1 ? 1 : 0, slot = ref_slot(w1, row_scales && problem_.fp8());
   if (reference_ready_[slot]) return {};
-  MoeArgs a{};
-  a.x = device_pointer<const u16>(at(table_, Buf::x));
-  a.topk_ids = device_pointer<const i32>(at(table_, Buf::topk_ids));
-  a.topk_weights = device_pointer<const float>(at(table_, Buf::topk_weights));
-  a.w1 = device_pointer<const u16>(at(table_, Buf::w1));
-  a.w2 = device_pointer<const u16>(at(table_, Buf::w2));
+  MoeArgs a = input_args();
   a.inter = device_pointer<u16>(inter_ref_[f].ptr());
   a.y = device_pointer<u16>(y_ref_[slot].ptr());
-  a.tokens = tokens_;
-  a.hidden = problem_.hidden;
-  a.inter_size = problem_.inter;
-  a.experts = problem_.experts;
-  a.topk = problem_.topk;
   a.flags = (w1 ? kFlagWeightInStage1 : 0) | (slot >= 2 ? kFlagInterRowScales : 0);
   FT_CHECK(dev_.memset_u32(inter_ref_[f].ptr(), kNaN16x2, inter_ref_[f].bytes() / 4));
   FT_CHECK(dev_.memset_u32(y_ref_[slot].ptr(), kNaN16x2, y_ref_[slot].bytes() / 4));
@@ -215,6 +206,21 @@ Status LayerBench::ensure_reference(bool w1, bool row_scales) {
   FT_CHECK(dev_.synchronize());
   reference_ready_[slot] = true;
   return {};
+}
+
+MoeArgs LayerBench::input_args() const {
+  MoeArgs a{};
+  a.x = device_pointer<const u16>(at(table_, Buf::x));
+  a.topk_ids = device_pointer<const i32>(at(table_, Buf::topk_ids));
+  a.topk_weights = device_pointer<const float>(at(table_, Buf::topk_weights));
+  a.w1 = device_pointer<const u16>(at(table_, Buf::w1));
+  a.w2 = device_pointer<const u16>(at(table_, Buf::w2));
+  a.tokens = tokens_;
+  a.hidden = problem_.hidden;
+  a.inter_size = problem_.inter;
+  a.experts = problem_.experts;
+  a.topk = problem_.topk;
+  return a;
 }
 
 Status LayerBench::run_checked(const LayerProgram& p, std::span<const FunctionHandle> fns, const BufferTable& table) {

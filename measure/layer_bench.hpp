@@ -107,6 +107,8 @@ class LayerBench {
   // The reference of a routed-weight placement and (fp8) intermediate scale
   // rule, in slot ref_slot(...) of the reference buffers.
   Status ensure_reference(bool weight_in_stage1, bool row_scales = false);
+  // The reference kernels' inputs: X, the routing, the plain weights and the sizes.
+  MoeArgs input_args() const;
   static int ref_slot(bool weight_in_stage1, bool row_scales) { return (weight_in_stage1 ? 1 : 0) + (row_scales ? 2 : 0); }
   // Runs a program's steps once and waits; then the align kernel's count of
   // routing ids outside [-1, experts) must be zero.
@@ -121,6 +123,11 @@ class LayerBench {
   Status create_fp8(ModuleHandle support, std::size_t max_tokens);
   Status fill_fp8(std::size_t tokens, std::uint64_t seed, bool weights);
   Status reference_fp8(MoeArgs& a, int slot);
+  // The caller's scale tensors and the mode, into a reference kernel's argument.
+  void bind_scales_fp8(MoeArgs& a) const;
+  // Static scales: the intermediate's scale of this batch, calibrated from the
+  // reference's unweighted fp32 intermediate (layer/calibrate.hpp); a no-op in the other modes.
+  Status calibrate_fp8();
   Status poison_fp8(const BufferTable& table);
   Result<Comparison> compare_inter_fp8(const BufferTable& table, int f);
 

@@ -10,6 +10,7 @@
 #include "measure/layer_bench.hpp"
 #include "measure/workload/reference.hpp"
 #include "measure/workload/workload.hpp"
+#include "layer/calibrate.hpp"
 #include "layer/inter_scales.hpp"
 
 namespace ft {
@@ -36,7 +37,8 @@ Status LayerBench::create_fp8(ModuleHandle m, std::size_t T) {
       {Buf::xq, T * H},
       {Buf::x_scales, std::size_t(activation_scale_count(p.scales, T, H)) * 4 + 16},
       {Buf::inter_q, T * k * I},
-      {Buf::inter_scales, T * k * groups * 4}};
+      {Buf::inter_scales, T * k * groups * 4},
+      {Buf::inter_scale, 16}};
   for (const auto& [buf, bytes] : sizes) {
     buffers_[std::size_t(buf)] = FT_TRY(DeviceBuffer::allocate(dev_, bytes));
     at(table_, buf) = buffers_[std::size_t(buf)].ptr();
@@ -59,7 +61,7 @@ Status LayerBench::fill_fp8(std::size_t tokens, std::uint64_t seed, bool weights
   };
   FT_CHECK(fill(Buf::x, tokens * H, tensor_seed(seed, TensorStream::x), tensor_scale(p, TensorStream::x),
                 kFillBf16, magnitude_group(p, TensorStream::x)));
-  if (p.scales == Scales::per_tensor) {
+  if (tensor_scales(p.scales)) {
     const float xs = fp8_x_scale(format_of(target_));
     FT_CHECK(dev_.copy_to_device(at(table_, Buf::x_scale), &xs, 4));
   }
@@ -81,12 +83,31 @@ Status LayerBench::fill_fp8(std::size_t tokens, std::uint64_t seed, bool weights
 // The fp8 reference: the fp32 intermediate (into inter_ref_f32_), quantised as
 // stage 2 reads it (inter_ref_q_, inter_ref_scales_: group scales, or row scales
 // with kFlagInterRowScales in a.flags), then Y. f: the slot (ref_slot).
-Status LayerBench::reference_fp8(MoeArgs& a, int f) {
-  const std::size_t pairs = std::size_t(tokens_) * problem_.topk, I = problem_.inter;
+void LayerBench::bind_scales_fp8(MoeArgs& a) const {
   a.x_scale = device_pointer<const float>(at(table_, Buf::x_scale));
   a.w1_scales = device_pointer<const float>(at(table_, Buf::w1_scales));
   a.w2_scales = device_pointer<const float>(at(table_, Buf::w2_scales));
+  a.inter_scale = device_pointer<const float>(at(table_, Buf::inter_scale));
   a.scales = int(problem_.scales);
+}
+
+// As the peer bench calibrates (bench/triton_moe_fp8.py calibrate_h_scale): h
+// from X as the layer quantises it and the dequantised W1, before the routed weight.
+Status LayerBench::calibrate_fp8() {
+  if (problem_.scales != Scales::static_tensor) return {};
+  MoeArgs a = input_args();
+  bind_scales_fp8(a);
+  a.y_acc = device_pointer<float>(inter_ref_f32_.ptr());
+  FT_CHECK(run_support(reference1_, reference_launch(StageRole::stage1, problem_, tokens_), &a, sizeof a));
+  FT_CHECK(dev_.synchronize());
+  const float scale = FT_TRY(static_scale_of(dev_, inter_ref_f32_.ptr(), std::size_t(tokens_) * problem_.topk * problem_.inter,
+                                             format_of(target_)));
+  return dev_.copy_to_device(at(table_, Buf::inter_scale), &scale, 4);
+}
+
+Status LayerBench::reference_fp8(MoeArgs& a, int f) {
+  const std::size_t pairs = std::size_t(tokens_) * problem_.topk, I = problem_.inter;
+  bind_scales_fp8(a);
   a.y_acc = device_pointer<float>(inter_ref_f32_.ptr());
   a.inter_q = device_pointer<u8>(inter_ref_q_[f].ptr());
   a.inter_scales = device_pointer<float>(inter_ref_scales_[f].ptr());

@@ -12,6 +12,10 @@
 #
 #   OUT=$OUT FLYTUNE=.device-carry/prefill/flytune BASE=.device-carry/prefill/flytune-base \
 #     PROBLEM=mixtral-8x7b MODES=per-tensor TOKENS=64,512,4096,16384 BUDGET_S=470 bash scripts/h200-prefill.sh
+# MODES=static: the static-scale layer (--scales static: the caller's static X and h
+# scales, stage 1 quantising h on store, no quantise_inter step), its peers the Triton
+# per-tensor layer with the same calibrated scales (fp8_peers.py --modes static); a BASE
+# from before the mode skips its searches. MODES=per-tensor,static compares both.
 # EXTRA="block128:4096" adds, budget allowing, both builds' searches of PROBLEM in
 # that mode at those tokens (no export, no peers); an item "deepseek-v3/block128:4096"
 # names another problem, and then its fp8 peers run too. BASE_S (150): the seconds kept
@@ -54,6 +58,8 @@ for b in "${builds[@]}"; do echo "$b: $("${BIN[$b]}" --version 2>&1 | tr '\n' ' 
 search() {  # build problem mode tokens reserve_s
   local db=$W/$1-$2-$3.db json=$W/search_$1_$2_$3.json start=$SECONDS limit=$(( $(left) - $5 ))
   if [ "$1" = base ] && [ "${BIN[base]}" = none ]; then return 1; fi
+  # A scale mode the build does not know (MODES=static on a base from before it): no search.
+  if ! "${BIN[$1]}" search --help 2>&1 | grep -q -- "$3"; then say "search $1 $2 $3: skipped, this build has no --scales $3"; return 1; fi
   if [ "$limit" -lt 30 ]; then say "search $1 $2 $3: skipped, no time left"; return 1; fi
   timeout -k 10 "$limit" "${BIN[$1]}" search --problem "$2" --dtype fp8 --scales "$3" --tokens "$4" --db "$db" \
     --seed 42 --graph --json "${space[@]}" >"$json" 2>>"$W/search_$1_$2_$3.log"

@@ -80,6 +80,9 @@ AxisValue k_tile_of_row(const Variant& v);
 namespace fp8 {
 Scales scales(const Variant& v);
 bool quantise_on_store(const Variant& v);
+// Whether the layer's intermediate has the caller's static scale (Scales::static_tensor):
+// its stage 1 quantises on store with it (no inter_store axis, no quantise_inter step).
+bool static_inter(const Variant& v);
 // Whether a stage 2 reads the intermediate with one scale per row (InterScales::row).
 bool inter_row_scales(const Variant& v);
 // Whether the variant's scales are constant along k, so its GEMM may promote

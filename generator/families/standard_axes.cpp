@@ -165,7 +165,7 @@ Axis scales() {
   Axis a;
   a.key = "scales";
   a.type = AxisType::choice;
-  a.names = {"none", "per_tensor", "per_token", "block128"};  // the order of ft::Scales (templates/ft/moe_args.hpp)
+  a.names = {"none", "per_tensor", "per_token", "block128", "static_tensor"};  // the order of ft::Scales (templates/ft/moe_args.hpp)
   a.cpp_type = "ft::Scales";
   a.initial = int(Scales::none);  // the space sets the problem's (from_problem)
   a.present = fp8_variant;
@@ -175,6 +175,7 @@ Axis scales() {
       case Scales::per_tensor: return std::string("_tensor");
       case Scales::per_token: return std::string("_token");
       case Scales::block128: return std::string("_block128");
+      case Scales::static_tensor: return std::string("_static");
       case Scales::none: break;
     }
     return std::string("_noscales");
@@ -193,7 +194,10 @@ Axis inter_store(Values v) {
   a.defaults = std::move(v.defaults);
   a.wide = std::move(v.wide);
   a.small = std::move(v.small);
-  a.present = [](const Variant& var) { return fp8_variant(var) && var.role == StageRole::stage1; };
+  // Not with a static intermediate scale: such a stage 1 always quantises on store, with that scale.
+  a.present = [](const Variant& var) {
+    return fp8_variant(var) && var.role == StageRole::stage1 && fp8::scales(var) != Scales::static_tensor;
+  };
   a.token = [](const Variant&, AxisValue x) { return std::string(InterStore(x) == InterStore::fp8 ? "_qstore" : ""); };
   a.name_rank = kInterStore;
   return a;
@@ -247,13 +251,14 @@ bool quantise_on_store(const Variant& v) {
   return scales(v) != Scales::none && v.role == StageRole::stage1 && v.has("inter_store") &&
          InterStore(v.get("inter_store")) == InterStore::fp8;
 }
+bool static_inter(const Variant& v) { return scales(v) == Scales::static_tensor; }
 bool inter_row_scales(const Variant& v) {
   return scales(v) != Scales::none && v.role == StageRole::stage2 && v.has("inter_scales") &&
          InterScales(v.get("inter_scales")) == InterScales::row;
 }
 bool promote_may_vary(const Variant& v) {
   const Scales s = scales(v);
-  return (v.role == StageRole::stage1 || inter_row_scales(v)) && (s == Scales::per_tensor || s == Scales::per_token);
+  return (v.role == StageRole::stage1 || inter_row_scales(v)) && (tensor_scales(s) || s == Scales::per_token);
 }
 int promote_every(const Variant& v) {
   if (scales(v) == Scales::none) return 0;
@@ -268,12 +273,16 @@ int staged_bytes(const Variant& v) {
 std::optional<std::string> shape_rules(const Variant& v) {
   if (v.dtype != DType::e4m3) return std::nullopt;
   const Scales s = scales(v);
-  if (s == Scales::none) return std::string("an fp8 variant needs its scales (per-tensor, per-token or block128)");
+  if (s == Scales::none) return std::string("an fp8 variant needs its scales (per-tensor, per-token, block128 or static)");
   const int tn = v.get("tile_n");
   if (s == Scales::block128 && kScaleGroup % tn != 0)
     return fmt::format("block128 scales: tile_n {} must divide 128 (a tile's columns share one 128-row weight block)", tn);
   if (inter_row_scales(v) && s == Scales::block128)
     return std::string("row intermediate scales: block128's W2 block scales change along k (per-tensor and per-token only)");
+  // Stage 1 writes the static scale into every slot, so a family's group-scale stage 2 reads it too,
+  // but one that can read row scales does: constant along k, it need not promote every k-tile.
+  if (static_inter(v) && v.role == StageRole::stage2 && v.has("inter_scales") && !inter_row_scales(v))
+    return std::string("a static intermediate scale is one scale for every row: stage 2 reads it as row scales (inter_scales=row)");
   if (inter_row_scales(v) && promote_every(v) == 1)
     return std::string("row intermediate scales promoting every k-tile: the group scales' kernel, slower (promote 0 or n > 1)");
   if (quantise_on_store(v) && tn % kScaleGroup != 0)

@@ -32,6 +32,7 @@ Status upload_fp8(Device& device, const Workload& w, DeviceWorkload& dw, DeviceB
   dw.w1_scales = FT_TRY(upload_bytes(device, w.w1_scales.data(), w.w1_scales.size() * 4));
   dw.w2_scales = FT_TRY(upload_bytes(device, w.w2_scales.data(), w.w2_scales.size() * 4));
   if (!w.x_scale.empty()) dw.x_scale = FT_TRY(upload_bytes(device, w.x_scale.data(), w.x_scale.size() * 4));
+  if (!w.inter_scale.empty()) dw.inter_scale = FT_TRY(upload_bytes(device, w.inter_scale.data(), w.inter_scale.size() * 4));
   dw.xq = FT_TRY(DeviceBuffer::allocate(device, T * H));
   dw.x_scales = FT_TRY(DeviceBuffer::allocate(device, T * H / kScaleGroup * 4 + 4));  // the largest mode's
   dw.inter_q = FT_TRY(DeviceBuffer::allocate(device, T * k * I));
@@ -39,7 +40,7 @@ Status upload_fp8(Device& device, const Workload& w, DeviceWorkload& dw, DeviceB
   const std::pair<Buf, const DeviceBuffer*> entries[] = {
       {Buf::x_scale, &dw.x_scale}, {Buf::w1_scales, &dw.w1_scales}, {Buf::w2_scales, &dw.w2_scales},
       {Buf::xq, &dw.xq},           {Buf::x_scales, &dw.x_scales},   {Buf::inter_q, &dw.inter_q},
-      {Buf::inter_scales, &dw.inter_scales}};
+      {Buf::inter_scales, &dw.inter_scales}, {Buf::inter_scale, &dw.inter_scale}};
   for (const auto& [b, buffer] : entries) at(table, b) = buffer->ptr();
   return {};
 }

@@ -36,6 +36,7 @@ class DeviceWorkload {
   DeviceBuffer x, topk_ids, topk_weights, inter, y_acc, y, padded_rows, sorted_ids, block_experts, bad_ids;
   // fp8 workloads: the scales and the quantise steps' workspace.
   DeviceBuffer x_scale, w1_scales, w2_scales, xq, x_scales, inter_q, inter_scales;
+  DeviceBuffer inter_scale;  // static scales: the workload's [1]
 
  private:
   Device* device_ = nullptr;

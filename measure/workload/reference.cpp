@@ -42,11 +42,37 @@ std::vector<float> dequantised_weights(const Workload& w, const std::vector<std:
   return out;
 }
 
+// Stage 1 in fp32 from X and W1 widened to fp32 (fp8 workloads: X dequantised
+// or not, W1 dequantised): the intermediate [T*k, I], zero for pairs without an expert.
+std::vector<float> stage1_f32(const Workload& w, const std::vector<float>& x, const std::vector<float>& w1,
+                              bool weight_in_stage1, unsigned threads) {
+  const Problem& p = w.problem;
+  const long long T = w.tokens, H = p.hidden, I = p.inter, k = p.topk;
+  std::vector<float> out(std::size_t(T * k * I), 0.0f);
+  parallel_for(T * k, threads, [&](long long pair) {
+    const long long t = pair / k, e = w.topk_ids[std::size_t(pair)];
+    if (e < 0 || e >= p.experts) return;
+    float* h = &out[std::size_t(pair * I)];
+    const float* xr = &x[std::size_t(t * H)];
+    for (long long i = 0; i < I; ++i) {
+      const float* g = &w1[std::size_t((e * 2 * I + i) * H)];
+      const float* u = &w1[std::size_t((e * 2 * I + I + i) * H)];
+      float gate = 0, up = 0;
+      for (long long c = 0; c < H; ++c) {
+        gate += xr[c] * g[c];
+        up += xr[c] * u[c];
+      }
+      h[i] = gate / (1.0f + std::exp(-gate)) * up;
+      if (weight_in_stage1) h[i] *= w.topk_weights[std::size_t(pair)];
+    }
+  });
+  return out;
+}
+
 ReferenceOutput reference_layer_fp8(const Workload& w, const ReferenceOptions& options) {
   const Problem& p = w.problem;
   const long long T = w.tokens, H = p.hidden, I = p.inter, k = p.topk, G = I / kScaleGroup;
   ReferenceOutput out;
-  out.inter_f32.assign(std::size_t(T * k * I), 0.0f);
   out.inter_q.assign(std::size_t(T * k * I), 0);
   out.inter_scales.assign(std::size_t(T * k * G), 1.0f);
   out.y.assign(std::size_t(T * H), 0.0f);
@@ -56,24 +82,12 @@ ReferenceOutput reference_layer_fp8(const Workload& w, const ReferenceOptions& o
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = bf16_bits_to_f32(w.x[i]);
   const std::vector<float> w1 = dequantised_weights(w, w.w1q, w.w1_scales, 2 * I, H);
   const std::vector<float> w2 = dequantised_weights(w, w.w2q, w.w2_scales, H, I);
+  out.inter_f32 = stage1_f32(w, x, w1, options.weight_in_stage1, options.threads);
+  const bool fixed = p.scales == Scales::static_tensor;
   parallel_for(T * k, options.threads, [&](long long pair) {
-    const long long t = pair / k, e = w.topk_ids[std::size_t(pair)];
-    float* h = &out.inter_f32[std::size_t(pair * I)];
-    if (e >= 0 && e < p.experts) {
-      const float* xr = &x[std::size_t(t * H)];
-      for (long long i = 0; i < I; ++i) {
-        const float* g = &w1[std::size_t((e * 2 * I + i) * H)];
-        const float* u = &w1[std::size_t((e * 2 * I + I + i) * H)];
-        float gate = 0, up = 0;
-        for (long long c = 0; c < H; ++c) {
-          gate += xr[c] * g[c];
-          up += xr[c] * u[c];
-        }
-        h[i] = gate / (1.0f + std::exp(-gate)) * up;
-        if (options.weight_in_stage1) h[i] *= w.topk_weights[std::size_t(pair)];
-      }
-    }
-    // The intermediate's rule: 1 x 128 groups, or one scale per row (an unused row quantises to zeros).
+    const float* h = &out.inter_f32[std::size_t(pair * I)];
+    // The intermediate's rule: 1 x 128 groups, or one scale per row (an unused row quantises to zeros),
+    // or static: the workload's inter_scale in every slot (values beyond it saturate).
     float row_max = 0;
     if (options.inter_row_scales)
       for (long long c = 0; c < I; ++c) row_max = abs_max(row_max, h[c]);
@@ -81,7 +95,7 @@ ReferenceOutput reference_layer_fp8(const Workload& w, const ReferenceOptions& o
       float m = row_max;
       if (!options.inter_row_scales)
         for (long long c = 0; c < kScaleGroup; ++c) m = abs_max(m, h[g * kScaleGroup + c]);
-      const float s = scale_of(w.fp8_format, m);
+      const float s = fixed ? w.inter_scale.at(0) : scale_of(w.fp8_format, m);
       out.inter_scales[std::size_t(pair * G + g)] = s;
       for (long long c = 0; c < kScaleGroup; ++c)
         out.inter_q[std::size_t(pair * I + g * kScaleGroup + c)] = quantise(w.fp8_format, h[g * kScaleGroup + c], s);
@@ -115,7 +129,7 @@ std::vector<float> dequantised_x(const Workload& w) {
   std::vector<float> out(std::size_t(T * H));
   for (long long t = 0; t < T; ++t) {
     const std::uint16_t* row = &w.x[std::size_t(t * H)];
-    float row_scale = p.scales == Scales::per_tensor ? w.x_scale.at(0) : 1.0f;
+    float row_scale = tensor_scales(p.scales) ? w.x_scale.at(0) : 1.0f;
     if (p.scales == Scales::per_token) {
       float m = 0;
       for (long long c = 0; c < H; ++c) m = abs_max(m, bf16_bits_to_f32(row[c]));
@@ -133,6 +147,14 @@ std::vector<float> dequantised_x(const Workload& w) {
     }
   }
   return out;
+}
+
+float calibrated_inter_scale(const Workload& w, unsigned threads) {
+  const Problem& p = w.problem;
+  const std::vector<float> w1 = dequantised_weights(w, w.w1q, w.w1_scales, 2 * p.inter, p.hidden);
+  float m = 0;
+  for (float v : stage1_f32(w, dequantised_x(w), w1, false, threads)) m = abs_max(m, v);
+  return scale_of(w.fp8_format, m);
 }
 
 std::vector<float> dequantise_rows(std::span<const std::uint8_t> codes, std::span<const float> scales, long long K, Elem format) {
@@ -160,28 +182,9 @@ ReferenceOutput reference_layer(const Workload& w, const ReferenceOptions& optio
   };
   const std::vector<float> x = widen(w.x), w1 = widen(w.w1), w2 = widen(w.w2);
 
-  // Stage 1 per (token, slot) pair.
-  parallel_for(T * k, options.threads, [&](long long pair) {
-    const long long t = pair / k;
-    const long long e = w.topk_ids[std::size_t(pair)];
-    if (e < 0 || e >= w.problem.experts) {  // -1: no expert here; the slot contributes nothing
-      for (long long i = 0; i < I; ++i) out.inter[std::size_t(pair * I + i)] = f32_to_half(d, 0.0f);
-      return;
-    }
-    const float* xr = &x[std::size_t(t * H)];
-    for (long long i = 0; i < I; ++i) {
-      const float* g = &w1[std::size_t((e * 2 * I + i) * H)];
-      const float* u = &w1[std::size_t((e * 2 * I + I + i) * H)];
-      float gate = 0, up = 0;
-      for (long long h = 0; h < H; ++h) {
-        gate += xr[h] * g[h];
-        up += xr[h] * u[h];
-      }
-      float v = gate / (1.0f + std::exp(-gate)) * up;
-      if (options.weight_in_stage1) v *= w.topk_weights[std::size_t(pair)];
-      out.inter[std::size_t(pair * I + i)] = f32_to_half(d, v);
-    }
-  });
+  // Stage 1 per (token, slot) pair (zero where the slot has no expert), stored in the 16-bit type.
+  const std::vector<float> h = stage1_f32(w, x, w1, options.weight_in_stage1, options.threads);
+  for (std::size_t i = 0; i < h.size(); ++i) out.inter[i] = f32_to_half(d, h[i]);
 
   // Stage 2 and the top-k sum per token.
   parallel_for(T, options.threads, [&](long long t) {

@@ -6,7 +6,7 @@
 // fp8 problems: fp32 from the dequantised values the kernels see, as the
 // device's fp8 reference kernels (templates/ft/reference.hpp): X quantised by
 // the layer's rule, codes times scales, the fp32 intermediate quantised in
-// 1 x 128 groups before stage 2.
+// 1 x 128 groups (one scale per row, or static: the workload's inter_scale) before stage 2.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -40,6 +40,11 @@ struct ReferenceOutput {
 // X of an fp8 workload as the layer quantises it (quantise_x's rule): the
 // dequantised values [T, H].
 std::vector<float> dequantised_x(const Workload& w);
+// The static intermediate scale of a static-scale fp8 workload, calibrated as
+// the peer bench does (bench/triton_moe_fp8.py calibrate_h_scale): the absolute
+// max of the batch's reference intermediate -- X as the layer quantises it, the
+// dequantised W1, before the routed weight -- over the format's max.
+float calibrated_inter_scale(const Workload& w, unsigned threads = 0);
 // Codes times their group scales: [rows, K] from [rows, K] codes and [rows, K/128] scales.
 std::vector<float> dequantise_rows(std::span<const std::uint8_t> codes, std::span<const float> scales, long long K,
                                    Elem format);

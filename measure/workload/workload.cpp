@@ -11,6 +11,7 @@
 
 #include "generator/device_facts.hpp"
 #include "measure/workload/half.hpp"
+#include "measure/workload/reference.hpp"
 
 namespace ft {
 namespace {
@@ -254,7 +255,7 @@ Result<Workload> make_workload(const Problem& problem, int tokens, const Workloa
                 tensor_scale(problem, TensorStream::w1_scales));
     fill_scales(w.w2_scales, std::size_t(weight_scale_count(problem.scales, E, H, I)), tensor_seed(seed, TensorStream::w2_scales),
                 tensor_scale(problem, TensorStream::w2_scales));
-    if (problem.scales == Scales::per_tensor) w.x_scale = {fp8_x_scale(w.fp8_format)};
+    if (tensor_scales(problem.scales)) w.x_scale = {fp8_x_scale(w.fp8_format)};
   } else {
     fill_tensor(w.x, T * H, tensor_seed(seed, TensorStream::x), tensor_scale(problem, TensorStream::x), problem.dtype);
     fill_tensor(w.w1, E * 2 * I * H, tensor_seed(seed, TensorStream::w1), tensor_scale(problem, TensorStream::w1),
@@ -264,6 +265,7 @@ Result<Workload> make_workload(const Problem& problem, int tokens, const Workloa
   }
   w.topk_ids = std::move(routed.ids);
   w.topk_weights = std::move(routed.weights);
+  if (problem.scales == Scales::static_tensor) w.inter_scale = {calibrated_inter_scale(w)};
   return w;
 }
 

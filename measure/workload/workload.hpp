@@ -13,8 +13,10 @@
 // values, W1 and W2 are e4m3 codes of random_normalish x kFp8CodeSpread in the
 // workload's format, their scales base x a magnitude each (base 1 / (64 sqrt(K)),
 // so the dequantised weights are again ~ N(0, m^2 / K)), and per-tensor layers
-// get the static activation scale fp8_x_scale: every scale group differs from
-// its neighbours, so a kernel reading the wrong scale fails.
+// get the static activation scale fp8_x_scale (static layers too, and their
+// static intermediate scale calibrated on the batch: calibrated_inter_scale,
+// measure/workload/reference.hpp): every scale group differs from its
+// neighbours, so a kernel reading the wrong scale fails.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,10 +46,12 @@ struct Workload {
   std::vector<std::int32_t> topk_ids;    // [T, k], distinct experts per token
   std::vector<float> topk_weights;       // [T, k], softmax over the chosen experts
   // fp8 problems: the codes (fp8_format), their scales (templates/ft/moe_args.hpp,
-  // ft::Scales) and, per-tensor, the static activation scale [1].
+  // ft::Scales) and, per-tensor and static, the static activation scale [1].
   Elem fp8_format = Elem::e4m3;
   std::vector<std::uint8_t> w1q, w2q;    // [E, 2I, H], [E, H, I]
   std::vector<float> w1_scales, w2_scales, x_scale;
+  // static scales: [1] the calibrated static intermediate scale (calibrated_inter_scale).
+  std::vector<float> inter_scale;
 
   long long pairs() const { return (long long)tokens * problem.topk; }
   std::vector<int> tokens_per_expert() const;

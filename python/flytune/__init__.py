@@ -115,7 +115,7 @@ class Problem:
 
     fp8 problems (dtype "e4m3", or "e4m3fnuz" on gfx942): w1/w2 are one code byte per element
     (element_bytes 1; x and y stay bf16), scaled as `scales` says ("per-tensor", "per-token",
-    "block128"); scale_shapes gives each fp32 scale tensor the layer reads, as (name, shape) pairs."""
+    "block128", "static": per-tensor with the caller's static inter_scale too); scale_shapes gives each fp32 scale tensor the layer reads, as (name, shape) pairs."""
     key: str
     experts: int
     hidden: int
@@ -267,35 +267,38 @@ def _find_export(key: str) -> Export:
     return e
 
 
-SCALE_TENSORS = ("x_scale", "w1_scales", "w2_scales")
+SCALE_TENSORS = ("x_scale", "w1_scales", "w2_scales", "inter_scale")
 
 
 def _scaled_problem(candidates: Sequence[Problem], context: str, given: dict) -> Problem:
     """The fp8 problem among `candidates` (one shape, possibly several scale modes) whose w1_scales shape is the
-    given one, after checking every scale tensor against its shape (Problem.scale_shapes). `given`: name ->
+    given one (and, between per-tensor and static, which reads an inter_scale as one is given), after checking every scale tensor against its shape (Problem.scale_shapes). `given`: name ->
     None or (shape, dtype name), e.g. ("w1_scales": ((4,), "float32")). The torch op's and the JAX wrapper's
     one check; ArgumentError naming the tensor and the shape expected."""
     expected = " or ".join(f"{list(p.scale_shape('w1_scales'))} ({p.scales})" for p in candidates)
     if given.get("w1_scales") is None:
         raise ArgumentError(f"{context}: an fp8 layer needs its scales: w1_scales {expected} float32, "
-                            f"and w2_scales (x_scale per-tensor)")
+                            f"and w2_scales (x_scale per-tensor and static, inter_scale static)")
     w1_shape = tuple(given["w1_scales"][0])
     chosen = [p for p in candidates if p.scale_shape("w1_scales") == w1_shape]
     if not chosen:
         raise ArgumentError(f"{context}: w1_scales {list(w1_shape)} fits no fp8 problem of the export for these "
                             f"shapes: expected {expected}")
-    p = chosen[0]
+    # per-tensor and static layers share their weight scales' shapes: inter_scale tells them apart
+    fits = [p for p in chosen if (p.scale_shape("inter_scale") is None) == (given.get("inter_scale") is None)]
+    p = (fits or chosen)[0]
     for name in SCALE_TENSORS:
         want, t = p.scale_shape(name), given.get(name)
         if want is None:
             if t is not None:
-                raise ArgumentError(f"{context}: {name} given, but {p.key} reads none ({p.scales}: the "
-                                    f"activations are scaled on the device)")
+                why = "the layer scales its intermediate itself" if name == "inter_scale" else \
+                    "the activations are scaled on the device"
+                raise ArgumentError(f"{context}: {name} given, but {p.key} reads none ({p.scales}: {why})")
             continue
         if t is None:
             raise ArgumentError(f"{context}: {p.key} needs {name} {list(want)} float32")
         shape, dtype = tuple(t[0]), t[1]
-        if shape != want and not (name == "x_scale" and shape == ()):
+        if shape != want and not (name in ("x_scale", "inter_scale") and shape == ()):
             raise ArgumentError(f"{context}: {name} must be {list(want)} ({p.scales} scales of {p.key}), "
                                 f"got {list(shape)}")
         if dtype != "float32":

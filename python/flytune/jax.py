@@ -10,7 +10,7 @@ x [T, H] bf16/f16 (the export's dtype), topk_ids [T, k] int32 (-1: no expert),
 topk_weights [T, k] float32, w1 [E, 2I, H] (gate rows, then up rows), w2 [E, H, I].
 fp8 exports: w1/w2 as e4m3 codes (jnp.float8_e4m3fn, float8_e4m3fnuz on gfx942, or
 uint8) and their float32 scales, given to prepare_weights (w1_scales=, w2_scales=,
-x_scale=; shapes: Problem.scale_shapes); x stays bf16.
+x_scale=, static layers inter_scale=; shapes: Problem.scale_shapes); x stays bf16.
 The call is the typed FFI target "flytune_moe_layer" (platforms CUDA and ROCm):
 it launches the runtime's layer program on XLA's stream, with its workspace a
 scratch result XLA allocates. Under vmap, leading batch dimensions of x and the
@@ -85,12 +85,13 @@ class MoeWeights:
     x_scale: Optional[jax.Array] = None
     w1_scales: Optional[jax.Array] = None
     w2_scales: Optional[jax.Array] = None
+    inter_scale: Optional[jax.Array] = None  # static fp8 layers: the intermediate's static scale [1]
     scales: str = "none"  # Problem.scales of the problems these weights serve
     plain_shapes: Optional[tuple] = None
 
     def tree_flatten(self):
         return ((self.w1, self.w2, self.w1_shuffled, self.w2_shuffled, self.w1_tiled, self.w2_tiled, self.x_scale,
-                 self.w1_scales, self.w2_scales), (self.export, self.scales, self.plain_shapes))
+                 self.w1_scales, self.w2_scales, self.inter_scale), (self.export, self.scales, self.plain_shapes))
 
     @classmethod
     def tree_unflatten(cls, aux, children):
@@ -173,7 +174,8 @@ def _fp8_problems(export: flytune.Export, context: str, w1, w2, scales: dict) ->
 
 
 def prepare_weights(export: flytune.Export, w1: jax.Array, w2: jax.Array, w1_scales: Optional[jax.Array] = None,
-                    w2_scales: Optional[jax.Array] = None, x_scale: Optional[jax.Array] = None) -> MoeWeights:
+                    w2_scales: Optional[jax.Array] = None, x_scale: Optional[jax.Array] = None,
+                    inter_scale: Optional[jax.Array] = None) -> MoeWeights:
     """Arranges w1 [E, 2I, H] and w2 [E, H, I] once in every layout the export's plans
     for these shapes read (shuffled or tiled copies, through the runtime's own
     kernel), on the weights' device. Call it outside the hot path (at load).
@@ -189,7 +191,7 @@ def prepare_weights(export: flytune.Export, w1: jax.Array, w2: jax.Array, w1_sca
     context = f"flytune.jax.prepare_weights: w1 {tuple(w1.shape)} {w1.dtype} and w2 {tuple(w2.shape)} {w2.dtype}"
     if tuple(w2.shape) != (experts, hidden, inter) or w2.dtype != w1.dtype or two_inter % 2:
         raise flytune.ArgumentError(f"{context} are not [E, 2I, H] and [E, H, I] of one dtype")
-    scales = {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales}
+    scales = {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales, "inter_scale": inter_scale}
     if _is_fp8(w1.dtype):
         problems = _fp8_problems(export, context, w1, w2, scales)
     else:
@@ -212,7 +214,7 @@ def prepare_weights(export: flytune.Export, w1: jax.Array, w2: jax.Array, w1_sca
     f32 = lambda t: None if t is None else jnp.asarray(t, jnp.float32)  # noqa: E731
     return MoeWeights(w1 if "w1" in read else None, w2 if "w2" in read else None, arranged.get("w1_shuffled"),
                       arranged.get("w2_shuffled"), arranged.get("w1_tiled"), arranged.get("w2_tiled"), export,
-                      f32(x_scale), f32(w1_scales), f32(w2_scales), problems[0].scales,
+                      f32(x_scale), f32(w1_scales), f32(w2_scales), f32(inter_scale), problems[0].scales,
                       (tuple(w1.shape), tuple(w2.shape), jnp.dtype(w1.dtype).name))
 
 

@@ -60,7 +60,7 @@ def _stream(device: torch.device) -> int:
 
 def _problem(export: flytune.Export, hidden_states, w1, w2, topk_weights, topk_ids, scales: dict) -> flytune.Problem:
     """Checks the vLLM argument shapes and finds the export's problem (the runtime's message where none fits);
-    for fp8 weights also their dtype and the scale tensors (`scales`: x_scale, w1_scales, w2_scales or None)."""
+    for fp8 weights also their dtype and the scale tensors (`scales`: x_scale, w1_scales, w2_scales, inter_scale or None)."""
     context = (f"flytune::moe_layer: hidden_states {tuple(hidden_states.shape)} {hidden_states.dtype}, "
                f"w1 {tuple(w1.shape)} {w1.dtype}, w2 {tuple(w2.shape)}, topk_ids {tuple(topk_ids.shape)}")
     if hidden_states.dim() != 2 or w1.dim() != 3 or w2.dim() != 3 or topk_ids.dim() != 2 or \
@@ -229,7 +229,8 @@ def arranged_weights(w1: torch.Tensor, w2: torch.Tensor, export: Optional[flytun
 @torch.library.custom_op("flytune::moe_layer", mutates_args=())
 def moe_layer(hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,
               topk_ids: torch.Tensor, export: str, w1_scales: Optional[torch.Tensor] = None,
-              w2_scales: Optional[torch.Tensor] = None, x_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
+              w2_scales: Optional[torch.Tensor] = None, x_scale: Optional[torch.Tensor] = None,
+              inter_scale: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The MoE layer of the export whose key is `export` (flytune.Export.key), in vLLM's convention:
     hidden_states [T, H], w1 [E, 2I, H] (gate rows, then up rows), w2 [E, H, I], topk_weights [T, k]
     float32, topk_ids [T, k] int32 (-1: no expert). Returns [T, H] of hidden_states' dtype.
@@ -238,9 +239,10 @@ def moe_layer(hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, t
     torch.uint8 view), hidden_states bf16, and the float32 scales (a weight value is code * scale) shaped as
     the problem's scale_shapes: per-tensor x_scale [1] (x quantised as x / x_scale), w1_scales [E],
     w2_scales [E]; per-token w1_scales [E, 2I], w2_scales [E, H]; block128 w1_scales [E, 2I/128, H/128],
-    w2_scales [E, H/128, I/128]. 16-bit exports take no scales."""
+    w2_scales [E, H/128, I/128]; static as per-tensor, and inter_scale [1] (the intermediate stored as
+    h / inter_scale: vLLM's a2_scale, an FP8 checkpoint's w2 input scale). 16-bit exports take no scales."""
     e = flytune._find_export(export)
-    scales = {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales}
+    scales = {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales, "inter_scale": inter_scale}
     problem = _problem(e, hidden_states, w1, w2, topk_weights, topk_ids, scales)
     _check_devices(e, hidden_states, dict(w1=w1, w2=w2, topk_weights=topk_weights, topk_ids=topk_ids, **scales))
     y = torch.empty_like(hidden_states)
@@ -266,14 +268,16 @@ def moe_layer(hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, t
     flytune._call(e._core.launch, selector, problem.key, tokens, x.data_ptr(), ids.data_ptr(), wts.data_ptr(),
                   plain(w1c), plain(w2c), ptr("w1_shuffled"), ptr("w2_shuffled"), ptr("w1_tiled"),
                   ptr("w2_tiled"), workspace.data_ptr(), workspace.numel(), y.data_ptr(), stream,
-                  sptr("x_scale"), sptr("w1_scales"), sptr("w2_scales"), context="flytune::moe_layer")
+                  sptr("x_scale"), sptr("w1_scales"), sptr("w2_scales"), sptr("inter_scale"),
+                  context="flytune::moe_layer")
     return y
 
 
 @moe_layer.register_fake
-def _(hidden_states, w1, w2, topk_weights, topk_ids, export, w1_scales=None, w2_scales=None, x_scale=None):
+def _(hidden_states, w1, w2, topk_weights, topk_ids, export, w1_scales=None, w2_scales=None, x_scale=None,
+      inter_scale=None):
     _problem(flytune._find_export(export), hidden_states, w1, w2, topk_weights, topk_ids,
-             {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales})
+             {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales, "inter_scale": inter_scale})
     return torch.empty_like(hidden_states)
 
 

@@ -26,6 +26,7 @@ const char* scales_name(int mode) {
     case FT_SCALES_PER_TENSOR: return "per-tensor";
     case FT_SCALES_PER_TOKEN: return "per-token";
     case FT_SCALES_BLOCK128: return "block128";
+    case FT_SCALES_STATIC: return "static";
     default: return "unknown";
   }
 }
@@ -34,7 +35,8 @@ const char* scales_name(int mode) {
 // the layer program's rule, whose product ft_plan_scale_count is).
 std::vector<ScaleTensor> scale_tensors(const ft_plan* p) {
   std::vector<ScaleTensor> out;
-  const std::pair<const char*, int> which[] = {{"x_scale", FT_SCALE_X}, {"w1_scales", FT_SCALE_W1}, {"w2_scales", FT_SCALE_W2}};
+  const std::pair<const char*, int> which[] = {
+      {"x_scale", FT_SCALE_X}, {"w1_scales", FT_SCALE_W1}, {"w2_scales", FT_SCALE_W2}, {"inter_scale", FT_SCALE_INTER}};
   for (const auto& [name, tensor] : which) {
     std::int64_t dims[3] = {0, 0, 0};
     if (const int rank = ft_plan_scale_shape(p, tensor, dims); rank > 0)
@@ -282,6 +284,7 @@ void Export::launch(const std::string& selector, const std::string& problem, int
   b.y = reinterpret_cast<void*>(c.y);
   b.x_scale = static_cast<const float*>(ptr(c.x_scale));
   b.w1_scales = static_cast<const float*>(ptr(c.w1_scales)), b.w2_scales = static_cast<const float*>(ptr(c.w2_scales));
+  b.inter_scale = static_cast<const float*>(ptr(c.inter_scale));
   if (int st = ft_plan_launch(p, &b, stream); st != FT_OK) raise(r.rt, st, problem + " at T=" + std::to_string(tokens));
 }
 

@@ -57,7 +57,7 @@ struct WorkspaceLayout {
 };
 
 // A scale tensor the caller hands an fp8 layer: its ft_layer_buffers name
-// ("x_scale", "w1_scales", "w2_scales") and row-major shape (the header's rule
+// ("x_scale", "w1_scales", "w2_scales", "inter_scale") and row-major shape (the header's rule
 // for the plan's mode, its element count checked against ft_plan_scale_count).
 struct ScaleTensor {
   std::string name;
@@ -69,7 +69,7 @@ struct ProblemInfo {
   int experts = 0, hidden = 0, inter = 0, topk = 0;
   std::string dtype;  // the weights' format (ft_problem_shape): "bf16", "f16", "e4m3" or "e4m3fnuz"
   int element_bytes = 2;  // of a weight element: 2, or 1 (fp8 codes; x and y are bf16 there)
-  std::string scales = "none";  // ft_plan_scales by name: "none", "per-tensor", "per-token", "block128"
+  std::string scales = "none";  // ft_plan_scales by name: "none", "per-tensor", "per-token", "block128", "static"
   std::vector<ScaleTensor> scale_tensors;  // those the layer reads (none in 16-bit layers)
   std::vector<int> buckets;
 };
@@ -100,6 +100,7 @@ struct LayerCall {
   std::size_t workspace_bytes = 0;
   std::uintptr_t y = 0;
   std::uintptr_t x_scale = 0, w1_scales = 0, w2_scales = 0;  // fp32 scales of fp8 layers (0 in 16-bit ones)
+  std::uintptr_t inter_scale = 0;                             // static fp8 layers: the intermediate's [1]
 };
 
 class Export {

@@ -2,7 +2,7 @@
 //
 //   flytune_moe_layer        x [..., H], topk_ids [..., k] s32, topk_weights [..., k] f32,
 //                            w1, w2 and the arranged copies (empty arrays where absent),
-//                            x_scale, w1_scales, w2_scales f32 (fp8 layers; empty where absent)
+//                            x_scale, w1_scales, w2_scales, inter_scale f32 (fp8 layers; empty where absent)
 //                            -> y (x's shape and type), workspace u8[N] (XLA's scratch result)
 //   flytune_arrange_weights  w (16-bit, or 8-bit fp8 codes) -> the same bytes in the layout `layout`
 //
@@ -84,10 +84,13 @@ std::string selector(const Export& e, const char* runtime, std::int32_t ordinal)
 }
 
 // The scales of an fp8 layer: each one the problem reads f32 of its shape's count, the others empty.
-void check_scales(const ProblemInfo& p, const ffi::AnyBuffer& x_scale, const ffi::AnyBuffer& w1_scales,
-                  const ffi::AnyBuffer& w2_scales) {
-  for (const auto& [name, b] : {std::pair{"x_scale", &x_scale}, std::pair{"w1_scales", &w1_scales},
-                                std::pair{"w2_scales", &w2_scales}}) {
+struct Scales {
+  ffi::AnyBuffer x, w1, w2, inter;
+};
+
+void check_scales(const ProblemInfo& p, const Scales& s) {
+  for (const auto& [name, b] : {std::pair{"x_scale", &s.x}, std::pair{"w1_scales", &s.w1}, std::pair{"w2_scales", &s.w2},
+                                std::pair{"inter_scale", &s.inter}}) {
     std::int64_t expected = 0;
     for (const ScaleTensor& t : p.scale_tensors) {
       if (t.name != name) continue;
@@ -99,10 +102,6 @@ void check_scales(const ProblemInfo& p, const ffi::AnyBuffer& x_scale, const ffi
                                        (expected ? std::to_string(expected) + " float32 scales" : "none") + ")");
   }
 }
-
-struct Scales {
-  ffi::AnyBuffer x, w1, w2;
-};
 
 template <const char* Runtime>
 ffi::Error moe_layer_scaled(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::AnyBuffer ids,
@@ -139,7 +138,7 @@ ffi::Error moe_layer_scaled(void* stream, std::int32_t ordinal, ffi::AnyBuffer x
                                    std::to_string(int(ids.element_type())) + ", " +
                                    std::to_string(int(weights.element_type())) + ", " +
                                    std::to_string(int(w1.element_type())) + " given)");
-    check_scales(*p, scales.x, scales.w1, scales.w2);
+    check_scales(*p, scales);
     // The shapes the wrapper checked at trace time, checked again where a wrong one would read out of bounds.
     const std::int64_t w1_count = std::int64_t(p->experts) * 2 * p->inter * p->hidden;
     const std::int64_t w2_count = std::int64_t(p->experts) * p->hidden * p->inter;
@@ -165,6 +164,7 @@ ffi::Error moe_layer_scaled(void* stream, std::int32_t ordinal, ffi::AnyBuffer x
     c.workspace = data(*workspace), c.workspace_bytes = std::size_t(count(*workspace));
     c.y = data(*y);
     c.x_scale = data(scales.x), c.w1_scales = data(scales.w1), c.w2_scales = data(scales.w2);
+    c.inter_scale = data(scales.inter);
     e->launch(selector(*e, Runtime, ordinal), key, int(tokens), c, stream);
   });
 }
@@ -174,10 +174,11 @@ ffi::Error moe_layer(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::
                      ffi::AnyBuffer weights, ffi::AnyBuffer w1, ffi::AnyBuffer w2,
                      ffi::AnyBuffer w1_shuffled, ffi::AnyBuffer w2_shuffled, ffi::AnyBuffer w1_tiled,
                      ffi::AnyBuffer w2_tiled, ffi::AnyBuffer x_scale, ffi::AnyBuffer w1_scales,
-                     ffi::AnyBuffer w2_scales, ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> workspace,
-                     std::string_view export_key, std::string_view problem) {
+                     ffi::AnyBuffer w2_scales, ffi::AnyBuffer inter_scale, ffi::Result<ffi::AnyBuffer> y,
+                     ffi::Result<ffi::AnyBuffer> workspace, std::string_view export_key, std::string_view problem) {
   return moe_layer_scaled<Runtime>(stream, ordinal, x, ids, weights, w1, w2, w1_shuffled, w2_shuffled, w1_tiled,
-                                   w2_tiled, Scales{x_scale, w1_scales, w2_scales}, y, workspace, export_key, problem);
+                                   w2_tiled, Scales{x_scale, w1_scales, w2_scales, inter_scale}, y, workspace, export_key,
+                                   problem);
 }
 
 template <const char* Runtime>
@@ -202,10 +203,11 @@ ffi::Error arrange_weights(void* stream, std::int32_t ordinal, ffi::AnyBuffer sr
 ffi::Error moe_layer_cpu(ffi::AnyBuffer x, ffi::AnyBuffer ids, ffi::AnyBuffer weights, ffi::AnyBuffer w1,
                          ffi::AnyBuffer w2, ffi::AnyBuffer w1_shuffled, ffi::AnyBuffer w2_shuffled,
                          ffi::AnyBuffer w1_tiled, ffi::AnyBuffer w2_tiled, ffi::AnyBuffer x_scale,
-                         ffi::AnyBuffer w1_scales, ffi::AnyBuffer w2_scales, ffi::Result<ffi::AnyBuffer> y,
-                         ffi::Result<ffi::AnyBuffer> workspace, std::string_view export_key, std::string_view problem) {
+                         ffi::AnyBuffer w1_scales, ffi::AnyBuffer w2_scales, ffi::AnyBuffer inter_scale,
+                         ffi::Result<ffi::AnyBuffer> y, ffi::Result<ffi::AnyBuffer> workspace, std::string_view export_key,
+                         std::string_view problem) {
   return moe_layer_scaled<nullptr>(nullptr, 0, x, ids, weights, w1, w2, w1_shuffled, w2_shuffled, w1_tiled, w2_tiled,
-                                   Scales{x_scale, w1_scales, w2_scales}, y, workspace, export_key, problem);
+                                   Scales{x_scale, w1_scales, w2_scales, inter_scale}, y, workspace, export_key, problem);
 }
 
 // Platform "cpu" too: on the emulator the runtime's arrangement kernel runs on XLA's host buffers.
@@ -230,6 +232,7 @@ auto bind_moe(auto ctx) {
       .template Arg<ffi::AnyBuffer>()  // x_scale
       .template Arg<ffi::AnyBuffer>()  // w1_scales
       .template Arg<ffi::AnyBuffer>()  // w2_scales
+      .template Arg<ffi::AnyBuffer>()  // inter_scale
       .template Ret<ffi::AnyBuffer>()
       .template Ret<ffi::AnyBuffer>()
       .template Attr<std::string_view>("export")

@@ -115,16 +115,17 @@ NB_MODULE(_core, m) {
               std::uintptr_t topk_ids, std::uintptr_t topk_weights, std::uintptr_t w1, std::uintptr_t w2,
               std::uintptr_t w1_shuffled, std::uintptr_t w2_shuffled, std::uintptr_t w1_tiled, std::uintptr_t w2_tiled,
               std::uintptr_t workspace, std::size_t workspace_bytes, std::uintptr_t y, std::uintptr_t stream,
-              std::uintptr_t x_scale, std::uintptr_t w1_scales, std::uintptr_t w2_scales) {
-             ft::py::LayerCall c{x, topk_ids, topk_weights, w1, w2, w1_shuffled, w2_shuffled, w1_tiled, w2_tiled,
-                                 workspace, workspace_bytes, y, x_scale, w1_scales, w2_scales};
+              std::uintptr_t x_scale, std::uintptr_t w1_scales, std::uintptr_t w2_scales, std::uintptr_t inter_scale) {
+             ft::py::LayerCall c{x,        topk_ids,        topk_weights, w1, w2,      w1_shuffled, w2_shuffled, w1_tiled,
+                                 w2_tiled, workspace, workspace_bytes, y,  x_scale, w1_scales,   w2_scales,   inter_scale};
              nb::gil_scoped_release release;
              e.launch(selector, problem, tokens, c, stream_of(stream));
            },
            nb::arg("selector"), nb::arg("problem"), nb::arg("tokens"), nb::arg("x"), nb::arg("topk_ids"),
            nb::arg("topk_weights"), nb::arg("w1"), nb::arg("w2"), nb::arg("w1_shuffled"), nb::arg("w2_shuffled"),
            nb::arg("w1_tiled"), nb::arg("w2_tiled"), nb::arg("workspace"), nb::arg("workspace_bytes"), nb::arg("y"),
-           nb::arg("stream"), nb::arg("x_scale") = 0, nb::arg("w1_scales") = 0, nb::arg("w2_scales") = 0)
+           nb::arg("stream"), nb::arg("x_scale") = 0, nb::arg("w1_scales") = 0, nb::arg("w2_scales") = 0,
+           nb::arg("inter_scale") = 0)
       .def("arrange",
            [](Export& e, const std::string& selector, std::uintptr_t src, std::uintptr_t dst, int rows, int cols,
               int layout, std::uintptr_t stream, int element_bytes) {

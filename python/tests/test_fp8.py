@@ -122,3 +122,33 @@ def test_ocp_to_fnuz_refuses_bad_arrays_and_changes_nothing():
         flytune.fp8_ocp_to_fnuz(np.zeros(8, np.uint8)[::2], np.ones(1, np.float32))
     with pytest.raises(flytune.ArgumentError, match="numpy array or a torch CPU tensor, got list"):
         flytune.fp8_ocp_to_fnuz([0x38], np.ones(1, np.float32))
+
+
+def _shaped(mode, shapes) -> flytune.Problem:
+    return flytune.Problem(key=f"moe_e8_h256_i512_k2_e4m3:{mode}_swiglu_uniform", experts=8, hidden=256, inter=512,
+                           topk=2, dtype="e4m3", buckets=(1,), element_bytes=1, scales=mode,
+                           scale_shapes=tuple(shapes))
+
+
+# per-tensor and static layers read the same weight scales: the one check of both wrappers tells them apart by
+# inter_scale (given: static, [1] or 0-dim; not given: per-tensor) and refuses it where the layer reads none.
+@pytest.mark.parametrize("inter, candidates, want", [
+    (None, ("per-tensor", "static"), "per-tensor"),
+    ((1,), ("per-tensor", "static"), "static"),
+    ((), ("per-tensor", "static"), "static"),
+    (None, ("static",), "needs inter_scale [1] float32"),
+    ((1,), ("per-tensor",), "inter_scale given, but"),
+    ((2,), ("static",), "inter_scale must be [1]"),
+])
+def test_static_and_per_tensor_are_told_apart_by_inter_scale(inter, candidates, want):
+    tensor = [("x_scale", (1,)), ("w1_scales", (8,)), ("w2_scales", (8,))]
+    problems = {"per-tensor": _shaped("per-tensor", tensor), "static": _shaped("static", tensor + [("inter_scale", (1,))])}
+    given = {"x_scale": ((1,), "float32"), "w1_scales": ((8,), "float32"), "w2_scales": ((8,), "float32")}
+    if inter is not None:
+        given["inter_scale"] = (inter, "float32")
+    cands = [problems[m] for m in candidates]
+    if want in MODES + ("static",):
+        assert flytune._scaled_problem(cands, "ctx", given).scales == want
+    else:
+        with pytest.raises(flytune.ArgumentError, match=want.replace("[", r"\[").replace("]", r"\]")):
+            flytune._scaled_problem(cands, "ctx", given)

@@ -36,7 +36,7 @@ ProblemWeights::ProblemWeights(ft_runtime* rt, const Problem& p, std::uint64_t s
     }
     if (!ok) error_ = std::string("weights: ") + ft_runtime_last_error(rt);
   }
-  if (fp8_ && p.scales == Scales::per_tensor && error_.empty()) {
+  if (fp8_ && tensor_scales(p.scales) && error_.empty()) {
     const float xs = fp8_x_scale(rt::runtime_of(rt)->manifest().target_info->fp8 == Fp8Flavour::fnuz ? Elem::e4m3fnuz : Elem::e4m3);
     x_scale_ = static_cast<float*>(mem_.get(4));
     if (!x_scale_ || ft_runtime_upload(rt, x_scale_, &xs, 4) != FT_OK) error_ = std::string("x_scale: ") + ft_runtime_last_error(rt);
@@ -97,19 +97,20 @@ bool poison(ft_runtime* rt, void* p, std::size_t bytes) {
   return ft_runtime_upload(rt, p, ones.data(), bytes) == FT_OK;
 }
 
-// The support unit's reference into y_ref (`bf16_layer`: the bf16 layer on the
-// same weights, fp8 problems' sanity reference): on the layer's own buffers
-// when every token is checked, else on the sampled tokens alone, their x rows,
-// ids and weights copied into buffers of their own. An error text, empty when
-// it launched.
-std::string reference_into(ft_runtime* rt, const ft_plan* plan, Allocations& mem, const ft_layer_buffers& b,
-                           const Routed& routed, const std::vector<int>& sampled, void* y_ref, bool bf16_layer, void* stream) {
+namespace {
+
+// The runtime's view of b for the reference kernels: the layer's own buffers
+// when every token is checked, else the sampled tokens' x rows, ids and
+// weights copied into buffers of `mem`. An error text, empty when done.
+std::string sampled_inputs(ft_runtime* rt, const ft_plan* plan, Allocations& mem, const ft_layer_buffers& b,
+                           const Routed& routed, const std::vector<int>& sampled, rt::LayerBuffers& sb) {
   ft_problem_shape shape{};
   ft_plan_shape(plan, &shape);
   const std::size_t S = sampled.size(), H = std::size_t(shape.hidden), k = std::size_t(shape.topk), es = 2;
-  rt::LayerBuffers sb{};
+  sb = {};
   sb.x = ptr(b.x), sb.topk_ids = ptr(b.topk_ids), sb.topk_weights = ptr(b.topk_weights), sb.w1 = ptr(b.w1), sb.w2 = ptr(b.w2);
   sb.x_scale = ptr(b.x_scale), sb.w1_scales = ptr(b.w1_scales), sb.w2_scales = ptr(b.w2_scales);
+  sb.inter_scale = ptr(b.inter_scale);
   sb.workspace = ptr(b.workspace);  // the runtime's reference writes the workspace's inter
   sb.workspace_bytes = b.workspace_bytes;
   if (S != std::size_t(ft_plan_tokens(plan))) {
@@ -133,8 +134,30 @@ std::string reference_into(ft_runtime* rt, const ft_plan* plan, Allocations& mem
       return std::string("sample: ") + ft_runtime_last_error(rt);
     sb.x = ptr(sx), sb.topk_ids = ptr(sids), sb.topk_weights = ptr(sw);
   }
-  auto st = rt::runtime_of(rt)->reference(*rt::plan_of(plan), sb, ptr(y_ref), StreamHandle{stream}, int(S), bf16_layer);
+  return {};
+}
+
+}  // namespace
+
+std::string reference_into(ft_runtime* rt, const ft_plan* plan, Allocations& mem, const ft_layer_buffers& b,
+                           const Routed& routed, const std::vector<int>& sampled, void* y_ref, bool bf16_layer, void* stream) {
+  rt::LayerBuffers sb;
+  if (std::string e = sampled_inputs(rt, plan, mem, b, routed, sampled, sb); !e.empty()) return e;
+  auto st = rt::runtime_of(rt)->reference(*rt::plan_of(plan), sb, ptr(y_ref), StreamHandle{stream}, int(sampled.size()), bf16_layer);
   return st ? std::string() : "reference: " + st.error().describe();
+}
+
+std::string calibrate_into(ft_runtime* rt, const ft_plan* plan, Allocations& mem, ft_layer_buffers& b, const Routed& routed,
+                           const std::vector<int>& sampled, void* stream) {
+  if (ft_plan_scales(plan) != FT_SCALES_STATIC) return {};
+  rt::LayerBuffers sb;
+  if (std::string e = sampled_inputs(rt, plan, mem, b, routed, sampled, sb); !e.empty()) return e;
+  auto scale = rt::runtime_of(rt)->calibrate_inter_scale(*rt::plan_of(plan), sb, StreamHandle{stream}, int(sampled.size()));
+  if (!scale) return "calibrate: " + scale.error().describe();
+  auto* dst = static_cast<float*>(mem.get(4));
+  if (!dst || ft_runtime_upload(rt, dst, &*scale, 4) != FT_OK) return std::string("inter_scale: ") + ft_runtime_last_error(rt);
+  b.inter_scale = dst;
+  return {};
 }
 
 // Y against the reference: every element written (finite), the sampled rows

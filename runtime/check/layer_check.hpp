@@ -95,6 +95,13 @@ bool poison(ft_runtime* rt, void* p, std::size_t bytes);
 std::string reference_into(ft_runtime* rt, const ft_plan* plan, Allocations& mem, const ft_layer_buffers& b,
                            const Routed& routed, const std::vector<int>& sampled, void* y_ref, bool bf16_layer = false,
                            void* stream = nullptr);
+// Static-scale fp8 plans: b.inter_scale, a buffer of `mem`, set to the
+// intermediate's scale calibrated on the sampled tokens (the tokens the
+// reference checks, so none of theirs saturates), as a calibration pass
+// before a layer runs sets it (Runtime::calibrate_inter_scale); nothing for
+// the other plans. An error text, empty when done.
+std::string calibrate_into(ft_runtime* rt, const ft_plan* plan, Allocations& mem, ft_layer_buffers& b, const Routed& routed,
+                           const std::vector<int>& sampled, void* stream = nullptr);
 
 // Y against the reference: every element written (finite), the sampled rows
 // within the search's bounds. fp8 layers (`sane_bits` not empty): also within

@@ -80,6 +80,7 @@ struct Lane {
   void* ids[kRoutingSets] = {};
   void* weights[kRoutingSets] = {};
   Routed routed[kRoutingSets];
+  const float* inter_scale = nullptr;  // static-scale problems: calibrated once on the lane's inputs
   long launches = 0, checks = 0, check_failures = 0, errors = 0;
   int t_min = 1 << 30, t_max = 0;
   std::set<int> buckets;
@@ -159,6 +160,20 @@ Status prepare_lane(const Shared& s, Lane& lane, Allocations& mem, int index) {
         ft_runtime_upload(s.rt, lane.weights[r], lane.routed[r].weights.data(), T * k * 4) != FT_OK)
       return fail(Errc::device, ft_runtime_last_error(s.rt), "soak routing");
   }
+  // Static scales: the intermediate's scale calibrated once, on the lane's inputs at its largest T (as a
+  // server takes its checkpoint's); nothing for the other problems.
+  ft_plan* plan = nullptr;
+  if (ft_runtime_select(s.rt, s.key.c_str(), o.tokens_max, &plan) != FT_OK) return fail(Errc::internal, ft_runtime_last_error(s.rt), s.key);
+  ft_layer_buffers b{};
+  b.x = lane.x;
+  b.topk_ids = static_cast<const std::int32_t*>(lane.ids[0]);
+  b.topk_weights = static_cast<const float*>(lane.weights[0]);
+  b.w1 = s.weights->plain(1);
+  s.weights->bind_scales(b);
+  const std::string e = calibrate_into(s.rt, plan, mem, b, lane.routed[0], sample_tokens(o.tokens_max), lane.stream.p);
+  ft_plan_free(plan);
+  if (!e.empty()) return fail(Errc::device, e, "soak calibration");
+  lane.inter_scale = b.inter_scale;
   return {};
 }
 
@@ -212,6 +227,7 @@ bool launch_one(const Shared& s, Lane& lane, int T, long i) {
   b.workspace = lane.workspace;
   b.workspace_bytes = lane.workspace_bytes;
   s.weights->bind_scales(b);
+  b.inter_scale = lane.inter_scale;
   for (int stage : {1, 2}) {
     if (ft_plan_needs_shuffled(plan, stage)) (stage == 1 ? b.w1_shuffled : b.w2_shuffled) = s.weights->arranged(stage, FT_WEIGHT_LAYOUT_SHUFFLED);
     if (ft_plan_needs_tiled(plan, stage)) (stage == 1 ? b.w1_tiled : b.w2_tiled) = s.weights->arranged(stage, FT_WEIGHT_LAYOUT_TILED);

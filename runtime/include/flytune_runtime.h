@@ -41,7 +41,7 @@ typedef struct ft_plan ft_plan;
  * was added within it). A caller may check ft_runtime_abi_version() at start:
  * the same major and a minor at least its own. */
 #define FT_RUNTIME_ABI_MAJOR 1
-#define FT_RUNTIME_ABI_MINOR 0
+#define FT_RUNTIME_ABI_MINOR 1
 #define FT_RUNTIME_ABI_VERSION ((FT_RUNTIME_ABI_MAJOR << 16) | FT_RUNTIME_ABI_MINOR)
 /* The library's FT_RUNTIME_ABI_VERSION (it may be newer than the header's). */
 uint32_t ft_runtime_abi_version(void);
@@ -104,12 +104,16 @@ typedef struct ft_layer_buffers {
    * device, weights per output channel): w1_scales [experts, 2*inter],
    * w2_scales [experts, hidden]; block128 (activations per 1 x 128 group on
    * the device, weights per 128 x 128 block): w1_scales [experts, 2*inter/128,
-   * hidden/128], w2_scales [experts, hidden/128, inter/128]. fp8 layers take
-   * their workspace as one buffer (`workspace`): their quantise buffers have
-   * no named field. */
+   * hidden/128], w2_scales [experts, hidden/128, inter/128]; static: as
+   * per-tensor, and inter_scale below. fp8 layers take their workspace as one
+   * buffer (`workspace`): their quantise buffers have no named field. */
   const float* x_scale;
   const float* w1_scales;
   const float* w2_scales;
+  /* ABI 1.1, fp8 static mode only (NULL otherwise): [1] the static scale of
+   * the intermediate h (stage 1 stores h as e4m3 codes of h / inter_scale,
+   * saturating), as an FP8 checkpoint's input scale of w2 ships it. */
+  const float* inter_scale;
 } ft_layer_buffers;
 
 /* Each workspace buffer starts at a multiple of this many bytes in ft_layer_buffers::workspace. */
@@ -160,11 +164,13 @@ typedef enum ft_scales {
   FT_SCALES_NONE = 0,        /* a bf16 / f16 layer */
   FT_SCALES_PER_TENSOR = 1,  /* one static activation scale, one scale per expert's W1 and W2 */
   FT_SCALES_PER_TOKEN = 2,   /* dynamic per-token activation scales, per-output-channel weight scales */
-  FT_SCALES_BLOCK128 = 3     /* dynamic 1 x 128 activation groups, 128 x 128 weight blocks (DeepSeek-V3) */
+  FT_SCALES_BLOCK128 = 3,    /* dynamic 1 x 128 activation groups, 128 x 128 weight blocks (DeepSeek-V3) */
+  FT_SCALES_STATIC = 4       /* ABI 1.1: per-tensor, with the caller's static intermediate scale too (inter_scale):
+                                as FP8 checkpoints ship them; stage 1 quantises on store, no quantise step between */
 } ft_scales;
 
 /* The caller's scale tensors of an fp8 layer (ft_plan_scale_count). */
-typedef enum ft_scale_tensor { FT_SCALE_X = 0, FT_SCALE_W1 = 1, FT_SCALE_W2 = 2 } ft_scale_tensor;
+typedef enum ft_scale_tensor { FT_SCALE_X = 0, FT_SCALE_W1 = 1, FT_SCALE_W2 = 2, FT_SCALE_INTER = 3 /* ABI 1.1 */ } ft_scale_tensor;
 
 /* The kernels for (problem, T): the smallest tuned bucket >= T, else the
  * largest. The plan stays valid until ft_plan_free or ft_runtime_close. */
@@ -177,7 +183,8 @@ void ft_plan_shape(const ft_plan* plan, ft_problem_shape* out);
 int ft_plan_scales(const ft_plan* plan);
 /* fp32 values the caller's scale tensor `which` (ft_scale_tensor) holds for
  * this plan (shapes: ft_layer_buffers); 0 where the layer reads none (16-bit
- * layers; x_scale outside per-tensor mode) or for a bad argument. */
+ * layers; x_scale outside per-tensor and static mode, inter_scale outside
+ * static mode) or for a bad argument. */
 size_t ft_plan_scale_count(const ft_plan* plan, int which);
 /* Its shape (row-major, ft_layer_buffers lists them by mode): the rank (0, 1,
  * 2 or 3; 0 as for ft_plan_scale_count) and that many dims in dims[0..2]. */

@@ -132,7 +132,7 @@ ft::Result<ft::rt::LayerBuffers> buffers_of(const ft_layer_buffers* buffers, std
                               ptr(b.w1_shuffled), ptr(b.w2_shuffled), ptr(b.inter),     ptr(b.y_acc),      ptr(b.sorted_ids),
                               ptr(b.block_experts), ptr(b.padded_rows), ptr(b.y),        ptr(b.w1_tiled),   ptr(b.w2_tiled),
                               ptr(b.bad_ids),      ptr(b.workspace),   b.workspace_bytes,   ptr(b.x_scale),    ptr(b.w1_scales),
-                              ptr(b.w2_scales)};
+                              ptr(b.w2_scales),    ptr(b.inter_scale)};
 }
 
 // A launch refused for a buffer that a caller of an earlier header could not
@@ -147,7 +147,8 @@ ft::Status with_size_note(ft::Status s, std::size_t size) {
 
 // The C enums are ft::Scales and FillArgs::elem.
 static_assert(FT_SCALES_NONE == int(ft::Scales::none) && FT_SCALES_PER_TENSOR == int(ft::Scales::per_tensor) &&
-              FT_SCALES_PER_TOKEN == int(ft::Scales::per_token) && FT_SCALES_BLOCK128 == int(ft::Scales::block128));
+              FT_SCALES_PER_TOKEN == int(ft::Scales::per_token) && FT_SCALES_BLOCK128 == int(ft::Scales::block128) &&
+              FT_SCALES_STATIC == int(ft::Scales::static_tensor));
 static_assert(FT_FILL_BF16 == 0 && FT_FILL_F16 == 1 && FT_FILL_FP8_CODES == 2 && FT_FILL_F32_SCALES == 3,
               "ft::FillArgs::elem (templates/ft/moe_args.hpp)");
 
@@ -295,6 +296,7 @@ ft::ScaleShape plan_scale_shape(const ft_plan* plan, int which) {
     case FT_SCALE_X: return ft::scale_shape(p, ft::Buf::x_scale);
     case FT_SCALE_W1: return ft::scale_shape(p, ft::Buf::w1_scales);
     case FT_SCALE_W2: return ft::scale_shape(p, ft::Buf::w2_scales);
+    case FT_SCALE_INTER: return ft::scale_shape(p, ft::Buf::inter_scale);
     default: return {};
   }
 }

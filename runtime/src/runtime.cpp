@@ -12,6 +12,7 @@
 #include "system/hash.hpp"
 #include "generator/families/families.hpp"
 #include "layer/program.hpp"
+#include "layer/calibrate.hpp"
 #include "layer/inter_scales.hpp"
 
 namespace ft::rt {
@@ -157,6 +158,7 @@ Result<BufferTable> buffer_table(const LayerProgram& program, const LayerBuffers
   at(t, Buf::x_scale) = b.x_scale;
   at(t, Buf::w1_scales) = b.w1_scales;
   at(t, Buf::w2_scales) = b.w2_scales;
+  at(t, Buf::inter_scale) = b.inter_scale;
   if (!b.workspace) return t;
   const WorkspacePlacement w = workspace_placement(program);
   if (b.workspace_bytes < w.total)
@@ -379,13 +381,43 @@ Status Runtime::reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_r
   return launch_support(plan.support->fn(Support::reference2), reference_launch(StageRole::stage2, p, T), &a, sizeof a, stream);
 }
 
+Result<float> Runtime::calibrate_inter_scale(const Plan& plan, const LayerBuffers& b, StreamHandle stream, int tokens) {
+  const Problem& p = plan.problem->problem;
+  if (p.scales != Scales::static_tensor)
+    return fail(Errc::usage, fmt::format("calibrate: a {} plan has no static intermediate scale", p.dtype_spec()));
+  if (!b.x || !b.topk_ids || !b.topk_weights || !b.w1 || !b.x_scale || !b.w1_scales)
+    return fail(Errc::usage, "calibrate: x, topk_ids, topk_weights, w1, x_scale and w1_scales are needed");
+  MoeArgs a{};
+  a.x = device_pointer<const u16>(b.x);
+  a.topk_ids = device_pointer<const i32>(b.topk_ids);
+  a.topk_weights = device_pointer<const float>(b.topk_weights);
+  a.w1 = device_pointer<const u16>(b.w1);
+  a.tokens = tokens > 0 ? tokens : plan.tokens;
+  a.hidden = p.hidden;
+  a.inter_size = p.inter;
+  a.experts = p.experts;
+  a.topk = p.topk;
+  a.x_scale = device_pointer<const float>(b.x_scale);
+  a.w1_scales = device_pointer<const float>(b.w1_scales);
+  a.scales = int(p.scales);
+  const std::size_t n = std::size_t(a.tokens) * std::size_t(p.topk) * std::size_t(p.inter);
+  DeviceBuffer h = FT_TRY(DeviceBuffer::allocate(*device_, n * 4));
+  a.y_acc = device_pointer<float>(h.ptr());
+  FT_CHECK(launch_support(plan.support->fn(Support::reference1), reference_launch(StageRole::stage1, p, a.tokens), &a, sizeof a,
+                          stream));
+  FT_CHECK(device_->synchronize(stream));
+  return static_scale_of(*device_, h.ptr(), n, manifest_.target_info->fp8 == Fp8Flavour::fnuz ? Elem::e4m3fnuz : Elem::e4m3);
+}
+
 // The fp8 reference (templates/ft/reference.hpp): the fp32 intermediate, its
 // quantisation as stage 2 reads it (1 x 128 groups or rows), then Y -- in scratch of its own,
 // freed after the stream has run it.
 Status Runtime::reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& a, StreamHandle stream, bool bf16_layer) {
   const Problem& p = plan.problem->problem;
-  if ((p.scales == Scales::per_tensor && !b.x_scale) || !b.w1_scales || !b.w2_scales)
-    return fail(Errc::usage, "reference: an fp8 plan needs w1_scales, w2_scales and, per-tensor, x_scale");
+  if ((tensor_scales(p.scales) && !b.x_scale) || !b.w1_scales || !b.w2_scales)
+    return fail(Errc::usage, "reference: an fp8 plan needs w1_scales, w2_scales and, per-tensor and static, x_scale");
+  if (p.scales == Scales::static_tensor && !b.inter_scale)
+    return fail(Errc::usage, "reference: a static-scale fp8 plan needs inter_scale (the static intermediate scale, [1] fp32)");
   const std::size_t pairs = std::size_t(a.tokens) * std::size_t(p.topk), I = std::size_t(p.inter);
   DeviceBuffer inter_f32 = FT_TRY(DeviceBuffer::allocate(*device_, pairs * I * 4));
   DeviceBuffer inter_q = FT_TRY(DeviceBuffer::allocate(*device_, pairs * I));
@@ -393,6 +425,7 @@ Status Runtime::reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& 
   a.x_scale = device_pointer<const float>(b.x_scale);
   a.w1_scales = device_pointer<const float>(b.w1_scales);
   a.w2_scales = device_pointer<const float>(b.w2_scales);
+  a.inter_scale = device_pointer<const float>(b.inter_scale);
   a.scales = int(p.scales);
   a.y_acc = device_pointer<float>(inter_f32.ptr());
   a.inter_q = device_pointer<u8>(inter_q.ptr());

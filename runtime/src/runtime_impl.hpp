@@ -118,6 +118,7 @@ struct LayerBuffers {
   DevicePtr workspace = 0;
   std::size_t workspace_bytes = 0;
   DevicePtr x_scale = 0, w1_scales = 0, w2_scales = 0;  // appended: fp8 layers' scales
+  DevicePtr inter_scale = 0;                            // appended: fp8 static: the intermediate's scale
 };
 // The table of a plan's launch: the caller's pointers, the workspace buffers
 // carved from b.workspace when given (Errc::usage when it is too small).
@@ -167,6 +168,12 @@ class Runtime {
   // weights instead (kFlagUnquantised), the sanity reference of check-export.
   Status reference(const Plan& plan, const LayerBuffers& b, DevicePtr y_ref, StreamHandle stream, int tokens = 0,
                    bool bf16_layer = false);
+  // Static-scale fp8 plans: the static intermediate scale of these inputs (x,
+  // the routing, w1, x_scale, w1_scales; `tokens` tokens, 0: the plan's T), as
+  // the search calibrates its workloads' (layer/calibrate.hpp, from the
+  // reference's fp32 intermediate before the routed weight): check-export's
+  // calibration pass. A server passes its checkpoint's scale instead.
+  Result<float> calibrate_inter_scale(const Plan& plan, const LayerBuffers& b, StreamHandle stream, int tokens = 0);
 
   Device& device() { return *device_; }
   const Manifest& manifest() const { return manifest_; }

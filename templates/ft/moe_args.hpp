@@ -20,10 +20,17 @@ inline constexpr int kQuantiseThreads = 256;   // moe_quantise_x / moe_quantise_
 //               gate rows then up rows); W2 one per output channel ([E, H]).
 //   block128:   X dynamic 1 x 128 groups ([T, H/128]); W1 128 x 128 blocks
 //               ([E, 2I/128, H/128]); W2 likewise ([E, H/128, I/128]).
+//   static_tensor: per_tensor's X and weights, and the intermediate with one static
+//               scale the caller gives too ([1], inter_scale), as FP8 checkpoints
+//               ship them: stage 1 quantises on store with it (no quantise_inter).
 // The intermediate (stage 1 -> stage 2) is e4m3 with dynamic 1 x 128 group scales
-// ([T*k, I/128]) in every mode. Dynamic scales are amax / (the format's max).
-// The host's Problem::scales is this enum (generator/problem.hpp).
-enum class Scales { none, per_tensor, per_token, block128 };
+// ([T*k, I/128]) in the other modes (or one per row, InterScales::row); with
+// static_tensor every slot of that layout holds the static scale. Dynamic scales
+// are amax / (the format's max). The host's Problem::scales is this enum
+// (generator/problem.hpp; spelled "static" there).
+enum class Scales { none, per_tensor, per_token, block128, static_tensor };
+// The modes whose X and weight scales are per_tensor's (one static X scale, one per expert).
+constexpr bool tensor_scales(Scales s) { return s == Scales::per_tensor || s == Scales::static_tensor; }
 inline constexpr int kScaleGroup = 128;  // the k-extent of a block128 or intermediate scale group
 
 struct MoeArgs {
@@ -60,6 +67,9 @@ struct MoeArgs {
   float* inter_scales;        // [T*k, I/128] its group scales
   i32 scales;                 // the Scales value: read by the support kernels (the stages compile it in)
   i32 reserved;               // zero
+  // appended: static_tensor: [1] the caller's static intermediate scale (h quantised as
+  // h / inter_scale, saturating); null in the other modes.
+  const float* inter_scale;
 };
 
 // Dynamic LDS of the align kernel: per-expert counts, offsets (E + 1) and
@@ -89,7 +99,8 @@ constexpr int quantise_lds_bytes() { return kQuantiseThreads * 4; }
 // K = H; W2: N = H, K = I):
 constexpr long long weight_scale_index(Scales s, long long e, long long n, long long k, long long N, long long K) {
   switch (s) {
-    case Scales::per_tensor: return e;
+    case Scales::per_tensor:
+    case Scales::static_tensor: return e;
     case Scales::per_token: return e * N + n;
     case Scales::block128: return (e * (N / kScaleGroup) + n / kScaleGroup) * (K / kScaleGroup) + k / kScaleGroup;
     case Scales::none: break;
@@ -98,20 +109,21 @@ constexpr long long weight_scale_index(Scales s, long long e, long long n, long 
 }
 constexpr long long weight_scale_count(Scales s, long long E, long long N, long long K) {
   switch (s) {
-    case Scales::per_tensor: return E;
+    case Scales::per_tensor:
+    case Scales::static_tensor: return E;
     case Scales::per_token: return E * N;
     case Scales::block128: return E * (N / kScaleGroup) * (K / kScaleGroup);
     case Scales::none: break;
   }
   return 0;
 }
-// X's scales, [T, H]: per_tensor [1] (the caller's static scale; x_scales holds a copy),
+// X's scales, [T, H]: per_tensor and static_tensor [1] (the caller's static scale; x_scales holds a copy),
 // per_token [T], block128 [T, H/128]; scale of element (t, h):
 constexpr long long activation_scale_index(Scales s, long long t, long long h, long long H) {
   return s == Scales::per_token ? t : s == Scales::block128 ? t * (H / kScaleGroup) + h / kScaleGroup : 0;
 }
 constexpr long long activation_scale_count(Scales s, long long T, long long H) {
-  return s == Scales::per_token ? T : s == Scales::block128 ? T * (H / kScaleGroup) : s == Scales::per_tensor ? 1 : 0;
+  return s == Scales::per_token ? T : s == Scales::block128 ? T * (H / kScaleGroup) : tensor_scales(s) ? 1 : 0;
 }
 
 // The weight pre-arrangement kernel's argument.

@@ -3,14 +3,15 @@
 // codes and fp32 scales out, by the rule of numeric.hpp (scale = amax / max,
 // code = the saturating nearest-even encoding of value / scale).
 //   moe_quantise_x:     X [T, H] (bf16) -> xq [T, H] and x_scales, by the layer's
-//                       Scales (args.scales): per-tensor with the caller's static
-//                       x_scale (copied to x_scales[0]), per-token one scale per row,
+//                       Scales (args.scales): per-tensor and static with the caller's
+//                       static x_scale (copied to x_scales[0]), per-token one scale per row,
 //                       block128 one per 128 values of a row.
 //   moe_quantise_inter: stage 1's bf16 intermediate [T*k, I] -> inter_q and
 //                       inter_scales [T*k, I/128] (every mode): 1 x 128 groups,
 //                       or with kFlagInterRowScales one scale per row written
 //                       to each of its I/128 slots; rows of pairs without an
-//                       expert (-1 or bad ids) are skipped.
+//                       expert (-1 or bad ids) are skipped. Not in static mode
+//                       (stage 1 quantises on store with the caller's inter_scale).
 // Grid: one block of kQuantiseThreads per row (T, or T*k). Each thread takes
 // 8 consecutive values (a 16-byte load) at a time; per-row amaxes reduce in LDS.
 namespace ft {
@@ -81,11 +82,11 @@ FT_DEVICE void moe_quantise_x(const MoeArgs& p) {
   if (t >= p.tokens) return;
   const long long H = p.hidden;
   const Scales mode = Scales(p.scales);
-  if (mode == Scales::per_tensor && t == 0 && thread_index() == 0) p.x_scales[0] = p.x_scale[0];
+  if (tensor_scales(mode) && t == 0 && thread_index() == 0) p.x_scales[0] = p.x_scale[0];
   float* scales = mode == Scales::per_token ? p.x_scales + t : p.x_scales + t * (H / kScaleGroup);
   quantise_row<Elem::FT_TARGET_E4M3>(p.x + t * H, p.xq + t * H, scales, int(H),
                                      mode == Scales::per_token ? int(H) : kScaleGroup,
-                                     mode == Scales::per_tensor ? p.x_scale : nullptr);
+                                     tensor_scales(mode) ? p.x_scale : nullptr);
 }
 
 FT_DEVICE void moe_quantise_inter(const MoeArgs& p) {

@@ -12,7 +12,10 @@
 // promote_every_of, moe_scales.hpp), and the intermediate leaves as bf16 (quantise_inter makes it
 // e4m3) or, with inter_store = fp8, quantised here: the tile's values are
 // staged in shared memory and each row's 128-column groups written as e4m3
-// codes with their scale (store_quantised).
+// codes with their scale (store_quantised). With the caller's static scale
+// (Scales::static_tensor) each thread quantises its own values with it, no
+// staging and no barrier (so a producer warpgroup's consumers do too), and
+// writes it into the row's scale slots it owns (store_static).
 namespace ft {
 
 template <class Cfg>
@@ -20,6 +23,7 @@ struct Stage1 {
   static constexpr bool kFp8 = fp8_stage<Cfg>();
   static constexpr Scales kScales = scales_of<Cfg>();
   static constexpr bool kQuantiseOnStore = inter_store_of<Cfg>() == InterStore::fp8;
+  static constexpr bool kStaticInter = kScales == Scales::static_tensor;  // quantised on store with p.inter_scale[0]
   static constexpr int kPromoteEvery = promote_every_of<Cfg>();  // fp8: every n k-tiles, or 0: never
   using Gemm = GemmFor<Cfg, 2, kPromoteEvery>;
   static constexpr int kThreads = Gemm::kThreads;
@@ -29,6 +33,7 @@ struct Stage1 {
   static_assert(kFp8 == (kScales != Scales::none), "fp8 stages, and only they, have scales");
   static_assert(kScales != Scales::block128 || kPromoteEvery == 1, "block128 scales change with each k-tile: promote every one");
   static_assert(Cfg::Atom::kWarpgroup || kPromoteEvery <= 1, "the tiled machinery promotes every scale group or never");
+  static_assert(!(kStaticInter && kQuantiseOnStore), "a static intermediate scale has no group quantise-on-store");
   static_assert(quantise_on_store_fits<Cfg>(),
                 "quantise-on-store: fp8, whole 128-column groups per tile, every thread in the epilogue");
 
@@ -115,6 +120,7 @@ struct Stage1 {
     if (!g.holds_tile(lanes)) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
 
     float* staged = reinterpret_cast<float*>(shared_memory());
+    const float inter_scale = kStaticInter ? p.inter_scale[0] : 0.0f;  // read once: the code stores may alias it
     if constexpr (kQuantiseOnStore) barrier();  // every warp is done with the ring the tile is staged in
     constexpr int kStep = Gemm::kPairedColumns ? 2 : 1;  // adjacent columns stored together
     FT_UNROLL for (int rm = 0; rm < Gemm::RM; ++rm)
@@ -126,7 +132,7 @@ struct Stage1 {
           float h[kStep];
           FT_UNROLL for (int s = 0; s < kStep; ++s) {
             float gate = g.acc_at(0, rm, rn, i + s), up = g.acc_at(1, rm, rn, i + s);
-            if constexpr (kScales == Scales::per_tensor) {
+            if constexpr (tensor_scales(kScales)) {
               const float f = p.x_scales[0] * p.w1_scales[expert];
               gate *= f;
               up *= f;
@@ -142,6 +148,8 @@ struct Stage1 {
           }
           if constexpr (kQuantiseOnStore) {
             FT_UNROLL for (int s = 0; s < kStep; ++s) staged[r * Cfg::tile_n + c + s] = h[s];
+          } else if constexpr (kStaticInter) {
+            store_static(p, id, n0 + c, h, inter_scale);
           } else {
             u16* out = p.inter + (long long)id * I + n0 + c;
             if constexpr (kStep == 2) store_pair(out, from_f32<Cfg::elem>(h[0]), from_f32<Cfg::elem>(h[1]));
@@ -149,6 +157,20 @@ struct Stage1 {
           }
         }
     if constexpr (kQuantiseOnStore) store_quantised(p, ids, pairs, n0, staged);
+  }
+
+  // Pair `id`'s values at columns c, c + 1, ... as e4m3 codes of the static
+  // scale; the thread holding a 128-column group's first column writes the
+  // scale into that group's slot, so stage 2 reads it as row (or group) scales.
+  template <int N>
+  FT_DEVICE static void store_static(const MoeArgs& p, int id, int c, const float (&h)[N], float scale) {
+    constexpr Elem Q = Gemm::Atom::element;
+    const long long I = p.inter_size;
+    alignas(N) u8 q[N];
+    FT_UNROLL for (int s = 0; s < N; ++s) q[s] = fp8_quantise<Q>(h[s], scale);
+    if constexpr (N == 1) p.inter_q[(long long)id * I + c] = q[0];
+    else copy_aligned<u8, N>(p.inter_q + (long long)id * I + c, q);  // c is a multiple of N
+    if (c % kScaleGroup == 0) p.inter_scales[(long long)id * (I / kScaleGroup) + c / kScaleGroup] = scale;
   }
 
   // The staged tile as e4m3 codes, one scale per row and 128 columns: items of

@@ -17,6 +17,9 @@
 // or promotes every n k-tiles with unit scales, and the epilogue applies the
 // row's scale (slot 0 of its row: every slot holds it). Per-tensor and
 // per-channel W2 scales are applied in the epilogue. Partials16 and Y are bf16.
+// With a static intermediate scale (Scales::static_tensor) stage 1 wrote it
+// into every slot: read as row scales (the wgmma family's legality), or as
+// group scales by a family without that choice (the tiled one).
 //
 // The _y modes (atomic_y, partials_y: moe_args.hpp) write Y here, with no
 // reduce step: after its sums, each thread fences and arrives on the counters
@@ -230,7 +233,7 @@ struct Stage2 {
           FT_UNROLL for (int s = 0; s < kStep; ++s) {
             v[s] = g.acc_at(0, rm, rn, i + s);
             if constexpr (kRowScales) v[s] *= p.inter_scales[(long long)id * groups];
-            if constexpr (kScales == Scales::per_tensor) v[s] *= p.w2_scales[expert];
+            if constexpr (tensor_scales(kScales)) v[s] *= p.w2_scales[expert];
             else if constexpr (kScales == Scales::per_token) v[s] *= p.w2_scales[(long long)expert * H + c + s];
             if constexpr (!Cfg::weight_in_stage1) v[s] *= p.topk_weights[id];
           }

@@ -230,14 +230,14 @@ template <class T, int N>
 FT_HOST_DEVICE void copy_bytes(T* dst, const T* src) {
   FT_MEMCPY(dst, src, sizeof(T) * N);
 }
-// N values at addresses that are multiples of their size (4, 8 or 16 bytes):
+// N values at addresses that are multiples of their size (2, 4, 8 or 16 bytes):
 // one vector access (FT_MEMCPY_ALIGNED, port.hpp). The rows of X, Y, the
 // intermediate and the partials are 16-byte aligned and a copy of 8 values
 // starts at a multiple of 8, so the support kernels and epilogues use this.
 template <class T, int N>
 FT_HOST_DEVICE void copy_aligned(T* dst, const T* src) {
   constexpr unsigned kBytes = sizeof(T) * N;
-  static_assert(kBytes == 4 || kBytes == 8 || kBytes == 16, "copy_aligned: 4, 8 or 16 bytes");
+  static_assert(kBytes == 2 || kBytes == 4 || kBytes == 8 || kBytes == 16, "copy_aligned: 2, 4, 8 or 16 bytes");
   FT_MEMCPY_ALIGNED(dst, src, kBytes);
 }
 

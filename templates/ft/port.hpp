@@ -24,7 +24,7 @@
 //   ft::exp_f32(float)
 //   ft::Chunk16, ft::zero_chunk()  a 16-byte register value (the unit of global/LDS copies)
 //   FT_MEMCPY(dst, src, n)   a fixed-size copy the compiler keeps in registers
-//   FT_MEMCPY_ALIGNED(dst, src, n)  the same where both addresses are multiples of n (4, 8 or 16):
+//   FT_MEMCPY_ALIGNED(dst, src, n)  the same where both addresses are multiples of n (2, 4, 8 or 16):
 //                             one vector load or store (a memcpy of unknown alignment is byte
 //                             copies on NVPTX); the emulator faults on a misaligned address
 //   FT_UNROLL                 full-unroll hint for loops over register arrays

@@ -5,7 +5,7 @@
 #define FT_HOST_DEVICE __host__ __device__ __forceinline__
 // NVRTC has memcpy built in but not __builtin_memcpy.
 #define FT_MEMCPY(dst, src, bytes) memcpy(dst, src, bytes)
-// One vector access (LDG/STG.32/64/128); both sides aligned to the size, register
+// One access (LDG/STG.16/32/64/128); both sides aligned to the size, register
 // arrays too (alignas at the caller). __builtin_assume_aligned does not survive NVVM.
 #define FT_MEMCPY_ALIGNED(dst, src, bytes) ::ft::copy_words<bytes>(dst, src)
 #define FT_KERNEL(threads, name) extern "C" __global__ void __launch_bounds__(threads) name
@@ -42,10 +42,11 @@ FT_DEVICE u8 hw_f32_to_e4m3(float f) {
 
 template <unsigned B>
 FT_DEVICE void copy_words(void* dst, const void* src) {
-  static_assert(B == 4 || B == 8 || B == 16, "copy_words: 4, 8 or 16 bytes");
+  static_assert(B == 2 || B == 4 || B == 8 || B == 16, "copy_words: 2, 4, 8 or 16 bytes");
   if constexpr (B == 16) *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src);
   else if constexpr (B == 8) *static_cast<uint2*>(dst) = *static_cast<const uint2*>(src);
-  else *static_cast<unsigned*>(dst) = *static_cast<const unsigned*>(src);
+  else if constexpr (B == 4) *static_cast<unsigned*>(dst) = *static_cast<const unsigned*>(src);
+  else *static_cast<unsigned short*>(dst) = *static_cast<const unsigned short*>(src);
 }
 
 FT_DEVICE int thread_index() { return int(threadIdx.x); }

@@ -61,7 +61,8 @@ FT_DEVICE void reference_stage2(const MoeArgs& p) {
 // these loops, not by moe_quantise.hpp), W1 and W2 codes times their scales
 // (weight_scale_index, moe_args.hpp), and the intermediate quantised by its
 // rule (1 x 128 groups; with kFlagInterRowScales, flags bit 2, one scale per
-// row in each of its group slots) before stage 2 reads it. Q is the target's e4m3.
+// row in each of its group slots; static: the caller's inter_scale in every
+// slot) before stage 2 reads it. Q is the target's e4m3.
 //   reference_stage1_fp8:   the fp32 intermediate into y_acc [T*k, I]   grid as reference_stage1
 //   reference_quantise_fp8: y_acc -> inter_q, inter_scales              grid (T*k, ceil(I/128/256))
 //   reference_stage2_fp8:   y [T, H] in bf16                            grid as reference_stage2
@@ -91,7 +92,7 @@ FT_DEVICE void reference_stage1_fp8(const MoeArgs& p) {
   float h = 0.0f;
   if (e >= 0 && e < p.experts) {
     const u16* x = p.x + (long long)(pair / p.topk) * H;
-    float row_scale = mode == Scales::per_tensor ? p.x_scale[0] : 1.0f;
+    float row_scale = tensor_scales(mode) ? p.x_scale[0] : 1.0f;
     if (mode == Scales::per_token) {
       float m = 0.0f;
       for (long long k = 0; k < H; ++k) m = abs_max(m, bf16_to_f32(x[k]));
@@ -127,7 +128,8 @@ FT_DEVICE void reference_quantise_fp8(const MoeArgs& p) {
     for (long long k = 0; k < I; ++k) m = abs_max(m, p.y_acc[row * I + k]);
   else
     for (int k = 0; k < kScaleGroup; ++k) m = abs_max(m, v[k]);
-  const float scale = fp8_scale_of<Q>(m);
+  // static: the caller's scale, whatever the amax (values beyond it saturate)
+  const float scale = Scales(p.scales) == Scales::static_tensor ? p.inter_scale[0] : fp8_scale_of<Q>(m);
   for (int k = 0; k < kScaleGroup; ++k) p.inter_q[row * I + g * kScaleGroup + k] = fp8_quantise<Q>(v[k], scale);
   p.inter_scales[row * (I / kScaleGroup) + g] = scale;
 }

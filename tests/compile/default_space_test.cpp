@@ -110,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(Mixtral, DefaultSpace,
                                            TargetBackend{"sm_90a", Backend::nvrtc}, TargetBackend{"gfx950", std::nullopt}),
                          [](const auto& info) { return test::param_name(info.param); });
 
-// fp8 (e4m3) on AMD: the small space of the Mixtral problem in every scale mode,
+// fp8 (e4m3) on AMD: the small space of the Mixtral problem in every scale mode (static too),
 // in the target's flavour (gfx942 fnuz, gfx950 OCP): every variant and the e4m3
 // support unit compile, disassemble with the atom's fp8 MFMA and fit.
 class Fp8Space : public ::testing::TestWithParam<TargetBackend> {};
@@ -122,7 +122,7 @@ TEST_P(Fp8Space, EveryVariantCompilesDisassemblesAndFits) {
   } else {
     ASSERT_EQ(test::missing_toolchain(*GetParam().backend, target), "") << "the compile suite needs clang-19";
   }
-  for (Scales scales : {Scales::per_tensor, Scales::per_token, Scales::block128}) {
+  for (Scales scales : {Scales::per_tensor, Scales::per_token, Scales::block128, Scales::static_tensor}) {
     Problem problem = test::mixtral();
     problem.dtype = DType::e4m3;
     problem.scales = scales;

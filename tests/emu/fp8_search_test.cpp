@@ -5,8 +5,11 @@
 // warpgroups only, whose consumers promote); the export re-checks its layers
 // through the runtime on the emulator, and check-export runs them again at
 // token counts of its own. Then the C API itself on that export: the plan's
-// shape and scale counts, a null scale refused with its name, and the mutant:
-// W2's scales doubled give a layer that no longer matches the reference.
+// shape and scale counts, a null scale refused with its name (static mode: its
+// inter_scale too), and the mutant: W2's scales doubled give a layer that no
+// longer matches the reference. Static mode (the caller's static x and
+// intermediate scales, stage 1 quantising on store with the latter): the
+// search calibrates the intermediate's scale on each batch, check-export on its own.
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -96,22 +99,27 @@ void check_c_api(const std::string& dir, const std::string& mode) {
   EXPECT_EQ(s.element_bytes, 1);
   EXPECT_STREQ(s.dtype, "e4m3");
   const std::size_t E = s.experts, H = s.hidden, I = s.inter, k = s.topk;
-  const int want_mode = mode == "per-tensor" ? FT_SCALES_PER_TENSOR : mode == "per-token" ? FT_SCALES_PER_TOKEN : FT_SCALES_BLOCK128;
+  const int want_mode = mode == "per-tensor" ? FT_SCALES_PER_TENSOR
+                        : mode == "per-token"  ? FT_SCALES_PER_TOKEN
+                        : mode == "static"     ? FT_SCALES_STATIC
+                                               : FT_SCALES_BLOCK128;
   EXPECT_EQ(ft_plan_scales(plan), want_mode);
+  const bool tensor = want_mode == FT_SCALES_PER_TENSOR || want_mode == FT_SCALES_STATIC;
   const std::size_t n1 = ft_plan_scale_count(plan, FT_SCALE_W1), n2 = ft_plan_scale_count(plan, FT_SCALE_W2);
-  const std::size_t want1 = want_mode == FT_SCALES_PER_TENSOR ? E : want_mode == FT_SCALES_PER_TOKEN ? E * 2 * I : E * (2 * I / 128) * (H / 128);
-  const std::size_t want2 = want_mode == FT_SCALES_PER_TENSOR ? E : want_mode == FT_SCALES_PER_TOKEN ? E * H : E * (H / 128) * (I / 128);
+  const std::size_t want1 = tensor ? E : want_mode == FT_SCALES_PER_TOKEN ? E * 2 * I : E * (2 * I / 128) * (H / 128);
+  const std::size_t want2 = tensor ? E : want_mode == FT_SCALES_PER_TOKEN ? E * H : E * (H / 128) * (I / 128);
   EXPECT_EQ(n1, want1);
   EXPECT_EQ(n2, want2);
-  EXPECT_EQ(ft_plan_scale_count(plan, FT_SCALE_X), want_mode == FT_SCALES_PER_TENSOR ? 1u : 0u);
+  EXPECT_EQ(ft_plan_scale_count(plan, FT_SCALE_X), tensor ? 1u : 0u);
+  EXPECT_EQ(ft_plan_scale_count(plan, FT_SCALE_INTER), want_mode == FT_SCALES_STATIC ? 1u : 0u);
   EXPECT_EQ(ft_plan_scale_count(plan, 7), 0u);
   std::int64_t dims[3] = {-1, -1, -1};
   const int rank = ft_plan_scale_shape(plan, FT_SCALE_W2, dims);
-  EXPECT_EQ(rank, want_mode == FT_SCALES_PER_TENSOR ? 1 : want_mode == FT_SCALES_PER_TOKEN ? 2 : 3);
+  EXPECT_EQ(rank, tensor ? 1 : want_mode == FT_SCALES_PER_TOKEN ? 2 : 3);
   EXPECT_EQ(dims[0], std::int64_t(E));
   if (want_mode == FT_SCALES_PER_TOKEN) EXPECT_EQ(dims[1], std::int64_t(H));
   if (want_mode == FT_SCALES_BLOCK128) EXPECT_EQ(dims[2], std::int64_t(I / 128));
-  EXPECT_EQ(ft_plan_scale_shape(plan, FT_SCALE_X, dims), want_mode == FT_SCALES_PER_TENSOR ? 1 : 0);
+  EXPECT_EQ(ft_plan_scale_shape(plan, FT_SCALE_X, dims), tensor ? 1 : 0);
 
   Mem m{rt, {}};
   ft_layer_buffers b{};
@@ -120,7 +128,7 @@ void check_c_api(const std::string& dir, const std::string& mode) {
   b.w2 = m.get(E * H * I);
   b.w1_scales = static_cast<float*>(m.get(n1 * 4));
   b.w2_scales = static_cast<float*>(m.get(n2 * 4));
-  if (want_mode == FT_SCALES_PER_TENSOR) {
+  if (tensor) {
     const float xs = fp8_x_scale(Elem::e4m3);
     b.x_scale = static_cast<float*>(m.get(4));
     ASSERT_EQ(ft_runtime_upload(rt, const_cast<float*>(b.x_scale), &xs, 4), FT_OK);
@@ -153,6 +161,24 @@ void check_c_api(const std::string& dir, const std::string& mode) {
       << ft_runtime_last_error(rt);
   b.w1_tiled = w1_tiled;
   b.w2_tiled = w2_tiled;
+  if (want_mode == FT_SCALES_STATIC) {
+    // Without inter_scale the static layer and its reference are refused, with the field's name.
+    EXPECT_EQ(ft_plan_launch(plan, &b, nullptr), FT_ERR_ARGUMENT);
+    EXPECT_NE(std::string(ft_runtime_last_error(rt)).find("inter_scale"), std::string::npos) << ft_runtime_last_error(rt);
+    EXPECT_EQ(ft_plan_reference(plan, &b, y_ref, nullptr), FT_ERR_ARGUMENT);
+    EXPECT_NE(std::string(ft_runtime_last_error(rt)).find("inter_scale"), std::string::npos) << ft_runtime_last_error(rt);
+    // The scale calibrated on these inputs, as check-export does.
+    rt::LayerBuffers in{};
+    in.x = DevicePtr(std::uintptr_t(b.x)), in.topk_ids = DevicePtr(std::uintptr_t(b.topk_ids));
+    in.topk_weights = DevicePtr(std::uintptr_t(b.topk_weights)), in.w1 = DevicePtr(std::uintptr_t(b.w1));
+    in.x_scale = DevicePtr(std::uintptr_t(b.x_scale)), in.w1_scales = DevicePtr(std::uintptr_t(b.w1_scales));
+    auto scale = rt::runtime_of(rt)->calibrate_inter_scale(*rt::plan_of(plan), in, {});
+    ASSERT_TRUE(scale) << scale.error().describe();
+    EXPECT_GT(*scale, 0.0f);
+    EXPECT_NE(*scale, 1.0f) << "the calibration found no intermediate";
+    b.inter_scale = static_cast<float*>(m.get(4));
+    ASSERT_EQ(ft_runtime_upload(rt, const_cast<float*>(b.inter_scale), &*scale, 4), FT_OK);
+  }
 
   ASSERT_EQ(ft_plan_reference(plan, &b, y_ref, nullptr), FT_OK) << ft_runtime_last_error(rt);
   ASSERT_EQ(ft_plan_launch_checked(plan, &b, nullptr, nullptr), FT_OK) << ft_runtime_last_error(rt);
@@ -233,7 +259,17 @@ TEST_P(EmuFp8Search, VerifiesTimesPairsExportsAndRunsThroughTheRuntime) {
   EXPECT_EQ(problem["dtype"], "e4m3");
   EXPECT_EQ(problem["scales"], scales);
   EXPECT_TRUE(problem["fp8"]["scale_tensors"].contains("w1_scales")) << problem.dump(2);
-  EXPECT_EQ(problem["fp8"]["scale_tensors"].contains("x_scale"), std::string(scales) == "per-tensor") << problem.dump(2);
+  const std::string mode = scales;
+  EXPECT_EQ(problem["fp8"]["scale_tensors"].contains("x_scale"), mode == "per-tensor" || mode == "static") << problem.dump(2);
+  EXPECT_EQ(problem["fp8"]["scale_tensors"].contains("inter_scale"), mode == "static") << problem.dump(2);
+  // A static layer has no quantise step between its stages, and no bf16 intermediate.
+  for (const json& bucket : problem["buckets"]) {
+    bool quantise_inter = false;
+    for (const json& step : bucket["steps"]) quantise_inter = quantise_inter || step.value("step", "") == "quantise_inter";
+    if (mode == "static") {
+      EXPECT_FALSE(quantise_inter) << bucket.dump(2);
+    }
+  }
   EXPECT_TRUE(manifest["support_units"][0]["symbols"].contains("quantise_x")) << manifest["support_units"].dump(2);
 
   // check-export at token counts the search never tuned.
@@ -246,7 +282,8 @@ TEST_P(EmuFp8Search, VerifiesTimesPairsExportsAndRunsThroughTheRuntime) {
 
 INSTANTIATE_TEST_SUITE_P(Sm90a, EmuFp8Search,
                          ::testing::Values(SearchCase{"per-tensor", "off"}, SearchCase{"per-token", "off"},
-                                           SearchCase{"block128", "off"}, SearchCase{"block128", "on"}),
+                                           SearchCase{"block128", "off"}, SearchCase{"block128", "on"},
+                                           SearchCase{"static", "off"}, SearchCase{"static", "on"}),
                          [](const ::testing::TestParamInfo<SearchCase>& info) {
                            std::string s(info.param.scales);
                            std::erase(s, '-');

@@ -192,7 +192,7 @@ class RocmFfi : public ::testing::Test {
   xla::Call layer_call() const {
     const xla::Buffer none{XLA_FFI_DataType_F32, nullptr, {0}};  // the scales of a 16-bit layer
     xla::Call c;
-    c.args = {x_, ids_, weights_, w1_, w2_, copies_[0], copies_[1], copies_[2], copies_[3], none, none, none};
+    c.args = {x_, ids_, weights_, w1_, w2_, copies_[0], copies_[1], copies_[2], copies_[3], none, none, none, none};
     c.rets = {y_, workspace_};
     c.attrs = {{"export", export_->key()}, {"problem", problem_}};
     c.stream = stream_.p;

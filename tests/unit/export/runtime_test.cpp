@@ -558,9 +558,11 @@ TEST(RuntimeC, LayerBuffersAppendTheTiledCopies) {
   EXPECT_EQ(offsetof(ft_layer_buffers, x_scale), 18 * p);  // fp8 layers' scales, appended
   EXPECT_EQ(offsetof(ft_layer_buffers, w1_scales), 19 * p);
   EXPECT_EQ(offsetof(ft_layer_buffers, w2_scales), 20 * p);
-  EXPECT_EQ(sizeof(ft_layer_buffers), 21 * p);
+  EXPECT_EQ(offsetof(ft_layer_buffers, inter_scale), 21 * p);  // ABI 1.1: the static mode's intermediate scale
+  EXPECT_EQ(sizeof(ft_layer_buffers), 22 * p);
   EXPECT_EQ(FT_SCALES_PER_TENSOR, 1);
   EXPECT_EQ(FT_SCALES_BLOCK128, 3);
+  EXPECT_EQ(FT_SCALES_STATIC, 4);
   EXPECT_EQ(FT_WEIGHT_LAYOUT_SHUFFLED, 1);
   EXPECT_EQ(FT_WEIGHT_LAYOUT_TILED, 2);
 }

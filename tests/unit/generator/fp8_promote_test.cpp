@@ -18,12 +18,7 @@
 namespace ft {
 namespace {
 
-Problem fp8_problem(Scales scales) {
-  Problem p = problem_from_preset("mixtral-8x7b").value();
-  p.dtype = DType::e4m3;
-  p.scales = scales;
-  return p;
-}
+Problem fp8_problem(Scales scales) { return test::fp8_mixtral(scales); }
 
 // A legal-shaped wgmma e4m3 variant: m64n64, one warpgroup, 4 stages.
 // producer: a producer warpgroup reading tiled weights.

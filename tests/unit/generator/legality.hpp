@@ -1,6 +1,6 @@
 #pragma once
 // The legality check of the table-driven axis tests (pingpong_axis_test.cpp,
-// rebalance_axis_test.cpp, fp8_promote_test.cpp): a variant is legal on the
+// rebalance_axis_test.cpp, fp8_promote_test.cpp, layer/static_scales_test.cpp): a variant is legal on the
 // problem, or refused with a reason that contains `rejection`.
 #include <gtest/gtest.h>
 
@@ -10,6 +10,14 @@
 #include "generator/variant.hpp"
 
 namespace ft::test {
+
+// Mixtral 8x7B as an fp8 problem with these scales.
+inline Problem fp8_mixtral(Scales scales) {
+  Problem p = problem_from_preset("mixtral-8x7b").value();
+  p.dtype = DType::e4m3;
+  p.scales = scales;
+  return p;
+}
 
 inline void expect_legality(const Variant& v, const Problem& problem, const char* rejection) {
   const auto why = why_illegal(v, problem);

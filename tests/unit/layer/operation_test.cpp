@@ -38,7 +38,10 @@ TEST(Operation, TheForwardLayerIsTheFirstRowWithBothStagesInOrder) {
   EXPECT_EQ(f.find_stage("stage3"), nullptr);
   EXPECT_TRUE(f.grad.empty());
   EXPECT_TRUE(f.host_reference.empty()) << "its references are the stages' support kernels";
-  EXPECT_EQ(f.buffers.size(), std::size_t(Buf::dy)) << "every row before the backward's";
+  const std::size_t backward_rows = std::size_t(Buf::dw2) - std::size_t(Buf::dy) + 1;
+  EXPECT_EQ(f.buffers.size(), kBufCount - backward_rows) << "every row but the backward's";
+  for (Buf b : f.buffers) EXPECT_TRUE(b < Buf::dy || b > Buf::dw2) << to_string(b);
+  EXPECT_NE(std::ranges::find(f.buffers, Buf::inter_scale), f.buffers.end()) << "a forward row appended after the backward's";
   EXPECT_EQ(f.support.size(), kSupportCount);
   EXPECT_EQ(f.build, &build_program);
 }
@@ -98,12 +101,12 @@ TEST(Operation, TheBackwardIsTheSecondRowWithItsFourRolesInOrder) {
   EXPECT_FALSE(is_backward(Role::align));
   // X, the routing, the plain weights and the align's rows beside its own; no copy, scale or forward workspace.
   for (Buf x : listed) {
-    const bool own = std::size_t(x) >= std::size_t(Buf::dy);
+    const bool own = x >= Buf::dy && x <= Buf::dw2;
     const bool forward_input = x == Buf::x || x == Buf::topk_ids || x == Buf::topk_weights || x == Buf::w1 || x == Buf::w2;
     const bool align = x == Buf::sorted_ids || x == Buf::block_experts || x == Buf::padded_rows || x == Buf::bad_ids;
     EXPECT_TRUE(own || forward_input || align) << to_string(x);
   }
-  EXPECT_EQ(listed.size(), 9u + (kBufCount - std::size_t(Buf::dy)));
+  EXPECT_EQ(listed.size(), 9u + (std::size_t(Buf::dw2) - std::size_t(Buf::dy) + 1));
   const std::vector<Support> support(b.support.begin(), b.support.end());
   EXPECT_EQ(support, (std::vector<Support>{Support::align, Support::align_count, Support::align_scatter}));
 }
@@ -116,7 +119,9 @@ TEST(Operation, BufferRowsKeepTheirNamesOrderAndWorkspace) {
                                        "sorted_ids", "block_experts", "padded_rows",  "bad_ids", "x_scale",  "w1_scales",
                                        "w2_scales",  "xq",            "x_scales",     "inter_q", "inter_scales",
                                        // the backward's rows, appended (layer/backward.hpp)
-                                       "dy", "saved_gate_up", "saved_inter", "d_gate_up", "d_weights", "dx", "dw1", "dw2"};
+                                       "dy", "saved_gate_up", "saved_inter", "d_gate_up", "d_weights", "dx", "dw1", "dw2",
+                                       // the static scale mode's input, appended after them
+                                       "inter_scale"};
   ASSERT_EQ(kBufCount, names.size());
   const std::set<std::string> workspace{"inter", "y_acc", "sorted_ids", "block_experts", "padded_rows",
                                         "xq",    "x_scales", "inter_q", "inter_scales", "d_gate_up"};

@@ -322,23 +322,25 @@ namespace ft {
 namespace {
 
 // The caller's fp8 scale tensors: one shape rule (scale_shape) for the buffer
-// sizes, the manifest and the C API. Table: mode -> shapes of x_scale, w1, w2.
+// sizes, the manifest and the C API. Table: mode -> shapes of x_scale, w1, w2, inter_scale.
 TEST(LayerProgram, Fp8ScaleShapesByMode) {
   Problem p;
   p.experts = 8, p.hidden = 512, p.inter = 256, p.topk = 2, p.dtype = DType::e4m3;
   struct Row {
     Scales mode;
-    std::vector<long long> x, w1, w2;
+    std::vector<long long> x, w1, w2, inter = {};
   };
   const Row rows[] = {{Scales::per_tensor, {1}, {8}, {8}},
                       {Scales::per_token, {}, {8, 512}, {8, 512}},
-                      {Scales::block128, {}, {8, 4, 4}, {8, 4, 2}}};
+                      {Scales::block128, {}, {8, 4, 4}, {8, 4, 2}},
+                      {Scales::static_tensor, {1}, {8}, {8}, {1}}};
   auto dims = [](const ScaleShape& s) { return std::vector<long long>(s.dims.begin(), s.dims.begin() + s.rank); };
   for (const Row& r : rows) {
     p.scales = r.mode;
     EXPECT_EQ(dims(scale_shape(p, Buf::x_scale)), r.x) << to_string(r.mode);
     EXPECT_EQ(dims(scale_shape(p, Buf::w1_scales)), r.w1) << to_string(r.mode);
     EXPECT_EQ(dims(scale_shape(p, Buf::w2_scales)), r.w2) << to_string(r.mode);
+    EXPECT_EQ(dims(scale_shape(p, Buf::inter_scale)), r.inter) << to_string(r.mode);
     EXPECT_EQ(scale_shape(p, Buf::w1_scales).count(), weight_scale_count(r.mode, 8, 512, 512)) << to_string(r.mode);
     EXPECT_EQ(scale_shape(p, Buf::w2_scales).count(), weight_scale_count(r.mode, 8, 512, 256)) << to_string(r.mode);
     EXPECT_EQ(scale_shape(p, Buf::x).rank, 0);

@@ -28,21 +28,9 @@
 #include "measure/workload/compare.hpp"
 #include "device/device_buffer.hpp"
 #include "layer/execute.hpp"
+#include "measure/timing.hpp"
 
 namespace ft {
-
-struct Timing {
-  double median_us = 0, p10_us = 0, p90_us = 0, min_us = 0;
-  int samples = 0;
-};
-Timing summarize(std::vector<double> samples_us);
-
-struct TimingOptions {
-  int warmup = 3;
-  int reps = 20;
-  bool flush_l2 = true;  // overwrite a buffer twice the L2 size before each rep
-  bool graph = false;    // replay a captured graph instead of direct launches (layer only)
-};
 
 struct LayerTiming {
   Timing total;                  // align + stage 1 + stage 2 + reduce (+ the y_acc clear)
@@ -134,7 +122,7 @@ class LayerBench {
   // Inputs, the plain weights, the workspace; arranged weights join on first use.
   std::array<DeviceBuffer, kBufCount> buffers_;
   BufferTable table_{};
-  DeviceBuffer flush_;
+  L2Flush flush_;
   std::array<DeviceBuffer, 2> inter_ref_;  // by weight_in_stage1
   std::array<DeviceBuffer, 4> y_ref_;      // by ref_slot
   // fp8: the quantise steps, the reference's intermediate quantisation, and its

@@ -1,8 +1,7 @@
 #pragma once
 // The search's handle on one device: what the search's steps ask of it
 // (verify and time stage kernels, layers and backward programs, fresh inputs,
-// telemetry), in the
-// typed requests of measure/worker/protocol.hpp.
+// telemetry), in the typed requests of measure/worker/protocol.hpp.
 //
 // Two implementations run the one measuring service (WorkerService):
 //   make_worker_measurer      in a `flytune worker` subprocess: crash

@@ -398,14 +398,12 @@ Result<std::vector<std::uint16_t>> LayerBench::reference_output(bool w1) {
   return download(y_ref_[w1 ? 1 : 0].ptr(), std::size_t(tokens_) * problem_.hidden);
 }
 
-Result<std::vector<std::uint16_t>> LayerBench::download_x() { return download(at(table_, Buf::x), std::size_t(tokens_) * problem_.hidden); }
-Result<std::vector<std::uint16_t>> LayerBench::download_w1() {
-  if (problem_.fp8()) return fail(Errc::invalid_input, "download_w1: fp8 weights are byte codes, not 16-bit values");
-  return download(at(table_, Buf::w1), std::size_t(problem_.experts) * 2 * problem_.inter * problem_.hidden);
-}
-Result<std::vector<std::uint16_t>> LayerBench::download_w2() {
-  if (problem_.fp8()) return fail(Errc::invalid_input, "download_w2: fp8 weights are byte codes, not 16-bit values");
-  return download(at(table_, Buf::w2), std::size_t(problem_.experts) * problem_.hidden * problem_.inter);
+Status LayerBench::download_inputs(Workload& w) {
+  w.x = FT_TRY(download(at(table_, Buf::x), std::size_t(tokens_) * problem_.hidden));
+  if (problem_.fp8()) return download_fp8(w);
+  w.w1 = FT_TRY(download(at(table_, Buf::w1), std::size_t(problem_.experts) * 2 * problem_.inter * problem_.hidden));
+  w.w2 = FT_TRY(download(at(table_, Buf::w2), std::size_t(problem_.experts) * problem_.hidden * problem_.inter));
+  return {};
 }
 
 }  // namespace ft

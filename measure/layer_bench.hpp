@@ -26,6 +26,7 @@
 #include "generator/variant.hpp"
 #include "device/device.hpp"
 #include "measure/workload/compare.hpp"
+#include "measure/workload/workload.hpp"
 #include "device/device_buffer.hpp"
 #include "layer/execute.hpp"
 #include "measure/timing.hpp"
@@ -71,10 +72,10 @@ class LayerBench {
 
   // The reference outputs, for host-side checks of the reference itself.
   Result<std::vector<std::uint16_t>> reference_output(bool weight_in_stage1);
-  // Current inputs copied back to the host (small problems only).
-  Result<std::vector<std::uint16_t>> download_x();
-  Result<std::vector<std::uint16_t>> download_w1();
-  Result<std::vector<std::uint16_t>> download_w2();
+  // The current inputs copied back into `w` (small problems only), as the CPU
+  // reference reads them: X and the 16-bit weights, or an fp8 problem's codes,
+  // their scales, the static activation scale and the codes' format.
+  Status download_inputs(Workload& w);
 
   // Launches the fill kernel through an invalid device address and waits:
   // the device error a broken kernel would raise (crash-isolation tests).
@@ -110,6 +111,7 @@ class LayerBench {
   Status fill_fp8(std::size_t tokens, std::uint64_t seed, bool weights);
   Status reference_fp8(MoeArgs& a, int slot);
   Status poison_fp8(const BufferTable& table);
+  Status download_fp8(Workload& w);
   Result<Comparison> compare_inter_fp8(const BufferTable& table, int f);
 
   Device& dev_;

@@ -87,7 +87,8 @@ struct DeviceRequest {
   int protocol = kVersion;
 };
 // The problem to measure, the target its kernels are built for, the support
-// unit (align, reduce, reference, fill) and buffers for up to max_tokens.
+// unit (align, reduce, reference, fill) and buffers for up to max_tokens (the
+// backward's are sized per program run).
 // Opened for the backward, it has no forward requests (and the other way round).
 struct OpenRequest {
   using Answer = Done;

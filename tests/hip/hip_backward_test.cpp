@@ -7,10 +7,19 @@
 // that program only -- recorded as failed with the worker's death, never
 // timed --, restarts the worker, verifies and times the others and records a
 // backward winner. The same command again measures nothing and does not retry
-// the lost program. E = 4, H = I = 64, top-2, two configurations per role
+// the lost program. And a search killed (SIGKILL, with its worker) while the
+// worker hangs in that launch resumes: the re-run verifies exactly the program
+// that was in flight. E = 4, H = I = 64, top-2, two configurations per role
 // (five programs), one bucket.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
 #include <filesystem>
 #include <map>
+#include <set>
+#include <sstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -29,6 +38,7 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using test::measurements;
+using namespace std::chrono_literals;
 
 std::vector<std::string> search_args(const std::string& db) {
   return {"search", "--target", "gfx942", "--device", "hip:0", "--pass", "backward", "--experts", "4", "--topk", "2",
@@ -96,6 +106,71 @@ TEST(HipBackward, WorkerAbortedMidProgramLosesOnlyThatProgram) {
   EXPECT_EQ(sum2["resumed"], 9) << sum2.dump(2);  // five verdicts, four timings
   EXPECT_EQ(sum2["gpus"][0]["crashes"], 0);
   EXPECT_EQ(sum2["winners"][0]["kernel"], sum["winners"][0]["kernel"]);
+}
+
+// The third program's verification (the one varying dgrad1: the third
+// dgrad1 launch of the worker's life) hangs; the search and its worker are
+// SIGKILLed during the hang. The re-run closes the dead run, takes the two
+// verdicts it has from the store and verifies the other three, the one in
+// flight among them.
+TEST(HipBackward, SearchKilledWhileTheWorkerHangsResumesVerifyingOnlyWhatItLacks) {
+  test::ScratchDir dir;
+  const test::HipDoubleEnv env("small");
+  const std::string marker = dir.file("hang");
+  const std::string db = dir.file("amd.db");
+  pid_t search = -1;
+  {
+    const test::ScopedEnv fault("FLYTUNE_HIP_DOUBLE_FAULT", "hang@3:_dgrad1_");
+    const test::ScopedEnv once("FLYTUNE_HIP_DOUBLE_FAULT_MARKER", marker.c_str());
+    search = test::spawn_flytune(search_args(db), dir.file("first.log"));
+  }
+  ASSERT_GT(search, 0);
+  const auto deadline = std::chrono::steady_clock::now() + 180s;
+  int status = 0;
+  while (test::read_marker(marker).second.empty() && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_EQ(waitpid(search, &status, WNOHANG), 0) << "the search ended before the hang:\n"
+                                                    << test::read_bytes(dir.file("first.log"));
+    std::this_thread::sleep_for(100ms);
+  }
+  const auto [worker, in_flight] = test::read_marker(marker);  // the dgrad1 configuration of the program in flight
+  ASSERT_NE(in_flight.find("_dgrad1_"), std::string::npos) << "no hang within the deadline:\n"
+                                                           << test::read_bytes(dir.file("first.log"));
+  ASSERT_NE(worker, search) << "the hang is in the worker, not the search";
+  ASSERT_EQ(kill(search, SIGKILL), 0);
+  ASSERT_EQ(waitpid(search, &status, 0), search);
+  ASSERT_EQ(kill(worker, SIGKILL), 0);  // not our child: it was the search's
+
+  const auto names = programs(db);
+  std::set<std::string> before;
+  for (const db::MeasurementRecord& m : measurements(db)) {
+    EXPECT_EQ(m.phase, "verify");
+    EXPECT_EQ(m.status, db::MeasurementStatus::ok) << m.error_message;
+    before.insert(names.at(m.variant_id));
+  }
+  ASSERT_EQ(before.size(), 2u);
+  for (const std::string& p : before) EXPECT_EQ(p.find(in_flight), std::string::npos) << p;
+
+  auto r = test::run_flytune(search_args(db));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json sum = test::summary_of(r.output);
+  ASSERT_TRUE(sum.is_object()) << r.output;
+  bool noted = false;
+  for (const auto& n : sum["notes"]) noted = noted || n.get<std::string>().find("run 1 was left 'running'") != std::string::npos;
+  EXPECT_TRUE(noted) << sum["notes"].dump();
+  EXPECT_EQ(sum["gpus"][0]["crashes"], 0) << sum.dump(2);
+  ASSERT_EQ(sum["winners"].size(), 1u) << sum.dump(2);
+  std::set<std::string> again;
+  bool in_flight_verified = false;
+  for (const db::MeasurementRecord& m : measurements(db, 2)) {
+    EXPECT_EQ(m.status, db::MeasurementStatus::ok) << m.phase << ": " << m.error_message;
+    if (m.phase != "verify") continue;
+    const std::string& p = names.at(m.variant_id);
+    EXPECT_FALSE(before.contains(p)) << p << " verified again";
+    again.insert(p);
+    in_flight_verified = in_flight_verified || p.find(in_flight) != std::string::npos;
+  }
+  EXPECT_EQ(again.size(), 3u);
+  EXPECT_TRUE(in_flight_verified) << "the program in flight was not verified";
 }
 
 }  // namespace

@@ -55,15 +55,6 @@ std::map<std::int64_t, std::string> kernel_names(const std::string& path) {
   return out;
 }
 
-// "<pid> <kernel>" from the double's marker.
-std::pair<pid_t, std::string> read_marker(const std::string& path) {
-  std::istringstream in(test::read_bytes(path));
-  pid_t pid = -1;
-  std::string kernel;
-  in >> pid >> kernel;
-  return {pid, kernel};
-}
-
 // The worker aborts (what ROCm does on a GPU memory fault) at the first
 // stage-2 launch of its life: the search loses that variant only -- recorded
 // as failed with the worker's death, never timed --, restarts the worker,
@@ -79,7 +70,7 @@ TEST(HipFault, WorkerAbortedMidVariantLosesOnlyThatVariant) {
   auto r = test::run_flytune(search_args(db, kSpace2));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_TRUE(fs::exists(marker)) << "the double never faulted: " << r.output;
-  const auto [worker, lost] = read_marker(marker);
+  const auto [worker, lost] = test::read_marker(marker);
   ASSERT_NE(lost.find("_moe2_"), std::string::npos) << lost;
   const json sum = test::summary_of(r.output);
   ASSERT_TRUE(sum.is_object()) << r.output;
@@ -131,12 +122,12 @@ TEST(HipFault, SearchKilledWhileTheWorkerHangsResumesLosingOnlyThatVariant) {
   const auto deadline = std::chrono::steady_clock::now() + 180s;
   int status = 0;
   // The marker is created, then its line written: wait for the line.
-  while (read_marker(marker).second.empty() && std::chrono::steady_clock::now() < deadline) {
+  while (test::read_marker(marker).second.empty() && std::chrono::steady_clock::now() < deadline) {
     ASSERT_EQ(waitpid(search, &status, WNOHANG), 0) << "the search ended before the hang:\n"
                                                     << test::read_bytes(dir.file("first.log"));
     std::this_thread::sleep_for(100ms);
   }
-  const auto [worker, in_flight] = read_marker(marker);
+  const auto [worker, in_flight] = test::read_marker(marker);
   ASSERT_FALSE(in_flight.empty()) << "no hang within the deadline:\n" << test::read_bytes(dir.file("first.log"));
   ASSERT_GT(worker, 0);
   ASSERT_NE(worker, search) << "the hang is in the worker, not the search";

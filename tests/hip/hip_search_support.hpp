@@ -1,8 +1,12 @@
 #pragma once
 // What the tests that run flytune searches on the HIP test double share: the
 // environment the binary and its workers inherit, and the JSON summary.
+#include <sys/types.h>
+
 #include <cstdlib>
+#include <sstream>
 #include <string>
+#include <utility>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -11,6 +15,7 @@
 
 #include "compile/toolchain/toolchains.hpp"
 #include "tests/support/scoped_env.hpp"
+#include "tests/unit/store/db_test_support.hpp"
 
 namespace ft::test {
 
@@ -40,6 +45,15 @@ inline void skip_unless_buildable(const char* target) {
   if (expected && (std::string(",") + expected + ",").find(std::string(",") + target + ",") != std::string::npos)
     FAIL() << "FLYTUNE_EXPECT_TARGETS lists " << target << " but nothing here builds it: " << backend.error().describe();
   GTEST_SKIP() << "not compiled here: " << backend.error().describe();
+}
+
+// "<pid> <kernel>" from the double's fault marker (FLYTUNE_HIP_DOUBLE_FAULT_MARKER).
+inline std::pair<pid_t, std::string> read_marker(const std::string& path) {
+  std::istringstream in(read_bytes(path));
+  pid_t pid = -1;
+  std::string kernel;
+  in >> pid >> kernel;
+  return {pid, kernel};
 }
 
 // The JSON summary at the end of `search --json` output (warnings may precede it).

@@ -11,15 +11,9 @@
 // worker hangs in that launch resumes: the re-run verifies exactly the program
 // that was in flight. E = 4, H = I = 64, top-2, two configurations per role
 // (five programs), one bucket.
-#include <signal.h>
-#include <sys/wait.h>
-
-#include <chrono>
 #include <filesystem>
 #include <map>
 #include <set>
-#include <sstream>
-#include <thread>
 #include <string>
 #include <vector>
 
@@ -38,7 +32,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using test::measurements;
-using namespace std::chrono_literals;
 
 std::vector<std::string> search_args(const std::string& db) {
   return {"search", "--target", "gfx942", "--device", "hip:0", "--pass", "backward", "--experts", "4", "--topk", "2",
@@ -118,27 +111,9 @@ TEST(HipBackward, SearchKilledWhileTheWorkerHangsResumesVerifyingOnlyWhatItLacks
   const test::HipDoubleEnv env("small");
   const std::string marker = dir.file("hang");
   const std::string db = dir.file("amd.db");
-  pid_t search = -1;
-  {
-    const test::ScopedEnv fault("FLYTUNE_HIP_DOUBLE_FAULT", "hang@3:_dgrad1_");
-    const test::ScopedEnv once("FLYTUNE_HIP_DOUBLE_FAULT_MARKER", marker.c_str());
-    search = test::spawn_flytune(search_args(db), dir.file("first.log"));
-  }
-  ASSERT_GT(search, 0);
-  const auto deadline = std::chrono::steady_clock::now() + 180s;
-  int status = 0;
-  while (test::read_marker(marker).second.empty() && std::chrono::steady_clock::now() < deadline) {
-    ASSERT_EQ(waitpid(search, &status, WNOHANG), 0) << "the search ended before the hang:\n"
-                                                    << test::read_bytes(dir.file("first.log"));
-    std::this_thread::sleep_for(100ms);
-  }
-  const auto [worker, in_flight] = test::read_marker(marker);  // the dgrad1 configuration of the program in flight
-  ASSERT_NE(in_flight.find("_dgrad1_"), std::string::npos) << "no hang within the deadline:\n"
-                                                           << test::read_bytes(dir.file("first.log"));
-  ASSERT_NE(worker, search) << "the hang is in the worker, not the search";
-  ASSERT_EQ(kill(search, SIGKILL), 0);
-  ASSERT_EQ(waitpid(search, &status, 0), search);
-  ASSERT_EQ(kill(worker, SIGKILL), 0);  // not our child: it was the search's
+  // The dgrad1 configuration of the program in flight.
+  const std::string in_flight = test::kill_search_during_hang(search_args(db), "hang@3:_dgrad1_", marker, dir.file("first.log"));
+  ASSERT_NE(in_flight.find("_dgrad1_"), std::string::npos) << in_flight;
 
   const auto names = programs(db);
   std::set<std::string> before;
@@ -150,13 +125,8 @@ TEST(HipBackward, SearchKilledWhileTheWorkerHangsResumesVerifyingOnlyWhatItLacks
   ASSERT_EQ(before.size(), 2u);
   for (const std::string& p : before) EXPECT_EQ(p.find(in_flight), std::string::npos) << p;
 
-  auto r = test::run_flytune(search_args(db));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json sum = test::summary_of(r.output);
-  ASSERT_TRUE(sum.is_object()) << r.output;
-  bool noted = false;
-  for (const auto& n : sum["notes"]) noted = noted || n.get<std::string>().find("run 1 was left 'running'") != std::string::npos;
-  EXPECT_TRUE(noted) << sum["notes"].dump();
+  const json sum = test::resume_after_kill(search_args(db));
+  ASSERT_TRUE(sum.is_object());
   EXPECT_EQ(sum["gpus"][0]["crashes"], 0) << sum.dump(2);
   ASSERT_EQ(sum["winners"].size(), 1u) << sum.dump(2);
   std::set<std::string> again;

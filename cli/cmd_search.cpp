@@ -399,7 +399,7 @@ Command setup_search(CLI::App& app) {
                 "Measure in this process, not in a worker process per device: no crash isolation and no watchdog (a "
                 "kernel that faults or hangs ends the search); for --emulate and tests");
   sub->add_option("--pass", opt->pass,
-                  "forward (the default), backward (the backward program; on the CPU emulator, --emulate) or both")
+                  "forward (the default), backward (the backward program, on one device: a GPU or --emulate) or both")
       ->check(CLI::IsMember({"forward", "backward", "both"}));
   sub->add_flag("--force", opt->force, "Measure again what the database already has");
   sub->add_flag("--graph", opt->graph, "Time the whole layer by CUDA/HIP graph replay");

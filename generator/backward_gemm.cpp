@@ -94,6 +94,45 @@ std::string BackwardVariant::name() const {
                      tile_k, warps_m, warps_n, atom->short_name(), stages);
 }
 
+nlohmann::json BackwardVariant::to_json() const {
+  return {{"op", to_string(op)},   {"atom", atom->id},       {"tile_m", tile_m},       {"tile_n", tile_n},
+          {"tile_k", tile_k},      {"warps_m", warps_m},     {"warps_n", warps_n},     {"stages", stages}};
+}
+
+Result<BackwardVariant> BackwardVariant::from_json(const nlohmann::json& j, const Target& target) {
+  const auto bad = [](const std::string& why) { return fail(Errc::invalid_input, "backward configuration: " + why); };
+  if (!j.is_object()) return bad("not a JSON object");
+  BackwardVariant v;
+  v.target = &target;
+  const std::pair<const char*, int*> ints[] = {{"tile_m", &v.tile_m}, {"tile_n", &v.tile_n},   {"tile_k", &v.tile_k},
+                                               {"warps_m", &v.warps_m}, {"warps_n", &v.warps_n}, {"stages", &v.stages}};
+  std::size_t known = 2;
+  for (const auto& [key, out] : ints) {
+    auto it = j.find(key);
+    if (it == j.end()) return bad(fmt::format("\"{}\" is missing", key));
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 || it->get<std::int64_t>() > 1 << 20)
+      return bad(fmt::format("\"{}\" must be a non-negative integer", key));
+    *out = it->get<int>();
+    ++known;
+  }
+  auto text = [&](const char* key) -> Result<std::string> {
+    auto it = j.find(key);
+    if (it == j.end()) return bad(fmt::format("\"{}\" is missing", key));
+    if (!it->is_string()) return bad(fmt::format("\"{}\" must be a string", key));
+    return it->get<std::string>();
+  };
+  const std::string op = FT_TRY(text("op")), atom = FT_TRY(text("atom"));
+  if (j.size() != known) return bad("a member that is not one of a configuration's");
+  bool found = false;
+  for (BackwardOp o : {BackwardOp::wgrad, BackwardOp::dgrad_swiglu, BackwardOp::dgrad_scatter})
+    if (to_string(o) == op) v.op = o, found = true;
+  if (!found) return bad(fmt::format("unknown op '{}' (kgrouped, dgrad2 or dgrad1)", shorten(op)));
+  v.atom = find_atom(atom);
+  if (!v.atom) return bad(fmt::format("unknown atom '{}'", shorten(atom)));
+  if (auto why = why_illegal(v)) return bad(fmt::format("{}: {}", v.name(), *why));
+  return v;
+}
+
 int BackwardVariant::threads() const { return warps_m * warps_n * atom->lanes; }
 
 // ft::TiledGemm::kSmemBytes with one weight matrix: rows of A^T then of B^T,

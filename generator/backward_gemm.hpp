@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "generator/atoms.hpp"
 #include "base/error.hpp"
 #include "generator/family.hpp"
@@ -45,6 +47,15 @@ struct BackwardVariant {
   int threads() const;
   int lds_bytes() const;          // the kernels' kSmemBytes (the emitted unit static_asserts it)
   int register_estimate() const;  // per lane, a pre-compile estimate
+
+  // {"op", "atom", "tile_m", "tile_n", "tile_k", "warps_m", "warps_n", "stages"}: a
+  // `grad` row's params and the worker protocol's configuration (the target is
+  // the row's, or the message's).
+  nlohmann::json to_json() const;
+  // The configuration of `target` that to_json wrote: every member given and of
+  // its type, no other member, the op and atom known, and the rule table passed;
+  // Errc::invalid_input with the first thing wrong.
+  static Result<BackwardVariant> from_json(const nlohmann::json& j, const Target& target);
 };
 
 // Why a configuration cannot be built on its target, or nullopt: the rows of

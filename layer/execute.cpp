@@ -46,27 +46,32 @@ std::string missing_hint(Buf b) {
 
 }  // namespace
 
+FunctionHandle& RoleKernels::of(Role r) {
+  switch (r) {
+    case Role::align: return align;
+    case Role::stage1: return stage1;
+    case Role::stage2: return stage2;
+    case Role::reduce_atomic: return reduce_atomic;
+    case Role::reduce_partials: return reduce_partials;
+    case Role::reduce_partials16: return reduce_partials16;
+    case Role::align_count: return align_count;
+    case Role::align_scatter: return align_scatter;
+    case Role::quantise_x: return quantise_x;
+    case Role::quantise_inter: return quantise_inter;
+    case Role::dgrad2: return dgrad2;
+    case Role::dgrad1: return dgrad1;
+    case Role::wgrad2: return wgrad2;
+    case Role::wgrad1: break;
+  }
+  return wgrad1;
+}
+
 Result<std::vector<FunctionHandle>> bind(const LayerProgram& p, const RoleKernels& k) {
   std::vector<FunctionHandle> out(p.steps.size());
   for (std::size_t i = 0; i < p.steps.size(); ++i) {
     const Step& s = p.steps[i];
     if (s.op != Step::Op::launch) continue;
-    switch (s.role) {
-      case Role::align: out[i] = k.align; break;
-      case Role::stage1: out[i] = k.stage1; break;
-      case Role::stage2: out[i] = k.stage2; break;
-      case Role::reduce_atomic: out[i] = k.reduce_atomic; break;
-      case Role::reduce_partials: out[i] = k.reduce_partials; break;
-      case Role::reduce_partials16: out[i] = k.reduce_partials16; break;
-      case Role::align_count: out[i] = k.align_count; break;
-      case Role::align_scatter: out[i] = k.align_scatter; break;
-      case Role::quantise_x: out[i] = k.quantise_x; break;
-      case Role::quantise_inter: out[i] = k.quantise_inter; break;
-      case Role::dgrad2: out[i] = k.dgrad2; break;
-      case Role::dgrad1: out[i] = k.dgrad1; break;
-      case Role::wgrad2: out[i] = k.wgrad2; break;
-      case Role::wgrad1: out[i] = k.wgrad1; break;
-    }
+    out[i] = k.of(s.role);
     if (!out[i].p) return fail(Errc::internal, fmt::format("layer program: no {} kernel was loaded for step {}", to_string(s.role), s.name));
   }
   return out;

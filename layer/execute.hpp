@@ -27,6 +27,10 @@ struct RoleKernels {
   FunctionHandle align_count, align_scatter;  // the wide align (layer/program.hpp, AlignForm)
   FunctionHandle quantise_x, quantise_inter;  // fp8 layers' support steps
   FunctionHandle dgrad2, dgrad1, wgrad2, wgrad1;  // the backward's stages (layer/backward.hpp)
+
+  // The member that holds a role's kernel.
+  FunctionHandle& of(Role r);
+  FunctionHandle of(Role r) const { return const_cast<RoleKernels*>(this)->of(r); }
 };
 // One function per step (a null handle for memsets); Errc::internal when a
 // role the program needs has no kernel.

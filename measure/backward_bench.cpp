@@ -106,6 +106,7 @@ Result<std::unique_ptr<BackwardBench>> BackwardBench::create(Device& dev, const 
   b->state_->align = FT_TRY(entry(Support::align));
   b->state_->align_count = FT_TRY(entry(Support::align_count));
   b->state_->align_scatter = FT_TRY(entry(Support::align_scatter));
+  b->flush_ = FT_TRY(L2Flush::create(dev));
   return b;
 }
 
@@ -231,24 +232,7 @@ Result<BackwardCheck> BackwardBench::verify(const LayerRecipe& r, const RoleKern
 
 Result<Timing> BackwardBench::time(const LayerRecipe& r, const RoleKernels& grad, const TimingOptions& opt) {
   Prepared run = FT_TRY(prepare_run(dev_, problem_, target_, r, grad, *state_));
-  for (int i = 0; i < opt.warmup; ++i) FT_CHECK(execute(dev_, run.prog, run.fns, run.bound.table, {}));
-  const EventHandle start = FT_TRY(dev_.create_event());
-  const EventHandle stop = FT_TRY(dev_.create_event());
-  std::vector<double> us;
-  Status st = [&]() -> Status {
-    for (int i = 0; i < std::max(1, opt.reps); ++i) {
-      FT_CHECK(dev_.record(start));
-      FT_CHECK(execute(dev_, run.prog, run.fns, run.bound.table, {}));
-      FT_CHECK(dev_.record(stop));
-      FT_CHECK(dev_.synchronize());
-      us.push_back(double(FT_TRY(dev_.elapsed_ms(start, stop))) * 1000.0);
-    }
-    return {};
-  }();
-  (void)dev_.destroy_event(start);
-  (void)dev_.destroy_event(stop);
-  FT_CHECK(st);
-  return summarize(std::move(us));
+  return time_runs(dev_, opt, &flush_, [&] { return execute(dev_, run.prog, run.fns, run.bound.table, {}); });
 }
 
 }  // namespace ft

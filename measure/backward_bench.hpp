@@ -13,8 +13,9 @@
 // once and compares every buffer a role writes (the operation's rows) with
 // compare.hpp's 16-bit bounds -- dX, dW1, dW2 and d(topk_weights) as fp32,
 // d_gate_up on the routed pairs' rows; its other rows must keep their poison.
-// Timing: events around the whole program, warm-ups first; the L2 is not
-// flushed (the first backward search runs on the CPU emulator).
+// Timing: as the forward's (timing.hpp): events around the whole program,
+// warm-ups first, the L2 flushed before each repetition, the median with p10
+// and p90 of the repetitions; a time the events cannot give is refused.
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -27,7 +28,7 @@
 #include "generator/target.hpp"
 #include "layer/execute.hpp"
 #include "layer/program.hpp"
-#include "measure/layer_bench.hpp"
+#include "measure/timing.hpp"
 #include "measure/workload/backward_reference.hpp"
 #include "measure/workload/compare.hpp"
 
@@ -86,6 +87,7 @@ class BackwardBench {
   const Target& target_;
   std::vector<ModuleHandle> modules_;
   std::unique_ptr<State> state_;
+  L2Flush flush_;
 };
 
 }  // namespace ft

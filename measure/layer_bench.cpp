@@ -20,39 +20,7 @@ constexpr std::uint32_t kNaN32 = 0xffffffffu;    // an fp32 NaN
 
 Dim3 grid_of(const LaunchShape& s) { return Dim3{unsigned(s.grid_x), unsigned(s.grid_y), unsigned(s.grid_z)}; }
 
-double percentile(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0;
-  const double pos = q * double(sorted.size() - 1);
-  const std::size_t lo = std::size_t(std::floor(pos)), hi = std::min(sorted.size() - 1, lo + 1);
-  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - double(lo));
-}
-
-// One repetition's time from its two events, in microseconds: refused when the
-// runtime gives a time that is no time (NaN, infinite or negative: a runtime
-// bug, or events read out of order), which would otherwise be sorted into
-// the median as if measured.
-Result<double> sample_us(Device& dev, EventHandle start, EventHandle stop) {
-  const float ms = FT_TRY(dev.elapsed_ms(start, stop));
-  if (!std::isfinite(ms) || ms < 0)
-    return fail(Errc::device, fmt::format("the device's events gave {} ms for a repetition; no timing is recorded from "
-                                          "times that are not a finite, non-negative number",
-                                          ms));
-  return double(ms) * 1000.0;
-}
-
 }  // namespace
-
-Timing summarize(std::vector<double> us) {
-  Timing t;
-  if (us.empty()) return t;
-  std::sort(us.begin(), us.end());
-  t.samples = int(us.size());
-  t.min_us = us.front();
-  t.median_us = percentile(us, 0.5);
-  t.p10_us = percentile(us, 0.1);
-  t.p90_us = percentile(us, 0.9);
-  return t;
-}
 
 Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Problem& p, const Target& target,
                                                        std::span<const std::byte> support, int max_tokens) {
@@ -91,9 +59,7 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   for (int f = 0; f < 2; ++f) b->inter_ref_[f] = FT_TRY(DeviceBuffer::allocate(dev, T * k * I * es));
   for (DeviceBuffer& y : b->y_ref_) y = FT_TRY(DeviceBuffer::allocate(dev, T * H * es));
   if (p.fp8()) FT_CHECK(b->create_fp8(m, T));
-  // Twice the L2 (at least 64 MiB) so a rewrite evicts every line the last rep touched.
-  const std::size_t l2 = std::max<std::size_t>(dev.info().l2_bytes, 32u << 20);
-  b->flush_ = FT_TRY(DeviceBuffer::allocate(dev, 2 * l2));
+  b->flush_ = FT_TRY(L2Flush::create(dev));
   return b;
 }
 
@@ -234,7 +200,7 @@ Status LayerBench::run_checked(const LayerProgram& p, std::span<const FunctionHa
   return {};
 }
 
-Status LayerBench::flush_l2(StreamHandle s) { return dev_.memset_u32(flush_.ptr(), 0x5a5a5a5au, flush_.bytes() / 4, s); }
+Status LayerBench::flush_l2(StreamHandle s) { return flush_(dev_, s); }
 
 Result<std::vector<std::uint16_t>> LayerBench::download(DevicePtr p, std::size_t count) {
   std::vector<std::uint16_t> out(count);
@@ -438,14 +404,12 @@ Result<std::vector<std::uint16_t>> LayerBench::reference_output(bool w1) {
   return download(y_ref_[w1 ? 1 : 0].ptr(), std::size_t(tokens_) * problem_.hidden);
 }
 
-Result<std::vector<std::uint16_t>> LayerBench::download_x() { return download(at(table_, Buf::x), std::size_t(tokens_) * problem_.hidden); }
-Result<std::vector<std::uint16_t>> LayerBench::download_w1() {
-  if (problem_.fp8()) return fail(Errc::invalid_input, "download_w1: fp8 weights are byte codes, not 16-bit values");
-  return download(at(table_, Buf::w1), std::size_t(problem_.experts) * 2 * problem_.inter * problem_.hidden);
-}
-Result<std::vector<std::uint16_t>> LayerBench::download_w2() {
-  if (problem_.fp8()) return fail(Errc::invalid_input, "download_w2: fp8 weights are byte codes, not 16-bit values");
-  return download(at(table_, Buf::w2), std::size_t(problem_.experts) * problem_.hidden * problem_.inter);
+Status LayerBench::download_inputs(Workload& w) {
+  w.x = FT_TRY(download(at(table_, Buf::x), std::size_t(tokens_) * problem_.hidden));
+  if (problem_.fp8()) return download_fp8(w);
+  w.w1 = FT_TRY(download(at(table_, Buf::w1), std::size_t(problem_.experts) * 2 * problem_.inter * problem_.hidden));
+  w.w2 = FT_TRY(download(at(table_, Buf::w2), std::size_t(problem_.experts) * problem_.hidden * problem_.inter));
+  return {};
 }
 
 }  // namespace ft

@@ -26,23 +26,12 @@
 #include "generator/variant.hpp"
 #include "device/device.hpp"
 #include "measure/workload/compare.hpp"
+#include "measure/workload/workload.hpp"
 #include "device/device_buffer.hpp"
 #include "layer/execute.hpp"
+#include "measure/timing.hpp"
 
 namespace ft {
-
-struct Timing {
-  double median_us = 0, p10_us = 0, p90_us = 0, min_us = 0;
-  int samples = 0;
-};
-Timing summarize(std::vector<double> samples_us);
-
-struct TimingOptions {
-  int warmup = 3;
-  int reps = 20;
-  bool flush_l2 = true;  // overwrite a buffer twice the L2 size before each rep
-  bool graph = false;    // replay a captured graph instead of direct launches (layer only)
-};
 
 struct LayerTiming {
   Timing total;                  // align + stage 1 + stage 2 + reduce (+ the y_acc clear)
@@ -83,10 +72,10 @@ class LayerBench {
 
   // The reference outputs, for host-side checks of the reference itself.
   Result<std::vector<std::uint16_t>> reference_output(bool weight_in_stage1);
-  // Current inputs copied back to the host (small problems only).
-  Result<std::vector<std::uint16_t>> download_x();
-  Result<std::vector<std::uint16_t>> download_w1();
-  Result<std::vector<std::uint16_t>> download_w2();
+  // The current inputs copied back into `w` (small problems only), as the CPU
+  // reference reads them: X and the 16-bit weights, or an fp8 problem's codes,
+  // their scales, the static activation scale and the codes' format.
+  Status download_inputs(Workload& w);
 
   // Launches the fill kernel through an invalid device address and waits:
   // the device error a broken kernel would raise (crash-isolation tests).
@@ -129,6 +118,7 @@ class LayerBench {
   // reference's unweighted fp32 intermediate (layer/calibrate.hpp); a no-op in the other modes.
   Status calibrate_fp8();
   Status poison_fp8(const BufferTable& table);
+  Status download_fp8(Workload& w);
   Result<Comparison> compare_inter_fp8(const BufferTable& table, int f);
 
   Device& dev_;
@@ -141,7 +131,7 @@ class LayerBench {
   // Inputs, the plain weights, the workspace; arranged weights join on first use.
   std::array<DeviceBuffer, kBufCount> buffers_;
   BufferTable table_{};
-  DeviceBuffer flush_;
+  L2Flush flush_;
   std::array<DeviceBuffer, 2> inter_ref_;  // by weight_in_stage1
   std::array<DeviceBuffer, 4> y_ref_;      // by ref_slot
   // fp8: the quantise steps, the reference's intermediate quantisation, and its

@@ -80,6 +80,26 @@ Status LayerBench::fill_fp8(std::size_t tokens, std::uint64_t seed, bool weights
   return {};
 }
 
+Status LayerBench::download_fp8(Workload& w) {
+  const Problem& p = problem_;
+  const std::size_t E = p.experts, H = p.hidden, I = p.inter;
+  auto bytes = [&](Buf b, auto& out, std::size_t count) -> Status {
+    out.resize(count);
+    return dev_.copy_to_host(out.data(), at(table_, b), count * sizeof(out[0]));
+  };
+  w.fp8_format = format_of(target_);
+  FT_CHECK(bytes(Buf::w1, w.w1q, E * 2 * I * H));
+  FT_CHECK(bytes(Buf::w2, w.w2q, E * H * I));
+  FT_CHECK(bytes(Buf::w1_scales, w.w1_scales, std::size_t(weight_scale_count(p.scales, E, 2 * I, H))));
+  FT_CHECK(bytes(Buf::w2_scales, w.w2_scales, std::size_t(weight_scale_count(p.scales, E, H, I))));
+  w.x_scale.clear();
+  w.inter_scale.clear();
+  if (tensor_scales(p.scales)) FT_CHECK(bytes(Buf::x_scale, w.x_scale, 1));
+  // The static intermediate scale the inputs were calibrated with (calibrate_fp8), the kernels' own.
+  if (p.scales == Scales::static_tensor) FT_CHECK(bytes(Buf::inter_scale, w.inter_scale, 1));
+  return {};
+}
+
 // The fp8 reference: the fp32 intermediate (into inter_ref_f32_), quantised as
 // stage 2 reads it (inter_ref_q_, inter_ref_scales_: group scales, or row scales
 // with kFlagInterRowScales in a.flags), then Y. f: the slot (ref_slot).

@@ -1,6 +1,7 @@
 #include "search/backward_search.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <optional>
@@ -15,22 +16,35 @@
 #include "generator/backward_gemm.hpp"
 #include "generator/emitter.hpp"
 #include "layer/operation.hpp"
-#include "measure/backward_bench.hpp"
+#include "measure/worker/protocol.hpp"
 #include "measure/worker/worker_device.hpp"
+#include "search/measurer.hpp"
+#include "search/object_dir.hpp"
 #include "search/steps.hpp"
+#include "search/strategy.hpp"
 #include "store/kind.hpp"
 
 namespace ft {
 namespace {
 
-// The emulator runs a program in milliseconds to seconds: few repetitions.
-constexpr TimingOptions kTiming{.warmup = 1, .reps = 5, .flush_l2 = false};
+// The emulator runs a program in milliseconds to seconds: fewer repetitions
+// than a GPU's (the forward's long timing), the same protocol otherwise.
+protocol::TimeBackwardRequest timing_request(const std::string& selector) {
+  protocol::TimeBackwardRequest r;
+  if (is_emu_selector(selector)) {
+    r.warmup = 1;
+    r.reps = kShortReps;
+  } else {
+    r.reps = kLongReps;
+  }
+  return r;
+}
 
-// A compiled backward GEMM configuration and its variants row.
+// A compiled backward GEMM configuration, its variants row and its code object's file.
 struct Config {
   BackwardVariant v;
   std::int64_t id = 0;
-  FunctionHandle fn{};
+  std::string path;
 };
 
 // A program: one configuration per role (indices into the configurations), its row.
@@ -41,86 +55,86 @@ struct Program {
   bool passed = false;
 };
 
-nlohmann::json params_of(const BackwardVariant& v) {
-  return {{"op", to_string(v.op)}, {"atom", v.atom->id},   {"tile_m", v.tile_m},   {"tile_n", v.tile_n},
-          {"tile_k", v.tile_k},    {"warps_m", v.warps_m}, {"warps_n", v.warps_n}, {"stages", v.stages}};
-}
-
-// Context every measurement row carries.
-struct Ids {
-  std::int64_t run = 0, problem = 0, device = 0, toolchain = 0;
-  std::string bus;
-};
-
-Status record(Recorder& rec, const Ids& ids, std::int64_t variant, int tokens, std::string_view phase,
-              db::MeasurementStatus st, const std::optional<Timing>& t, const std::optional<Comparison>& c,
-              const std::string& error) {
-  Measured result{t, std::nullopt};
-  if (c) result.comparison = protocol::VerifyAnswer{c->passed, c->rel_l2, c->max_abs, c->summary()};
-  db::MeasurementRecord m =
-      measurement_row({variant, ids.problem, ids.device, tokens}, ids.run, phase, st, result, error, {});
-  m.pci_bus_id = ids.bus;
-  return rec.measurement(m);
-}
-
-// The search's state on its one emulated device.
+// The search's state on its one device, measured through its Measurer (a
+// worker process, or the service in this process).
 struct BackwardRun {
   const SearchConfig& cfg;
   Recorder& rec;
-  const Target& target;
   std::uint64_t seed;
-  Ids ids;
-  std::unique_ptr<Device> dev;
-  std::unique_ptr<BackwardBench> bench;
+  std::filesystem::path object_dir;
+  std::atomic<bool> stop{false};
+  std::unique_ptr<Measurer> m;
+  const Target* target = nullptr;
+  std::optional<GpuContext> gpu;
+  std::string support_path;
   std::vector<Config> configs;
   std::vector<std::vector<std::size_t>> by_role;  // each role's configurations
   std::vector<Program> programs;
+  int input_tokens = 0;  // the tokens of the inputs the service holds
+  std::size_t verified = 0;  // programs verified here (answered, passed or not)
 
+  Status start(SearchSummary& summary, std::int64_t run_id, std::int64_t problem_id);
   Status compile_and_record();
   Status make_programs();
-  LayerRecipe recipe(const Program& p) const;
-  RoleKernels kernels(const Program& p) const;
+  std::vector<protocol::GradKernelRef> stages(const Program& p) const;
+  Status inputs(int tokens, std::uint64_t seed, int empty);
+  // Whether the device can take another request: no when the search stops
+  // (Ctrl-C: Errc::interrupted) or the worker is dead (its error).
+  Status usable() const;
   Status verify_all();
-  Result<std::optional<Timing>> time(const Program& p, int tokens);
+  Result<std::optional<Timing>> time(const Program& p, int tokens, const TelemetryReading& tele);
   Status bucket(int tokens);
 };
 
+Status BackwardRun::start(SearchSummary& summary, std::int64_t run_id, std::int64_t problem_id) {
+  const std::string sel = cfg.devices.empty() ? std::string() : cfg.devices.front();
+  m = cfg.in_process ? make_in_process_measurer(sel, stop) : make_worker_measurer(cfg.worker_executable, sel, stop);
+  auto info = m->start();
+  if (!info) return std::unexpected(sel.empty() ? info.error() : with_context(info.error(), sel));
+  target = FT_TRY(target_of_gpu(cfg, *info));
+  const std::int64_t device_id = FT_TRY(rec.device(db::DeviceRecord::from(*info)));
+  if (summary.device.empty()) summary.device = fmt::format("{} ({})", info->name, info->arch);
+  gpu.emplace(GpuContext{*m, *info, run_id, problem_id, device_id, 0, rec});
+  return {};
+}
+
 Status BackwardRun::compile_and_record() {
   const Problem& pr = cfg.problem;
-  const CodeObject support = FT_TRY(compile(emit_support(target, pr.dtype), target, cfg.compile));
-  ids.toolchain = FT_TRY(rec.toolchain({0, std::string(to_string(support.backend)), support.toolchain_version, ""}));
+  const CodeObject support = FT_TRY(compile(emit_support(*target, pr.dtype), *target, cfg.compile));
+  gpu->toolchain_id = FT_TRY(rec.toolchain({0, std::string(to_string(support.backend)), support.toolchain_version, ""}));
   const std::string format(code_object_extension(support.backend).substr(1));
   FT_CHECK(rec.code_object(support.hash, format, support.binary));
-  FT_TRY(rec.variant({.kernel_name = support.kernel_name, .target = std::string(target.name),
+  FT_TRY(rec.variant({.kernel_name = support.kernel_name, .target = std::string(target->name),
                       .kind = db::kind_text(db::Kind::support), .source_hash = support.cache_key,
-                      .code_object_hash = support.hash, .toolchain_id = ids.toolchain, .compile_log = support.log,
+                      .code_object_hash = support.hash, .toolchain_id = gpu->toolchain_id, .compile_log = support.log,
                       .compile_seconds = support.compile_seconds}));
-  bench = FT_TRY(BackwardBench::create(*dev, pr, target, support.binary));
+  support_path = FT_TRY(write_object(object_dir, support));
 
   std::map<std::string, std::size_t> index;  // name -> configs
   for (const op::GradRole& role : op::moe_backward().grad) {
-    const int m = op::extent(role.m, pr.hidden, pr.inter), n = op::extent(role.n, pr.hidden, pr.inter);
+    const int mm = op::extent(role.m, pr.hidden, pr.inter), n = op::extent(role.n, pr.hidden, pr.inter);
     std::vector<std::size_t>& mine = by_role.emplace_back();
-    for (const BackwardVariant& v : backward_space(target, pr.dtype, cfg.space.preset, role.gemm)) {
-      if (why_illegal_for(v, m, n)) continue;
+    for (const BackwardVariant& v : backward_space(*target, pr.dtype, cfg.space.preset, role.gemm)) {
+      if (why_illegal_for(v, mm, n)) continue;
       if (cfg.budget > 0 && int(mine.size()) == cfg.budget) break;
+      if (interrupted()) return fail(Errc::interrupted, "interrupted while compiling the backward's configurations");
       auto [it, fresh] = index.emplace(v.name(), configs.size());
       if (fresh) {
-        const CodeObject co = FT_TRY(compile(FT_TRY(emit_backward(v)), target, cfg.compile));
+        const CodeObject co = FT_TRY(compile(FT_TRY(emit_backward(v)), *target, cfg.compile));
         FT_CHECK(rec.code_object(co.hash, format, co.binary));
-        const std::int64_t id = FT_TRY(rec.variant({.kernel_name = v.name(), .target = std::string(target.name),
-                                                    .kind = db::kind_text(db::Kind::grad), .params = params_of(v),
+        const std::int64_t id = FT_TRY(rec.variant({.kernel_name = v.name(), .target = std::string(target->name),
+                                                    .kind = db::kind_text(db::Kind::grad), .params = v.to_json(),
                                                     .source_hash = co.cache_key, .code_object_hash = co.hash,
-                                                    .toolchain_id = ids.toolchain, .compile_log = co.log,
+                                                    .toolchain_id = gpu->toolchain_id, .compile_log = co.log,
                                                     .compile_seconds = co.compile_seconds}));
-        configs.push_back({v, id, FT_TRY(bench->load(co.binary, v.name()))});
+        configs.push_back({v, id, FT_TRY(write_object(object_dir, co))});
       }
       mine.push_back(it->second);
     }
     if (mine.empty())
       return fail(Errc::invalid_input,
                   fmt::format("--pass backward: no {} configuration of the --space preset fits {} (m = {}, n = {})",
-                              to_string(role.launch), pr.key(), m, n));
+                              to_string(role.launch), pr.key(), mm, n));
   }
   return {};
 }
@@ -145,91 +159,101 @@ Status BackwardRun::make_programs() {
       params[role] = names.back();
     }
     p.name = fmt::format("{}", fmt::join(names, "+"));
-    p.id = FT_TRY(rec.variant({.kernel_name = p.name, .target = std::string(target.name),
+    p.id = FT_TRY(rec.variant({.kernel_name = p.name, .target = std::string(target->name),
                                .kind = db::kind_text(db::Kind::backward), .params = params,
-                               .toolchain_id = ids.toolchain}));
+                               .toolchain_id = gpu->toolchain_id}));
     programs.push_back(std::move(p));
   }
   return {};
 }
 
-LayerRecipe BackwardRun::recipe(const Program& p) const {
-  LayerRecipe r{&target, cfg.problem, {}};
-  for (std::size_t i = 0; i < p.config.size(); ++i)
-    r.grad.push_back({op::moe_backward().grad[i].launch, configs[p.config[i]].v});
-  return r;
-}
-
-RoleKernels BackwardRun::kernels(const Program& p) const {
-  RoleKernels k;
+std::vector<protocol::GradKernelRef> BackwardRun::stages(const Program& p) const {
+  std::vector<protocol::GradKernelRef> out;
   for (std::size_t i = 0; i < p.config.size(); ++i) {
-    const FunctionHandle f = configs[p.config[i]].fn;
-    switch (op::moe_backward().grad[i].launch) {
-      case Role::dgrad2: k.dgrad2 = f; break;
-      case Role::dgrad1: k.dgrad1 = f; break;
-      case Role::wgrad2: k.wgrad2 = f; break;
-      default: k.wgrad1 = f; break;
-    }
+    const Config& c = configs[p.config[i]];
+    out.push_back({op::moe_backward().grad[i].launch, c.v, c.path, c.v.name()});
   }
-  return k;
+  return out;
 }
 
-// Each program verified once at the verify token count, or its verdict taken from the store.
+Status BackwardRun::inputs(int tokens, std::uint64_t s, int empty) {
+  FT_CHECK(m->set_inputs({tokens, s, empty}));
+  input_tokens = tokens;
+  return {};
+}
+
+Status BackwardRun::usable() const {
+  if (interrupted() || stop.load()) return fail(Errc::interrupted, "the backward search was interrupted");
+  if (m->dead()) return fail(Errc::device, fmt::format("the worker on {} could not be restarted", m->label()));
+  return {};
+}
+
+// Each program verified once at the verify token count, or its verdict taken
+// from the store. A program whose request fails (the worker died, hung or hit
+// a device error: it is restarted) is recorded as failed and not retried.
 Status BackwardRun::verify_all() {
   const int T = cfg.verify_tokens;
   const int empty = cfg.problem.experts > cfg.problem.topk ? 1 : 0;
-  bool inputs = false;
+  bool ready = false;
   for (Program& p : programs) {
     if (!cfg.force) {
-      auto prev = FT_TRY(rec.latest({p.id, ids.problem, ids.device, T}));
+      auto prev = FT_TRY(rec.latest({p.id, gpu->problem_id, gpu->device_id, T}));
       if (prev && prev->phase == "verify") {
         rec.resumed();
         p.passed = prev->status == db::MeasurementStatus::ok;
         continue;
       }
     }
-    if (!inputs) FT_CHECK(bench->set_inputs(T, seed, empty));
-    inputs = true;
-    auto check = bench->verify(recipe(p), kernels(p));
-    if (!check) {
-      FT_CHECK(record(rec, ids, p.id, T, "verify", db::MeasurementStatus::launch_error, {}, {}, check.error().describe()));
+    FT_CHECK(usable());
+    if (!ready) FT_CHECK(inputs(T, seed, empty));
+    ready = true;
+    auto v = m->verify_backward({stages(p)});
+    if (!v) {
+      FT_CHECK(usable());  // a request cut short by Ctrl-C is not the program's failure
+      FT_CHECK(gpu->record(p.id, T, "verify", status_of(v.error()), {}, v.error().describe(), {}));
+      if (cfg.progress) fmt::print(stderr, "backward verify {}: FAILED: {}\n", p.name, v.error().describe());
       continue;
     }
-    p.passed = check->passed();
-    FT_CHECK(record(rec, ids, p.id, T, "verify", p.passed ? db::MeasurementStatus::ok : db::MeasurementStatus::verify_failed,
-                    {}, check->worst(), p.passed ? "" : check->summary()));
-    if (cfg.progress)
-      fmt::print(stderr, "backward verify {}: {}\n", p.name, p.passed ? "passed" : "FAILED: " + check->summary());
+    p.passed = v->passed;
+    ++verified;
+    FT_CHECK(gpu->record(p.id, T, "verify", p.passed ? db::MeasurementStatus::ok : db::MeasurementStatus::verify_failed,
+                         {{}, *v}, p.passed ? "" : v->summary, {}));
+    if (cfg.progress) fmt::print(stderr, "backward verify {}: {}\n", p.name, p.passed ? "passed" : "FAILED: " + v->summary);
   }
   return {};
 }
 
 // A program's timing at T: from the store unless --force; nullopt when it failed (recorded).
-Result<std::optional<Timing>> BackwardRun::time(const Program& p, int tokens) {
+Result<std::optional<Timing>> BackwardRun::time(const Program& p, int tokens, const TelemetryReading& tele) {
   if (!cfg.force) {
-    auto prev = FT_TRY(rec.latest({p.id, ids.problem, ids.device, tokens}));
+    auto prev = FT_TRY(rec.latest({p.id, gpu->problem_id, gpu->device_id, tokens}));
     if (prev && prev->phase == "long" && prev->status == db::MeasurementStatus::ok && prev->median_us) {
       rec.resumed();
       return Timing{*prev->median_us, prev->p10_us.value_or(*prev->median_us), prev->p90_us.value_or(*prev->median_us),
                     prev->min_us.value_or(*prev->median_us), prev->samples};
     }
   }
-  if (bench->tokens() != tokens) FT_CHECK(bench->set_inputs(tokens, seed + std::uint64_t(tokens), 0));
-  auto t = bench->time(recipe(p), kernels(p), kTiming);
+  FT_CHECK(usable());
+  if (input_tokens != tokens) FT_CHECK(inputs(tokens, seed + std::uint64_t(tokens), 0));
+  protocol::TimeBackwardRequest req = timing_request(m->selector());
+  req.stages = stages(p);
+  auto t = m->time_backward(req);
   if (!t) {
-    FT_CHECK(record(rec, ids, p.id, tokens, "long", db::MeasurementStatus::launch_error, {}, {}, t.error().describe()));
+    FT_CHECK(usable());
+    FT_CHECK(gpu->record(p.id, tokens, "long", status_of(t.error()), {}, t.error().describe(), tele));
     return std::optional<Timing>{};
   }
-  FT_CHECK(record(rec, ids, p.id, tokens, "long", db::MeasurementStatus::ok, *t, {}, ""));
+  FT_CHECK(gpu->record(p.id, tokens, "long", db::MeasurementStatus::ok, {*t, {}}, "", tele));
   return std::optional<Timing>{*t};
 }
 
 Status BackwardRun::bucket(int tokens) {
   const Program* best = nullptr;
   Timing best_t;
+  const TelemetryReading tele = m->telemetry();
   for (const Program& p : programs) {
     if (!p.passed) continue;
-    const std::optional<Timing> t = FT_TRY(time(p, tokens));
+    const std::optional<Timing> t = FT_TRY(time(p, tokens, tele));
     if (t && (!best || t->median_us < best_t.median_us)) {
       best = &p;
       best_t = *t;
@@ -239,8 +263,8 @@ Status BackwardRun::bucket(int tokens) {
     rec.note(fmt::format("T={}: no backward winner: no backward program passed verification and timing", tokens));
     return {};
   }
-  db::WinnerRecord w{.problem_id = ids.problem, .device_id = ids.device, .tokens = tokens,
-                     .kind = db::kind_text(db::Kind::layer), .variant_id = best->id, .run_id = ids.run,
+  db::WinnerRecord w{.problem_id = gpu->problem_id, .device_id = gpu->device_id, .tokens = tokens,
+                     .kind = db::kind_text(db::Kind::layer), .variant_id = best->id, .run_id = gpu->run_id,
                      .median_us = best_t.median_us, .p10_us = best_t.p10_us, .p90_us = best_t.p90_us,
                      .pass = db::Pass::backward};
   BucketResult line{.tokens = tokens, .kind = db::kind_text(db::Kind::layer), .kernel = best->name,
@@ -254,8 +278,11 @@ Status BackwardRun::bucket(int tokens) {
 Status check_backward_config(const SearchConfig& cfg) {
   if (cfg.problem.fp8())
     return fail(Errc::usage, "--pass backward: fp8 problems have no backward kernels; give --dtype bf16 or f16");
-  if (cfg.dry_run || cfg.devices.size() != 1 || !is_emu_selector(cfg.devices.front()))
-    return fail(Errc::usage, "--pass backward runs on the CPU emulator of one target in this version; add --emulate");
+  if (cfg.dry_run)
+    return fail(Errc::usage, "--pass backward measures on a device (a GPU, or the CPU emulator with --emulate); "
+                             "--dry-run only compiles");
+  if (cfg.devices.size() > 1)
+    return fail(Errc::usage, "--pass backward measures on one device in this version; name one with --device");
   if (!cfg.space.overrides.empty())
     return fail(Errc::usage, "--pass backward takes a preset --space (default, small or wide): the backward GEMMs "
                              "have axes of their own");
@@ -263,21 +290,25 @@ Status check_backward_config(const SearchConfig& cfg) {
 }
 
 Result<db::RunStatus> backward_search(const SearchConfig& cfg, Recorder& rec, SearchSummary& summary,
-                                      std::int64_t problem_id, std::uint64_t seed) {
+                                      std::int64_t problem_id, std::uint64_t seed,
+                                      const std::filesystem::path& object_dir) {
   FT_CHECK(check_backward_config(cfg));
-  const EmuSelector sel = FT_TRY(parse_emu_selector(cfg.devices.front()));
-  BackwardRun run{cfg, rec, *sel.target, seed, {summary.run_id, problem_id, 0, 0, ""}, nullptr, nullptr, {}, {}, {}};
-  run.dev = FT_TRY(open_worker_device(cfg.devices.front()));
-  run.ids.device = FT_TRY(rec.device(db::DeviceRecord::from(run.dev->info())));
-  run.ids.bus = run.dev->info().pci_bus_id;
-  if (summary.device.empty()) summary.device = fmt::format("{} ({})", run.dev->info().name, run.dev->info().arch);
-  FT_CHECK(run.compile_and_record());
-  FT_CHECK(run.make_programs());
-  FT_CHECK(run.verify_all());
-  for (int tokens : cfg.tokens) {
-    if (interrupted()) return db::RunStatus::interrupted;
-    FT_CHECK(run.bucket(tokens));
-  }
+  BackwardRun run{cfg, rec, seed, object_dir};
+  auto status = [&]() -> Status {
+    FT_CHECK(run.start(summary, summary.run_id, problem_id));
+    FT_CHECK(run.compile_and_record());
+    const int max_tokens = std::max(*std::max_element(cfg.tokens.begin(), cfg.tokens.end()), cfg.verify_tokens);
+    FT_CHECK(run.m->open({cfg.problem, std::string(run.target->name), run.support_path, max_tokens,
+                          protocol::Operation::backward}));
+    FT_CHECK(run.make_programs());
+    FT_CHECK(run.verify_all());
+    for (int tokens : cfg.tokens) FT_CHECK(run.bucket(tokens));
+    return {};
+  }();
+  if (run.m) summary.gpus.push_back({run.m->label(), run.gpu ? run.gpu->info.name : "", run.gpu ? run.gpu->info.pci_bus_id : "",
+                                     cfg.tokens, run.verified, run.m->crashes(), run.m->dead()});
+  if (!status && status.error().code == Errc::interrupted) return db::RunStatus::interrupted;
+  FT_CHECK(status);
   return db::RunStatus::finished;
 }
 

@@ -104,6 +104,8 @@ class SessionMeasurer final : public Measurer {
   Result<Timing> time(const protocol::TimeRequest& r) override { return call(r, 120s); }
   Result<protocol::VerifyAnswer> verify_layer(const protocol::VerifyLayerRequest& r) override { return call(r, 600s); }
   Result<LayerTiming> time_layer(const protocol::TimeLayerRequest& r) override { return call(r, 300s); }
+  Result<protocol::VerifyAnswer> verify_backward(const protocol::VerifyBackwardRequest& r) override { return call(r, 600s); }
+  Result<Timing> time_backward(const protocol::TimeBackwardRequest& r) override { return call(r, 600s); }
   TelemetryReading telemetry() override {
     if (dead_ || !link_->running()) return {};
     auto a = send<protocol::TelemetryRequest>({}, 10s);

@@ -1,7 +1,7 @@
 #pragma once
 // The search's handle on one device: what the search's steps ask of it
-// (verify and time stage kernels and layers, fresh inputs, telemetry), in the
-// typed requests of measure/worker/protocol.hpp.
+// (verify and time stage kernels, layers and backward programs, fresh inputs,
+// telemetry), in the typed requests of measure/worker/protocol.hpp.
 //
 // Two implementations run the one measuring service (WorkerService):
 //   make_worker_measurer      in a `flytune worker` subprocess: crash
@@ -45,6 +45,9 @@ class Measurer {
   virtual Result<Timing> time(const protocol::TimeRequest& request) = 0;
   virtual Result<protocol::VerifyAnswer> verify_layer(const protocol::VerifyLayerRequest& request) = 0;
   virtual Result<LayerTiming> time_layer(const protocol::TimeLayerRequest& request) = 0;
+  // The backward program (a problem opened with operation backward).
+  virtual Result<protocol::VerifyAnswer> verify_backward(const protocol::VerifyBackwardRequest& request) = 0;
+  virtual Result<Timing> time_backward(const protocol::TimeBackwardRequest& request) = 0;
   // Clocks and temperature where readable; empty when not (never an error).
   virtual TelemetryReading telemetry() = 0;
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -16,6 +17,16 @@ namespace ft {
 ObjectDir::ObjectDir() : path(std::filesystem::temp_directory_path() / fmt::format("flytune-objects-{}", getpid())) {
   std::error_code ec;
   std::filesystem::create_directories(path, ec);
+}
+
+Result<std::string> write_object(const std::filesystem::path& dir, const CodeObject& co) {
+  const auto path = dir / (co.hash + std::string(code_object_extension(co.backend)));
+  if (!std::filesystem::exists(path)) {
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(co.binary.data()), std::streamsize(co.binary.size()));
+    if (!f) return fail(Errc::io, "cannot write a code object", path.string());
+  }
+  return path.string();
 }
 
 ObjectDir::~ObjectDir() {

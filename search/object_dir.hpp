@@ -3,6 +3,10 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
+
+#include "base/error.hpp"
+#include "compile/compile.hpp"
 
 namespace ft {
 
@@ -14,6 +18,10 @@ struct ObjectDir {
   ObjectDir& operator=(const ObjectDir&) = delete;
   ~ObjectDir();
 };
+
+// A code object as the file <dir>/<hash><extension> the worker loads (written
+// once; a later call finds it); its path.
+Result<std::string> write_object(const std::filesystem::path& dir, const CodeObject& co);
 
 // Removes /tmp/flytune-objects-PID folders whose search process is gone (a
 // kill -9 or a crash skips the guard that removes a search's own folder).

@@ -107,16 +107,7 @@ Result<RecordedSpace> compile_and_record(Recorder& rec, const Target& target, co
   const CodeObject& support = *rs.space.support;
   rs.toolchain_id = FT_TRY(rec.toolchain({0, std::string(to_string(support.backend)), support.toolchain_version, ""}));
   const std::string ext(code_object_extension(support.backend));
-  auto write_object = [&](const CodeObject& co) -> Result<std::string> {
-    auto path = object_dir / (co.hash + ext);
-    if (!std::filesystem::exists(path)) {
-      std::ofstream f(path, std::ios::binary);
-      f.write(reinterpret_cast<const char*>(co.binary.data()), std::streamsize(co.binary.size()));
-      if (!f) return fail(Errc::io, "cannot write a code object", path.string());
-    }
-    return path.string();
-  };
-  rs.support_path = FT_TRY(write_object(support));
+  rs.support_path = FT_TRY(write_object(object_dir, support));
   // The support unit goes into the database too, so `flytune export` ships the
   // exact align/reduce/shuffle build the winners were measured with.
   FT_CHECK(rec.code_object(support.hash, ext.substr(1), support.binary));
@@ -148,7 +139,7 @@ Result<RecordedSpace> compile_and_record(Recorder& rec, const Target& target, co
         for (const auto& [m, n] : cv.resources->matrix_ops) vr.matrix_ops[m] = n;
       }
       FT_CHECK(rec.code_object(cv.object->hash, ext.substr(1), cv.object->binary));
-      rs.object_paths[vr.kernel_name] = FT_TRY(write_object(*cv.object));
+      rs.object_paths[vr.kernel_name] = FT_TRY(write_object(object_dir, *cv.object));
       ++summary.compiled;
       if (!cv.pruned_because.empty()) ++summary.pruned;
     } else {
@@ -184,17 +175,6 @@ Result<db::RunStatus> dry_run(Recorder& rec, const SearchConfig& cfg, SearchSumm
     if (rs->space.interrupted) return db::RunStatus::interrupted;
   }
   return db::RunStatus::finished;
-}
-
-// The target of the worker's GPU, which --target (when given) must name.
-Result<const Target*> target_of_gpu(const SearchConfig& cfg, const DeviceInfo& info) {
-  const Target* target = find_target(info.arch);
-  if (!target)
-    return fail(Errc::invalid_input, fmt::format("the GPU {} is {}, which flytune has no target for", info.name, info.arch));
-  if (!cfg.targets.empty() && std::find(cfg.targets.begin(), cfg.targets.end(), std::string(target->name)) == cfg.targets.end())
-    return fail(Errc::invalid_input, fmt::format("--target {} does not match the GPU {} ({}); drop --target or use --dry-run",
-                                                 cfg.targets.front(), info.name, info.arch));
-  return target;
 }
 
 // One GPU of the search: its worker and, once its model is known, the context its steps run in.
@@ -565,7 +545,7 @@ Result<SearchSummary> run_search(const SearchConfig& cfg) {
     db::RunStatus st = db::RunStatus::finished;
     if (searches(db::Pass::forward)) st = FT_TRY(device_search(cfg, rec, summary, problem_id, objects.path));
     if (searches(db::Pass::backward) && st == db::RunStatus::finished)
-      st = FT_TRY(backward_search(cfg, rec, summary, problem_id, cfg.seed ? cfg.seed : fresh_seed()));
+      st = FT_TRY(backward_search(cfg, rec, summary, problem_id, cfg.seed ? cfg.seed : fresh_seed(), objects.path));
     return st;
   }();
   if (!status) {

@@ -53,7 +53,7 @@ struct SearchConfig {
   // faults or hangs takes the search down); for the emulator and tests.
   bool in_process = false;
   // The passes searched, in this order: the forward's stages and layer, and/or
-  // the backward program (backward_search.hpp: the CPU emulator only, for now).
+  // the backward program (backward_search.hpp: on one device, through its own worker).
   std::vector<db::Pass> passes{db::Pass::forward};
 };
 

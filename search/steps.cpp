@@ -120,6 +120,16 @@ void BucketTimer::interleaved(Ranked& best, int rounds, int reps) {
 
 }  // namespace
 
+Result<const Target*> target_of_gpu(const SearchConfig& cfg, const DeviceInfo& info) {
+  const Target* target = find_target(info.arch);
+  if (!target)
+    return fail(Errc::invalid_input, fmt::format("the GPU {} is {}, which flytune has no target for", info.name, info.arch));
+  if (!cfg.targets.empty() && std::find(cfg.targets.begin(), cfg.targets.end(), std::string(target->name)) == cfg.targets.end())
+    return fail(Errc::invalid_input, fmt::format("--target {} does not match the GPU {} ({}); drop --target or use --dry-run",
+                                                 cfg.targets.front(), info.name, info.arch));
+  return target;
+}
+
 db::MeasurementStatus status_of(const Error& e) {
   switch (e.code) {
     case Errc::timeout: return db::MeasurementStatus::timeout;

@@ -23,6 +23,9 @@ namespace ft {
 
 db::MeasurementStatus status_of(const Error& e);
 
+// The target of a device's arch, which --target (when given) must name.
+Result<const Target*> target_of_gpu(const SearchConfig& cfg, const DeviceInfo& info);
+
 // What one measurement row holds beside its keys: a timing and/or a comparison.
 struct Measured {
   std::optional<Timing> timing;

@@ -193,9 +193,7 @@ Result<VerifyReport> verify_space(const VerifyConfig& cfg) {
 
     if (tokens <= cfg.cpu_reference_max_tokens) {
       // The device reference against the CPU reference on the very same inputs.
-      w.x = FT_TRY(bench->download_x());
-      w.w1 = FT_TRY(bench->download_w1());
-      w.w2 = FT_TRY(bench->download_w2());
+      FT_CHECK(bench->download_inputs(w));
       for (bool w1 : {false, true}) {
         ReferenceOptions ro;
         ro.weight_in_stage1 = w1;

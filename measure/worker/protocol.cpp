@@ -1,5 +1,6 @@
 #include "measure/worker/protocol.hpp"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <initializer_list>
@@ -7,6 +8,8 @@
 #include <utility>
 
 #include <fmt/format.h>
+
+#include "layer/operation.hpp"
 
 namespace ft::protocol {
 namespace {
@@ -132,6 +135,47 @@ Result<KernelRef> decode_kernel(const Fields& f) {
   return k;
 }
 
+json encode_grad_kernels(const std::vector<GradKernelRef>& stages) {
+  json a = json::array();
+  for (const GradKernelRef& k : stages)
+    a.push_back({{"role", to_string(k.role)}, {"target", k.config.target ? k.config.target->name : ""},
+                 {"config", k.config.to_json()}, {"code_object", k.code_object}, {"entry", k.entry}});
+  return a;
+}
+
+// A backward stage: its role one of the backward's, its configuration one of its target's.
+Result<GradKernelRef> decode_grad_kernel(const Fields& f) {
+  FT_CHECK(f.only({"role", "target", "config", "code_object", "entry"}));
+  GradKernelRef k;
+  const std::string role = FT_TRY(f.text("role"));
+  const auto& roles = op::moe_backward().grad;
+  const auto it = std::find_if(roles.begin(), roles.end(), [&](const op::GradRole& r) { return to_string(r.launch) == role; });
+  if (it != roles.end()) k.role = it->launch;
+  else return f.bad("role", fmt::format("names no role of the backward ('{}')", shorten(role)));
+  const std::string target = FT_TRY(f.text("target"));
+  const Target* t = find_target(target);
+  if (!t) return f.bad("target", fmt::format("names no target ('{}')", shorten(target)));
+  const json* config = FT_TRY(f.get("config"));
+  auto v = BackwardVariant::from_json(*config, *t);
+  if (!v) return f.bad("config", v.error().message);
+  k.config = *v;
+  k.code_object = FT_TRY(f.text("code_object"));
+  k.entry = FT_TRY(f.text("entry"));
+  return k;
+}
+
+Result<std::vector<GradKernelRef>> decode_grad_kernels(const Fields& f) {
+  const json* a = FT_TRY(f.get("stages"));
+  if (!a->is_array() || a->empty()) return f.bad("stages", "must be a non-empty array of backward stages");
+  std::vector<GradKernelRef> out;
+  for (std::size_t i = 0; i < a->size(); ++i) {
+    const Fields k((*a)[i], fmt::format("backward stage {} of {}", i, f.what()));
+    FT_CHECK(k.object());
+    out.push_back(FT_TRY(decode_grad_kernel(k)));
+  }
+  return out;
+}
+
 json encode_problem(const Problem& p) {
   return {{"name", p.name},
           {"experts", p.experts},
@@ -197,7 +241,8 @@ Result<DeviceInfo> decode_device(const Fields& f) {
 struct RequestEncoder {
   json operator()(const DeviceRequest& r) const { return {{"protocol", r.protocol}}; }
   json operator()(const OpenRequest& r) const {
-    return {{"problem", encode_problem(r.problem)}, {"target", r.target}, {"support", r.support}, {"max_tokens", r.max_tokens}};
+    return {{"problem", encode_problem(r.problem)}, {"target", r.target},         {"support", r.support},
+            {"max_tokens", r.max_tokens},          {"operation", to_string(r.operation)}};
   }
   json operator()(const InputsRequest& r) const {
     return {{"tokens", r.tokens}, {"seed", r.seed}, {"empty_experts", r.empty_experts}};
@@ -213,12 +258,16 @@ struct RequestEncoder {
     return {{"stage1", encode_kernel(r.stage1)}, {"stage2", encode_kernel(r.stage2)}, {"warmup", r.warmup},
             {"reps", r.reps}, {"graph", r.graph}};
   }
+  json operator()(const VerifyBackwardRequest& r) const { return {{"stages", encode_grad_kernels(r.stages)}}; }
+  json operator()(const TimeBackwardRequest& r) const {
+    return {{"stages", encode_grad_kernels(r.stages)}, {"warmup", r.warmup}, {"reps", r.reps}, {"flush_l2", r.flush_l2}};
+  }
   json operator()(const TelemetryRequest&) const { return json::object(); }
   json operator()(const FaultRequest&) const { return json::object(); }
 };
 
 Result<Request> decode_open(const Fields& f) {
-  FT_CHECK(f.only({"op", "problem", "target", "support", "max_tokens"}));
+  FT_CHECK(f.only({"op", "problem", "target", "support", "max_tokens", "operation"}));
   OpenRequest r;
   const Fields p = FT_TRY(f.nested("problem", "problem"));
   auto problem = problem_from_json_text(p.raw().dump(-1, ' ', false, json::error_handler_t::replace), f.what());
@@ -227,6 +276,24 @@ Result<Request> decode_open(const Fields& f) {
   r.target = FT_TRY(f.text("target"));
   r.support = FT_TRY(f.text("support"));
   r.max_tokens = FT_TRY(f.integer("max_tokens"));
+  const std::string operation = FT_TRY(f.text("operation"));
+  if (operation == to_string(Operation::backward)) r.operation = Operation::backward;
+  else if (operation != to_string(Operation::forward))
+    return f.bad("operation", fmt::format("names no operation ('{}'; forward or backward)", shorten(operation)));
+  return r;
+}
+
+Result<Request> decode_backward(const Fields& f, bool timed) {
+  if (!timed) {
+    FT_CHECK(f.only({"op", "stages"}));
+    return VerifyBackwardRequest{FT_TRY(decode_grad_kernels(f))};
+  }
+  FT_CHECK(f.only({"op", "stages", "warmup", "reps", "flush_l2"}));
+  TimeBackwardRequest r;
+  r.stages = FT_TRY(decode_grad_kernels(f));
+  r.warmup = FT_TRY(f.integer("warmup"));
+  r.reps = FT_TRY(f.integer("reps"));
+  r.flush_l2 = FT_TRY(f.boolean("flush_l2"));
   return r;
 }
 
@@ -404,9 +471,12 @@ std::optional<Errc> errc_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view to_string(Operation op) { return op == Operation::backward ? "backward" : "forward"; }
+
 std::string_view op_name(const Request& request) {
   static constexpr std::array<std::string_view, std::variant_size_v<Request>> kNames{
-      "device", "open", "inputs", "verify", "time", "verify_layer", "time_layer", "telemetry", "fault"};
+      "device",          "open",          "inputs",    "verify", "time", "verify_layer", "time_layer",
+      "verify_backward", "time_backward", "telemetry", "fault"};
   return kNames[request.index()];
 }
 
@@ -428,6 +498,8 @@ Result<Request> decode_request(const json& message) {
   if (op == "time") return decode_time(named);
   if (op == "verify_layer") return decode_layer(named, false);
   if (op == "time_layer") return decode_layer(named, true);
+  if (op == "verify_backward") return decode_backward(named, false);
+  if (op == "time_backward") return decode_backward(named, true);
   if (op == "telemetry") return decode_plain<TelemetryRequest>(named);
   if (op == "fault") return decode_plain<FaultRequest>(named);
   return fail(Errc::invalid_input, fmt::format("unknown request '{}'", shorten(op)));

@@ -20,20 +20,24 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "base/error.hpp"
+#include "generator/backward_gemm.hpp"
 #include "generator/problem.hpp"
 #include "generator/variant.hpp"
 #include "device/device.hpp"
 #include "device/telemetry.hpp"
+#include "layer/program.hpp"
 #include "measure/layer_bench.hpp"
 
 namespace ft::protocol {
 
-// Bump on any change of a message's fields or meaning.
-inline constexpr int kVersion = 1;
+// Bump on any change of a message's fields or meaning. 2: open names its
+// operation; the backward's verify and time requests.
+inline constexpr int kVersion = 2;
 
 // A compiled kernel for the service to load: the variant (opaque here: its
 // to_json/from_json), the file of its code object and its entry symbol.
@@ -42,6 +46,21 @@ struct KernelRef {
   std::string code_object;
   std::string entry;
 };
+
+// A compiled backward GEMM for a role of the backward program (dgrad2,
+// dgrad1, wgrad2, wgrad1; op::moe_backward's rows): its configuration, for the
+// open problem's target, its code object's file and its entry symbol.
+struct GradKernelRef {
+  Role role = Role::dgrad2;
+  BackwardVariant config;
+  std::string code_object;
+  std::string entry;
+};
+
+// What a problem is opened for: the forward layer's stages and layers
+// (LayerBench), or the backward program (BackwardBench).
+enum class Operation { forward, backward };
+std::string_view to_string(Operation op);
 
 // Answers without a payload (open, inputs).
 struct Done {};
@@ -68,16 +87,21 @@ struct DeviceRequest {
   int protocol = kVersion;
 };
 // The problem to measure, the target its kernels are built for, the support
-// unit (align, reduce, reference, fill) and buffers for up to max_tokens.
+// unit (align, reduce, reference, fill) and buffers for up to max_tokens (the
+// backward's are sized per program run).
+// Opened for the backward, it has no forward requests (and the other way round).
 struct OpenRequest {
   using Answer = Done;
   Problem problem;
   std::string target;
   std::string support;
   int max_tokens = 0;
+  Operation operation = Operation::forward;
 };
 // Fresh X, W1, W2 (on the device, from seed) and routing (from seed, with
-// empty_experts experts left without tokens) for `tokens` tokens.
+// empty_experts experts left without tokens) for `tokens` tokens; the
+// backward's also dY and the forward's saved tensors, with their reference
+// gradients (BackwardBench::set_inputs).
 struct InputsRequest {
   using Answer = Done;
   int tokens = 0;
@@ -106,6 +130,21 @@ struct TimeLayerRequest {
   int reps = 20;
   bool graph = false;
 };
+// The backward program of these stages (in op::moe_backward's role order,
+// some roles or all) checked against the CPU backward on the current inputs:
+// the worst of the buffers its roles write.
+struct VerifyBackwardRequest {
+  using Answer = VerifyAnswer;
+  std::vector<GradKernelRef> stages;
+};
+// The backward program timed as a whole: events around it, L2 flushed.
+struct TimeBackwardRequest {
+  using Answer = Timing;
+  std::vector<GradKernelRef> stages;
+  int warmup = 3;
+  int reps = 20;
+  bool flush_l2 = true;
+};
 struct TelemetryRequest {
   using Answer = TelemetryAnswer;
 };
@@ -116,10 +155,10 @@ struct FaultRequest {
 };
 
 using Request = std::variant<DeviceRequest, OpenRequest, InputsRequest, VerifyRequest, TimeRequest, VerifyLayerRequest,
-                             TimeLayerRequest, TelemetryRequest, FaultRequest>;
+                             TimeLayerRequest, VerifyBackwardRequest, TimeBackwardRequest, TelemetryRequest, FaultRequest>;
 using Answer = std::variant<Done, DeviceAnswer, VerifyAnswer, Timing, LayerTiming, TelemetryAnswer>;
 
-// The request's name on the wire ("verify", "time_layer").
+// The request's name on the wire ("verify", "time_layer", "verify_backward").
 std::string_view op_name(const Request& request);
 
 nlohmann::json encode(const Request& request);

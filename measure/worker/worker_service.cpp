@@ -2,14 +2,18 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <optional>
+#include <span>
+#include <utility>
 
 #include <fmt/format.h>
 
 #include "generator/variant.hpp"
 #include "device/telemetry.hpp"
+#include "measure/backward_bench.hpp"
 #include "measure/layer_bench.hpp"
 #include "measure/worker/worker_device.hpp"
 #include "measure/workload/workload.hpp"
@@ -43,6 +47,7 @@ struct WorkerService::State {
   DeviceFactory open_device;
   std::unique_ptr<Device> device;
   std::unique_ptr<LayerBench> bench;
+  std::unique_ptr<BackwardBench> backward;  // opened for the backward instead
   Problem problem;
   const Target* target = nullptr;
   std::map<std::string, FunctionHandle> functions;  // by code object path + entry
@@ -54,20 +59,50 @@ struct WorkerService::State {
   }
 
   Result<LayerBench*> opened() {
+    if (backward) return fail(Errc::invalid_input, "the problem is open for the backward, not the forward's stages and layers");
     if (!bench) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
     return bench.get();
+  }
+  Result<BackwardBench*> opened_backward() {
+    if (bench) return fail(Errc::invalid_input, "the problem is open for the forward, not the backward (open it with "
+                                                "operation backward)");
+    if (!backward) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
+    return backward.get();
+  }
+
+  // A kernel's function, loaded once per code object and entry.
+  Result<FunctionHandle> loaded(const std::string& code_object, const std::string& entry,
+                                const std::function<Result<FunctionHandle>(std::span<const std::byte>)>& load) {
+    const std::string key = code_object + "#" + entry;
+    auto it = functions.find(key);
+    if (it == functions.end()) {
+      auto bytes = FT_TRY(read_file(code_object));
+      it = functions.emplace(key, FT_TRY(load(bytes))).first;
+    }
+    return it->second;
   }
 
   Result<FunctionHandle> kernel(const protocol::KernelRef& k) {
     LayerBench* b = FT_TRY(opened());
-    const std::string key = k.code_object + "#" + k.entry;
-    auto it = functions.find(key);
-    if (it == functions.end()) {
-      auto bytes = FT_TRY(read_file(k.code_object));
-      FunctionHandle f = FT_TRY(b->load(bytes, k.entry, k.variant.lds_limit()));
-      it = functions.emplace(key, f).first;
+    return loaded(k.code_object, k.entry, [&](std::span<const std::byte> bytes) {
+      return b->load(bytes, k.entry, k.variant.lds_limit());
+    });
+  }
+
+  // The recipe of a backward request's stages and their kernels (the bench's
+  // program checks the recipe: roles, order, target, sizes).
+  Result<std::pair<LayerRecipe, RoleKernels>> backward_program(const std::vector<protocol::GradKernelRef>& stages) {
+    BackwardBench* b = FT_TRY(opened_backward());
+    LayerRecipe recipe{target, problem, {}};
+    RoleKernels k;
+    for (const protocol::GradKernelRef& g : stages) {
+      const FunctionHandle f = FT_TRY(loaded(g.code_object, g.entry, [&](std::span<const std::byte> bytes) {
+        return b->load(bytes, g.entry);
+      }));
+      recipe.grad.push_back({g.role, g.config});
+      k.of(g.role) = f;
     }
-    return it->second;
+    return std::pair{std::move(recipe), k};
   }
 
   Result<protocol::Answer> operator()(const protocol::DeviceRequest& r) {
@@ -88,13 +123,19 @@ struct WorkerService::State {
     auto support = FT_TRY(read_file(r.support));
     functions.clear();
     bench.reset();
+    backward.reset();
     problem = r.problem;
     target = t;
-    bench = FT_TRY(LayerBench::create(*d, problem, *target, support, r.max_tokens));
+    if (r.operation == protocol::Operation::backward) backward = FT_TRY(BackwardBench::create(*d, problem, *target, support));
+    else bench = FT_TRY(LayerBench::create(*d, problem, *target, support, r.max_tokens));
     return protocol::Done{};
   }
 
   Result<protocol::Answer> operator()(const protocol::InputsRequest& r) {
+    if (backward) {
+      FT_CHECK(backward->set_inputs(r.tokens, r.seed, r.empty_experts));
+      return protocol::Done{};
+    }
     LayerBench* b = FT_TRY(opened());
     WorkloadOptions wo;
     wo.seed = r.seed;
@@ -130,6 +171,20 @@ struct WorkerService::State {
     TimingOptions to = timing_options(r.warmup, r.reps);
     to.graph = r.graph;
     return FT_TRY(bench->time_layer(r.stage1.variant, f1, r.stage2.variant, f2, to));
+  }
+
+  Result<protocol::Answer> operator()(const protocol::VerifyBackwardRequest& r) {
+    const auto [recipe, k] = FT_TRY(backward_program(r.stages));
+    const BackwardCheck c = FT_TRY(backward->verify(recipe, k));
+    const Comparison worst = c.buffers.empty() ? Comparison{} : c.worst();
+    return protocol::VerifyAnswer{c.passed(), worst.rel_l2, worst.max_abs, c.summary()};
+  }
+
+  Result<protocol::Answer> operator()(const protocol::TimeBackwardRequest& r) {
+    const auto [recipe, k] = FT_TRY(backward_program(r.stages));
+    TimingOptions to = timing_options(r.warmup, r.reps);
+    to.flush_l2 = r.flush_l2;
+    return FT_TRY(backward->time(recipe, k, to));
   }
 
   Result<protocol::Answer> operator()(const protocol::TelemetryRequest&) {

@@ -1,4 +1,5 @@
-// flytune search --pass backward on the CPU emulator (search/backward_search.hpp):
+// flytune search --pass backward on the CPU emulator (search/backward_search.hpp),
+// through a `flytune worker` process as on a GPU:
 // a tiny layer (E = 4, H = I = 64, top-2), one configuration per role
 // (--space small --budget 1), T = 1 and 7; the backward program verified
 // against the CPU backward and timed, its layer winners recorded with pass
@@ -33,15 +34,27 @@ nlohmann::json parsed(const ProcessOutput& r) {
   return j;
 }
 
-TEST(SearchBackward, RecordsBackwardWinnersAndResumes) {
+// Measured by a worker process (the default) or by the service in the search's own (--in-process).
+class SearchBackwardBy : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SearchBackwardBy, RecordsBackwardWinnersAndResumes) {
   test::ScratchDir dir;
   const std::string db = dir.file("bw.db");
-  auto first = run_flytune(search_args(db));
+  const auto args = [&] {
+    std::vector<std::string> a = search_args(db);
+    if (*GetParam()) a.push_back(GetParam());
+    return a;
+  };
+  auto first = run_flytune(args());
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const nlohmann::json s = parsed(first);
   // One program (one configuration per role): verified once, timed at T = 1 and 7.
   EXPECT_EQ(s["measurements"], 3) << s.dump(2);
   EXPECT_EQ(s["resumed"], 0);
+  ASSERT_EQ(s["gpus"].size(), 1u) << s.dump(2);
+  EXPECT_EQ(s["gpus"][0]["device"], "emu:gfx942");
+  EXPECT_EQ(s["gpus"][0]["crashes"], 0);
+  EXPECT_EQ(s["gpus"][0]["verified"], 1);
   ASSERT_EQ(s["winners"].size(), 2u) << s.dump(2);
   for (std::size_t i = 0; i < 2; ++i) {
     const nlohmann::json& w = s["winners"][i];
@@ -75,7 +88,7 @@ TEST(SearchBackward, RecordsBackwardWinnersAndResumes) {
   auto table = run_flytune({"db", "--db", db, "winners"});
   EXPECT_NE(table.output.find("backward  layer"), std::string::npos) << table.output;
 
-  auto again = run_flytune(search_args(db));
+  auto again = run_flytune(args());
   ASSERT_EQ(again.exit_code, 0) << again.output;
   const nlohmann::json r = parsed(again);
   EXPECT_EQ(r["measurements"], 0) << r.dump(2);
@@ -83,6 +96,9 @@ TEST(SearchBackward, RecordsBackwardWinnersAndResumes) {
   EXPECT_EQ(r["winners"].size(), 2u);
   EXPECT_EQ(test::measurements(db).size(), 3u);
 }
+
+INSTANTIATE_TEST_SUITE_P(SearchBackward, SearchBackwardBy, ::testing::Values("", "--in-process"),
+                         [](const auto& info) { return *info.param ? std::string("InProcess") : std::string("Worker"); });
 
 TEST(SearchBackward, RefusesWhatItCannotRunInOneLine) {
   test::ScratchDir dir;
@@ -102,10 +118,16 @@ TEST(SearchBackward, RefusesWhatItCannotRunInOneLine) {
     EXPECT_EQ(r.exit_code, 2) << r.output;
     EXPECT_NE(r.output.find(c.says), std::string::npos) << r.output;
   }
-  // Not on the emulator: the backward has no GPU search yet.
+  // No device: a search without a GPU is a dry run, which measures nothing.
   auto gpu = run_flytune({"search", "--pass", "backward", "--target", "gfx942", "--db", db});
   EXPECT_EQ(gpu.exit_code, 2) << gpu.output;
-  EXPECT_NE(gpu.output.find("add --emulate"), std::string::npos) << gpu.output;
+  EXPECT_NE(gpu.output.find("--dry-run only compiles"), std::string::npos) << gpu.output;
+  // Several devices: the backward measures on one.
+  std::vector<std::string> two = search_args(db);
+  two.insert(two.end(), {"--devices", "emu:gfx942:0,emu:gfx942:1"});
+  auto several = run_flytune(two);
+  EXPECT_EQ(several.exit_code, 2) << several.output;
+  EXPECT_NE(several.output.find("measures on one device in this version"), std::string::npos) << several.output;
 }
 
 }  // namespace

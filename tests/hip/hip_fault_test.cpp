@@ -3,17 +3,11 @@
 // fault mid-variant, a search killed while its worker hangs mid-variant, and
 // events that give times that are no times. The real binary, gfx942 (clang-19
 // code objects), one bucket, T=1.
-#include <signal.h>
-#include <sys/wait.h>
-
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -31,7 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using namespace std::chrono_literals;
 
 // One stage-1 variant; stage 2 without and with split-K 4 (two of them, so
 // the search still pairs a layer when one is lost).
@@ -55,15 +48,6 @@ std::map<std::int64_t, std::string> kernel_names(const std::string& path) {
   return out;
 }
 
-// "<pid> <kernel>" from the double's marker.
-std::pair<pid_t, std::string> read_marker(const std::string& path) {
-  std::istringstream in(test::read_bytes(path));
-  pid_t pid = -1;
-  std::string kernel;
-  in >> pid >> kernel;
-  return {pid, kernel};
-}
-
 // The worker aborts (what ROCm does on a GPU memory fault) at the first
 // stage-2 launch of its life: the search loses that variant only -- recorded
 // as failed with the worker's death, never timed --, restarts the worker,
@@ -79,7 +63,7 @@ TEST(HipFault, WorkerAbortedMidVariantLosesOnlyThatVariant) {
   auto r = test::run_flytune(search_args(db, kSpace2));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   ASSERT_TRUE(fs::exists(marker)) << "the double never faulted: " << r.output;
-  const auto [worker, lost] = read_marker(marker);
+  const auto [worker, lost] = test::read_marker(marker);
   ASSERT_NE(lost.find("_moe2_"), std::string::npos) << lost;
   const json sum = test::summary_of(r.output);
   ASSERT_TRUE(sum.is_object()) << r.output;
@@ -121,28 +105,8 @@ TEST(HipFault, SearchKilledWhileTheWorkerHangsResumesLosingOnlyThatVariant) {
   const test::HipDoubleEnv env(kSpace1);
   const std::string marker = dir.file("hang");
   const std::string db = dir.file("amd.db");
-  pid_t search = -1;
-  {
-    const test::ScopedEnv fault("FLYTUNE_HIP_DOUBLE_FAULT", "hang@1:_moe2_");
-    const test::ScopedEnv once("FLYTUNE_HIP_DOUBLE_FAULT_MARKER", marker.c_str());
-    search = test::spawn_flytune(search_args(db, kSpace1), dir.file("first.log"));
-  }
-  ASSERT_GT(search, 0);
-  const auto deadline = std::chrono::steady_clock::now() + 180s;
-  int status = 0;
-  // The marker is created, then its line written: wait for the line.
-  while (read_marker(marker).second.empty() && std::chrono::steady_clock::now() < deadline) {
-    ASSERT_EQ(waitpid(search, &status, WNOHANG), 0) << "the search ended before the hang:\n"
-                                                    << test::read_bytes(dir.file("first.log"));
-    std::this_thread::sleep_for(100ms);
-  }
-  const auto [worker, in_flight] = read_marker(marker);
-  ASSERT_FALSE(in_flight.empty()) << "no hang within the deadline:\n" << test::read_bytes(dir.file("first.log"));
-  ASSERT_GT(worker, 0);
-  ASSERT_NE(worker, search) << "the hang is in the worker, not the search";
-  ASSERT_EQ(kill(search, SIGKILL), 0);
-  ASSERT_EQ(waitpid(search, &status, 0), search);
-  ASSERT_EQ(kill(worker, SIGKILL), 0);  // not our child: it was the search's
+  const std::string in_flight = test::kill_search_during_hang(search_args(db, kSpace1), "hang@1:_moe2_", marker, dir.file("first.log"));
+  ASSERT_FALSE(in_flight.empty());
 
   std::set<std::string> verified_before;
   const auto names = kernel_names(db);
@@ -151,13 +115,8 @@ TEST(HipFault, SearchKilledWhileTheWorkerHangsResumesLosingOnlyThatVariant) {
   EXPECT_EQ(verified_before.size(), 1u);
   EXPECT_FALSE(verified_before.contains(in_flight));
 
-  auto r = test::run_flytune(search_args(db, kSpace1));
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const json sum = test::summary_of(r.output);
-  ASSERT_TRUE(sum.is_object()) << r.output;
-  bool noted = false;
-  for (const auto& n : sum["notes"]) noted = noted || n.get<std::string>().find("run 1 was left 'running'") != std::string::npos;
-  EXPECT_TRUE(noted) << sum["notes"].dump();
+  const json sum = test::resume_after_kill(search_args(db, kSpace1));
+  ASSERT_TRUE(sum.is_object());
   EXPECT_EQ(sum["winners"].size(), 3u) << sum.dump(2);
   std::vector<std::string> verified_again;
   const auto names2 = kernel_names(db);

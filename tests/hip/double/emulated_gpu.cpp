@@ -13,6 +13,7 @@
 #include <hip/hip_runtime_api.h>
 
 #include "compile/emu_compile.hpp"
+#include "generator/backward_gemm.hpp"
 #include "generator/emitter.hpp"
 #include "generator/problem.hpp"
 #include "generator/space.hpp"
@@ -68,6 +69,22 @@ Result<Variant> variant_named(const Target& target, const std::string& name) {
     }
   return fail(Errc::not_found, fmt::format("no variant named {} in the default, small or wide space (set "
                                            "FLYTUNE_HIP_DOUBLE_SPACE to the search's --space)", name));
+}
+
+// The backward GEMM configuration named `name` (kgrouped, dgrad2, dgrad1),
+// from the presets' spaces a backward search could have built it in; nullopt
+// when the name is not a backward GEMM's.
+Result<std::optional<BackwardVariant>> backward_named(const Target& target, const std::string& name) {
+  const std::vector<std::string> parts = split(name, '_');
+  std::optional<BackwardOp> op;
+  for (BackwardOp o : {BackwardOp::wgrad, BackwardOp::dgrad_swiglu, BackwardOp::dgrad_scatter})
+    if (parts.size() > 3 && parts[2] == to_string(o)) op = o;
+  if (!op) return std::nullopt;
+  const DType dtype = FT_TRY(parse_dtype(parts[3]));
+  for (Preset preset : {Preset::small, Preset::default_, Preset::wide})
+    for (const BackwardVariant& v : backward_space(target, dtype, preset, *op))
+      if (v.name() == name) return v;
+  return fail(Errc::not_found, fmt::format("no backward configuration named {} in the small, default or wide space", name));
 }
 
 }  // namespace
@@ -127,6 +144,7 @@ Result<KernelSource> emulator_source(const Target& target, const std::vector<std
   if (kernel_names.size() != 1)
     return fail(Errc::not_found, fmt::format("the code object's {} kernels are no support unit of {}", kernel_names.size(),
                                              target.name));
+  if (const auto backward = FT_TRY(backward_named(target, kernel_names.front()))) return emit_backward(*backward);
   const Variant v = FT_TRY(variant_named(target, kernel_names.front()));
   return emit_variant(v);
 }

@@ -175,6 +175,12 @@ class FakeLayerMeasurer final : public Measurer {
   Result<DeviceInfo> start() override { return DeviceInfo{}; }
   Status open(const protocol::OpenRequest&) override { return {}; }
   Status set_inputs(const protocol::InputsRequest&) override { return {}; }
+  Result<protocol::VerifyAnswer> verify_backward(const protocol::VerifyBackwardRequest&) override {
+    return fail(Errc::internal, "this fake measures no backward");
+  }
+  Result<Timing> time_backward(const protocol::TimeBackwardRequest&) override {
+    return fail(Errc::internal, "this fake measures no backward");
+  }
   Result<protocol::VerifyAnswer> verify(const protocol::VerifyRequest&) override { return protocol::VerifyAnswer{true}; }
   Result<Timing> time(const protocol::TimeRequest&) override { return fail(Errc::internal, "not in this test"); }
   Result<protocol::VerifyAnswer> verify_layer(const protocol::VerifyLayerRequest&) override {

@@ -42,6 +42,12 @@ class FakeMeasurer final : public Measurer {
   Result<DeviceInfo> start() override { return DeviceInfo{}; }
   Status open(const protocol::OpenRequest&) override { return {}; }
   Status set_inputs(const protocol::InputsRequest&) override { return {}; }
+  Result<protocol::VerifyAnswer> verify_backward(const protocol::VerifyBackwardRequest&) override {
+    return fail(Errc::internal, "this fake measures no backward");
+  }
+  Result<Timing> time_backward(const protocol::TimeBackwardRequest&) override {
+    return fail(Errc::internal, "this fake measures no backward");
+  }
   Result<protocol::VerifyAnswer> verify(const protocol::VerifyRequest&) override { return protocol::VerifyAnswer{true}; }
   Result<Timing> time(const protocol::TimeRequest& r) override {
     calls.push_back({r.kernel.entry, r.reps});

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "generator/backward_gemm.hpp"
 #include "generator/problem.hpp"
 #include "generator/space.hpp"
 #include "generator/target.hpp"
@@ -20,19 +21,35 @@ inline protocol::KernelRef sample_kernel(StageRole kind) {
   return {v, "/tmp/objects/" + v.name() + ".cubin", v.name()};
 }
 
+// The backward stages of every role (op::moe_backward's order), the first
+// configuration of each GEMM's wide space on sm_90a bf16, no member at its default.
+inline std::vector<protocol::GradKernelRef> sample_grad_stages() {
+  const Target& t = *find_target("sm_90a");
+  std::vector<protocol::GradKernelRef> out;
+  for (const auto& [role, op] : {std::pair{Role::dgrad2, BackwardOp::dgrad_swiglu}, std::pair{Role::dgrad1, BackwardOp::dgrad_scatter},
+                                 std::pair{Role::wgrad2, BackwardOp::wgrad}, std::pair{Role::wgrad1, BackwardOp::wgrad}}) {
+    const BackwardVariant v = backward_space(t, DType::bf16, Preset::wide, op).back();
+    out.push_back({role, v, "/tmp/objects/" + v.name() + ".cubin", v.name()});
+  }
+  return out;
+}
+
 // In the order of the Request alternatives.
 inline std::vector<protocol::Request> sample_requests() {
   Problem p = *problem_from_preset("tiny");
   p.routing = *Routing::parse("zipf:1.5");
   protocol::TimeRequest time{sample_kernel(StageRole::stage1), 4, 17, false};
   protocol::TimeLayerRequest layer{sample_kernel(StageRole::stage1), sample_kernel(StageRole::stage2), 2, 30, true};
+  protocol::TimeBackwardRequest backward{sample_grad_stages(), 5, 40, false};
   return {protocol::DeviceRequest{},
-          protocol::OpenRequest{p, "sm_90a", "/tmp/objects/support.cubin", 4096},
+          protocol::OpenRequest{p, "sm_90a", "/tmp/objects/support.cubin", 4096, protocol::Operation::backward},
           protocol::InputsRequest{333, std::numeric_limits<std::uint64_t>::max(), 1},
           protocol::VerifyRequest{sample_kernel(StageRole::stage2)},
           time,
           protocol::VerifyLayerRequest{sample_kernel(StageRole::stage1), sample_kernel(StageRole::stage2)},
           layer,
+          protocol::VerifyBackwardRequest{sample_grad_stages()},
+          backward,
           protocol::TelemetryRequest{},
           protocol::FaultRequest{}};
 }
@@ -54,8 +71,10 @@ inline std::vector<std::pair<protocol::Request, protocol::Answer>> sample_answer
           {requests[5], protocol::VerifyAnswer{false, 0.5, 7.25, "12 NaN/Inf elements of 4096, first at [0, 3]"}},
           {requests[6], LayerTiming{sample_timing(50), sample_timing(2), sample_timing(20), sample_timing(25),
                                     sample_timing(3)}},
-          {requests[7], all},
-          {requests[7], none}};
+          {requests[7], protocol::VerifyAnswer{false, 0.25, 1.5, "dw1: rel L2 2.5e-01 (bound 8.0e-03)"}},
+          {requests[8], sample_timing(480)},
+          {requests[9], all},
+          {requests[9], none}};
 }
 
 }  // namespace ft::test

@@ -54,6 +54,18 @@ TEST(Protocol, RequestsKeepWhatTheServiceNeeds) {
     if (const auto* inputs = std::get_if<protocol::InputsRequest>(&*back)) {
       EXPECT_EQ(inputs->seed, std::numeric_limits<std::uint64_t>::max());  // all 64 bits
     }
+    if (const auto* open = std::get_if<protocol::OpenRequest>(&*back)) EXPECT_EQ(open->operation, protocol::Operation::backward);
+    if (const auto* bw = std::get_if<protocol::TimeBackwardRequest>(&*back)) {
+      const auto& sent = std::get<protocol::TimeBackwardRequest>(r).stages;
+      ASSERT_EQ(bw->stages.size(), sent.size());
+      for (std::size_t i = 0; i < sent.size(); ++i) {
+        EXPECT_EQ(bw->stages[i].role, sent[i].role);
+        EXPECT_EQ(bw->stages[i].config.name(), sent[i].config.name());  // every axis, the op, atom and target
+        EXPECT_EQ(bw->stages[i].code_object, sent[i].code_object);
+      }
+      EXPECT_EQ(bw->reps, 40);
+      EXPECT_FALSE(bw->flush_l2);
+    }
     if (const auto* time = std::get_if<protocol::TimeRequest>(&*back)) {
       EXPECT_EQ(time->kernel.variant.name(), std::get<protocol::TimeRequest>(r).kernel.variant.name());
       EXPECT_EQ(time->reps, 17);
@@ -185,6 +197,42 @@ TEST(Protocol, EveryMemberIsCheckedAndNoneIsExtra) {
       ASSERT_FALSE(r) << "accepted " << retyped.dump();
       EXPECT_FALSE(r.error().message.empty());
     }
+  }
+}
+
+// The backward's requests: a stage of no backward role, of no target, a
+// configuration the rule table refuses or with a member too many, no stages,
+// an open of no operation: each refused with what was wrong.
+TEST(Protocol, MalformedBackwardRequestsAreRefused) {
+  const auto requests = test::sample_requests();
+  const json verify = protocol::encode(requests[7]), open = protocol::encode(requests[1]);
+  ASSERT_EQ(verify["op"], "verify_backward");
+  struct Case {
+    std::function<void(json&)> edit;
+    const json* base;
+    const char* says;
+  };
+  const std::vector<Case> cases{
+      {[](json& j) { j["stages"] = json::array(); }, &verify, "\"stages\" must be a non-empty array"},
+      {[](json& j) { j["stages"] = 3; }, &verify, "\"stages\" must be a non-empty array"},
+      {[](json& j) { j["stages"][1]["role"] = "stage1"; }, &verify, "names no role of the backward ('stage1')"},
+      {[](json& j) { j["stages"][0]["target"] = "gfx999"; }, &verify, "names no target ('gfx999')"},
+      {[](json& j) { j["stages"][2]["config"]["tile_m"] = 48; }, &verify, "backward configuration: ft_sm_90a_kgrouped"},
+      {[](json& j) { j["stages"][2]["config"]["swizzle"] = 1; }, &verify, "a member that is not one of a configuration's"},
+      {[](json& j) { j["stages"][3]["config"]["op"] = "wgrad9"; }, &verify, "unknown op 'wgrad9'"},
+      {[](json& j) { j["stages"][3]["config"].erase("stages"); }, &verify, "\"stages\" is missing"},
+      {[](json& j) { j["stages"][0]["config"]["atom"] = "mfma_f32_16x16x16_bf16"; }, &verify, "does not exist on sm_90a"},
+      {[](json& j) { j["operation"] = "sideways"; }, &open, "names no operation ('sideways'"},
+  };
+  for (const Case& c : cases) {
+    json j = *c.base;
+    c.edit(j);
+    SCOPED_TRACE(j.dump());
+    auto r = protocol::decode_request(j);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, Errc::invalid_input);
+    EXPECT_NE(r.error().message.find(c.says), std::string::npos) << r.error().message;
+    EXPECT_EQ(r.error().message.find('\n'), std::string::npos) << r.error().message;
   }
 }
 

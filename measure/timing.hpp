@@ -1,0 +1,52 @@
+#pragma once
+// Event timing on a Device, as every bench of measure/ times: a repetition's
+// time from its two events (refused when it is no time), the L2 flush before
+// each repetition, the warm-ups and repetitions around a run, and their
+// summary (median, p10, p90, min). LayerBench times stages and layers with
+// these, BackwardBench the backward program.
+#include <functional>
+#include <vector>
+
+#include "base/error.hpp"
+#include "device/device.hpp"
+#include "device/device_buffer.hpp"
+
+namespace ft {
+
+struct Timing {
+  double median_us = 0, p10_us = 0, p90_us = 0, min_us = 0;
+  int samples = 0;
+};
+Timing summarize(std::vector<double> samples_us);
+
+struct TimingOptions {
+  int warmup = 3;
+  int reps = 20;
+  bool flush_l2 = true;  // overwrite a buffer twice the L2 size before each rep
+  bool graph = false;    // replay a captured graph instead of direct launches (layer only)
+};
+
+// One repetition's time from its two events, in microseconds: refused
+// (Errc::device) when the runtime gives a time that is no time (NaN, infinite
+// or negative: a runtime bug, or events read out of order), which would
+// otherwise be sorted into the median as if measured.
+Result<double> sample_us(Device& dev, EventHandle start, EventHandle stop);
+
+// A buffer twice the device's L2 (at least 64 MiB), rewritten before a
+// repetition so it evicts every line the last one touched.
+class L2Flush {
+ public:
+  static Result<L2Flush> create(Device& dev);
+  L2Flush() = default;
+  Status operator()(Device& dev, StreamHandle s = {}) const;
+
+ private:
+  DeviceBuffer buffer_;
+};
+
+// opt.warmup + opt.reps runs of `run` on the default stream, each after the L2
+// flush (when opt.flush_l2; `flush` then must be given) and between two
+// events, waited for; the repetitions after the warm-ups summarised.
+Result<Timing> time_runs(Device& dev, const TimingOptions& opt, const L2Flush* flush, const std::function<Status()>& run);
+
+}  // namespace ft

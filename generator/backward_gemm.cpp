@@ -3,6 +3,7 @@
 #include <array>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace ft {
 namespace {
@@ -87,6 +88,39 @@ std::string_view to_string(BackwardOp op) {
     case BackwardOp::wgrad: break;
   }
   return "kgrouped";
+}
+
+std::optional<BackwardOp> parse_backward_op(std::string_view s) {
+  for (BackwardOp op : {BackwardOp::wgrad, BackwardOp::dgrad_swiglu, BackwardOp::dgrad_scatter})
+    if (to_string(op) == s) return op;
+  return std::nullopt;
+}
+
+nlohmann::json BackwardVariant::to_json() const {
+  return {{"op", to_string(op)}, {"atom", atom->id},   {"tile_m", tile_m},   {"tile_n", tile_n},
+          {"tile_k", tile_k},    {"warps_m", warps_m}, {"warps_n", warps_n}, {"stages", stages}};
+}
+
+Result<BackwardVariant> BackwardVariant::from_json(const nlohmann::json& j, const Target& target) {
+  auto bad = [&](const std::string& what) { return fail(Errc::invalid_input, "backward configuration " + j.dump() + ": " + what); };
+  if (!j.is_object()) return bad("not a JSON object");
+  BackwardVariant v;
+  v.target = &target;
+  for (const char* key : {"op", "atom"})
+    if (!j.contains(key) || !j.at(key).is_string()) return bad(fmt::format("{} must be a string", key));
+  const auto op = parse_backward_op(j.at("op").get<std::string>());
+  if (!op) return bad("unknown op (kgrouped, dgrad2, dgrad1)");
+  v.op = *op;
+  v.atom = find_atom(j.at("atom").get<std::string>());
+  if (!v.atom) return bad("unknown atom");
+  for (auto [key, field] : {std::pair{"tile_m", &v.tile_m}, {"tile_n", &v.tile_n}, {"tile_k", &v.tile_k},
+                            {"warps_m", &v.warps_m}, {"warps_n", &v.warps_n}, {"stages", &v.stages}}) {
+    if (!j.contains(key) || !j.at(key).is_number_integer() || j.at(key).get<long long>() < 1 || j.at(key).get<long long>() > 4096)
+      return bad(fmt::format("{} must be an integer in 1..4096", key));
+    *field = j.at(key).get<int>();
+  }
+  if (auto why = why_illegal(v)) return bad(*why);
+  return v;
 }
 
 std::string BackwardVariant::name() const {

@@ -20,6 +20,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "generator/atoms.hpp"
 #include "base/error.hpp"
 #include "generator/family.hpp"
@@ -31,6 +33,7 @@ namespace ft {
 
 enum class BackwardOp { wgrad, dgrad_swiglu, dgrad_scatter };
 std::string_view to_string(BackwardOp op);  // "kgrouped", "dgrad2", "dgrad1": the names' token
+std::optional<BackwardOp> parse_backward_op(std::string_view s);
 
 struct BackwardVariant {
   const Target* target = nullptr;
@@ -45,6 +48,14 @@ struct BackwardVariant {
   int threads() const;
   int lds_bytes() const;          // the kernels' kSmemBytes (the emitted unit static_asserts it)
   int register_estimate() const;  // per lane, a pre-compile estimate
+
+  // Its parameters as JSON, without the target: {"op", "atom", "tile_m", "tile_n", "tile_k", "warps_m",
+  // "warps_n", "stages"} -- a `grad` variants row's params (the store) and a backward stage in the
+  // manifest. The one spelling of a configuration's fields.
+  nlohmann::json to_json() const;
+  // Errc::invalid_input, one line, for a missing or mistyped member, an unknown op or atom, or a
+  // configuration the rule table refuses on `target`.
+  static Result<BackwardVariant> from_json(const nlohmann::json& j, const Target& target);
 };
 
 // Why a configuration cannot be built on its target, or nullopt: the rows of

@@ -41,11 +41,6 @@ struct Program {
   bool passed = false;
 };
 
-nlohmann::json params_of(const BackwardVariant& v) {
-  return {{"op", to_string(v.op)}, {"atom", v.atom->id},   {"tile_m", v.tile_m},   {"tile_n", v.tile_n},
-          {"tile_k", v.tile_k},    {"warps_m", v.warps_m}, {"warps_n", v.warps_n}, {"stages", v.stages}};
-}
-
 // Context every measurement row carries.
 struct Ids {
   std::int64_t run = 0, problem = 0, device = 0, toolchain = 0;
@@ -109,7 +104,7 @@ Status BackwardRun::compile_and_record() {
         const CodeObject co = FT_TRY(compile(FT_TRY(emit_backward(v)), target, cfg.compile));
         FT_CHECK(rec.code_object(co.hash, format, co.binary));
         const std::int64_t id = FT_TRY(rec.variant({.kernel_name = v.name(), .target = std::string(target.name),
-                                                    .kind = db::kind_text(db::Kind::grad), .params = params_of(v),
+                                                    .kind = db::kind_text(db::Kind::grad), .params = v.to_json(),
                                                     .source_hash = co.cache_key, .code_object_hash = co.hash,
                                                     .toolchain_id = ids.toolchain, .compile_log = co.log,
                                                     .compile_seconds = co.compile_seconds}));

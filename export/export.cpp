@@ -98,12 +98,13 @@ Result<FoundSupport> support_unit(Store& store, ObjectSet& objects, const Target
     out.compiled_here = true;
     file = FT_TRY(objects.add(co.hash, std::move(co.binary), name));
   }
-  bool partials16 = false, wide_align = false;
-  if (auto elf = ElfImage::parse(objects.bytes_of(file))) {  // else neither is named; the runtime's open checks the unit itself
+  bool partials16 = false, wide_align = false, saved = false;
+  if (auto elf = ElfImage::parse(objects.bytes_of(file))) {  // else none is named; the runtime's open checks the unit itself
     partials16 = elf->symbol(reduce_entry(target, Reduce::partials16, dtype)) != nullptr;
     wide_align = elf->symbol(align_count_entry(target)) && elf->symbol(align_scatter_entry(target));
+    saved = dtype != DType::e4m3 && elf->symbol(saved_entry(target, dtype)) != nullptr;
   }
-  out.unit = manifest::SupportUnit::of(target, dtype, partials16, wide_align);
+  out.unit = manifest::SupportUnit::of(target, dtype, partials16, wide_align, saved);
   out.unit.code_object = file;
   out.unit.source = out.compiled_here ? "compiled by flytune export" : "database";
   out.unit.toolchain = built_by;

@@ -277,7 +277,7 @@ std::size_t select_bucket(std::span<const int> buckets, int tokens) {
   return it != buckets.end() ? std::size_t(it - buckets.begin()) : buckets.size() - 1;
 }
 
-SupportUnit SupportUnit::of(const Target& t, DType d, bool partials16, bool wide_align) {
+SupportUnit SupportUnit::of(const Target& t, DType d, bool partials16, bool wide_align, bool saved) {
   SupportUnit u;
   u.dtype = d;
   for (std::size_t i = 0; i < kSupportCount; ++i) {
@@ -287,6 +287,7 @@ SupportUnit SupportUnit::of(const Target& t, DType d, bool partials16, bool wide
       case SupportPresence::partials16: if (!partials16) continue; break;
       case SupportPresence::wide_align: if (!wide_align) continue; break;
       case SupportPresence::fp8: if (d != DType::e4m3) continue; break;  // every e4m3 unit has the quantise steps
+      case SupportPresence::saved: if (!saved || d == DType::e4m3) continue; break;
     }
     u.symbols[i] = support_entry(s, t, d);
   }

@@ -68,7 +68,8 @@ struct SupportUnit {
   const std::string& symbol(Support s) const { return symbols[std::size_t(s)]; }
   // The entries of this flytune's unit for (target, dtype), the optional ones
   // where the unit holds them.
-  static SupportUnit of(const Target& t, DType d, bool partials16, bool wide_align);
+  // `saved`: it holds forward_saved (16-bit units of this flytune; older ones lack it).
+  static SupportUnit of(const Target& t, DType d, bool partials16, bool wide_align, bool saved);
   bool wide_align() const { return !symbol(Support::align_count).empty() && !symbol(Support::align_scatter).empty(); }
 };
 

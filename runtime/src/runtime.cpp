@@ -63,8 +63,9 @@ Manifest runtime_manifest(manifest::Manifest d) {
   m.files = d.files();
   for (manifest::SupportUnit& u : d.supports) m.supports.push_back(SupportUnit{std::move(u), {}});
   for (manifest::ProblemEntry& p : d.problems) {
-    ProblemEntry e{std::move(p.key), std::move(p.problem), {}, std::move(p.missing_buckets)};
+    ProblemEntry e{std::move(p.key), std::move(p.problem), {}, std::move(p.missing_buckets), {}};
     for (manifest::Bucket& b : p.buckets) e.buckets.push_back(Bucket{std::move(b), {}});
+    for (manifest::Bucket& b : p.backward) e.backward.push_back(Bucket{std::move(b), {}});
     m.problems.push_back(std::move(e));
   }
   return m;
@@ -275,6 +276,7 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
         if (v.lds_limit() > 0) FT_CHECK(device_->set_dynamic_shared(slot, v.lds_limit()));
       }
     }
+    for (Bucket& b : p.backward) FT_CHECK(load_backward(b, u, function));
   }
   loaded_ = true;
   return {};
@@ -300,6 +302,7 @@ Result<Plan> Runtime::select(const std::string& key, int tokens) {
   if (!program) return fail(Errc::usage, program.error().message, key);
   plan.program = std::move(*program);
   if (loaded_) plan.functions = FT_TRY(bind(plan.program, plan.bucket->kernels));
+  if (!it->backward.empty()) plan.backward = FT_TRY(plan_backward(*it, tokens));
   return plan;
 }
 

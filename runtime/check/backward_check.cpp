@@ -80,14 +80,11 @@ bool backward_checkable(const ft_problem_shape& s, int tokens) {
 
 CheckRow check_backward_one(ft_runtime* rt, ProblemWeights& weights, const std::string& key, int tokens, const std::string& routing,
                             std::uint64_t seed) {
-  CheckRow row{key, 0, tokens, routing, false, 0, "", "backward"};
-  auto failed = [&](const std::string& what) {
-    row.summary = what + ": " + ft_runtime_last_error(rt);
-    return row;
-  };
-  ft_plan* plan = nullptr;
-  if (ft_runtime_select(rt, key.c_str(), tokens, &plan) != FT_OK) return failed("select");
-  const std::unique_ptr<ft_plan, void (*)(ft_plan*)> guard(plan, ft_plan_free);
+  PlannedRow planned(rt, CheckRow{key, 0, tokens, routing, false, 0, "", "backward"});
+  if (!planned.plan) return planned.row;
+  CheckRow& row = planned.row;
+  const ft_plan* plan = planned.plan;
+  auto failed = [&](const std::string& what) { return planned.failed(what); };
   if (!ft_plan_has_backward(plan)) {
     row.summary = "the plan has no backward";
     return row;

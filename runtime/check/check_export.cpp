@@ -45,14 +45,11 @@ int launch_in_graph(ft_runtime* rt, const ft_plan* plan, ft_layer_buffers& b, vo
 
 CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string& key, int tokens, const std::string& routing,
                    std::uint64_t seed, bool graph) {
-  CheckRow row{key, 0, tokens, routing, false, 0, ""};
-  auto failed = [&](const std::string& what) {
-    row.summary = what + ": " + ft_runtime_last_error(rt);
-    return row;
-  };
-  ft_plan* plan = nullptr;
-  if (ft_runtime_select(rt, key.c_str(), tokens, &plan) != FT_OK) return failed("select");
-  const std::unique_ptr<ft_plan, void (*)(ft_plan*)> guard(plan, ft_plan_free);
+  PlannedRow planned(rt, CheckRow{key, 0, tokens, routing, false, 0, ""});
+  if (!planned.plan) return planned.row;
+  CheckRow& row = planned.row;
+  const ft_plan* plan = planned.plan;
+  auto failed = [&](const std::string& what) { return planned.failed(what); };
   row.bucket = ft_plan_bucket(plan);
   ft_problem_shape shape{};
   ft_plan_shape(plan, &shape);

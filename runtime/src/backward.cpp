@@ -43,15 +43,11 @@ Result<BufferTable> grad_table(const LayerProgram& program, const GradBuffers& b
   at(t, Buf::dw2) = b.dw2;
   at(t, Buf::d_weights) = b.d_topk_weights;
   at(t, Buf::bad_ids) = b.bad_ids;
-  const WorkspacePlacement w = workspace_placement(program);
-  if (w.total && !b.workspace)
+  if (!b.workspace)
     return fail(Errc::usage, fmt::format("null layer buffers: workspace (the backward needs {} bytes: "
-                                         "ft_plan_backward_workspace_bytes)", w.total));
-  if (b.workspace_bytes < w.total)
-    return fail(Errc::usage, fmt::format("the backward's workspace holds {} bytes, it needs {} (ft_plan_backward_workspace_bytes)",
-                                         b.workspace_bytes, w.total));
-  for (std::size_t i = 0; i < kBufCount; ++i)
-    if (is_workspace(Buf(i))) t[i] = program.bytes[i] ? b.workspace + w.offset[i] : 0;
+                                         "ft_plan_backward_workspace_bytes)", workspace_placement(program).total));
+  FT_CHECK(carve_workspace(t, program, b.workspace, b.workspace_bytes, "the backward's workspace", "it needs",
+                           "ft_plan_backward_workspace_bytes"));
   return t;
 }
 

@@ -159,13 +159,18 @@ Result<BufferTable> buffer_table(const LayerProgram& program, const LayerBuffers
   at(t, Buf::w1_scales) = b.w1_scales;
   at(t, Buf::w2_scales) = b.w2_scales;
   if (!b.workspace) return t;
-  const WorkspacePlacement w = workspace_placement(program);
-  if (b.workspace_bytes < w.total)
-    return fail(Errc::usage, fmt::format("the workspace holds {} bytes, the plan needs {} (ft_plan_workspace_bytes)",
-                                         b.workspace_bytes, w.total));
-  for (std::size_t i = 0; i < kBufCount; ++i)
-    if (is_workspace(Buf(i))) t[i] = program.bytes[i] ? b.workspace + w.offset[i] : 0;
+  FT_CHECK(carve_workspace(t, program, b.workspace, b.workspace_bytes, "the workspace", "the plan needs", "ft_plan_workspace_bytes"));
   return t;
+}
+
+Status carve_workspace(BufferTable& t, const LayerProgram& program, DevicePtr workspace, std::size_t bytes,
+                       const std::string& what, const std::string& needer, const std::string& sizes_from) {
+  const WorkspacePlacement w = workspace_placement(program);
+  if (bytes < w.total)
+    return fail(Errc::usage, fmt::format("{} holds {} bytes, {} {} ({})", what, bytes, needer, w.total, sizes_from));
+  for (std::size_t i = 0; i < kBufCount; ++i)
+    if (is_workspace(Buf(i))) t[i] = program.bytes[i] ? workspace + w.offset[i] : 0;
+  return {};
 }
 
 Result<std::unique_ptr<Runtime>> Runtime::open(const std::string& dir, const DeviceOpener& open_device,

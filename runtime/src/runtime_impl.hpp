@@ -135,6 +135,11 @@ struct LayerBuffers {
 // The table of a plan's launch: the caller's pointers, the workspace buffers
 // carved from b.workspace when given (Errc::usage when it is too small).
 Result<BufferTable> buffer_table(const LayerProgram& program, const LayerBuffers& b);
+// The program's workspace buffers placed in one workspace of `bytes` (its
+// workspace_placement); Errc::usage when it is too small: "<what> holds N
+// bytes, <needer> M (<sizes_from>)", sizes_from the call that gives the size.
+Status carve_workspace(BufferTable& t, const LayerProgram& program, DevicePtr workspace, std::size_t bytes,
+                       const std::string& what, const std::string& needer, const std::string& sizes_from);
 
 // The buffers of a backward launch (the C API's ft_layer_grads): what it
 // reads of the forward -- X, the routing, the plain weights and the saved

@@ -54,6 +54,19 @@ struct Refusal {
   const char* message;  // a part of the one line
 };
 
+// Each mutant of `good` is refused by decode with its one line.
+void expect_refusals(const json& good, const std::vector<Refusal>& cases) {
+  for (const Refusal& c : cases) {
+    json j = good;
+    c.mutate(j);
+    auto m = manifest::decode(j);
+    ASSERT_FALSE(m) << c.what;
+    EXPECT_EQ(m.error().code, Errc::invalid_input) << c.what;
+    EXPECT_NE(m.error().message.find(c.message), std::string::npos) << c.what << ": " << m.error().describe();
+    EXPECT_EQ(m.error().describe().find('\n'), std::string::npos) << c.what;
+  }
+}
+
 TEST(Manifest, DecodeRefusesWithOneLine) {
   const test::SharedExport& ex = test::shared_h200_export();
   if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
@@ -77,15 +90,7 @@ TEST(Manifest, DecodeRefusesWithOneLine) {
        },
        "no step names the code object of"},
   };
-  for (const Refusal& c : cases) {
-    json j = ex.manifest;
-    c.mutate(j);
-    auto m = manifest::decode(j);
-    ASSERT_FALSE(m) << c.what;
-    EXPECT_EQ(m.error().code, Errc::invalid_input) << c.what;
-    EXPECT_NE(m.error().message.find(c.message), std::string::npos) << c.what << ": " << m.error().describe();
-    EXPECT_EQ(m.error().describe().find('\n'), std::string::npos) << c.what;
-  }
+  expect_refusals(ex.manifest, cases);
 }
 
 
@@ -181,15 +186,7 @@ TEST(Manifest, DecodeRefusesABadBackwardWithOneLine) {
        "two backward buckets of T=64"},
   };
   ASSERT_TRUE(manifest::decode(good)) << manifest::decode(good).error().describe();
-  for (const Refusal& c : cases) {
-    json j = good;
-    c.mutate(j);
-    auto m = manifest::decode(j);
-    ASSERT_FALSE(m) << c.what;
-    EXPECT_EQ(m.error().code, Errc::invalid_input) << c.what;
-    EXPECT_NE(m.error().message.find(c.message), std::string::npos) << c.what << ": " << m.error().describe();
-    EXPECT_EQ(m.error().describe().find('\n'), std::string::npos) << c.what;
-  }
+  expect_refusals(good, cases);
 }
 
 }  // namespace

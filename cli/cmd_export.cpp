@@ -135,8 +135,8 @@ int run_export(const ExportOptions& opt) {
   if (!s->missing.empty())
     fmt::print("missing layers (--allow-missing): {}; the runtime serves their T with another bucket's kernels and says so "
                "(ft_plan_coverage)\n", fmt::join(s->missing, ", "));
-  fmt::print("exported {} problem(s), {} bucket(s), {} code object(s) for {} on {}\n", s->problems, s->buckets,
-             s->code_objects, s->target, s->device);
+  fmt::print("exported {} problem(s), {} bucket(s), {} backward bucket(s), {} code object(s) for {} on {}\n", s->problems,
+             s->buckets, s->backward_buckets, s->code_objects, s->target, s->device);
   fmt::print("  {}\n  {}\n  {}\n", s->manifest_path, s->header_path, outcome);
   return kExitOk;
 }

@@ -25,57 +25,14 @@
 #include "system/hash.hpp"
 #include "layer/program.hpp"
 #include "manifest/manifest.hpp"
+#include "export/export_parts.hpp"
+#include "export/backward_export.hpp"
 
 namespace ft::db {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-struct LoadedObject {
-  std::string file;  // <hash><ext>
-  std::vector<std::byte> bytes;
-};
-
-// Code objects by hash, read once, each checked against its name.
-class ObjectSet {
- public:
-  ObjectSet(Store& store, std::string ext) : store_(store), ext_(std::move(ext)) {}
-
-  Result<std::string> from_store(const std::string& hash, const std::string& what) {
-    if (auto it = files_.find(hash); it != files_.end()) return it->second.file;
-    auto bytes = FT_TRY(store_.code_object(hash));
-    if (!bytes) return fail(Errc::database, fmt::format("code object {} is missing from the database", hash), what);
-    return add(hash, std::move(*bytes), what);
-  }
-
-  Result<std::string> add(const std::string& hash, std::vector<std::byte> bytes, const std::string& what) {
-    const std::string actual = xxh3_128_hex(bytes);
-    if (actual != hash)
-      return fail(Errc::database, fmt::format("code object {} is corrupt (its bytes hash to {})", hash, actual), what);
-    LoadedObject& o = files_[hash];
-    o.file = hash + ext_;
-    o.bytes = std::move(bytes);
-    return o.file;
-  }
-
-  std::span<const std::byte> bytes_of(const std::string& file) const {
-    for (const auto& [h, o] : files_)
-      if (o.file == file) return o.bytes;
-    return {};
-  }
-
-  std::vector<std::pair<std::string, std::vector<std::byte>>> take() {
-    std::vector<std::pair<std::string, std::vector<std::byte>>> out;
-    for (auto& [h, o] : files_) out.emplace_back(o.file, std::move(o.bytes));
-    return out;
-  }
-
- private:
-  Store& store_;
-  std::string ext_;
-  std::map<std::string, LoadedObject> files_;
-};
 
 // The code objects' format (and file extension): the toolchain's. A search
 // on the CPU emulator (backend emulate) built host libraries, which only the
@@ -141,12 +98,13 @@ Result<FoundSupport> support_unit(Store& store, ObjectSet& objects, const Target
     out.compiled_here = true;
     file = FT_TRY(objects.add(co.hash, std::move(co.binary), name));
   }
-  bool partials16 = false, wide_align = false;
-  if (auto elf = ElfImage::parse(objects.bytes_of(file))) {  // else neither is named; the runtime's open checks the unit itself
+  bool partials16 = false, wide_align = false, saved = false;
+  if (auto elf = ElfImage::parse(objects.bytes_of(file))) {  // else none is named; the runtime's open checks the unit itself
     partials16 = elf->symbol(reduce_entry(target, Reduce::partials16, dtype)) != nullptr;
     wide_align = elf->symbol(align_count_entry(target)) && elf->symbol(align_scatter_entry(target));
+    saved = dtype != DType::e4m3 && elf->symbol(saved_entry(target, dtype)) != nullptr;
   }
-  out.unit = manifest::SupportUnit::of(target, dtype, partials16, wide_align);
+  out.unit = manifest::SupportUnit::of(target, dtype, partials16, wide_align, saved);
   out.unit.code_object = file;
   out.unit.source = out.compiled_here ? "compiled by flytune export" : "database";
   out.unit.toolchain = built_by;
@@ -159,30 +117,6 @@ Status write_file(const fs::path& path, const void* data, std::size_t size) {
   f.close();
   if (!f) return fail(Errc::io, "cannot write the file", path.string());
   return {};
-}
-
-// One bucket of the manifest: the layer winner's stages, the program at the
-// bucket's T with each launch's code object, the measured time and where it
-// came from.
-manifest::Bucket bucket_of(const WinnerRow& row, LayerRecipe recipe, LayerProgram prog, const std::string& support,
-                           const std::string& stage1, const std::string& stage2, const std::map<std::int64_t, RunRecord>& runs) {
-  manifest::Bucket b;
-  b.tokens = row.winner.tokens;
-  b.kernel_name = row.variant.kernel_name;
-  b.recipe = std::move(recipe);
-  b.program = std::move(prog);
-  for (const Step& st : b.program.steps)
-    if (st.op == Step::Op::launch)
-      b.code_objects[st.symbol] = st.role == Role::stage1 ? stage1 : st.role == Role::stage2 ? stage2 : support;
-  b.time_us = {row.winner.median_us, row.winner.p10_us, row.winner.p90_us};
-  b.provenance.variant_id = row.variant.id;
-  b.provenance.run_id = row.winner.run_id;
-  b.provenance.chosen_at = row.winner.chosen_at;
-  if (auto it = runs.find(row.winner.run_id); it != runs.end())
-    b.provenance.run = manifest::Provenance::Run{it->second.flytune_version, it->second.git_commit,
-                                                 it->second.templates_commit, it->second.hostname};
-  b.speedup_vs_default = row.winner.speedup_vs_default;
-  return b;
 }
 
 }  // namespace
@@ -213,19 +147,6 @@ Status add_stage_only_buckets(Store& store, const ExportOptions& opt, std::int64
     if (it == exported.end() || !it->second.contains(r.winner.tokens)) missing.by_problem[r.problem.key].insert(r.winner.tokens);
   }
   return {};
-}
-
-// A stage's code object: the variants row of that kernel by the same toolchain.
-Result<std::string> stage_code_object(Store& store, ObjectSet& objects, const Target& target, std::int64_t toolchain_id,
-                                      const std::string& kernel, const std::string& what) {
-  VariantFilter f;
-  f.kernel_name = kernel;
-  f.target = std::string(target.name);
-  f.toolchain_id = toolchain_id;
-  auto vs = FT_TRY(store.variants(f));
-  if (vs.empty() || vs.front().code_object_hash.empty())
-    return fail(Errc::database, fmt::format("no compiled code object for {}", kernel), what);
-  return objects.from_store(vs.front().code_object_hash, kernel);
 }
 
 // The buckets left out: in the summary, its notes and each problem's missing_buckets.
@@ -327,8 +248,8 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
       man.problems.push_back({row.problem.key, p, row.problem.activation, row.problem.routing, {}, {}});
       ++out.summary.problems;
     }
-    man.problems.back().buckets.push_back(
-        bucket_of(row, std::move(recipe), std::move(*built), support.code_object, file1, file2, runs));
+    man.problems.back().buckets.push_back(bucket_of(row, std::move(recipe), std::move(*built), support.code_object,
+                                                    {{Role::stage1, file1}, {Role::stage2, file2}}, runs));
     exported[row.problem.key].insert(row.winner.tokens);
     ++out.summary.buckets;
   }
@@ -345,6 +266,13 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     return fail(Errc::not_found, "no layer winner could be exported (see the notes); search again", opt.db_path);
   for (manifest::ProblemEntry& pe : man.problems)
     std::sort(pe.buckets.begin(), pe.buckets.end(), [](const manifest::Bucket& a, const manifest::Bucket& b) { return a.tokens < b.tokens; });
+  const BackwardSource backward{opt, device.id, toolchain_id,
+                                [&](DType d) -> const manifest::SupportUnit* {
+                                  const auto it = supports.find(std::string(to_string(d)));
+                                  return it == supports.end() ? nullptr : &it->second.unit;
+                                },
+                                runs};
+  FT_CHECK(add_backward(store, objects, backward, man, out.summary));
   for (auto& [dtype, s] : supports) man.supports.push_back(std::move(s.unit));
 
   out.manifest = manifest::encode(man);

@@ -41,6 +41,7 @@ struct ExportSummary {
   std::string device;
   int problems = 0;
   int buckets = 0;        // (problem, token bucket) entries
+  int backward_buckets = 0;  // (problem, token bucket) entries of the backward (pass backward winners)
   int code_objects = 0;   // files written, the support unit included
   bool support_compiled = false;  // the database lacked the support unit; export compiled it
   std::vector<std::string> notes; // what the user should know (toolchain differences, ...)

@@ -3,6 +3,7 @@
 #include <array>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 namespace ft {
 namespace {
@@ -89,6 +90,12 @@ std::string_view to_string(BackwardOp op) {
   return "kgrouped";
 }
 
+std::optional<BackwardOp> parse_backward_op(std::string_view s) {
+  for (BackwardOp op : {BackwardOp::wgrad, BackwardOp::dgrad_swiglu, BackwardOp::dgrad_scatter})
+    if (to_string(op) == s) return op;
+  return std::nullopt;
+}
+
 std::string BackwardVariant::name() const {
   return fmt::format("ft_{}_{}_{}_m{}n{}k{}_w{}x{}_{}_s{}", target->name, to_string(op), to_string(atom->dtype), tile_m, tile_n,
                      tile_k, warps_m, warps_n, atom->short_name(), stages);
@@ -123,10 +130,9 @@ Result<BackwardVariant> BackwardVariant::from_json(const nlohmann::json& j, cons
   };
   const std::string op = FT_TRY(text("op")), atom = FT_TRY(text("atom"));
   if (j.size() != known) return bad("a member that is not one of a configuration's");
-  bool found = false;
-  for (BackwardOp o : {BackwardOp::wgrad, BackwardOp::dgrad_swiglu, BackwardOp::dgrad_scatter})
-    if (to_string(o) == op) v.op = o, found = true;
-  if (!found) return bad(fmt::format("unknown op '{}' (kgrouped, dgrad2 or dgrad1)", shorten(op)));
+  const auto parsed = parse_backward_op(op);
+  if (!parsed) return bad(fmt::format("unknown op '{}' (kgrouped, dgrad2 or dgrad1)", shorten(op)));
+  v.op = *parsed;
   v.atom = find_atom(atom);
   if (!v.atom) return bad(fmt::format("unknown atom '{}'", shorten(atom)));
   if (auto why = why_illegal(v)) return bad(fmt::format("{}: {}", v.name(), *why));

@@ -33,6 +33,7 @@ namespace ft {
 
 enum class BackwardOp { wgrad, dgrad_swiglu, dgrad_scatter };
 std::string_view to_string(BackwardOp op);  // "kgrouped", "dgrad2", "dgrad1": the names' token
+std::optional<BackwardOp> parse_backward_op(std::string_view s);
 
 struct BackwardVariant {
   const Target* target = nullptr;

@@ -72,6 +72,7 @@ std::string reduce_entry(const Target& t, Reduce r, DType d) {
 }
 std::string shuffle_entry(const Target& t) { return fmt::format("ft_{}_shuffle", t.name); }
 std::string fill_entry(const Target& t) { return fmt::format("ft_{}_fill", t.name); }
+std::string saved_entry(const Target& t, DType d) { return fmt::format("ft_{}_forward_saved_{}", t.name, to_string(d)); }
 std::string quantise_x_entry(const Target& t) { return fmt::format("ft_{}_quantise_x", t.name); }
 std::string quantise_inter_entry(const Target& t) { return fmt::format("ft_{}_quantise_inter", t.name); }
 std::string reference_quantise_entry(const Target& t) { return fmt::format("ft_{}_reference_quantise_e4m3", t.name); }
@@ -125,7 +126,7 @@ FT_KERNEL(ft::kFillThreads, {fill})(ft::FillArgs args) {{ ft::fill_random(args);
 KernelSource emit_support(const Target& t, DType d) {
   if (d == DType::e4m3) return emit_support_fp8(t);
   const std::string align = align_entry(t), shuffle = shuffle_entry(t), ref1 = reference_entry(t, StageRole::stage1, d),
-                    ref2 = reference_entry(t, StageRole::stage2, d), fill = fill_entry(t);
+                    ref2 = reference_entry(t, StageRole::stage2, d), fill = fill_entry(t), saved = saved_entry(t, d);
   // One reduce kernel per way stage 2 hands over its sums (ft::Reduce).
   std::string reduces;
   const std::string align_count = align_count_entry(t), align_scatter = align_scatter_entry(t);
@@ -147,12 +148,13 @@ FT_KERNEL(ft::kAlignThreads, {align_scatter})(ft::MoeArgs args) {{ ft::moe_align
 FT_KERNEL(ft::kReferenceThreads, {ref1})(ft::MoeArgs args) {{ ft::reference_stage1<{elem}>(args); }}
 FT_KERNEL(ft::kReferenceThreads, {ref2})(ft::MoeArgs args) {{ ft::reference_stage2<{elem}>(args); }}
 FT_KERNEL(ft::kFillThreads, {fill})(ft::FillArgs args) {{ ft::fill_random(args); }}
+FT_KERNEL(ft::kReferenceThreads, {saved})(ft::SavedArgs args) {{ ft::forward_saved<{elem}>(args); }}
 )",
       fmt::arg("unit", support_unit_name(t, d)), fmt::arg("target", t.name), fmt::arg("dtype", to_string(d)),
-      fmt::arg("align", align), fmt::arg("align_count", align_count), fmt::arg("align_scatter", align_scatter),
+      fmt::arg("saved", saved), fmt::arg("align", align), fmt::arg("align_count", align_count), fmt::arg("align_scatter", align_scatter),
       fmt::arg("reduces", reduces), fmt::arg("shuffle", shuffle), fmt::arg("ref1", ref1),
       fmt::arg("ref2", ref2), fmt::arg("fill", fill), fmt::arg("elem", elem_of(d)));
-  for (const std::string& e : {shuffle, ref1, ref2, fill}) entries.push_back(e);
+  for (const std::string& e : {shuffle, ref1, ref2, fill, saved}) entries.push_back(e);
   return KernelSource{support_unit_name(t, d), std::move(text), std::move(entries)};
 }
 

@@ -31,6 +31,8 @@ std::string reduce_entry(const Target& target, Reduce r, DType dtype);
 std::string shuffle_entry(const Target& target);
 std::string reference_entry(const Target& target, StageRole stage, DType dtype);
 std::string fill_entry(const Target& target);  // seeded random fill (templates/ft/random_fill.hpp)
+// The forward's saved tensors for the backward, recomputed (templates/ft/moe_saved.hpp; 16-bit units).
+std::string saved_entry(const Target& target, DType dtype);
 std::string quantise_x_entry(const Target& target);
 std::string quantise_inter_entry(const Target& target);
 std::string reference_quantise_entry(const Target& target);

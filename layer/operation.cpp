@@ -67,9 +67,11 @@ constexpr std::array<Buf, kForwardBufCount> kForwardBuffers = [] {
   return b;
 }();
 
-constexpr std::array<Support, kSupportCount> kForwardSupport = [] {
-  std::array<Support, kSupportCount> s{};
-  for (std::size_t i = 0; i < kSupportCount; ++i) s[i] = Support(i);
+// Every row but the backward's forward_saved (the last).
+constexpr std::size_t kForwardSupportCount = std::size_t(Support::forward_saved);
+constexpr std::array<Support, kForwardSupportCount> kForwardSupport = [] {
+  std::array<Support, kForwardSupportCount> s{};
+  for (std::size_t i = 0; i < kForwardSupportCount; ++i) s[i] = Support(i);
   return s;
 }();
 
@@ -115,7 +117,9 @@ constexpr std::array<Buf, 17> kBackwardBuffers{
     Buf::block_experts, Buf::padded_rows, Buf::bad_ids,    Buf::dy,          Buf::saved_gate_up, Buf::saved_inter,
     Buf::d_gate_up, Buf::d_weights,     Buf::dx,           Buf::dw1,         Buf::dw2};
 // It rebuilds the forward's sorted rows with the support unit's align.
-constexpr std::array<Support, 3> kBackwardSupport{Support::align, Support::align_count, Support::align_scatter};
+// Its callers recompute the forward's saved tensors with forward_saved where their forward kept none.
+constexpr std::array<Support, 4> kBackwardSupport{Support::align, Support::align_count, Support::align_scatter,
+                                                  Support::forward_saved};
 
 const Operation kMoeBackward{
     "moe_backward",

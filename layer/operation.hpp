@@ -52,7 +52,7 @@ inline constexpr std::size_t kSupportCount = 0
 #undef FT_SUPPORT
     ;
 // Which units hold a support kernel (the presence column).
-enum class SupportPresence : std::uint8_t { always, partials16, wide_align, fp8 };
+enum class SupportPresence : std::uint8_t { always, partials16, wide_align, fp8, saved };
 struct SupportInfo {
   std::string_view name;       // the manifest's symbol key
   std::optional<Role> role;    // the program step that launches it; none: verification, arrangement

@@ -37,10 +37,16 @@ json recorded_steps(const Bucket& b) {
   return steps;
 }
 
-json encode_bucket(const Bucket& b) {
-  const StageContract c1 = b.recipe.stage(StageRole::stage1)->contract(), c2 = b.recipe.stage(StageRole::stage2)->contract();
+// A bucket's stages by role name: the forward's variants ("stage1", "stage2")
+// or the backward's configurations ("dgrad2", ... "wgrad1").
+json encode_stages(const LayerRecipe& r) {
   json stages = json::object();
-  for (const Variant& v : b.recipe.stages) stages[std::string(op::moe_forward().stage(v.role)->name)] = v.to_json();
+  for (const Variant& v : r.stages) stages[std::string(op::moe_forward().stage(v.role)->name)] = v.to_json();
+  for (const GradStage& g : r.grad) stages[std::string(to_string(g.role))] = g.kernel.to_json();
+  return stages;
+}
+
+json encode_bucket(const Bucket& b) {
   json provenance{{"variant_id", b.provenance.variant_id}, {"run_id", b.provenance.run_id}, {"chosen_at", b.provenance.chosen_at}};
   if (const auto& run = b.provenance.run)
     provenance.update({{"flytune_version", run->flytune_version},
@@ -49,15 +55,18 @@ json encode_bucket(const Bucket& b) {
                        {"hostname", run->hostname}});
   json bucket{{"tokens", b.tokens},
               {"kernel_name", b.kernel_name},
-              {"stages", std::move(stages)},
+              {"stages", encode_stages(b.recipe)},
               {"align_block", b.program.align_block},
-              {"reduction", std::string(to_string(c2.output))},
-              {"weight_in_stage1", c1.weight_in_stage1},
-              {"weights", {{"w1", std::string(to_string(c1.weights))}, {"w2", std::string(to_string(c2.weights))}}},
               {"buffers_at_bucket", buffers_json(b.program)},
               {"steps", recorded_steps(b)},
               {"time_us", {{"median", b.time_us.median}, {"p10", optional_number(b.time_us.p10)}, {"p90", optional_number(b.time_us.p90)}}},
               {"provenance", std::move(provenance)}};
+  if (b.recipe.grad.empty()) {  // what a host launching the forward without the runtime reads
+    const StageContract c1 = b.recipe.stage(StageRole::stage1)->contract(), c2 = b.recipe.stage(StageRole::stage2)->contract();
+    bucket.update({{"reduction", std::string(to_string(c2.output))},
+                   {"weight_in_stage1", c1.weight_in_stage1},
+                   {"weights", {{"w1", std::string(to_string(c1.weights))}, {"w2", std::string(to_string(c2.weights))}}}});
+  }
   if (b.speedup_vs_default) bucket["speedup_vs_default"] = *b.speedup_vs_default;
   return bucket;
 }
@@ -77,6 +86,10 @@ json encode_problem(const Manifest& m, const ProblemEntry& p) {
   if (p.problem.fp8()) out.update(fp8_problem_json(p.problem, *m.target));
   for (const Bucket& b : p.buckets) out["buckets"].push_back(encode_bucket(b));
   out["missing_buckets"] = p.missing_buckets;
+  if (!p.backward.empty()) {
+    json& bw = out["backward"] = {{"operation", std::string(op::moe_backward().name)}, {"buckets", json::array()}};
+    for (const Bucket& b : p.backward) bw["buckets"].push_back(encode_bucket(b));
+  }
   return out;
 }
 
@@ -121,9 +134,27 @@ json program_part(const json& steps) {
   return out;
 }
 
-Result<Bucket> decode_bucket(const json& bj, const Manifest& m, const ProblemEntry& p) {
+// A bucket's recipe from its "stages": every role of its operation (a bucket is a whole program).
+Status decode_stages(const json& stages, const op::Operation& op, LayerRecipe& r) {
+  for (const op::Stage& st : op.stages) r.stages.push_back(FT_TRY(Variant::from_json(stages.at(std::string(st.name)))));
+  for (const op::GradRole& g : op.grad)
+    r.grad.push_back({g.launch, FT_TRY(BackwardVariant::from_json(stages.at(std::string(to_string(g.launch))), *r.target))});
+  return {};
+}
+
+// The names of the kernels a bucket's steps launch from its own code objects
+// (the support unit's are the manifest's support_units).
+std::vector<std::string> stage_kernels(const Bucket& b) {
+  std::vector<std::string> out;
+  for (const Variant& v : b.recipe.stages)
+    if (launches(b.program, v)) out.push_back(v.name());  // the one-launch layer launches its moe2 twin alone
+  for (const GradStage& g : b.recipe.grad) out.push_back(g.kernel.name());
+  return out;
+}
+
+Result<Bucket> decode_bucket(const json& bj, const Manifest& m, const ProblemEntry& p, const op::Operation& op) {
   Bucket b;
-  const std::string where = "problem " + p.key + " bucket";
+  const std::string where = "problem " + p.key + (op.grad.empty() ? "" : " backward") + " bucket";
   b.tokens = positive_int(bj, "tokens", where);
   const std::string at = where + " T=" + std::to_string(b.tokens);
   b.kernel_name = bj.value("kernel_name", std::string());
@@ -131,26 +162,23 @@ Result<Bucket> decode_bucket(const json& bj, const Manifest& m, const ProblemEnt
   b.recipe.problem = p.problem;
   const SupportUnit* support = m.support_for(p.problem.dtype);
   b.recipe.wide_align = support && support->wide_align();
-  const json& stages = bj.at("stages");
-  for (const op::Stage& st : op::moe_forward().stages)  // a bucket is a layer: every role's variant
-    b.recipe.stages.push_back(FT_TRY(Variant::from_json(stages.at(std::string(st.name)))));
+  if (auto st = decode_stages(bj.at("stages"), op, b.recipe); !st) return std::unexpected(with_context(st.error(), at));
   const json& steps = bj.at("steps");
   for (const json& s : steps)
     if (s.at("op").get<std::string>() == "launch" && s.contains("code_object"))
       b.code_objects[s.at("symbol").get<std::string>()] = s.at("code_object").get<std::string>();
-  // The recorded steps must be what the one layer program computes for this
+  // The recorded steps must be what the operation's program computes for this
   // recipe: an export written by another flytune version, or edited, is refused.
-  auto prog = build_program(b.recipe, b.tokens);
+  auto prog = op.build(b.recipe, b.tokens);
   if (!prog) return std::unexpected(with_context(prog.error(), at));
   b.program = std::move(*prog);
-  // Every stage a step launches has its code object (the one-launch layer launches its moe2 twin alone).
-  for (const Variant& v : b.recipe.stages)
-    if (launches(b.program, v) && !b.code_objects.contains(v.name()))
-      return fail(Errc::invalid_input, at + ": no step names the code object of " + v.name());
+  for (const std::string& kernel : stage_kernels(b))
+    if (!b.code_objects.contains(kernel)) return fail(Errc::invalid_input, at + ": no step names the code object of " + kernel);
   const json computed = steps_json(b.program), recorded = program_part(steps);
   if (recorded != computed) {
     const json patch = json::diff(computed, recorded);
-    return fail(Errc::invalid_input, at + ": the recorded steps differ from this runtime's layer program (first difference: " +
+    return fail(Errc::invalid_input, at + ": the recorded steps differ from this runtime's " +
+                                         (op.grad.empty() ? "layer program" : "backward program") + " (first difference: " +
                                          (patch.empty() ? std::string("none") : patch.front().dump()) +
                                          "); export again with this flytune version");
   }
@@ -191,9 +219,22 @@ Result<ProblemEntry> decode_problem(const json& pj, const Manifest& m) {
   }
   if (p.problem.topk > p.problem.experts) return fail(Errc::invalid_input, where + ": topk exceeds experts");
   if (!m.support_for(p.problem.dtype)) return fail(Errc::invalid_input, where + ": no support unit for dtype " + dtype);
-  for (const json& bj : pj.at("buckets")) p.buckets.push_back(FT_TRY(decode_bucket(bj, m, p)));
+  for (const json& bj : pj.at("buckets")) p.buckets.push_back(FT_TRY(decode_bucket(bj, m, p, op::moe_forward())));
   if (p.buckets.empty()) return fail(Errc::invalid_input, where + " has no buckets");
-  std::sort(p.buckets.begin(), p.buckets.end(), [](const Bucket& a, const Bucket& b) { return a.tokens < b.tokens; });
+  if (const json* bw = pj.contains("backward") ? &pj.at("backward") : nullptr) {
+    if (bw->at("operation").get<std::string>() != op::moe_backward().name)
+      return fail(Errc::invalid_input, where + ": backward operation '" + bw->at("operation").get<std::string>() + "' is not " +
+                                           std::string(op::moe_backward().name));
+    for (const json& bj : bw->at("buckets")) p.backward.push_back(FT_TRY(decode_bucket(bj, m, p, op::moe_backward())));
+    if (p.backward.empty()) return fail(Errc::invalid_input, where + ": its backward has no buckets");
+  }
+  for (auto* list : {&p.buckets, &p.backward}) {
+    std::sort(list->begin(), list->end(), [](const Bucket& a, const Bucket& b) { return a.tokens < b.tokens; });
+    for (std::size_t i = 1; i < list->size(); ++i)
+      if ((*list)[i].tokens == (*list)[i - 1].tokens)
+        return fail(Errc::invalid_input, where + ": two " + (list == &p.backward ? "backward " : "") + "buckets of T=" +
+                                             std::to_string((*list)[i].tokens));
+  }
   for (const json& t : pj.value("missing_buckets", json::array())) {
     const int tokens = t.get<int>();
     if (tokens < 1) return fail(Errc::invalid_input, where + ": missing_buckets holds " + std::to_string(tokens) + " < 1");
@@ -236,7 +277,7 @@ std::size_t select_bucket(std::span<const int> buckets, int tokens) {
   return it != buckets.end() ? std::size_t(it - buckets.begin()) : buckets.size() - 1;
 }
 
-SupportUnit SupportUnit::of(const Target& t, DType d, bool partials16, bool wide_align) {
+SupportUnit SupportUnit::of(const Target& t, DType d, bool partials16, bool wide_align, bool saved) {
   SupportUnit u;
   u.dtype = d;
   for (std::size_t i = 0; i < kSupportCount; ++i) {
@@ -246,6 +287,7 @@ SupportUnit SupportUnit::of(const Target& t, DType d, bool partials16, bool wide
       case SupportPresence::partials16: if (!partials16) continue; break;
       case SupportPresence::wide_align: if (!wide_align) continue; break;
       case SupportPresence::fp8: if (d != DType::e4m3) continue; break;  // every e4m3 unit has the quantise steps
+      case SupportPresence::saved: if (!saved || d == DType::e4m3) continue; break;
     }
     u.symbols[i] = support_entry(s, t, d);
   }
@@ -258,6 +300,13 @@ const Bucket& ProblemEntry::bucket_for(int tokens) const {
   return buckets[select_bucket(t, tokens)];
 }
 
+const Bucket* ProblemEntry::backward_for(int tokens) const {
+  if (backward.empty()) return nullptr;
+  std::vector<int> t;
+  for (const Bucket& b : backward) t.push_back(b.tokens);
+  return &backward[select_bucket(t, tokens)];
+}
+
 const SupportUnit* Manifest::support_for(DType d) const {
   for (const SupportUnit& u : supports)
     if (u.dtype == d) return &u;
@@ -268,8 +317,9 @@ std::vector<std::string> Manifest::files() const {
   std::set<std::string> files;
   for (const SupportUnit& u : supports) files.insert(u.code_object);
   for (const ProblemEntry& p : problems)
-    for (const Bucket& b : p.buckets)
-      for (const auto& [symbol, file] : b.code_objects) files.insert(file);
+    for (const auto* list : {&p.buckets, &p.backward})
+      for (const Bucket& b : *list)
+        for (const auto& [symbol, file] : b.code_objects) files.insert(file);
   return {files.begin(), files.end()};
 }
 

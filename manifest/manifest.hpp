@@ -32,10 +32,11 @@
 
 namespace ft::manifest {
 
+// 4: a problem's "backward" (the backward program's buckets, docs/EXPORT.md).
 // 3: the formulas that restated the layer program (max_padded_rows_formula,
 // workspace_bytes) are gone (buffers_at_bucket and the steps hold its numbers;
 // the runtime computes them for any T). 2: the layer program's steps. 1: before.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 inline constexpr const char* kSelectionRule = "the smallest tuned bucket >= T, else the largest bucket";
 
 // The bucket that serves `tokens`: the index of the smallest tuned bucket >=
@@ -67,7 +68,8 @@ struct SupportUnit {
   const std::string& symbol(Support s) const { return symbols[std::size_t(s)]; }
   // The entries of this flytune's unit for (target, dtype), the optional ones
   // where the unit holds them.
-  static SupportUnit of(const Target& t, DType d, bool partials16, bool wide_align);
+  // `saved`: it holds forward_saved (16-bit units of this flytune; older ones lack it).
+  static SupportUnit of(const Target& t, DType d, bool partials16, bool wide_align, bool saved);
   bool wide_align() const { return !symbol(Support::align_count).empty() && !symbol(Support::align_scatter).empty(); }
 };
 
@@ -85,12 +87,15 @@ struct Provenance {
 };
 
 // One tuned bucket: the layer winner's stage variants (the recipe) and the
-// program the layer program builds from them at `tokens`.
+// program the layer program builds from them at `tokens`. A backward bucket
+// (ProblemEntry::backward) holds a backward recipe (LayerRecipe::grad: a
+// configuration per role of op::moe_backward) and build_backward_program's.
 struct Bucket {
   int tokens = 0;
-  std::string kernel_name;  // "<stage1>+<stage2>"
+  std::string kernel_name;  // "<stage1>+<stage2>"; backward: "<dgrad2>+<dgrad1>+<wgrad2>+<wgrad1>"
   LayerRecipe recipe;       // target, problem and wide_align: the manifest's
-  LayerProgram program;     // build_program(recipe, tokens)
+  LayerProgram program;     // its operation's build(recipe, tokens)
+  const op::Operation& operation() const { return recipe.grad.empty() ? op::moe_forward() : op::moe_backward(); }
   std::map<std::string, std::string> code_objects;  // file of each launch step's symbol
   Timing time_us;
   Provenance provenance;
@@ -105,7 +110,11 @@ struct ProblemEntry {
   // Buckets the search left without a layer winner (export --allow-missing),
   // ascending; none is also a bucket.
   std::vector<int> missing_buckets;
+  // The backward's buckets, ascending (flytune search --pass backward|both);
+  // empty when the export has no backward for this problem.
+  std::vector<Bucket> backward;
   const Bucket& bucket_for(int tokens) const;  // select_bucket over the buckets
+  const Bucket* backward_for(int tokens) const;  // select_bucket over the backward's; null without one
 };
 
 struct Manifest {
@@ -124,8 +133,8 @@ struct Manifest {
 nlohmann::json encode(const Manifest& m);
 // Errc::invalid_input for a malformed manifest (missing or mistyped members,
 // sizes out of range, an unknown format or dtype), another schema version, a
-// problem without buckets or support unit, or a bucket whose recorded steps
-// are not the layer program's for its stage variants.
+// problem without buckets or support unit, or a bucket (forward or backward)
+// whose recorded steps are not its operation's program for its stages.
 Result<Manifest> decode(const nlohmann::json& j);
 
 }  // namespace ft::manifest

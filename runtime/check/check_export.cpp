@@ -1,5 +1,6 @@
 #include "runtime/check/check_export.hpp"
 #include "runtime/check/layer_check.hpp"
+#include "runtime/check/backward_check.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "flytune_runtime.h"
+#include "generator/backward_gemm.hpp"
 #include "generator/emitter.hpp"
 #include "runtime/src/runtime_impl.hpp"
 #include "compile/emu_compile.hpp"
@@ -43,14 +45,11 @@ int launch_in_graph(ft_runtime* rt, const ft_plan* plan, ft_layer_buffers& b, vo
 
 CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string& key, int tokens, const std::string& routing,
                    std::uint64_t seed, bool graph) {
-  CheckRow row{key, 0, tokens, routing, false, 0, ""};
-  auto failed = [&](const std::string& what) {
-    row.summary = what + ": " + ft_runtime_last_error(rt);
-    return row;
-  };
-  ft_plan* plan = nullptr;
-  if (ft_runtime_select(rt, key.c_str(), tokens, &plan) != FT_OK) return failed("select");
-  const std::unique_ptr<ft_plan, void (*)(ft_plan*)> guard(plan, ft_plan_free);
+  PlannedRow planned(rt, CheckRow{key, 0, tokens, routing, false, 0, ""});
+  if (!planned.plan) return planned.row;
+  CheckRow& row = planned.row;
+  const ft_plan* plan = planned.plan;
+  auto failed = [&](const std::string& what) { return planned.failed(what); };
   row.bucket = ft_plan_bucket(plan);
   ft_problem_shape shape{};
   ft_plan_shape(plan, &shape);
@@ -146,7 +145,8 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
 namespace {
 
 // Each code object of the manifest rebuilt for the CPU emulator: the support
-// units from their target and dtype, the stage units from their variants.
+// units from their target and dtype, the stage units from their variants, the
+// backward's from its configurations.
 Result<std::map<std::string, std::vector<std::byte>>> emulated_objects(const rt::Manifest& m) {
   std::map<std::string, KernelSource> units;
   for (const rt::SupportUnit& u : m.supports) units.emplace(u.code_object, emit_support(*m.target_info, u.dtype));
@@ -154,6 +154,9 @@ Result<std::map<std::string, std::vector<std::byte>>> emulated_objects(const rt:
     for (const rt::Bucket& b : p.buckets)
       for (const Variant& v : b.recipe.stages)
         if (launches(b.program, v)) units.emplace(b.code_objects.at(v.name()), emit_variant(v));
+  for (const rt::ProblemEntry& p : m.problems)
+    for (const rt::Bucket& b : p.backward)
+      for (const GradStage& g : b.recipe.grad) units.emplace(b.code_objects.at(g.kernel.name()), FT_TRY(emit_backward(g.kernel)));
   std::map<std::string, std::vector<std::byte>> out;
   for (const auto& [file, unit] : units) {
     emu::EmuLibrary lib = FT_TRY(emu::compile_emulated(unit, *m.target_info));
@@ -203,9 +206,10 @@ int CheckReport::failures() const {
 std::string CheckReport::table() const {
   std::size_t width = 7;
   for (const CheckRow& r : rows) width = std::max(width, r.problem.size());
-  std::string out = fmt::format("{:<{}}  {:>6}  {:>6}  {:<9}  {:<4}  {}\n", "problem", width, "bucket", "T", "routing", "", "result");
+  std::string out = fmt::format("{:<{}}  {:<8}  {:>6}  {:>6}  {:<9}  {:<4}  {}\n", "problem", width, "pass", "bucket", "T", "routing",
+                                "", "result");
   for (const CheckRow& r : rows)
-    out += fmt::format("{:<{}}  {:>6}  {:>6}  {:<9}  {:<4}  {}\n", r.problem, width, r.bucket, r.tokens, r.routing,
+    out += fmt::format("{:<{}}  {:<8}  {:>6}  {:>6}  {:<9}  {:<4}  {}\n", r.problem, width, r.pass, r.bucket, r.tokens, r.routing,
                        r.passed ? "ok" : "FAIL", r.summary);
   return out;
 }
@@ -248,13 +252,24 @@ Result<CheckReport> check_export(const CheckOptions& o) {
     if (!weights.error().empty()) return fail(Errc::device, weights.error(), key);
     for (int t : tokens) {
       ft_plan* plan = nullptr;
+      bool backward = false, checkable = false;
       if (ft_runtime_select(h.rt, key.c_str(), t, &plan) == FT_OK) {
         if (ft_plan_coverage(plan) != FT_COVERAGE_TUNED)
           report.coverage_notes.push_back(key + ": " + ft_plan_coverage_note(plan));
+        ft_problem_shape shape{};
+        ft_plan_shape(plan, &shape);
+        backward = ft_plan_has_backward(plan);
+        checkable = backward_checkable(shape, t);
         ft_plan_free(plan);
       }
       for (const std::string& routing : o.routings)
         report.rows.push_back(check_one(h.rt, weights, key, t, routing, o.seed + std::uint64_t(t), o.graph));
+      if (backward && !checkable)
+        report.coverage_notes.push_back(fmt::format("{}: the backward at T={} is not checked: its CPU reference is above {:.0e} "
+                                                    "multiply-adds (check smaller T with --tokens)", key, t, kBackwardReferenceWork));
+      else if (backward)
+        for (const std::string& routing : o.routings)
+          report.rows.push_back(check_backward_one(h.rt, weights, key, t, routing, o.seed + std::uint64_t(t)));
     }
   }
   if (!found) return fail(Errc::not_found, "the export has no problem '" + *o.problem + "'", o.dir);

@@ -49,6 +49,7 @@ struct CheckRow {
   bool passed = false;
   double rel_l2 = 0;
   std::string summary;  // the comparison, or what failed
+  std::string pass = "forward";  // or "backward" (backward_check.hpp)
 };
 
 struct CheckReport {

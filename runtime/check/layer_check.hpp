@@ -4,6 +4,7 @@
 // their arranged copies), the routings, the reference and the judgement.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flytune_runtime.h"
@@ -66,6 +67,25 @@ class ProblemWeights {
   void* copies_[2][3] = {};
   std::size_t rows_[2] = {}, cols_[2] = {};
   std::string error_;
+};
+
+// A row of a check and the plan of its (key, tokens), freed on scope exit;
+// without a plan the row's summary says why (ft_runtime_select's message).
+struct PlannedRow {
+  CheckRow row;
+  ft_runtime* rt;
+  ft_plan* plan = nullptr;
+  PlannedRow(ft_runtime* r, CheckRow first) : row(std::move(first)), rt(r) {
+    if (ft_runtime_select(rt, row.problem.c_str(), row.tokens, &plan) != FT_OK) failed("select");
+  }
+  ~PlannedRow() { ft_plan_free(plan); }
+  PlannedRow(const PlannedRow&) = delete;
+  PlannedRow& operator=(const PlannedRow&) = delete;
+  // The row, its summary "<what>: <the runtime's last error>".
+  CheckRow failed(const std::string& what) {
+    row.summary = what + ": " + ft_runtime_last_error(rt);
+    return row;
+  }
 };
 
 // A runtime handle, closed on scope exit.

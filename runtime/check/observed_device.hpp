@@ -28,6 +28,10 @@ struct Observed {
   std::atomic<long> fail_at{0};   // 0: never
   unsigned faults = 0;
   std::atomic<long> injected{0};  // faults answered so far
+  // A mutant runtime for the checks' own tests: memsets are answered without
+  // reaching the device (a program's clears skipped), so what they clear keeps
+  // whatever it held.
+  std::atomic<bool> skip_memsets{false};
   std::size_t live_allocations() {
     std::lock_guard l(mutex);
     return allocations.size();
@@ -70,6 +74,7 @@ class ObservedDevice final : public Device {
   }
   Status memset_u32(DevicePtr dst, std::uint32_t value, std::size_t count, StreamHandle s) override {
     FT_CHECK(inject(fault_launch, "memset"));
+    if (seen_->skip_memsets) return {};
     return inner_->memset_u32(dst, value, count, s);
   }
   Result<ModuleHandle> load_module(std::span<const std::byte> image) override {

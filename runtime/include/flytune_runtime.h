@@ -299,6 +299,61 @@ int ft_plan_coverage(const ft_plan* plan);
  * layer ..."); "" when tuned or for a null plan. Valid while the plan is. */
 const char* ft_plan_coverage_note(const ft_plan* plan);
 
+/* The backward (docs/EXPORT.md, "The backward"): an export of flytune search
+ * --pass backward|both holds, per problem, backward buckets beside the
+ * forward's; a plan then carries the backward program for its T (from the
+ * smallest backward bucket >= T, else the largest). It reads what the forward
+ * read and saved, and dL/dy; it writes fp32 gradients. The caller's struct
+ * reaches the library with its size, like ft_layer_buffers (fields are only
+ * appended; zero-initialise it). */
+typedef struct ft_layer_grads {
+  const void* x;              /* [T, hidden] the forward's input, bf16/f16 */
+  const int32_t* topk_ids;    /* [T, topk] the forward's routing (-1: an empty slot) */
+  const float* topk_weights;  /* [T, topk] */
+  const void* w1;             /* [experts, 2*inter, hidden] plain (row-major) */
+  const void* w2;             /* [experts, hidden, inter] plain */
+  const void* dy;             /* [T, hidden] dL/dy, the forward's dtype */
+  const void* saved_gate_up;  /* [T*topk, 2*inter] each pair's gate then up pre-activations (row = token*topk + slot) */
+  const void* saved_inter;    /* [T*topk, inter] each pair's silu(gate) * up, without the routed weight */
+  float* dx;                  /* [T, hidden] fp32 out: dL/dx */
+  float* dw1;                 /* [experts, 2*inter, hidden] fp32 out: dL/dw1 (every element written) */
+  float* dw2;                 /* [experts, hidden, inter] fp32 out: dL/dw2 (every element written) */
+  float* d_topk_weights;      /* [T, topk] fp32 out: dL/dtopk_weights (0 for a slot without an expert) */
+  void* workspace;            /* ft_plan_backward_workspace_bytes of it, 256-byte aligned; the runtime carves it */
+  size_t workspace_bytes;     /* its size */
+  int32_t* bad_ids;           /* optional [1]: the count of topk_ids outside [-1, experts) */
+} ft_layer_grads;
+
+/* 1 where the plan has a backward (the export holds one for its problem), else 0. */
+int ft_plan_has_backward(const ft_plan* plan);
+/* The backward bucket the plan's backward comes from; 0 without one. */
+int ft_plan_backward_bucket(const ft_plan* plan);
+/* Bytes of the workspace (ft_layer_grads::workspace) the plan's backward needs
+ * at `tokens` tokens (its bucket's kernels; the plan's own T for the launch).
+ * It never decreases with T, so one workspace sized for the largest T a caller
+ * will plan serves every plan of that bucket up to it. 0, with the reason in
+ * ft_runtime_last_error, for a plan without a backward or T outside [1, 2^24]. */
+size_t ft_plan_backward_workspace_bytes(const ft_plan* plan, int tokens);
+/* Enqueues the backward at the plan's T on `stream`: no host synchronisation,
+ * no allocation (graph-capturable). dx and d_topk_weights are cleared by the
+ * backward itself. FT_ERR_NOT_FOUND for a plan without a backward;
+ * FT_ERR_ARGUMENT, naming them, for null buffers it reads or writes, a short
+ * workspace, or a struct size that is not one (`grads_size`: sizeof, a multiple
+ * of 8, at least this first version's 120 bytes, at most 4096). */
+int ft_plan_backward_launch_sized(const ft_plan* plan, const ft_layer_grads* grads, size_t grads_size, void* stream);
+/* Recomputes the saved tensors (saved_gate_up, saved_inter; written through
+ * those pointers) from x, topk_ids and w1 with the support unit's plain
+ * kernel, asynchronously on `stream`: for a forward run through ft_plan_launch,
+ * which keeps none (docs/EXPORT.md says what it costs). */
+int ft_plan_backward_saved_sized(const ft_plan* plan, const ft_layer_grads* grads, size_t grads_size, void* stream);
+
+static inline int ft_plan_backward_launch(const ft_plan* plan, const ft_layer_grads* grads, void* stream) {
+  return ft_plan_backward_launch_sized(plan, grads, sizeof(ft_layer_grads), stream);
+}
+static inline int ft_plan_backward_saved(const ft_plan* plan, const ft_layer_grads* grads, void* stream) {
+  return ft_plan_backward_saved_sized(plan, grads, sizeof(ft_layer_grads), stream);
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -106,33 +106,52 @@ constexpr std::size_t kFirstBuffersBytes = 13 * sizeof(void*);
 constexpr std::size_t kMaxBuffersBytes = 4096;
 static_assert(offsetof(ft_layer_buffers, w1_tiled) == kFirstBuffersBytes, "the first release's fields come first");
 
-// The caller's ft_layer_buffers of `size` bytes: exactly those bytes are read,
-// the fields beyond them are null. Bytes beyond the fields this library knows
+// A caller's struct S of `size` bytes (`name`: its C name): exactly those
+// bytes are read, the fields beyond them are null. At least `first` bytes (the
+// fields of its first release); bytes beyond the fields this library knows
 // must be zero (a newer caller's field that this library would ignore).
-ft::Result<ft::rt::LayerBuffers> buffers_of(const ft_layer_buffers* buffers, std::size_t size) {
-  if (size < kFirstBuffersBytes || size > kMaxBuffersBytes || size % sizeof(void*) != 0)
+template <class S>
+ft::Result<S> sized_struct(const S* given, std::size_t size, std::size_t first, const char* name) {
+  if (size < first || size > kMaxBuffersBytes || size % sizeof(void*) != 0)
     return std::unexpected(ft::Error{
         Errc::usage,
-        "ft_layer_buffers of " + std::to_string(size) + " bytes: not a size of this struct (a multiple of " +
-            std::to_string(sizeof(void*)) + " from " + std::to_string(kFirstBuffersBytes) + " to " +
-            std::to_string(kMaxBuffersBytes) + "; pass sizeof(ft_layer_buffers))",
+        std::string(name) + " of " + std::to_string(size) + " bytes: not a size of this struct (a multiple of " +
+            std::to_string(sizeof(void*)) + " from " + std::to_string(first) + " to " + std::to_string(kMaxBuffersBytes) +
+            "; pass sizeof(" + name + "))",
         {}});
-  const auto* bytes = reinterpret_cast<const unsigned char*>(buffers);
-  for (std::size_t i = sizeof(ft_layer_buffers); i < size; ++i)
+  const auto* bytes = reinterpret_cast<const unsigned char*>(given);
+  for (std::size_t i = sizeof(S); i < size; ++i)
     if (bytes[i] != 0)
       return std::unexpected(ft::Error{
           Errc::usage,
-          "ft_layer_buffers of " + std::to_string(size) + " bytes sets a field at byte " + std::to_string(i) +
+          std::string(name) + " of " + std::to_string(size) + " bytes sets a field at byte " + std::to_string(i) +
               " that this library (ABI " + std::to_string(FT_RUNTIME_ABI_MAJOR) + "." + std::to_string(FT_RUNTIME_ABI_MINOR) +
-              ", " + std::to_string(sizeof(ft_layer_buffers)) + " bytes) does not know: use a newer libflytune_runtime",
+              ", " + std::to_string(sizeof(S)) + " bytes) does not know: use a newer libflytune_runtime",
           {}});
-  ft_layer_buffers b{};
-  std::memcpy(&b, buffers, std::min(size, sizeof b));
+  S out{};
+  std::memcpy(&out, given, std::min(size, sizeof out));
+  return out;
+}
+
+// The caller's ft_layer_buffers of `size` bytes (sized_struct).
+ft::Result<ft::rt::LayerBuffers> buffers_of(const ft_layer_buffers* buffers, std::size_t size) {
+  const ft_layer_buffers b = FT_TRY(sized_struct(buffers, size, kFirstBuffersBytes, "ft_layer_buffers"));
   return ft::rt::LayerBuffers{ptr(b.x),        ptr(b.topk_ids),    ptr(b.topk_weights), ptr(b.w1),         ptr(b.w2),
                               ptr(b.w1_shuffled), ptr(b.w2_shuffled), ptr(b.inter),     ptr(b.y_acc),      ptr(b.sorted_ids),
                               ptr(b.block_experts), ptr(b.padded_rows), ptr(b.y),        ptr(b.w1_tiled),   ptr(b.w2_tiled),
                               ptr(b.bad_ids),      ptr(b.workspace),   b.workspace_bytes,   ptr(b.x_scale),    ptr(b.w1_scales),
                               ptr(b.w2_scales),    ptr(b.inter_scale)};
+}
+
+// The first release of ft_layer_grads: every field through bad_ids.
+constexpr std::size_t kFirstGradsBytes = sizeof(ft_layer_grads);
+static_assert(kFirstGradsBytes == 120, "ft_layer_grads' first release: 15 fields; append new ones");
+
+ft::Result<ft::rt::GradBuffers> grads_of(const ft_layer_grads* grads, std::size_t size) {
+  const ft_layer_grads g = FT_TRY(sized_struct(grads, size, kFirstGradsBytes, "ft_layer_grads"));
+  return ft::rt::GradBuffers{ptr(g.x),      ptr(g.topk_ids), ptr(g.topk_weights),   ptr(g.w1),        ptr(g.w2),
+                             ptr(g.dy),     ptr(g.saved_gate_up), ptr(g.saved_inter), ptr(g.dx),      ptr(g.dw1),
+                             ptr(g.dw2),    ptr(g.d_topk_weights), ptr(g.workspace),  g.workspace_bytes, ptr(g.bad_ids)};
 }
 
 // A launch refused for a buffer that a caller of an earlier header could not
@@ -398,6 +417,43 @@ int ft_plan_reference_sized(const ft_plan* plan, const ft_layer_buffers* buffers
     auto b = buffers_of(buffers, buffers_size);
     if (!b) return record(rt, b.error());
     return record(rt, with_size_note(rt->rt->reference(plan->plan, *b, ptr(y_ref), ft::StreamHandle{stream}), buffers_size));
+  });
+}
+
+int ft_plan_has_backward(const ft_plan* plan) { return plan && plan->plan.backward ? 1 : 0; }
+
+int ft_plan_backward_bucket(const ft_plan* plan) { return ft_plan_has_backward(plan) ? plan->plan.backward->bucket->tokens : 0; }
+
+size_t ft_plan_backward_workspace_bytes(const ft_plan* plan, int tokens) {
+  ft_runtime* rt = plan ? plan->owner : nullptr;
+  std::size_t bytes = 0;
+  guarded(rt, "ft_plan_backward_workspace_bytes", [&]() -> int {
+    if (!plan) return bad_argument(rt, "ft_plan_backward_workspace_bytes", "plan must not be null");
+    auto b = rt->rt->backward_workspace_bytes(plan->plan, tokens);
+    if (!b) return record(rt, b.error());
+    bytes = std::size_t(*b);
+    return FT_OK;
+  });
+  return bytes;
+}
+
+int ft_plan_backward_launch_sized(const ft_plan* plan, const ft_layer_grads* grads, size_t grads_size, void* stream) {
+  ft_runtime* rt = plan ? plan->owner : nullptr;
+  return guarded(rt, "ft_plan_backward_launch", [&]() -> int {
+    if (!plan || !grads) return bad_argument(rt, "ft_plan_backward_launch", "plan and grads must not be null");
+    auto g = grads_of(grads, grads_size);
+    if (!g) return record(rt, g.error());
+    return record(rt, rt->rt->launch_backward(plan->plan, *g, ft::StreamHandle{stream}));
+  });
+}
+
+int ft_plan_backward_saved_sized(const ft_plan* plan, const ft_layer_grads* grads, size_t grads_size, void* stream) {
+  ft_runtime* rt = plan ? plan->owner : nullptr;
+  return guarded(rt, "ft_plan_backward_saved", [&]() -> int {
+    if (!plan || !grads) return bad_argument(rt, "ft_plan_backward_saved", "plan and grads must not be null");
+    auto g = grads_of(grads, grads_size);
+    if (!g) return record(rt, g.error());
+    return record(rt, rt->rt->backward_saved(plan->plan, *g, ft::StreamHandle{stream}));
   });
 }
 

@@ -64,8 +64,9 @@ Manifest runtime_manifest(manifest::Manifest d) {
   m.files = d.files();
   for (manifest::SupportUnit& u : d.supports) m.supports.push_back(SupportUnit{std::move(u), {}});
   for (manifest::ProblemEntry& p : d.problems) {
-    ProblemEntry e{std::move(p.key), std::move(p.problem), {}, std::move(p.missing_buckets)};
+    ProblemEntry e{std::move(p.key), std::move(p.problem), {}, std::move(p.missing_buckets), {}};
     for (manifest::Bucket& b : p.buckets) e.buckets.push_back(Bucket{std::move(b), {}});
+    for (manifest::Bucket& b : p.backward) e.backward.push_back(Bucket{std::move(b), {}});
     m.problems.push_back(std::move(e));
   }
   return m;
@@ -160,13 +161,18 @@ Result<BufferTable> buffer_table(const LayerProgram& program, const LayerBuffers
   at(t, Buf::w2_scales) = b.w2_scales;
   at(t, Buf::inter_scale) = b.inter_scale;
   if (!b.workspace) return t;
-  const WorkspacePlacement w = workspace_placement(program);
-  if (b.workspace_bytes < w.total)
-    return fail(Errc::usage, fmt::format("the workspace holds {} bytes, the plan needs {} (ft_plan_workspace_bytes)",
-                                         b.workspace_bytes, w.total));
-  for (std::size_t i = 0; i < kBufCount; ++i)
-    if (is_workspace(Buf(i))) t[i] = program.bytes[i] ? b.workspace + w.offset[i] : 0;
+  FT_CHECK(carve_workspace(t, program, b.workspace, b.workspace_bytes, "the workspace", "the plan needs", "ft_plan_workspace_bytes"));
   return t;
+}
+
+Status carve_workspace(BufferTable& t, const LayerProgram& program, DevicePtr workspace, std::size_t bytes,
+                       const std::string& what, const std::string& needer, const std::string& sizes_from) {
+  const WorkspacePlacement w = workspace_placement(program);
+  if (bytes < w.total)
+    return fail(Errc::usage, fmt::format("{} holds {} bytes, {} {} ({})", what, bytes, needer, w.total, sizes_from));
+  for (std::size_t i = 0; i < kBufCount; ++i)
+    if (is_workspace(Buf(i))) t[i] = program.bytes[i] ? workspace + w.offset[i] : 0;
+  return {};
 }
 
 Result<std::unique_ptr<Runtime>> Runtime::open(const std::string& dir, const DeviceOpener& open_device,
@@ -277,6 +283,7 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
         if (v.lds_limit() > 0) FT_CHECK(device_->set_dynamic_shared(slot, v.lds_limit()));
       }
     }
+    for (Bucket& b : p.backward) FT_CHECK(load_backward(b, u, function));
   }
   loaded_ = true;
   return {};
@@ -302,6 +309,7 @@ Result<Plan> Runtime::select(const std::string& key, int tokens) {
   if (!program) return fail(Errc::usage, program.error().message, key);
   plan.program = std::move(*program);
   if (loaded_) plan.functions = FT_TRY(bind(plan.program, plan.bucket->kernels));
+  if (!it->backward.empty()) plan.backward = FT_TRY(plan_backward(*it, tokens));
   return plan;
 }
 

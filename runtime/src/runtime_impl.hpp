@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,8 @@ struct ProblemEntry {
   // Buckets the search left without a layer winner (manifest missing_buckets,
   // exported with --allow-missing), ascending; empty in older manifests.
   std::vector<int> missing_buckets;
+  // The backward's buckets (manifest ProblemEntry::backward), ascending; empty without one.
+  std::vector<Bucket> backward;
 };
 
 struct Manifest {
@@ -95,6 +98,15 @@ CoverageNote coverage_of(const ProblemEntry& p, int tokens);
 
 class Runtime;
 
+// The backward of a plan: its problem's backward bucket for the plan's T (the
+// bucket rule over the backward's buckets), the backward program built for T,
+// bound to the loaded kernels (docs/EXPORT.md, "The backward").
+struct BackwardPlan {
+  const Bucket* bucket = nullptr;
+  LayerProgram program;
+  std::vector<FunctionHandle> functions;  // one per step
+};
+
 // A layer for one (problem, T): the program built for T, bound to the loaded
 // kernels. Launching runs its steps; nothing is derived or allocated then.
 struct Plan {
@@ -106,6 +118,7 @@ struct Plan {
   LayerProgram program;
   std::vector<FunctionHandle> functions;  // one per step
   Runtime* runtime = nullptr;
+  std::optional<BackwardPlan> backward;   // when the export has a backward for the problem
 };
 
 struct LayerBuffers {
@@ -123,6 +136,24 @@ struct LayerBuffers {
 // The table of a plan's launch: the caller's pointers, the workspace buffers
 // carved from b.workspace when given (Errc::usage when it is too small).
 Result<BufferTable> buffer_table(const LayerProgram& program, const LayerBuffers& b);
+// The program's workspace buffers placed in one workspace of `bytes` (its
+// workspace_placement); Errc::usage when it is too small: "<what> holds N
+// bytes, <needer> M (<sizes_from>)", sizes_from the call that gives the size.
+Status carve_workspace(BufferTable& t, const LayerProgram& program, DevicePtr workspace, std::size_t bytes,
+                       const std::string& what, const std::string& needer, const std::string& sizes_from);
+
+// The buffers of a backward launch (the C API's ft_layer_grads): what it
+// reads of the forward -- X, the routing, the plain weights and the saved
+// tensors --, dY, its outputs, and one workspace (the backward program's
+// workspace_placement: d_gate_up and the align's rows).
+struct GradBuffers {
+  DevicePtr x = 0, topk_ids = 0, topk_weights = 0, w1 = 0, w2 = 0;
+  DevicePtr dy = 0, saved_gate_up = 0, saved_inter = 0;
+  DevicePtr dx = 0, dw1 = 0, dw2 = 0, d_topk_weights = 0;
+  DevicePtr workspace = 0;
+  std::size_t workspace_bytes = 0;
+  DevicePtr bad_ids = 0;  // optional [1] int32
+};
 
 struct WorkspaceSizes {
   std::size_t inter = 0, y_acc = 0, sorted_ids = 0, block_experts = 0, padded_rows = 0;
@@ -175,6 +206,18 @@ class Runtime {
   // calibration pass. A server passes its checkpoint's scale instead.
   Result<float> calibrate_inter_scale(const Plan& plan, const LayerBuffers& b, StreamHandle stream, int tokens = 0);
 
+  // The backward (runtime/src/backward.cpp). Errc::not_found for a plan whose
+  // export has no backward of its problem; Errc::usage for a null buffer the
+  // program reads (all named at once) or a workspace too small.
+  // The workspace bytes of the plan's backward program at `tokens` (its
+  // bucket's recipe; 1..kMaxTokens; monotonic in T).
+  Result<std::uint64_t> backward_workspace_bytes(const Plan& plan, int tokens) const;
+  // Asynchronous: the backward's steps on `stream` at the plan's T.
+  Status launch_backward(const Plan& plan, const GradBuffers& b, StreamHandle stream);
+  // Asynchronous: the forward's saved tensors (saved_gate_up, saved_inter)
+  // recomputed from x, topk_ids and w1 by the support unit's forward_saved.
+  Status backward_saved(const Plan& plan, const GradBuffers& b, StreamHandle stream);
+
   Device& device() { return *device_; }
   const Manifest& manifest() const { return manifest_; }
 
@@ -183,6 +226,9 @@ class Runtime {
   Status load(const std::map<std::string, std::vector<std::byte>>& objects);
   Status reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& a, StreamHandle stream, bool bf16_layer);
   Status launch_support(FunctionHandle f, const LaunchShape& s, const void* args, std::size_t size, StreamHandle stream);
+  Status load_backward(Bucket& b, const SupportUnit& u,
+                       const std::function<Result<FunctionHandle>(const std::string&, const std::string&)>& function);
+  Result<BackwardPlan> plan_backward(const ProblemEntry& p, int tokens) const;
 
   Manifest manifest_;
   std::unique_ptr<Device> device_;

@@ -3,6 +3,7 @@
 // the atoms for the target being compiled, and the MoE layer's kernels.
 #include "ft/port.hpp"
 #include "ft/moe_args.hpp"
+#include "ft/moe_backward_args.hpp"
 #include "ft/moe_inter_scales.hpp"
 #include "ft/weight_layout.hpp"
 #include "ft/atom_mfma.hpp"
@@ -20,4 +21,5 @@
 #include "ft/moe_reduce.hpp"
 #include "ft/moe_quantise.hpp"
 #include "ft/reference.hpp"
+#include "ft/moe_saved.hpp"
 #include "ft/random_fill.hpp"

@@ -58,3 +58,24 @@ struct DgradArgs {
 };
 
 }  // namespace ft
+
+namespace ft {
+
+// What the backward reads of the forward, recomputed (moe_saved.hpp,
+// forward_saved): the support unit's kernel for callers whose forward did not
+// keep them.
+struct SavedArgs {
+  const u16* x;          // [T, H]
+  const i32* topk_ids;   // [T, k]
+  const u16* w1;         // [E, 2I, H] plain
+  u16* gate_up;          // [T*k, 2I] out: [gate; up] pre-activations of each pair
+  u16* inter;            // [T*k, I] out: silu(gate) * up, unweighted
+  i32 tokens;            // T
+  i32 hidden;            // H
+  i32 inter_size;        // I
+  i32 experts;           // E
+  i32 topk;              // k
+  i32 reserved;          // zero
+};
+
+}  // namespace ft

@@ -5,6 +5,26 @@
 // instead of the sorted layout, so align/sort is checked too.
 namespace ft {
 
+// Column n of token t's gate and up pre-activations under expert e: x[t] .
+// W1[e, n] and x[t] . W1[e, I + n], fp32 sums of 16-bit values (the stage-1
+// reference and moe_saved.hpp's forward_saved).
+struct GateUp {
+  float gate, up;
+};
+template <Elem E>
+FT_DEVICE GateUp gate_up_of(const u16* x, const u16* w1, long long t, long long e, long long n, long long H, long long I) {
+  const u16* xt = x + t * H;
+  const u16* gate_row = w1 + (e * 2 * I + n) * H;
+  const u16* up_row = w1 + (e * 2 * I + I + n) * H;
+  GateUp g{0.0f, 0.0f};
+  for (long long k = 0; k < H; ++k) {
+    const float xv = to_f32<E>(xt[k]);
+    g.gate += xv * to_f32<E>(gate_row[k]);
+    g.up += xv * to_f32<E>(up_row[k]);
+  }
+  return g;
+}
+
 // inter_ref[pair, n] = silu(x[t] . W1[e, n]) * (x[t] . W1[e, I + n]) (x routed
 // weight when weight_in_stage1), rounded to the element type like stage 1 stores.
 // Grid: (T * k, ceil(I / 256)): pairs along x, whose limit is 2^31 - 1 (y
@@ -14,23 +34,14 @@ FT_DEVICE void reference_stage1(const MoeArgs& p) {
   const int n = block_index_y() * kReferenceThreads + thread_index();
   const int pair = block_index_x();
   if (n >= p.inter_size) return;
-  const long long H = p.hidden, I = p.inter_size;
   const int e = p.topk_ids[pair];
   float h = 0.0f;
   if (e >= 0 && e < p.experts) {
-    const u16* x = p.x + (long long)(pair / p.topk) * H;
-    const u16* gate_row = p.w1 + ((long long)e * 2 * I + n) * H;
-    const u16* up_row = p.w1 + ((long long)e * 2 * I + I + n) * H;
-    float gate = 0.0f, up = 0.0f;
-    for (long long k = 0; k < H; ++k) {
-      const float xv = to_f32<E>(x[k]);
-      gate += xv * to_f32<E>(gate_row[k]);
-      up += xv * to_f32<E>(up_row[k]);
-    }
-    h = silu(gate, exp_f32(-gate)) * up;
+    const GateUp g = gate_up_of<E>(p.x, p.w1, pair / p.topk, e, n, p.hidden, p.inter_size);
+    h = silu(g.gate, exp_f32(-g.gate)) * g.up;
     if (p.flags & kFlagWeightInStage1) h *= p.topk_weights[pair];
   }
-  p.inter[(long long)pair * I + n] = from_f32<E>(h);
+  p.inter[(long long)pair * p.inter_size + n] = from_f32<E>(h);
 }
 
 // y[t, h] = sum over slots of (routed weight unless stage 1 applied it) x

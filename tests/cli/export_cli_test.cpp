@@ -30,7 +30,7 @@ TEST(ExportCli, WritesManifestCodeObjectsAndHeader) {
   std::ifstream f(out + "/manifest.json");
   auto m = nlohmann::json::parse(f, nullptr, false);
   ASSERT_FALSE(m.is_discarded());
-  EXPECT_EQ(m["schema_version"], 3);
+  EXPECT_EQ(m["schema_version"], 4);
   // No GPU here: written, and the output says it was not checked.
   EXPECT_NE(r.output.find("not checked"), std::string::npos) << r.output;
   for (const auto& b : m["problems"][0]["buckets"])

@@ -12,3 +12,4 @@ FT_KERNEL(ft::kReduceThreads, ft_gfx90a_shuffle)(ft::ShuffleArgs args) { ft::shu
 FT_KERNEL(ft::kReferenceThreads, ft_gfx90a_reference1_bf16)(ft::MoeArgs args) { ft::reference_stage1<ft::Elem::bf16>(args); }
 FT_KERNEL(ft::kReferenceThreads, ft_gfx90a_reference2_bf16)(ft::MoeArgs args) { ft::reference_stage2<ft::Elem::bf16>(args); }
 FT_KERNEL(ft::kFillThreads, ft_gfx90a_fill)(ft::FillArgs args) { ft::fill_random(args); }
+FT_KERNEL(ft::kReferenceThreads, ft_gfx90a_forward_saved_bf16)(ft::SavedArgs args) { ft::forward_saved<ft::Elem::bf16>(args); }

@@ -29,7 +29,7 @@ TEST(Export, H200ManifestCodeObjectsExistAndHashToTheirNames) {
   if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
   ASSERT_TRUE(ex.error.empty()) << ex.error;
   const json& m = ex.manifest;
-  EXPECT_EQ(m["schema_version"], 3);
+  EXPECT_EQ(m["schema_version"], 4);
   EXPECT_EQ(m["target"], "sm_90a");
   EXPECT_EQ(m["code_object_format"], "cubin");
   EXPECT_EQ(m["device"]["name"], "NVIDIA H200");

@@ -154,11 +154,11 @@ TEST_F(RuntimeTest, RefusesAnotherTarget) {
 
 TEST_F(RuntimeTest, RefusesBadManifests) {
   json newer = manifest_;
-  newer["schema_version"] = 4;
+  newer["schema_version"] = 5;
   write_manifest(newer);
   auto r = open();
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("schema_version 4, this runtime reads 3"), std::string::npos) << r.error().describe();
+  EXPECT_NE(r.error().message.find("schema_version 5, this runtime reads 4"), std::string::npos) << r.error().describe();
   EXPECT_EQ(open_c().first, FT_ERR_MANIFEST);
 
   test::write_bytes(dir_ + "/manifest.json", "{ not json");

@@ -42,7 +42,7 @@ TEST(Operation, TheForwardLayerIsTheFirstRowWithBothStagesInOrder) {
   EXPECT_EQ(f.buffers.size(), kBufCount - backward_rows) << "every row but the backward's";
   for (Buf b : f.buffers) EXPECT_TRUE(b < Buf::dy || b > Buf::dw2) << to_string(b);
   EXPECT_NE(std::ranges::find(f.buffers, Buf::inter_scale), f.buffers.end()) << "a forward row appended after the backward's";
-  EXPECT_EQ(f.support.size(), kSupportCount);
+  EXPECT_EQ(f.support.size(), std::size_t(Support::forward_saved)) << "every row but the backward's forward_saved";
   EXPECT_EQ(f.build, &build_program);
 }
 
@@ -108,7 +108,7 @@ TEST(Operation, TheBackwardIsTheSecondRowWithItsFourRolesInOrder) {
   }
   EXPECT_EQ(listed.size(), 9u + (std::size_t(Buf::dw2) - std::size_t(Buf::dy) + 1));
   const std::vector<Support> support(b.support.begin(), b.support.end());
-  EXPECT_EQ(support, (std::vector<Support>{Support::align, Support::align_count, Support::align_scatter}));
+  EXPECT_EQ(support, (std::vector<Support>{Support::align, Support::align_count, Support::align_scatter, Support::forward_saved}));
 }
 
 // The table keeps the names, the order and the workspace the enum had (the
@@ -163,9 +163,9 @@ TEST(Operation, SupportRowsParseBackAndMatchTheLaunchRoles) {
 // column says so, each the emitter's name.
 TEST(Operation, SupportUnitsHoldTheRowsTheirPresenceAllows) {
   const Target& t = *find_target("sm_90a");
-  const auto old16 = manifest::SupportUnit::of(t, DType::bf16, false, false);
-  const auto bf16 = manifest::SupportUnit::of(t, DType::bf16, true, true);
-  const auto fp8 = manifest::SupportUnit::of(t, DType::e4m3, true, true);
+  const auto old16 = manifest::SupportUnit::of(t, DType::bf16, false, false, false);
+  const auto bf16 = manifest::SupportUnit::of(t, DType::bf16, true, true, true);
+  const auto fp8 = manifest::SupportUnit::of(t, DType::e4m3, true, true, true);
   EXPECT_EQ(bf16.symbol(Support::align), align_entry(t));
   EXPECT_EQ(bf16.symbol(Support::reference2), reference_entry(t, StageRole::stage2, DType::bf16));
   EXPECT_EQ(fp8.symbol(Support::quantise_inter), quantise_inter_entry(t));
@@ -173,10 +173,13 @@ TEST(Operation, SupportUnitsHoldTheRowsTheirPresenceAllows) {
   EXPECT_FALSE(old16.wide_align());
   EXPECT_TRUE(bf16.wide_align());
   EXPECT_TRUE(bf16.symbol(Support::quantise_x).empty());
+  EXPECT_EQ(bf16.symbol(Support::forward_saved), saved_entry(t, DType::bf16));
+  EXPECT_TRUE(old16.symbol(Support::forward_saved).empty());
   for (std::size_t i = 0; i < kSupportCount; ++i) {
-    const bool always = support_info(Support(i)).presence == SupportPresence::always;
-    if (always) EXPECT_FALSE(old16.symbols[i].empty()) << to_string(Support(i));
-    EXPECT_FALSE(fp8.symbols[i].empty()) << to_string(Support(i));
+    const SupportPresence presence = support_info(Support(i)).presence;
+    if (presence == SupportPresence::always) EXPECT_FALSE(old16.symbols[i].empty()) << to_string(Support(i));
+    // An e4m3 unit holds every row but the backward's (16-bit only).
+    EXPECT_EQ(fp8.symbols[i].empty(), presence == SupportPresence::saved) << to_string(Support(i));
   }
 }
 

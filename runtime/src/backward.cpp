@@ -1,0 +1,120 @@
+// The backward through the runtime (runtime_impl.hpp, Runtime's backward
+// members; the C API's ft_plan_backward_*): a plan's backward program at its
+// T, from the problem's backward bucket (the bucket rule over the backward's
+// buckets), executed by the layer program's executor like the forward; and
+// the support unit's forward_saved for callers whose forward kept no saved
+// tensors. No launch rule lives here.
+#include <fmt/format.h>
+
+#include "layer/backward.hpp"
+#include "layer/operation.hpp"
+#include "runtime/src/runtime_impl.hpp"
+
+namespace ft::rt {
+namespace {
+
+std::vector<int> tokens_of(const std::vector<Bucket>& buckets) {
+  std::vector<int> t;
+  for (const Bucket& b : buckets) t.push_back(b.tokens);
+  return t;
+}
+
+Result<const BackwardPlan*> backward_of(const Plan& plan) {
+  if (!plan.backward)
+    return fail(Errc::not_found, "the export has no backward of this problem: search it with flytune search --pass "
+                                 "backward (or both) and export again", plan.problem->key);
+  return &*plan.backward;
+}
+
+// The table of a backward launch: the caller's pointers, its workspace carved
+// as the backward program places it (Errc::usage when it is too small).
+Result<BufferTable> grad_table(const LayerProgram& program, const GradBuffers& b) {
+  BufferTable t{};
+  at(t, Buf::x) = b.x;
+  at(t, Buf::topk_ids) = b.topk_ids;
+  at(t, Buf::topk_weights) = b.topk_weights;
+  at(t, Buf::w1) = b.w1;
+  at(t, Buf::w2) = b.w2;
+  at(t, Buf::dy) = b.dy;
+  at(t, Buf::saved_gate_up) = b.saved_gate_up;
+  at(t, Buf::saved_inter) = b.saved_inter;
+  at(t, Buf::dx) = b.dx;
+  at(t, Buf::dw1) = b.dw1;
+  at(t, Buf::dw2) = b.dw2;
+  at(t, Buf::d_weights) = b.d_topk_weights;
+  at(t, Buf::bad_ids) = b.bad_ids;
+  if (!b.workspace)
+    return fail(Errc::usage, fmt::format("null layer buffers: workspace (the backward needs {} bytes: "
+                                         "ft_plan_backward_workspace_bytes)", workspace_placement(program).total));
+  FT_CHECK(carve_workspace(t, program, b.workspace, b.workspace_bytes, "the backward's workspace", "it needs",
+                           "ft_plan_backward_workspace_bytes"));
+  return t;
+}
+
+}  // namespace
+
+Status Runtime::load_backward(Bucket& b, const SupportUnit& u,
+                              const std::function<Result<FunctionHandle>(const std::string&, const std::string&)>& function) {
+  b.kernels.align = u.fn(Support::align);
+  b.kernels.align_count = u.fn(Support::align_count);
+  b.kernels.align_scatter = u.fn(Support::align_scatter);
+  for (const GradStage& g : b.recipe.grad) {
+    const std::string name = g.kernel.name();
+    const FunctionHandle f = FT_TRY(function(b.code_objects.at(name), name));
+    switch (g.role) {
+      case Role::dgrad2: b.kernels.dgrad2 = f; break;
+      case Role::dgrad1: b.kernels.dgrad1 = f; break;
+      case Role::wgrad2: b.kernels.wgrad2 = f; break;
+      case Role::wgrad1: b.kernels.wgrad1 = f; break;
+      default: return fail(Errc::internal, "a backward bucket holds a stage of role " + std::string(to_string(g.role)));
+    }
+    if (g.kernel.lds_bytes() > 0) FT_CHECK(device_->set_dynamic_shared(f, g.kernel.lds_bytes()));
+  }
+  return {};
+}
+
+Result<BackwardPlan> Runtime::plan_backward(const ProblemEntry& p, int tokens) const {
+  BackwardPlan out;
+  out.bucket = &p.backward[manifest::select_bucket(tokens_of(p.backward), tokens)];
+  auto program = build_backward_program(out.bucket->recipe, tokens);
+  if (!program) return fail(Errc::usage, "backward: " + program.error().message, p.key);
+  out.program = std::move(*program);
+  if (loaded_) out.functions = FT_TRY(bind(out.program, out.bucket->kernels));
+  return out;
+}
+
+Result<std::uint64_t> Runtime::backward_workspace_bytes(const Plan& plan, int tokens) const {
+  const BackwardPlan* bw = FT_TRY(backward_of(plan));
+  if (tokens == plan.tokens) return ft::workspace_placement(bw->program).total;
+  auto program = build_backward_program(bw->bucket->recipe, tokens);
+  if (!program) return fail(Errc::usage, "backward: " + program.error().message, plan.problem->key);
+  return ft::workspace_placement(*program).total;
+}
+
+Status Runtime::launch_backward(const Plan& plan, const GradBuffers& b, StreamHandle stream) {
+  const BackwardPlan* bw = FT_TRY(backward_of(plan));
+  const BufferTable table = FT_TRY(grad_table(bw->program, b));
+  FT_CHECK(check_buffers(bw->program, table));
+  if (!loaded_) return fail(Errc::device, "no device: the export was opened without one (checks and plans only)");
+  return execute(*device_, bw->program, bw->functions, table, stream);
+}
+
+Status Runtime::backward_saved(const Plan& plan, const GradBuffers& b, StreamHandle stream) {
+  (void)FT_TRY(backward_of(plan));
+  const FunctionHandle f = plan.support->fn(Support::forward_saved);
+  if (!f.p)
+    return fail(Errc::not_found, "the export's support unit has no forward_saved kernel (it predates it): export again with "
+                                 "this flytune version", plan.problem->key);
+  std::string missing;
+  for (auto [name, p] : {std::pair{"x", b.x}, {"topk_ids", b.topk_ids}, {"w1", b.w1}, {"saved_gate_up", b.saved_gate_up},
+                         {"saved_inter", b.saved_inter}})
+    if (!p) missing += (missing.empty() ? "" : ", ") + std::string(name);
+  if (!missing.empty()) return fail(Errc::usage, "null layer buffers: " + missing);
+  const Problem& p = plan.problem->problem;
+  SavedArgs a{device_pointer<const u16>(b.x), device_pointer<const i32>(b.topk_ids), device_pointer<const u16>(b.w1),
+              device_pointer<u16>(b.saved_gate_up), device_pointer<u16>(b.saved_inter), plan.tokens, p.hidden, p.inter,
+              p.experts, p.topk, 0};
+  return launch_support(f, reference_launch(StageRole::stage1, p, plan.tokens), &a, sizeof a, stream);
+}
+
+}  // namespace ft::rt

@@ -32,13 +32,12 @@ Usage (on the GPU machine, from the repository root):
 Writes --out (a Markdown section: date, GPU, command, a table per problem and scale
 mode with % of the fp8 floor) and OUT.json (raw numbers).
 """
-import argparse, json, math, os, re, shlex, sys, time
+import argparse, json, math, os, shlex, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch
 import h200_peers as hp  # timing, capture, L2 flush, routing, active experts, budget clock
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBLEMS = ["mixtral-8x7b", "deepseek-v3"]
 MODES = ["per-tensor", "block128", "rowwise", "static"]
 PEERS = {"per-tensor": ["triton"], "block128": ["triton"], "rowwise": ["torch"], "static": ["triton"]}
@@ -47,16 +46,7 @@ BOUND = 1e-3  # 1 - 2<x,y>/(|x|^2+|y|^2) against the fp32 reference
 FP8 = torch.float8_e4m3fn
 
 
-def preset_shape(name):
-    """name:E:H:I:K, or a preset's shape from generator/problem.cpp (its one home)."""
-    if ":" in name:
-        n, *dims = name.split(":")
-        return hp.Shape(n, *map(int, dims))
-    with open(os.path.join(REPO, "generator", "problem.cpp")) as f:
-        m = re.search(r'ProblemPreset\{"' + re.escape(name) + r'",\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)', f.read())
-    if not m:
-        raise SystemExit(f"fp8_peers: no preset '{name}' in generator/problem.cpp (or give name:E:H:I:K)")
-    return hp.Shape(name, *map(int, m.groups()))
+preset_shape = hp.preset_shape  # name:E:H:I:K or a preset of generator/problem.cpp
 
 
 def fp8_gemm_rates():
@@ -110,19 +100,6 @@ def batch(s, T, seed):
 
 
 # --- peers -------------------------------------------------------------------------
-
-def timed(fn):
-    """Graph-captured, L2-flushed median (h200_peers.py's way); eager with the flush
-    subtracted where capture is refused. Returns (us, how)."""
-    try:
-        return hp.time_graph(hp.capture(fn)), "graph"
-    except Exception:
-        torch.cuda.synchronize()
-        flush = hp.flush_buffer()
-        t_all, _, _ = hp.cuda_time(lambda: (flush.zero_(), fn()), 20)
-        t_flush, _, _ = hp.cuda_time(lambda: flush.zero_(), 20)
-        return t_all - t_flush, "eager (capture refused)"
-
 
 def bench_triton(tm8, mode, x, ids, w, w1, w2, scales, ref):
     """Each candidate config checked, the correct ones timed (graph, 10 replays), the
@@ -183,7 +160,7 @@ def bench_torch(tm8, x, ids, w, w1, w2, scales, ref):
         return {"error": f"refused: {str(e).splitlines()[0]}"[:200]}
     if not dis < BOUND:
         return {"wrong": f"wrong: 1-cos {dis:.1e} > {BOUND:g}", "dis": dis, "rel": rel}
-    us, how = timed(layer)
+    us, how = hp.timed(layer)
     return {"us": us, "dis": dis, "rel": rel, "how": how}
 
 

@@ -31,7 +31,7 @@ Timing: CUDA events after warm-up, median of repetitions; graph-captured layers
 replay after a 256 MiB L2 flush inside the timed region, whose own time is
 subtracted. JAX is timed on the host around block_until_ready (no flush).
 """
-import argparse, json, math, os, shlex, statistics, subprocess, sys, time
+import argparse, json, math, os, re, shlex, statistics, subprocess, sys, time
 from dataclasses import dataclass
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch
@@ -107,14 +107,14 @@ def stage_floors_us(s, T, gemm, copy):
 
 
 def routing(T, gen, experts=8, topk=2):
-    logits = torch.randn(T, experts, device="cuda", generator=gen)
+    logits = torch.randn(T, experts, device=gen.device, generator=gen)
     w, ids = torch.topk(torch.softmax(logits, -1), topk, dim=-1)
     return ids.to(torch.int32), (w / w.sum(-1, keepdim=True)).float()
 
 
 def reference(x, ids, w, w1, w2):
     E, I, H = w2.shape[0], w2.shape[2], x.shape[1]
-    y = torch.zeros(x.shape[0], H, device="cuda", dtype=torch.float32)
+    y = torch.zeros(x.shape[0], H, device=x.device, dtype=torch.float32)
     for e in range(E):
         tok, slot = torch.nonzero(ids == e, as_tuple=True)
         if tok.numel() == 0:
@@ -168,6 +168,47 @@ def time_graph(g, reps=20):
     return t_all - t_flush
 
 
+def timed(fn, capture_fn=capture):
+    """Graph-captured (capture_fn(fn)), L2-flushed median; eager with the flush
+    subtracted where capture is refused. Returns (us, how): how is "graph", or
+    "eager (capture refused: the reason)"."""
+    try:
+        return time_graph(capture_fn(fn)), "graph"
+    except Exception as e:
+        torch.cuda.synchronize()
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:80]
+        flush = flush_buffer()
+        t_all, _, _ = cuda_time(lambda: (flush.zero_(), fn()), 20)
+        t_flush, _, _ = cuda_time(lambda: flush.zero_(), 20)
+        return t_all - t_flush, f"eager (capture refused: {reason})"
+
+
+def host_time(fn, reps=10, warmup=3):
+    """Median host time (us) of fn(), which waits for its own result (JAX: block_until_ready)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
+
+
+def preset_shape(name):
+    """name:E:H:I:K, or a preset's shape from generator/problem.cpp (its one home)."""
+    if ":" in name:
+        n, *dims = name.split(":")
+        return Shape(n, *map(int, dims))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(repo, "generator", "problem.cpp")) as f:
+        m = re.search(r'ProblemPreset\{"' + re.escape(name) + r'",\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)', f.read())
+    if not m:
+        raise SystemExit(f"{os.path.basename(sys.argv[0])}: no preset '{name}' in generator/problem.cpp "
+                         "(or give name:E:H:I:K)")
+    return Shape(name, *map(int, m.groups()))
+
+
 # --- peers ---------------------------------------------------------------------
 
 def torch_grouped_layer(x, ids, w, w1t, w2t):
@@ -175,7 +216,7 @@ def torch_grouped_layer(x, ids, w, w1t, w2t):
     E, I, H, K = w1t.shape[0], w2t.shape[1], x.shape[1], ids.shape[1]
     flat = ids.reshape(-1).long()
     order = torch.argsort(flat, stable=True)
-    counts = torch.zeros(E, device="cuda", dtype=torch.int32).scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
+    counts = torch.zeros(E, device=x.device, dtype=torch.int32).scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
     tok = order // K
     a = x[tok]
@@ -183,7 +224,7 @@ def torch_grouped_layer(x, ids, w, w1t, w2t):
     h = torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]
     o = torch._grouped_mm(h, w2t, offs=offs)
     o = o.float() * w.reshape(-1)[order][:, None]
-    y = torch.zeros(x.shape[0], H, device="cuda", dtype=torch.float32).index_add_(0, tok, o)
+    y = torch.zeros(x.shape[0], H, device=x.device, dtype=torch.float32).index_add_(0, tok, o)
     return y.to(torch.bfloat16)
 
 
@@ -226,6 +267,22 @@ def bench_triton(x, ids, w, w1, w2, ref):
 _JAX_WEIGHTS = {}
 
 
+def jax_layer(xj, idsj, wj, w1j, w2j):
+    """The layer in JAX: pairs sorted by expert, jax.lax.ragged_dot for both stages
+    (fp32 accumulation, h in bf16), weighted scatter-add; w1j [E, H, 2I], w2j [E, I, H]."""
+    import jax, jax.numpy as jnp
+    E, I, H, K = w1j.shape[0], w2j.shape[1], xj.shape[1], idsj.shape[1]
+    flat = idsj.reshape(-1)
+    order = jnp.argsort(flat, stable=True)
+    sizes = jnp.bincount(flat, length=E).astype(jnp.int32)
+    tok = order // K
+    gu = jax.lax.ragged_dot(xj[tok], w1j, sizes, preferred_element_type=jnp.float32)
+    h = (jax.nn.silu(gu[:, :I]) * gu[:, I:]).astype(jnp.bfloat16)
+    o = jax.lax.ragged_dot(h, w2j, sizes, preferred_element_type=jnp.float32)
+    o = o * wj.reshape(-1)[order][:, None]
+    return jnp.zeros((xj.shape[0], H), jnp.float32).at[tok].add(o).astype(jnp.bfloat16)
+
+
 def to_jax_bf16(t):
     import jax.numpy as jnp
     import ml_dtypes
@@ -235,7 +292,6 @@ def to_jax_bf16(t):
 def bench_jax(x, ids, w, w1, w2, ref):
     import jax, jax.numpy as jnp
     import numpy as np
-    E, I, H, K = w1.shape[0], w2.shape[2], x.shape[1], ids.shape[1]
     if _JAX_WEIGHTS.get("source") is not w1:  # converted once per problem's weights
         _JAX_WEIGHTS.clear()
         _JAX_WEIGHTS["w1"] = to_jax_bf16(w1.transpose(1, 2))  # [E, H, 2I]
@@ -246,29 +302,10 @@ def bench_jax(x, ids, w, w1, w2, ref):
     idsj = jnp.asarray(ids.cpu().numpy())
     wj = jnp.asarray(w.cpu().numpy())
 
-    @jax.jit
-    def layer(xj, idsj, wj, w1j, w2j):
-        flat = idsj.reshape(-1)
-        order = jnp.argsort(flat, stable=True)
-        sizes = jnp.bincount(flat, length=E).astype(jnp.int32)
-        tok = order // K
-        a = xj[tok]
-        gu = jax.lax.ragged_dot(a, w1j, sizes, preferred_element_type=jnp.float32)
-        h = (jax.nn.silu(gu[:, :I]) * gu[:, I:]).astype(jnp.bfloat16)
-        o = jax.lax.ragged_dot(h, w2j, sizes, preferred_element_type=jnp.float32)
-        o = o * wj.reshape(-1)[order][:, None]
-        return jnp.zeros((xj.shape[0], H), jnp.float32).at[tok].add(o).astype(jnp.bfloat16)
-
+    layer = jax.jit(jax_layer)
     out = layer(xj, idsj, wj, w1j, w2j).block_until_ready()
     err = rel_l2(torch.from_numpy(np.asarray(out.astype(jnp.float32))).cuda(), ref)
-    for _ in range(3):
-        layer(xj, idsj, wj, w1j, w2j).block_until_ready()
-    times = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        layer(xj, idsj, wj, w1j, w2j).block_until_ready()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times), err
+    return host_time(lambda: layer(xj, idsj, wj, w1j, w2j).block_until_ready()), err
 
 
 # --- flytune -----------------------------------------------------------------------

@@ -28,7 +28,7 @@ Usage (on the GPU machine, from the repository root):
 Writes --out (a Markdown section for docs/PERFORMANCE.md: date, GPU, command, a table
 per problem) and OUT.json (raw numbers).
 """
-import argparse, json, math, os, shlex, sys, time
+import json, math, os, shlex, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch
@@ -272,16 +272,13 @@ is the sum of both. "torch / flytune" = torch's time / flytune's backward time (
 target >= 1.3x), "VJP / flytune" likewise (target >= 2x); fwd + bwd target >= 70%."""
 
 
-def pct(floor, us):
-    return f"{100 * floor / us:.0f}%"
+pct = hp.pct
 
 
 def peer_cell(row, key):
     c = row.get(key)
-    if not c:
-        return "-"
-    if c.get("us") is None:
-        return (c.get("wrong") or c.get("error") or "-")[:90].replace("|", "/").replace("\n", " ")
+    if not c or c.get("us") is None:
+        return hp.untimed_cell(c, 90)
     how = "" if c.get("how") in ("graph", "host") else f", {c['how']}"
     return f"{c['us']:.1f} ({pct(row['floor'], c['us'])}, {c['worst']:.1e}{how})"
 
@@ -314,24 +311,15 @@ def problem_table(p):
 
 
 def markdown(report):
-    names = ", ".join(p["name"] for p in report["problems"])
     c = report["ceilings"]
-    lines = [f"## {report['date']}, {report['gpu']}: the backward pass beside its peers, same run ({names})",
-             "", f"torch {report['torch']}, jax {report['jax']}. Command:", "", "```sh", report["command"], "```",
-             "", METHOD, "",
+    lines = hp.report_head(report, "the backward pass beside its peers", f"torch {report['torch']}, jax {report['jax']}",
+                           METHOD) + [
              f"Same-run ceilings: dense bf16 GEMM {c['gemm']/1e12:.0f} TFLOP/s (8192^3), HBM copy {c['copy']/1e12:.2f} TB/s."]
     for p in report["problems"]:
         s = p["shape"]
         lines += ["", f"### {p['name']} (E {s['E']}, H {s['H']}, I {s['I']}, top-{s['K']})", ""]
         lines += problem_table(p) if p.get("rows") else [f"Not measured: {p.get('skipped', 'no rows')}."]
     return "\n".join(lines) + "\n"
-
-
-def write_report(report, out):
-    with open(out, "w") as f:
-        f.write(markdown(report))
-    with open(out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
 
 
 def jax_version():
@@ -343,23 +331,21 @@ def jax_version():
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="Markdown output; OUT.json gets the raw numbers")
-    ap.add_argument("--problems", default=",".join(PROBLEMS), help="flytune presets or name:E:H:I:K shapes")
-    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="token counts, for every problem")
+    ap = hp.run_parser(__doc__, PROBLEMS, TOKENS, ("torch", "jax"))
     ap.add_argument("--flytune-json", action="append", metavar="[PROBLEM=]PATH",
                     help="a `flytune search --pass both --json` summary of PROBLEM (bare PATH: the first problem); "
                          "its layer winners of pass backward and forward fill the flytune columns")
-    ap.add_argument("--budget-s", type=float, default=0, help="stop starting work after this many seconds (0: none)")
-    ap.add_argument("--skip-torch", action="store_true")
-    ap.add_argument("--skip-jax", action="store_true")
     args = ap.parse_args()
-    try:
-        tokens = [int(t) for t in args.tokens.split(",")]
-    except ValueError:
-        raise SystemExit(f"backward_peers: --tokens {args.tokens}: not a list of integers")
+    tokens = hp.token_list(args.tokens)
     shapes = [hp.preset_shape(n) for n in args.problems.split(",")]
+    for item in args.flytune_json or []:
+        key, sep, _ = item.rpartition("=")
+        if sep and key not in {s.name for s in shapes}:
+            raise SystemExit(f"backward_peers: --flytune-json {item}: '{key}' is not one of --problems {args.problems}")
     flytune = {s.name: flytune_for(args.flytune_json, s.name, shapes[0].name) for s in shapes}
+    if not torch.cuda.is_available():
+        raise SystemExit("backward_peers: no CUDA GPU (this bench runs on one; its CPU tests: "
+                         "python/tests/test_bench_backward.py)")
     clock = hp.Clock(args.budget_s)
     torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 reference in fp32
     report = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "gpu": torch.cuda.get_device_name(),
@@ -379,8 +365,8 @@ def main():
         for T in tokens:
             p["rows"].append(bench_row(s, T, ceil, flytune[s.name], args, clock, gen))
             print(json.dumps({"problem": s.name, **p["rows"][-1]}), flush=True)
-            write_report(report, args.out)  # after every row: a run cut short keeps what it measured
-    write_report(report, args.out)
+            hp.write_report(report, args.out, markdown)  # after every row: a run cut short keeps what it measured
+    hp.write_report(report, args.out, markdown)
     print(markdown(report))
 
 

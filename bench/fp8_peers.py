@@ -32,7 +32,7 @@ Usage (on the GPU machine, from the repository root):
 Writes --out (a Markdown section: date, GPU, command, a table per problem and scale
 mode with % of the fp8 floor) and OUT.json (raw numbers).
 """
-import argparse, json, math, os, shlex, sys, time
+import json, math, os, shlex, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch
@@ -255,16 +255,13 @@ token count (% of this table's floor). "flytune (search)" is the layer winner's 
 time from the given `flytune search --json`; "vs best peer" = best peer's time / flytune's."""
 
 
-def pct(floor, us):
-    return f"{100 * floor / us:.0f}%"
+pct = hp.pct
 
 
 def cell(row, key):
     c = row.get(key)
-    if not c:
-        return "-"
-    if c.get("us") is None:
-        return (c.get("wrong") or c.get("error") or "-")[:70].replace("|", "/").replace("\n", " ")
+    if not c or c.get("us") is None:
+        return hp.untimed_cell(c, 70)
     how = "" if c.get("how", "graph") == "graph" else f", {c['how']}"
     return f"{c['us']:.1f} ({pct(row['floor'], c['us'])}, {c['dis']:.1e}, {c['rel']:.1e}{how})"
 
@@ -305,11 +302,8 @@ def mode_table(problem, mode):
 
 
 def markdown(report):
-    names = ", ".join(p["name"] for p in report["problems"])
     c = report["ceilings"]
-    lines = [f"## {report['date']}, {report['gpu']}: fp8 (e4m3) MoE peers, same run ({names})",
-             "", f"torch {report['torch']}, triton {report['triton']}. Command:", "", "```sh", report["command"], "```",
-             "", METHOD, "",
+    lines = hp.report_head(report, "fp8 (e4m3) MoE peers", f"torch {report['torch']}, triton {report['triton']}", METHOD) + [
              f"Same-run ceilings: fp8 dense GEMM {c['fp8_gemm']/1e12:.0f} TFLOP/s (torch._scaled_mm 8192^3, fast accumulate "
              f"{c['fp8_fast']/1e12:.0f}, exact {c['fp8_exact']/1e12:.0f}), dense bf16 GEMM {c['gemm']/1e12:.0f} TFLOP/s, "
              f"HBM copy {c['copy']/1e12:.2f} TB/s."]
@@ -323,28 +317,15 @@ def markdown(report):
     return "\n".join(lines) + "\n"
 
 
-def write_report(report, out):
-    with open(out, "w") as f:
-        f.write(markdown(report))
-    with open(out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="Markdown output; OUT.json gets the raw numbers")
-    ap.add_argument("--problems", default=",".join(PROBLEMS), help="flytune presets or name:E:H:I:K shapes")
-    ap.add_argument("--tokens", default=",".join(map(str, hp.TOKENS)), help="token counts, for every problem")
+    ap = hp.run_parser(__doc__, PROBLEMS, hp.TOKENS, ("triton", "torch"))
     ap.add_argument("--modes", default=",".join(MODES[:3]), help="scale modes: per-tensor, block128, rowwise, static")
     ap.add_argument("--flytune-json", action="append", metavar="[PROBLEM:MODE=]PATH",
                     help="a `flytune search --json` summary of an fp8 problem; its layer winners fill the "
                          "'flytune (search)' column of PROBLEM's MODE table (bare PATH: first problem, per-tensor)")
-    ap.add_argument("--budget-s", type=float, default=0, help="stop starting work after this many seconds (0: none)")
-    ap.add_argument("--skip-triton", action="store_true")
-    ap.add_argument("--skip-torch", action="store_true")
     args = ap.parse_args()
     clock = hp.Clock(args.budget_s)
-    tokens = [int(t) for t in args.tokens.split(",")]
+    tokens = hp.token_list(args.tokens)
     modes = args.modes.split(",")
     for m in modes:
         if m not in MODES:
@@ -372,10 +353,10 @@ def main():
         for mode in modes:
             flytune = flytune_winners(args, s.name, mode, shapes[0].name)
             p["modes"][mode] = bench_mode(tm8, s, mode, tokens, masters, args, ceil, clock, flytune)
-            write_report(report, args.out)  # after every table: a run cut short keeps what it measured
+            hp.write_report(report, args.out, markdown)  # after every table: a run cut short keeps what it measured
         del masters
         torch.cuda.empty_cache()
-    write_report(report, args.out)
+    hp.write_report(report, args.out, markdown)
     print(markdown(report))
 
 

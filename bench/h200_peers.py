@@ -31,11 +31,14 @@ Timing: CUDA events after warm-up, median of repetitions; graph-captured layers
 replay after a 256 MiB L2 flush inside the timed region, whose own time is
 subtracted. JAX is timed on the host around block_until_ready (no flush).
 """
-import argparse, json, math, os, re, shlex, statistics, subprocess, sys, time
+import argparse, json, math, os, re, shlex, subprocess, sys, time
 from dataclasses import dataclass
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch
 import torch
+# What the peer benches share (fp8_peers.py and backward_peers.py take them as hp.*):
+from peer_common import (Clock, capture, ceilings, cuda_time, flush_buffer, host_time, pct,  # noqa: F401
+                         report_head, run_parser, time_graph, timed, token_list, untimed_cell, write_report)
 
 SUITE = ["mixtral-8x7b", "mixtral-8x7b-tp8", "qwen3-30b", "qwen3-235b", "deepseek-v3", "olmoe", "gpt-oss-120b-like"]
 TOKENS = [1, 16, 64, 512, 4096, 16384]
@@ -52,35 +55,6 @@ class Shape:
     H: int
     I: int
     K: int
-
-
-def cuda_time(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); e.synchronize()
-        times.append(s.elapsed_time(e) * 1000.0)
-    return statistics.median(times), min(times), max(times)
-
-
-def ceilings():
-    """Same-run rates: dense bf16 GEMM (FLOP/s), HBM copy and read-only stream (bytes/s)."""
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t, _, _ = cuda_time(lambda: a @ b, 10)
-    gemm = 2 * 8192 ** 3 / (t * 1e-6)
-    x = torch.empty(2 * 1024 ** 3, device="cuda", dtype=torch.uint8)
-    y = torch.empty_like(x)
-    t, _, _ = cuda_time(lambda: y.copy_(x), 10)
-    copy = 2 * x.numel() / (t * 1e-6)
-    xf = x.view(torch.float32).normal_()
-    t, _, _ = cuda_time(lambda: xf.sum(), 10)  # reads 2 GiB, writes one number
-    read = x.numel() / (t * 1e-6)
-    del a, b, x, y, xf
-    return gemm, copy, read
 
 
 def active_experts(s, T):
@@ -128,71 +102,6 @@ def reference(x, ids, w, w1, w2):
 
 def rel_l2(out, ref):
     return (out.float() - ref).norm().item() / ref.norm().item()
-
-
-# --- graph capture and timing shared by the graph-captured peers ------------
-
-_FLUSH = []
-
-
-def flush_buffer():
-    if not _FLUSH:
-        _FLUSH.append(torch.empty(256 * 1024 ** 2, device="cuda", dtype=torch.uint8))
-    return _FLUSH[0]
-
-
-def capture(fn):
-    """fn once on a side stream (lazy init, allocator warm-up, no JIT inside
-    the capture), then fn captured into a CUDA graph."""
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
-        fn()
-    return g
-
-
-def time_graph(g, reps=20):
-    """Median replay time with L2 flushed before each replay. The flush is
-    inside the timed region: time it alone and subtract."""
-    flush = flush_buffer()
-
-    def run():
-        flush.zero_()
-        g.replay()
-    t_all, _, _ = cuda_time(run, reps)
-    t_flush, _, _ = cuda_time(lambda: flush.zero_(), reps)
-    return t_all - t_flush
-
-
-def timed(fn, capture_fn=capture):
-    """Graph-captured (capture_fn(fn)), L2-flushed median; eager with the flush
-    subtracted where capture is refused. Returns (us, how): how is "graph", or
-    "eager (capture refused: the reason)"."""
-    try:
-        return time_graph(capture_fn(fn)), "graph"
-    except Exception as e:
-        torch.cuda.synchronize()
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:80]
-        flush = flush_buffer()
-        t_all, _, _ = cuda_time(lambda: (flush.zero_(), fn()), 20)
-        t_flush, _, _ = cuda_time(lambda: flush.zero_(), 20)
-        return t_all - t_flush, f"eager (capture refused: {reason})"
-
-
-def host_time(fn, reps=10, warmup=3):
-    """Median host time (us) of fn(), which waits for its own result (JAX: block_until_ready)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times)
 
 
 def preset_shape(name):
@@ -415,14 +324,6 @@ def stage_row(s, T, wins, ceil):
 
 # --- one problem -------------------------------------------------------------------
 
-class Clock:
-    def __init__(self, budget_s):
-        self.t0, self.budget = time.time(), budget_s
-
-    def left(self):
-        return self.budget - (time.time() - self.t0) if self.budget else 1e9
-
-
 def peer(row, key, fn, clock, need_s=5.0):
     """Runs one peer into row[key] (+ key_err, extras); a failure or no time left is the cell's text."""
     if clock.left() < need_s:
@@ -511,10 +412,6 @@ layer's time beyond the two stage winners (align, clears, reduce, padding to the
 pair's tile, launch gaps)."""
 
 
-def pct(floor, us):
-    return f"{100 * floor / us:.0f}%"
-
-
 def peer_cell(row, k):
     if row.get(k) is None:
         return row.get(k + "_error", "-")[:60].replace("|", "/").replace("\n", " ")
@@ -564,10 +461,8 @@ def stage_table(stage_rows):
 
 
 def markdown(report):
-    names = ", ".join(p["name"] for p in report["problems"])
     c = report["ceilings"]
-    lines = [f"## {report['date']}, {report['gpu']}: flytune vs peers over the suite, same run ({names})",
-             "", f"Tool: `{report['tool']}`. Command:", "", "```sh", report["command"], "```", "", METHOD, "",
+    lines = report_head(report, "flytune vs peers over the suite", f"Tool: `{report['tool']}`", METHOD) + [
              f"Same-run ceilings: dense bf16 GEMM {c['gemm']/1e12:.0f} TFLOP/s (8192^3), HBM copy "
              f"{c['copy']/1e12:.2f} TB/s, read-only stream {c['read']/1e12:.2f} TB/s."]
     for p in report["problems"]:
@@ -662,17 +557,10 @@ def main():
             report["problems"].append({"name": name, "skipped": "no time left in --budget-s"})
         else:
             report["problems"].append(one_problem(name, args, tokens, ceil, gen, clock))
-        write_report(report, args.out)  # after every problem: a run cut short keeps what it measured
+        write_report(report, args.out, markdown)  # after every problem: a run cut short keeps what it measured
     report["model_check"] = model_check(args)
-    write_report(report, args.out)
+    write_report(report, args.out, markdown)
     print(markdown(report))
-
-
-def write_report(report, out):
-    with open(out, "w") as f:
-        f.write(markdown(report))
-    with open(out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
 
 
 if __name__ == "__main__":

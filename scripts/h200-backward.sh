@@ -21,24 +21,16 @@
 # (4): the backward's `--budget N`, configurations per role (0: all); SEARCH_JSON
 # ('dir/search_{name}.json'): reuse saved summaries instead of searching. One
 # problem per device command: PROBLEMS=qwen3-30b.
-set -uo pipefail
 cd "${REPO_ROOT:-$(dirname "$0")/..}" || exit 1
-OUT=${OUT:-/tmp/flytune-backward}
-mkdir -p "$OUT"
-W=/tmp/flytune-backward-work
-rm -rf "$W" && mkdir -p "$W"
-LOG=$OUT/backward.log
-: >"$LOG"
+# shellcheck source=scripts/h200-run.sh
+source scripts/h200-run.sh backward  # OUT, W, LOG, left, say
 PROBLEMS=${PROBLEMS:-mixtral-8x7b,qwen3-30b}
 TOKENS=${TOKENS:-4096,16384}
 BUDGET_S=${BUDGET_S:-560}
 PEERS_S=${PEERS_S:-180}
 BW_BUDGET=${BW_BUDGET:-4}
 export FLYTUNE_CACHE_DIR=/tmp/flytune-cache PYTHONUNBUFFERED=1
-left() { echo $((BUDGET_S - SECONDS)); }
-say() { echo "[$SECONDS s] $*" | tee -a "$LOG"; }
 IFS=, read -ra problems <<<"$PROBLEMS"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv >>"$LOG" 2>&1
 
 F=
 if [ -z "${SEARCH_JSON:-}" ]; then

@@ -162,13 +162,24 @@ def test_a_bad_flytune_summary_is_one_line(tmp_path, content, message):
 
 
 @pytest.mark.parametrize("args,message", [(["--problems", "nope"], "no preset 'nope'"),
-                                          (["--tokens", "4096,x"], "not a list of integers"),
-                                          (["--flytune-json", "/nonexistent.json"], "No such file")])
+                                          (["--tokens", "4096,x"], "not a list of positive integers"),
+                                          (["--tokens", "0"], "not a list of positive integers"),
+                                          (["--flytune-json", "/nonexistent.json"], "No such file"),
+                                          (["--flytune-json", "olmoe=/x.json"], "'olmoe' is not one of --problems")])
 def test_bad_command_lines_exit_with_one_line_before_any_gpu_work(tmp_path, args, message):
     r = subprocess.run([sys.executable, str(BENCH / "backward_peers.py"), "--out", str(tmp_path / "b.md"), *args],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and message in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is here")
+def test_without_a_gpu_the_bench_says_so_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, str(BENCH / "backward_peers.py"), "--out", str(tmp_path / "b.md")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.strip() == ("backward_peers: no CUDA GPU (this bench runs on one; its CPU "
+                                                      "tests: python/tests/test_bench_backward.py)"), r.stderr
+    assert not (tmp_path / "b.md").exists()
 
 
 def test_markdown_table_from_fake_timings():

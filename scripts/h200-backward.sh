@@ -15,12 +15,16 @@
 # PROBLEMS (mixtral-8x7b,qwen3-30b) and TOKENS (4096,16384): the searches' and the
 # peers'. BUDGET_S (560): the whole run, within one device command's 600 s; the
 # searches share what is left before PEERS_S (180: kept for the peers) evenly
-# (a search stopped by its limit keeps the winners of the buckets it finished,
-# and the peers still run). SPACE (default): the searches' --space, a preset
-# (default, small or wide: the backward takes no axis overrides); BW_BUDGET
+# (a search stopped by its limit -- SIGTERM, SIGKILL 30 s later -- ends after
+# the program in flight and keeps the winners of the buckets it finished; the
+# peers still run). A first run of both problems in 560 s may not fit: the log
+# gives each search's seconds; one problem per device command then. SPACE
+# (default): the searches' --space, a preset (default, small or wide: the
+# backward takes no axis overrides); BW_BUDGET
 # (4): the backward's `--budget N`, configurations per role (0: all); SEARCH_JSON
-# ('dir/search_{name}.json'): reuse saved summaries instead of searching. One
-# problem per device command: PROBLEMS=qwen3-30b.
+# ('dir/search_{name}.json'): reuse saved summaries instead of searching.
+# REPO_ROOT: the repository (default: the script's folder's parent; give it when
+# running a copy of the script from elsewhere).
 cd "${REPO_ROOT:-$(dirname "$0")/..}" || exit 1
 # shellcheck source=scripts/h200-run.sh
 source scripts/h200-run.sh backward  # OUT, W, LOG, left, say
@@ -47,7 +51,7 @@ space=()
 search() {  # problem share_s: the summary into $W/search_<problem>.json
   local json=$W/search_$1.json start=$SECONDS limit=$2
   if [ "$limit" -lt 30 ]; then say "search $1: skipped, $limit s left for it"; return 1; fi
-  timeout -k 10 "$limit" "$F" search --problem "$1" --pass both --tokens "$TOKENS" --db "$W/$1.db" --seed 42 \
+  timeout -k 30 "$limit" "$F" search --problem "$1" --pass both --tokens "$TOKENS" --db "$W/$1.db" --seed 42 \
     --graph --allow-missing --budget "$BW_BUDGET" --json "${space[@]}" >"$json" 2>"$W/search_$1.log"
   local rc=$?
   say "search $1 rc=$rc in $((SECONDS - start)) s (limit $limit s): $(python3 - "$json" <<'EOF' 2>&1 | tail -1

@@ -215,32 +215,26 @@ def flytune_for(items, problem, first_problem):
 
 # --- one problem ---------------------------------------------------------------------
 
-def run_peer(fn, clock, need_s):
-    if clock.left() < need_s:
-        return {"error": "no time left in --budget-s"}
-    try:
-        return fn()
-    except Exception as e:  # refused (this GPU, this library, these shapes): the cell says why
-        return {"error": (str(e).strip().splitlines() or [type(e).__name__])[0][:200]}
-
-
 def bench_row(s, T, ceil, flytune, args, clock, gen):
     row = {"T": T, "floor": backward_floor_us(s, T, ceil), "fwd_floor": hp.floor_us(s, T, ceil["gemm"], ceil["copy"])}
     row["flops"], row["bytes"] = backward_work(s, T)
-    for p in ("backward", "forward"):
-        got = flytune.get(T, {}).get(p)
-        row["flytune" if p == "backward" else "flytune_fwd"] = got["us"] if got else None
-        row[("flytune" if p == "backward" else "flytune_fwd") + "_kernel"] = got["kernel"] if got else None
+    bwd, fwd = (flytune.get(T, {}).get(p) or {} for p in ("backward", "forward"))
+    row.update(flytune=bwd.get("us"), flytune_kernel=bwd.get("kernel"), flytune_fwd=fwd.get("us"),
+               flytune_fwd_kernel=fwd.get("kernel"))
     if clock.left() < 20:
         row["skipped"] = "no time left in --budget-s"
         return row
     inp = layer_inputs(s, T, gen)
-    ref = reference_grads(inp)
+    try:
+        ref = reference_grads(inp)
+    except Exception as e:  # e.g. out of memory: the row says so, the next one runs
+        row["skipped"] = f"the fp32 reference failed: {hp.first_line(e)}"[:120]
+        return row
     if not args.skip_torch:
-        row["torch"] = run_peer(lambda: bench_torch(inp, ref), clock, 15)
+        row["torch"] = hp.run_peer(lambda: bench_torch(inp, ref), clock, 15)
         torch.cuda.empty_cache()
     if not args.skip_jax:
-        row["jax"] = run_peer(lambda: bench_jax(inp, ref), clock, 30)
+        row["jax"] = hp.run_peer(lambda: bench_jax(inp, ref), clock, 30)
     del inp, ref
     torch.cuda.empty_cache()
     return row

@@ -164,15 +164,6 @@ def bench_torch(tm8, x, ids, w, w1, w2, scales, ref):
     return {"us": us, "dis": dis, "rel": rel, "how": how}
 
 
-def run_peer(fn, clock, need_s):
-    if clock.left() < need_s:
-        return {"error": "no time left in --budget-s"}
-    try:
-        return fn()
-    except Exception as e:
-        return {"error": str(e).splitlines()[0][:200] if str(e) else type(e).__name__}
-
-
 # --- one problem -------------------------------------------------------------------
 
 def mode_scales(tm8, mode, s1, s2, x, ids, w1):
@@ -200,9 +191,9 @@ def bench_mode(tm8, s, mode, tokens, masters, args, ceil, clock, flytune):
         row = {"T": T, "floor": fp8_floor_us(s, T, mode, ceil), "flops": flops, "bytes": bytes_,
                "flytune": flytune.get(T, {}).get("median_us"), "flytune_kernel": flytune.get(T, {}).get("kernel")}
         if "triton" in PEERS[mode] and not args.skip_triton:
-            row["triton"] = run_peer(lambda: bench_triton(tm8, mode, x, ids, w, w1, w2, scales, ref), clock, 20)
+            row["triton"] = hp.run_peer(lambda: bench_triton(tm8, mode, x, ids, w, w1, w2, scales, ref), clock, 20)
         if "torch" in PEERS[mode] and not args.skip_torch:
-            row["torch"] = run_peer(lambda: bench_torch(tm8, x, ids, w, w1, w2, scales, ref), clock, 5)
+            row["torch"] = hp.run_peer(lambda: bench_torch(tm8, x, ids, w, w1, w2, scales, ref), clock, 5)
         print(json.dumps({"problem": s.name, "mode": mode, **{k: ({kk: vv for kk, vv in v.items() if kk != "tried"}
                                                                     if isinstance(v, dict) else v) for k, v in row.items()}}),
               flush=True)

@@ -37,8 +37,8 @@ from dataclasses import dataclass
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch
 import torch
 # What the peer benches share (fp8_peers.py and backward_peers.py take them as hp.*):
-from peer_common import (Clock, capture, ceilings, cuda_time, flush_buffer, host_time, pct,  # noqa: F401
-                         report_head, run_parser, time_graph, timed, token_list, untimed_cell, write_report)
+from peer_common import (Clock, capture, ceilings, cuda_time, first_line, flush_buffer, host_time, pct,  # noqa: F401
+                         report_head, run_parser, run_peer, time_graph, timed, token_list, untimed_cell, write_report)
 
 SUITE = ["mixtral-8x7b", "mixtral-8x7b-tp8", "qwen3-30b", "qwen3-235b", "deepseek-v3", "olmoe", "gpt-oss-120b-like"]
 TOKENS = [1, 16, 64, 512, 4096, 16384]

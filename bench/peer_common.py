@@ -83,7 +83,7 @@ def timed(fn, capture_fn=capture):
         return time_graph(capture_fn(fn)), "graph"
     except Exception as e:
         torch.cuda.synchronize()
-        reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:80]
+        reason = first_line(e)[:80]
         flush = flush_buffer()
         t_all, _, _ = cuda_time(lambda: (flush.zero_(), fn()), 20)
         t_flush, _, _ = cuda_time(lambda: flush.zero_(), 20)
@@ -136,6 +136,22 @@ def token_list(text):
     if not tokens or min(tokens) < 1:
         raise SystemExit(f"{os.path.basename(sys.argv[0])}: --tokens {text}: not a list of positive integers")
     return tokens
+
+
+def first_line(e):
+    """An exception's first line (its type's name where it has no text)."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def run_peer(fn, clock, need_s):
+    """fn()'s cell, or {"error": why}: no time left in the budget for need_s more
+    seconds, or fn refused (this GPU, this library, these shapes)."""
+    if clock.left() < need_s:
+        return {"error": "no time left in --budget-s"}
+    try:
+        return fn()
+    except Exception as e:
+        return {"error": first_line(e)[:200]}
 
 
 def untimed_cell(c, width):

@@ -211,3 +211,31 @@ def test_markdown_table_from_fake_timings():
     assert "### qwen3-30b (E 128, H 2048, I 768, top-8)\n\nNot measured: no time left in --budget-s." in md
     eager = dict(row, torch=dict(row["torch"], how="eager (capture refused: operation not permitted)"))
     assert "38%, 5.0e-03, eager (capture refused: operation not permitted))" in bp.problem_table({"rows": [eager]})[2]
+
+
+class Args:
+    skip_torch, skip_jax = True, False
+
+
+class Left:
+    """A budget clock with `seconds` left."""
+    def __init__(self, seconds):
+        self.seconds = seconds
+
+    def left(self):
+        return self.seconds
+
+
+def test_a_row_on_the_cpu_fills_flytune_jax_and_skips_what_the_budget_leaves_out():
+    """bench_row as main runs it, on the CPU (the torch peer needs CUDA streams: left out):
+    the summary's times, the floors, the VJP checked and timed; then the budget's cuts."""
+    framework("jax")
+    shape, T = TINY[0]
+    flytune = bp.flytune_times(summary([(T, "backward", "layer", "ft_b", 30.0), (T, "forward", "layer", "ft_f", 10.0)]), "s")
+    row = bp.bench_row(shape, T, CEIL, flytune, Args, Left(1e9), torch.Generator().manual_seed(0))
+    assert (row["flytune"], row["flytune_kernel"], row["flytune_fwd"], row["flytune_fwd_kernel"]) == (30.0, "ft_b", 10.0, "ft_f")
+    assert row["floor"] == bp.backward_floor_us(shape, T, CEIL) and "torch" not in row and "skipped" not in row
+    assert row["jax"]["us"] > 0 and row["jax"]["worst"] < bp.BOUND and row["jax"]["how"] == "host", row["jax"]
+    late = bp.bench_row(shape, T, CEIL, {}, Args, Left(25), torch.Generator().manual_seed(0))
+    assert late["jax"] == {"error": "no time left in --budget-s"} and late["flytune"] is None
+    assert bp.bench_row(shape, T, CEIL, {}, Args, Left(5), torch.Generator())["skipped"] == "no time left in --budget-s"

@@ -168,11 +168,18 @@ def test_a_bad_flytune_summary_is_one_line(tmp_path, content, message):
                                           (["--tokens", "0"], "not a list of positive integers"),
                                           (["--flytune-json", "/nonexistent.json"], "No such file"),
                                           (["--flytune-json", "olmoe=/x.json"], "'olmoe' is not one of --problems")])
-def test_bad_command_lines_exit_with_one_line_before_any_gpu_work(tmp_path, args, message):
-    r = subprocess.run([sys.executable, str(BENCH / "backward_peers.py"), "--out", str(tmp_path / "b.md"), *args],
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0 and message in r.stderr, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+def test_bad_command_lines_stop_before_any_gpu_work(tmp_path, monkeypatch, args, message):
+    monkeypatch.setattr(sys, "argv", ["backward_peers.py", "--out", str(tmp_path / "b.md"), *args])
+    with pytest.raises(SystemExit, match=message) as e:
+        bp.main()
+    assert "\n" not in str(e.value.code) and not (tmp_path / "b.md").exists()
+
+
+def test_the_process_prints_one_line_and_exits_1(tmp_path):
+    r = subprocess.run([sys.executable, str(BENCH / "backward_peers.py"), "--out", str(tmp_path / "b.md"), "--problems",
+                        "nope"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "backward_peers.py: no preset 'nope' in generator/problem.cpp (or give name:E:H:I:K)"], r.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is here")

@@ -32,13 +32,12 @@ Usage (on the GPU machine, from the repository root):
 Writes --out (a Markdown section: date, GPU, command, a table per problem and scale
 mode with % of the fp8 floor) and OUT.json (raw numbers).
 """
-import argparse, json, math, os, re, shlex, sys, time
+import json, math, os, shlex, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch
 import h200_peers as hp  # timing, capture, L2 flush, routing, active experts, budget clock
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBLEMS = ["mixtral-8x7b", "deepseek-v3"]
 MODES = ["per-tensor", "block128", "rowwise", "static"]
 PEERS = {"per-tensor": ["triton"], "block128": ["triton"], "rowwise": ["torch"], "static": ["triton"]}
@@ -47,16 +46,7 @@ BOUND = 1e-3  # 1 - 2<x,y>/(|x|^2+|y|^2) against the fp32 reference
 FP8 = torch.float8_e4m3fn
 
 
-def preset_shape(name):
-    """name:E:H:I:K, or a preset's shape from generator/problem.cpp (its one home)."""
-    if ":" in name:
-        n, *dims = name.split(":")
-        return hp.Shape(n, *map(int, dims))
-    with open(os.path.join(REPO, "generator", "problem.cpp")) as f:
-        m = re.search(r'ProblemPreset\{"' + re.escape(name) + r'",\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)', f.read())
-    if not m:
-        raise SystemExit(f"fp8_peers: no preset '{name}' in generator/problem.cpp (or give name:E:H:I:K)")
-    return hp.Shape(name, *map(int, m.groups()))
+preset_shape = hp.preset_shape  # name:E:H:I:K or a preset of generator/problem.cpp
 
 
 def fp8_gemm_rates():
@@ -110,19 +100,6 @@ def batch(s, T, seed):
 
 
 # --- peers -------------------------------------------------------------------------
-
-def timed(fn):
-    """Graph-captured, L2-flushed median (h200_peers.py's way); eager with the flush
-    subtracted where capture is refused. Returns (us, how)."""
-    try:
-        return hp.time_graph(hp.capture(fn)), "graph"
-    except Exception:
-        torch.cuda.synchronize()
-        flush = hp.flush_buffer()
-        t_all, _, _ = hp.cuda_time(lambda: (flush.zero_(), fn()), 20)
-        t_flush, _, _ = hp.cuda_time(lambda: flush.zero_(), 20)
-        return t_all - t_flush, "eager (capture refused)"
-
 
 def bench_triton(tm8, mode, x, ids, w, w1, w2, scales, ref):
     """Each candidate config checked, the correct ones timed (graph, 10 replays), the
@@ -183,17 +160,8 @@ def bench_torch(tm8, x, ids, w, w1, w2, scales, ref):
         return {"error": f"refused: {str(e).splitlines()[0]}"[:200]}
     if not dis < BOUND:
         return {"wrong": f"wrong: 1-cos {dis:.1e} > {BOUND:g}", "dis": dis, "rel": rel}
-    us, how = timed(layer)
+    us, how = hp.timed(layer)
     return {"us": us, "dis": dis, "rel": rel, "how": how}
-
-
-def run_peer(fn, clock, need_s):
-    if clock.left() < need_s:
-        return {"error": "no time left in --budget-s"}
-    try:
-        return fn()
-    except Exception as e:
-        return {"error": str(e).splitlines()[0][:200] if str(e) else type(e).__name__}
 
 
 # --- one problem -------------------------------------------------------------------
@@ -223,9 +191,9 @@ def bench_mode(tm8, s, mode, tokens, masters, args, ceil, clock, flytune):
         row = {"T": T, "floor": fp8_floor_us(s, T, mode, ceil), "flops": flops, "bytes": bytes_,
                "flytune": flytune.get(T, {}).get("median_us"), "flytune_kernel": flytune.get(T, {}).get("kernel")}
         if "triton" in PEERS[mode] and not args.skip_triton:
-            row["triton"] = run_peer(lambda: bench_triton(tm8, mode, x, ids, w, w1, w2, scales, ref), clock, 20)
+            row["triton"] = hp.run_peer(lambda: bench_triton(tm8, mode, x, ids, w, w1, w2, scales, ref), clock, 20)
         if "torch" in PEERS[mode] and not args.skip_torch:
-            row["torch"] = run_peer(lambda: bench_torch(tm8, x, ids, w, w1, w2, scales, ref), clock, 5)
+            row["torch"] = hp.run_peer(lambda: bench_torch(tm8, x, ids, w, w1, w2, scales, ref), clock, 5)
         print(json.dumps({"problem": s.name, "mode": mode, **{k: ({kk: vv for kk, vv in v.items() if kk != "tried"}
                                                                     if isinstance(v, dict) else v) for k, v in row.items()}}),
               flush=True)
@@ -278,16 +246,13 @@ token count (% of this table's floor). "flytune (search)" is the layer winner's 
 time from the given `flytune search --json`; "vs best peer" = best peer's time / flytune's."""
 
 
-def pct(floor, us):
-    return f"{100 * floor / us:.0f}%"
+pct = hp.pct
 
 
 def cell(row, key):
     c = row.get(key)
-    if not c:
-        return "-"
-    if c.get("us") is None:
-        return (c.get("wrong") or c.get("error") or "-")[:70].replace("|", "/").replace("\n", " ")
+    if not c or c.get("us") is None:
+        return hp.untimed_cell(c, 70)
     how = "" if c.get("how", "graph") == "graph" else f", {c['how']}"
     return f"{c['us']:.1f} ({pct(row['floor'], c['us'])}, {c['dis']:.1e}, {c['rel']:.1e}{how})"
 
@@ -328,11 +293,8 @@ def mode_table(problem, mode):
 
 
 def markdown(report):
-    names = ", ".join(p["name"] for p in report["problems"])
     c = report["ceilings"]
-    lines = [f"## {report['date']}, {report['gpu']}: fp8 (e4m3) MoE peers, same run ({names})",
-             "", f"torch {report['torch']}, triton {report['triton']}. Command:", "", "```sh", report["command"], "```",
-             "", METHOD, "",
+    lines = hp.report_head(report, "fp8 (e4m3) MoE peers", f"torch {report['torch']}, triton {report['triton']}", METHOD) + [
              f"Same-run ceilings: fp8 dense GEMM {c['fp8_gemm']/1e12:.0f} TFLOP/s (torch._scaled_mm 8192^3, fast accumulate "
              f"{c['fp8_fast']/1e12:.0f}, exact {c['fp8_exact']/1e12:.0f}), dense bf16 GEMM {c['gemm']/1e12:.0f} TFLOP/s, "
              f"HBM copy {c['copy']/1e12:.2f} TB/s."]
@@ -346,28 +308,15 @@ def markdown(report):
     return "\n".join(lines) + "\n"
 
 
-def write_report(report, out):
-    with open(out, "w") as f:
-        f.write(markdown(report))
-    with open(out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
-
-
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True, help="Markdown output; OUT.json gets the raw numbers")
-    ap.add_argument("--problems", default=",".join(PROBLEMS), help="flytune presets or name:E:H:I:K shapes")
-    ap.add_argument("--tokens", default=",".join(map(str, hp.TOKENS)), help="token counts, for every problem")
+    ap = hp.run_parser(__doc__, PROBLEMS, hp.TOKENS, ("triton", "torch"))
     ap.add_argument("--modes", default=",".join(MODES[:3]), help="scale modes: per-tensor, block128, rowwise, static")
     ap.add_argument("--flytune-json", action="append", metavar="[PROBLEM:MODE=]PATH",
                     help="a `flytune search --json` summary of an fp8 problem; its layer winners fill the "
                          "'flytune (search)' column of PROBLEM's MODE table (bare PATH: first problem, per-tensor)")
-    ap.add_argument("--budget-s", type=float, default=0, help="stop starting work after this many seconds (0: none)")
-    ap.add_argument("--skip-triton", action="store_true")
-    ap.add_argument("--skip-torch", action="store_true")
     args = ap.parse_args()
     clock = hp.Clock(args.budget_s)
-    tokens = [int(t) for t in args.tokens.split(",")]
+    tokens = hp.token_list(args.tokens)
     modes = args.modes.split(",")
     for m in modes:
         if m not in MODES:
@@ -395,10 +344,10 @@ def main():
         for mode in modes:
             flytune = flytune_winners(args, s.name, mode, shapes[0].name)
             p["modes"][mode] = bench_mode(tm8, s, mode, tokens, masters, args, ceil, clock, flytune)
-            write_report(report, args.out)  # after every table: a run cut short keeps what it measured
+            hp.write_report(report, args.out, markdown)  # after every table: a run cut short keeps what it measured
         del masters
         torch.cuda.empty_cache()
-    write_report(report, args.out)
+    hp.write_report(report, args.out, markdown)
     print(markdown(report))
 
 

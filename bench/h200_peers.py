@@ -31,11 +31,14 @@ Timing: CUDA events after warm-up, median of repetitions; graph-captured layers
 replay after a 256 MiB L2 flush inside the timed region, whose own time is
 subtracted. JAX is timed on the host around block_until_ready (no flush).
 """
-import argparse, json, math, os, shlex, statistics, subprocess, sys, time
+import argparse, json, math, os, re, shlex, subprocess, sys, time
 from dataclasses import dataclass
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch
 import torch
+# What the peer benches share (fp8_peers.py and backward_peers.py take them as hp.*):
+from peer_common import (Clock, capture, ceilings, cuda_time, first_line, flush_buffer, host_time, pct,  # noqa: F401
+                         report_head, run_parser, run_peer, time_graph, timed, token_list, untimed_cell, write_report)
 
 SUITE = ["mixtral-8x7b", "mixtral-8x7b-tp8", "qwen3-30b", "qwen3-235b", "deepseek-v3", "olmoe", "gpt-oss-120b-like"]
 TOKENS = [1, 16, 64, 512, 4096, 16384]
@@ -52,35 +55,6 @@ class Shape:
     H: int
     I: int
     K: int
-
-
-def cuda_time(fn, reps, warmup=3):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); e.synchronize()
-        times.append(s.elapsed_time(e) * 1000.0)
-    return statistics.median(times), min(times), max(times)
-
-
-def ceilings():
-    """Same-run rates: dense bf16 GEMM (FLOP/s), HBM copy and read-only stream (bytes/s)."""
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t, _, _ = cuda_time(lambda: a @ b, 10)
-    gemm = 2 * 8192 ** 3 / (t * 1e-6)
-    x = torch.empty(2 * 1024 ** 3, device="cuda", dtype=torch.uint8)
-    y = torch.empty_like(x)
-    t, _, _ = cuda_time(lambda: y.copy_(x), 10)
-    copy = 2 * x.numel() / (t * 1e-6)
-    xf = x.view(torch.float32).normal_()
-    t, _, _ = cuda_time(lambda: xf.sum(), 10)  # reads 2 GiB, writes one number
-    read = x.numel() / (t * 1e-6)
-    del a, b, x, y, xf
-    return gemm, copy, read
 
 
 def active_experts(s, T):
@@ -107,14 +81,14 @@ def stage_floors_us(s, T, gemm, copy):
 
 
 def routing(T, gen, experts=8, topk=2):
-    logits = torch.randn(T, experts, device="cuda", generator=gen)
+    logits = torch.randn(T, experts, device=gen.device, generator=gen)
     w, ids = torch.topk(torch.softmax(logits, -1), topk, dim=-1)
     return ids.to(torch.int32), (w / w.sum(-1, keepdim=True)).float()
 
 
 def reference(x, ids, w, w1, w2):
     E, I, H = w2.shape[0], w2.shape[2], x.shape[1]
-    y = torch.zeros(x.shape[0], H, device="cuda", dtype=torch.float32)
+    y = torch.zeros(x.shape[0], H, device=x.device, dtype=torch.float32)
     for e in range(E):
         tok, slot = torch.nonzero(ids == e, as_tuple=True)
         if tok.numel() == 0:
@@ -130,42 +104,18 @@ def rel_l2(out, ref):
     return (out.float() - ref).norm().item() / ref.norm().item()
 
 
-# --- graph capture and timing shared by the graph-captured peers ------------
-
-_FLUSH = []
-
-
-def flush_buffer():
-    if not _FLUSH:
-        _FLUSH.append(torch.empty(256 * 1024 ** 2, device="cuda", dtype=torch.uint8))
-    return _FLUSH[0]
-
-
-def capture(fn):
-    """fn once on a side stream (lazy init, allocator warm-up, no JIT inside
-    the capture), then fn captured into a CUDA graph."""
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    with torch.cuda.graph(g):
-        fn()
-    return g
-
-
-def time_graph(g, reps=20):
-    """Median replay time with L2 flushed before each replay. The flush is
-    inside the timed region: time it alone and subtract."""
-    flush = flush_buffer()
-
-    def run():
-        flush.zero_()
-        g.replay()
-    t_all, _, _ = cuda_time(run, reps)
-    t_flush, _, _ = cuda_time(lambda: flush.zero_(), reps)
-    return t_all - t_flush
+def preset_shape(name):
+    """name:E:H:I:K, or a preset's shape from generator/problem.cpp (its one home)."""
+    if ":" in name:
+        n, *dims = name.split(":")
+        return Shape(n, *map(int, dims))
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(repo, "generator", "problem.cpp")) as f:
+        m = re.search(r'ProblemPreset\{"' + re.escape(name) + r'",\s*(\d+),\s*(\d+),\s*(\d+),\s*(\d+)', f.read())
+    if not m:
+        raise SystemExit(f"{os.path.basename(sys.argv[0])}: no preset '{name}' in generator/problem.cpp "
+                         "(or give name:E:H:I:K)")
+    return Shape(name, *map(int, m.groups()))
 
 
 # --- peers ---------------------------------------------------------------------
@@ -175,7 +125,7 @@ def torch_grouped_layer(x, ids, w, w1t, w2t):
     E, I, H, K = w1t.shape[0], w2t.shape[1], x.shape[1], ids.shape[1]
     flat = ids.reshape(-1).long()
     order = torch.argsort(flat, stable=True)
-    counts = torch.zeros(E, device="cuda", dtype=torch.int32).scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
+    counts = torch.zeros(E, device=x.device, dtype=torch.int32).scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
     offs = torch.cumsum(counts, 0, dtype=torch.int32)
     tok = order // K
     a = x[tok]
@@ -183,7 +133,7 @@ def torch_grouped_layer(x, ids, w, w1t, w2t):
     h = torch.nn.functional.silu(gu[:, :I]) * gu[:, I:]
     o = torch._grouped_mm(h, w2t, offs=offs)
     o = o.float() * w.reshape(-1)[order][:, None]
-    y = torch.zeros(x.shape[0], H, device="cuda", dtype=torch.float32).index_add_(0, tok, o)
+    y = torch.zeros(x.shape[0], H, device=x.device, dtype=torch.float32).index_add_(0, tok, o)
     return y.to(torch.bfloat16)
 
 
@@ -226,6 +176,22 @@ def bench_triton(x, ids, w, w1, w2, ref):
 _JAX_WEIGHTS = {}
 
 
+def jax_layer(xj, idsj, wj, w1j, w2j):
+    """The layer in JAX: pairs sorted by expert, jax.lax.ragged_dot for both stages
+    (fp32 accumulation, h in bf16), weighted scatter-add; w1j [E, H, 2I], w2j [E, I, H]."""
+    import jax, jax.numpy as jnp
+    E, I, H, K = w1j.shape[0], w2j.shape[1], xj.shape[1], idsj.shape[1]
+    flat = idsj.reshape(-1)
+    order = jnp.argsort(flat, stable=True)
+    sizes = jnp.bincount(flat, length=E).astype(jnp.int32)
+    tok = order // K
+    gu = jax.lax.ragged_dot(xj[tok], w1j, sizes, preferred_element_type=jnp.float32)
+    h = (jax.nn.silu(gu[:, :I]) * gu[:, I:]).astype(jnp.bfloat16)
+    o = jax.lax.ragged_dot(h, w2j, sizes, preferred_element_type=jnp.float32)
+    o = o * wj.reshape(-1)[order][:, None]
+    return jnp.zeros((xj.shape[0], H), jnp.float32).at[tok].add(o).astype(jnp.bfloat16)
+
+
 def to_jax_bf16(t):
     import jax.numpy as jnp
     import ml_dtypes
@@ -235,7 +201,6 @@ def to_jax_bf16(t):
 def bench_jax(x, ids, w, w1, w2, ref):
     import jax, jax.numpy as jnp
     import numpy as np
-    E, I, H, K = w1.shape[0], w2.shape[2], x.shape[1], ids.shape[1]
     if _JAX_WEIGHTS.get("source") is not w1:  # converted once per problem's weights
         _JAX_WEIGHTS.clear()
         _JAX_WEIGHTS["w1"] = to_jax_bf16(w1.transpose(1, 2))  # [E, H, 2I]
@@ -246,29 +211,10 @@ def bench_jax(x, ids, w, w1, w2, ref):
     idsj = jnp.asarray(ids.cpu().numpy())
     wj = jnp.asarray(w.cpu().numpy())
 
-    @jax.jit
-    def layer(xj, idsj, wj, w1j, w2j):
-        flat = idsj.reshape(-1)
-        order = jnp.argsort(flat, stable=True)
-        sizes = jnp.bincount(flat, length=E).astype(jnp.int32)
-        tok = order // K
-        a = xj[tok]
-        gu = jax.lax.ragged_dot(a, w1j, sizes, preferred_element_type=jnp.float32)
-        h = (jax.nn.silu(gu[:, :I]) * gu[:, I:]).astype(jnp.bfloat16)
-        o = jax.lax.ragged_dot(h, w2j, sizes, preferred_element_type=jnp.float32)
-        o = o * wj.reshape(-1)[order][:, None]
-        return jnp.zeros((xj.shape[0], H), jnp.float32).at[tok].add(o).astype(jnp.bfloat16)
-
+    layer = jax.jit(jax_layer)
     out = layer(xj, idsj, wj, w1j, w2j).block_until_ready()
     err = rel_l2(torch.from_numpy(np.asarray(out.astype(jnp.float32))).cuda(), ref)
-    for _ in range(3):
-        layer(xj, idsj, wj, w1j, w2j).block_until_ready()
-    times = []
-    for _ in range(10):
-        t0 = time.perf_counter()
-        layer(xj, idsj, wj, w1j, w2j).block_until_ready()
-        times.append((time.perf_counter() - t0) * 1e6)
-    return statistics.median(times), err
+    return host_time(lambda: layer(xj, idsj, wj, w1j, w2j).block_until_ready()), err
 
 
 # --- flytune -----------------------------------------------------------------------
@@ -378,14 +324,6 @@ def stage_row(s, T, wins, ceil):
 
 # --- one problem -------------------------------------------------------------------
 
-class Clock:
-    def __init__(self, budget_s):
-        self.t0, self.budget = time.time(), budget_s
-
-    def left(self):
-        return self.budget - (time.time() - self.t0) if self.budget else 1e9
-
-
 def peer(row, key, fn, clock, need_s=5.0):
     """Runs one peer into row[key] (+ key_err, extras); a failure or no time left is the cell's text."""
     if clock.left() < need_s:
@@ -474,10 +412,6 @@ layer's time beyond the two stage winners (align, clears, reduce, padding to the
 pair's tile, launch gaps)."""
 
 
-def pct(floor, us):
-    return f"{100 * floor / us:.0f}%"
-
-
 def peer_cell(row, k):
     if row.get(k) is None:
         return row.get(k + "_error", "-")[:60].replace("|", "/").replace("\n", " ")
@@ -527,10 +461,8 @@ def stage_table(stage_rows):
 
 
 def markdown(report):
-    names = ", ".join(p["name"] for p in report["problems"])
     c = report["ceilings"]
-    lines = [f"## {report['date']}, {report['gpu']}: flytune vs peers over the suite, same run ({names})",
-             "", f"Tool: `{report['tool']}`. Command:", "", "```sh", report["command"], "```", "", METHOD, "",
+    lines = report_head(report, "flytune vs peers over the suite", f"Tool: `{report['tool']}`", METHOD) + [
              f"Same-run ceilings: dense bf16 GEMM {c['gemm']/1e12:.0f} TFLOP/s (8192^3), HBM copy "
              f"{c['copy']/1e12:.2f} TB/s, read-only stream {c['read']/1e12:.2f} TB/s."]
     for p in report["problems"]:
@@ -625,17 +557,10 @@ def main():
             report["problems"].append({"name": name, "skipped": "no time left in --budget-s"})
         else:
             report["problems"].append(one_problem(name, args, tokens, ceil, gen, clock))
-        write_report(report, args.out)  # after every problem: a run cut short keeps what it measured
+        write_report(report, args.out, markdown)  # after every problem: a run cut short keeps what it measured
     report["model_check"] = model_check(args)
-    write_report(report, args.out)
+    write_report(report, args.out, markdown)
     print(markdown(report))
-
-
-def write_report(report, out):
-    with open(out, "w") as f:
-        f.write(markdown(report))
-    with open(out + ".json", "w") as f:
-        json.dump(report, f, indent=1)
 
 
 if __name__ == "__main__":

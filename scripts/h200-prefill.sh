@@ -27,14 +27,9 @@
 # BF16="qwen3-30b:16384" then runs bench/h200_peers.py for that bf16 problem and
 # tokens (its own flytune search with BF16_SPACE, Triton and grouped_mm peers, no
 # JAX) in what is left of the budget: bf16.md, bf16.md.json.
-set -uo pipefail
 cd "${REPO_ROOT:-$(dirname "$0")/..}" || exit 1
-OUT=${OUT:-/tmp/flytune-prefill}
-mkdir -p "$OUT"
-W=/tmp/flytune-prefill-work
-rm -rf "$W" && mkdir -p "$W"
-LOG=$OUT/prefill.log
-: >"$LOG"
+# shellcheck source=scripts/h200-run.sh
+source scripts/h200-run.sh prefill  # OUT, W, LOG, left, say
 PROBLEM=${PROBLEM:-mixtral-8x7b}
 MODES=${MODES:-per-tensor}
 TOKENS=${TOKENS:-64,512,4096,16384}
@@ -49,9 +44,6 @@ done
 space=()
 [ -n "${SPACE:-}" ] && space=(--space "$SPACE")
 export FLYTUNE_CACHE_DIR=/tmp/flytune-cache PYTHONUNBUFFERED=1
-left() { echo $((BUDGET_S - SECONDS)); }
-say() { echo "[$SECONDS s] $*" | tee -a "$LOG"; }
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.limit --format=csv >>"$LOG" 2>&1
 for b in "${builds[@]}"; do echo "$b: $("${BIN[$b]}" --version 2>&1 | tr '\n' ' ')" >>"$LOG"; done
 [ -n "${SPACE:-}" ] && echo "space: $SPACE" >>"$LOG"
 

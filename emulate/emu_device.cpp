@@ -303,7 +303,9 @@ Status EmuDevice::launch(FunctionHandle f, Dim3 grid, Dim3 block, int dynamic_sh
   auto* fn = static_cast<EmuFunction*>(f.p);
   if (!fn) return fail(Errc::device, "launch of a null function", info_.name);
   const std::string context = fmt::format("{}: {}", target_->name, fn->name);
-  if (args_size != fn->args_size)
+  // As on the GPUs, a kernel reads the first bytes of a longer struct (a kernel of an older
+  // export, before fields were appended to ft::MoeArgs); a shorter one is an error.
+  if (args_size < fn->args_size)
     return fail(Errc::device, fmt::format("argument struct of {} bytes, the kernel takes {}", args_size, fn->args_size), context);
   const long long threads = (long long)block.x * block.y * block.z;
   if (threads <= 0 || threads > target_->max_block_threads)

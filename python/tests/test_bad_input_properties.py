@@ -146,8 +146,8 @@ def _jax_structs(jax, jnp, a, export, problem, fp8_shapes=None):
             scales[name] = s(shape, jnp.float16 if a["scales"] == "wrong-dtype" and name == "w1_scales" else jnp.float32)
     import flytune.jax as fj
     mw = fj.MoeWeights(w1, w2, copies.get("w1_shuffled"), copies.get("w2_shuffled"), copies.get("w1_tiled"),
-                       copies.get("w2_tiled"), export, scales.get("x_scale"), scales.get("w1_scales"),
-                       scales.get("w2_scales"), mode)
+                       copies.get("w2_tiled"), export, x_scale=scales.get("x_scale"), w1_scales=scales.get("w1_scales"),
+                       w2_scales=scales.get("w2_scales"), inter_scale=scales.get("inter_scale"), scales=mode)
     return x, ids, weights, mw
 
 

@@ -156,6 +156,13 @@ TEST(EmuRuntime, LaunchChecksOfTheEmulatedTarget) {
   ASSERT_FALSE(bad_args);
   EXPECT_NE(bad_args.error().message.find("argument struct of 16 bytes, the kernel takes 24"), std::string::npos)
       << bad_args.error().message;
+  // A longer struct (fields appended since the kernel was built) is read for its first bytes, as on a GPU.
+  Buffer rotated(*l->device, 7 * 4 * 64 * 4);
+  struct Longer {
+    ProbeArgs a;
+    long long appended;
+  } longer{{rotated.p, 64, 0, 0}, -1};
+  EXPECT_TRUE(l->device->launch(f, {1, 1, 1}, {64, 1, 1}, 64 * 4, {}, &longer, sizeof longer));
   auto over_bound = l->device->launch(l->fn("ft_probe_atomic"), {1, 1, 1}, {512, 1, 1}, 0, {}, &a, sizeof a);
   ASSERT_FALSE(over_bound);
   EXPECT_NE(over_bound.error().message.find("exceeds the kernel's launch bound 256"), std::string::npos)

@@ -111,7 +111,8 @@ class CoverageWarning(UserWarning):
 
 @dataclasses.dataclass(frozen=True)
 class Problem:
-    """One problem of an export: the MoE layer shape and its tuned token buckets.
+    """One problem of an export: the MoE layer shape and its tuned token buckets (has_backward: backward buckets
+    too, docs/PYTHON.md "Training").
 
     fp8 problems (dtype "e4m3", or "e4m3fnuz" on gfx942): w1/w2 are one code byte per element
     (element_bytes 1; x and y stay bf16), scaled as `scales` says ("per-tensor", "per-token",
@@ -126,6 +127,8 @@ class Problem:
     element_bytes: int = 2
     scales: str = "none"
     scale_shapes: tuple = ()  # (("x_scale", (1,)), ("w1_scales", (E,)), ...); () for 16-bit problems
+    # the export holds backward buckets of it (flytune search --pass both): jax.grad / torch autograd run through it
+    has_backward: bool = False
 
     @property
     def fp8(self) -> bool:
@@ -164,7 +167,8 @@ class Export:
         self.emulated: bool = self.device == "emulate"  # the CPU emulator runs its kernels (tests, not timing)
         self.problems = tuple(Problem(p["key"], p["experts"], p["hidden"], p["inter"], p["topk"], p["dtype"],
                                       tuple(p["buckets"]), p["element_bytes"], p["scales"],
-                                      tuple((n, tuple(s)) for n, s in p["scale_shapes"].items()))
+                                      tuple((n, tuple(s)) for n, s in p["scale_shapes"].items()),
+                                      p["has_backward"])
                               for p in core.problems())
         # (problem, T) already warned about, least recently warned first: bounded like the plans (a server sees
         # a new T on most calls, and every T above the largest bucket is another key)
@@ -195,7 +199,9 @@ class Export:
         """What the layer for (problem, T) needs: the bucket, the weight copies each stage reads, the workspace,
         the weights' dtype and element_bytes, the scale mode and the scale tensors' shapes (scale_shapes), and
         how T is served: coverage ("tuned", "above_largest", "missing_bucket") with its coverage_note. Other
-        than "tuned", a CoverageWarning once per (problem, T)."""
+        than "tuned", a CoverageWarning once per (problem, T). ["backward"]: available (the export holds backward
+        buckets of the problem), bucket, why (the runtime's reason where not available) and scratch (total,
+        offsets, bytes: the saved tensors and the backward's workspace of one backward call)."""
         plan = _call(self._core.plan_info, problem, tokens)
         self._warn_coverage(plan)
         return plan

@@ -75,6 +75,32 @@ WorkspaceLayout workspace_layout(const ft_plan* p) {
   return w;
 }
 
+std::size_t aligned(std::size_t n) { return (n + FT_WORKSPACE_ALIGN - 1) / FT_WORKSPACE_ALIGN * FT_WORKSPACE_ALIGN; }
+
+// The plan's backward at `tokens` and the scratch a launch carves (export.hpp, BackwardInfo).
+BackwardInfo backward_info(const ft_runtime* rt, const ft_plan* p, int tokens) {
+  BackwardInfo b;
+  const std::size_t workspace = ft_plan_backward_workspace_bytes(p, tokens);
+  if (!ft_plan_has_backward(p) || workspace == 0) {
+    b.why = ft_runtime_last_error(rt);
+    return b;
+  }
+  b.available = true;
+  b.bucket = ft_plan_backward_bucket(p);
+  ft_problem_shape s{};
+  ft_plan_shape(p, &s);
+  const std::size_t pairs = std::size_t(tokens) * std::size_t(s.topk);
+  const std::size_t element = std::size_t(s.element_bytes);
+  const std::pair<const char*, std::size_t> parts[] = {{"saved_gate_up", pairs * 2 * std::size_t(s.inter) * element},
+                                                       {"saved_inter", pairs * std::size_t(s.inter) * element},
+                                                       {"workspace", workspace}};
+  for (const auto& [name, bytes] : parts) {
+    b.scratch.buffers.push_back({name, b.scratch.total, bytes});
+    b.scratch.total += aligned(bytes);
+  }
+  return b;
+}
+
 // One ft_runtime on one device and the plans it has built, by (problem, T):
 // at most kPlanCachePlans of them, the least recently used freed first (a
 // server sees a new T on most calls; a plan is host memory only and a launch
@@ -137,6 +163,7 @@ std::shared_ptr<Export> Export::open(const std::string& dir, const std::string& 
     r->insert({p.key, ft_plan_tokens(plan)}, plan);
     p.experts = s.experts, p.hidden = s.hidden, p.inter = s.inter, p.topk = s.topk, p.dtype = s.dtype;
     p.element_bytes = s.element_bytes, p.scales = scales_name(ft_plan_scales(plan)), p.scale_tensors = scale_tensors(plan);
+    p.has_backward = ft_plan_has_backward(plan) != 0;
     e->problems_.push_back(std::move(p));
   }
   e->runtimes_[e->device_] = std::move(r);
@@ -217,6 +244,7 @@ PlanInfo Export::plan_info(const std::string& problem, int tokens) {
   const int coverage = ft_plan_coverage(p);
   info.coverage = coverage == FT_COVERAGE_ABOVE_LARGEST ? "above_largest" : coverage == FT_COVERAGE_MISSING_BUCKET ? "missing_bucket" : "tuned";
   info.coverage_note = ft_plan_coverage_note(p);
+  info.backward = backward_info(r.rt, p, info.tokens);
   return info;
 }
 
@@ -286,6 +314,34 @@ void Export::launch(const std::string& selector, const std::string& problem, int
   b.w1_scales = static_cast<const float*>(ptr(c.w1_scales)), b.w2_scales = static_cast<const float*>(ptr(c.w2_scales));
   b.inter_scale = static_cast<const float*>(ptr(c.inter_scale));
   if (int st = ft_plan_launch(p, &b, stream); st != FT_OK) raise(r.rt, st, problem + " at T=" + std::to_string(tokens));
+}
+
+void Export::launch_backward(const std::string& selector, const std::string& problem, int tokens, const GradCall& c,
+                             void* stream) {
+  Runtime& r = runtime_for(selector);
+  std::lock_guard lock(r.mutex);
+  ft_plan* p = plan(r, problem, tokens);
+  const std::string context = problem + " at T=" + std::to_string(tokens) + ": backward";
+  const BackwardInfo b = backward_info(r.rt, p, tokens);
+  if (!b.available) throw Error(FT_ERR_NOT_FOUND, context + ": " + b.why);
+  if (!c.scratch || c.scratch_bytes < b.scratch.total)
+    throw Error(FT_ERR_ARGUMENT, context + ": the scratch holds " + std::to_string(c.scratch_bytes) + " bytes, it needs " +
+                                     std::to_string(b.scratch.total));
+  auto ptr = [](std::uintptr_t v) { return reinterpret_cast<void*>(v); };
+  ft_layer_grads g{};
+  g.x = ptr(c.x);
+  g.topk_ids = static_cast<const int32_t*>(ptr(c.topk_ids));
+  g.topk_weights = static_cast<const float*>(ptr(c.topk_weights));
+  g.w1 = ptr(c.w1), g.w2 = ptr(c.w2), g.dy = ptr(c.dy);
+  g.saved_gate_up = ptr(c.scratch + b.scratch.buffers[0].offset);
+  g.saved_inter = ptr(c.scratch + b.scratch.buffers[1].offset);
+  g.dx = static_cast<float*>(ptr(c.dx)), g.dw1 = static_cast<float*>(ptr(c.dw1)), g.dw2 = static_cast<float*>(ptr(c.dw2));
+  g.d_topk_weights = static_cast<float*>(ptr(c.d_topk_weights));
+  g.workspace = ptr(c.scratch + b.scratch.buffers[2].offset);
+  g.workspace_bytes = b.scratch.buffers[2].bytes;
+  // The forward keeps no saved tensors: recompute them, then the backward on the same stream.
+  if (int st = ft_plan_backward_saved(p, &g, stream); st != FT_OK) raise(r.rt, st, context);
+  if (int st = ft_plan_backward_launch(p, &g, stream); st != FT_OK) raise(r.rt, st, context);
 }
 
 void Export::arrange(const std::string& selector, std::uintptr_t src, std::uintptr_t dst, int rows, int cols, int layout,

@@ -72,6 +72,20 @@ struct ProblemInfo {
   std::string scales = "none";  // ft_plan_scales by name: "none", "per-tensor", "per-token", "block128", "static"
   std::vector<ScaleTensor> scale_tensors;  // those the layer reads (none in 16-bit layers)
   std::vector<int> buckets;
+  bool has_backward = false;  // ft_plan_has_backward: the export holds backward buckets of this problem
+};
+
+// The backward of a plan (ft_plan_has_backward): where it is not available, the
+// runtime's reason. A backward launch takes one caller-owned scratch buffer,
+// carved here: the saved tensors the forward does not keep (saved_gate_up
+// [T*k, 2I], saved_inter [T*k, I], 16-bit, recomputed by
+// ft_plan_backward_saved) and the backward program's own workspace
+// (ft_plan_backward_workspace_bytes), each at a multiple of FT_WORKSPACE_ALIGN.
+struct BackwardInfo {
+  bool available = false;
+  int bucket = 0;   // ft_plan_backward_bucket
+  std::string why;  // the runtime's message where not available
+  WorkspaceLayout scratch;
 };
 
 // What a plan for (problem, T) needs: the bucket it runs, the weight copies
@@ -89,6 +103,7 @@ struct PlanInfo {
   std::vector<ScaleTensor> scale_tensors;
   // ft_plan_coverage as "tuned", "above_largest" or "missing_bucket", and its note ("" when tuned).
   std::string coverage = "tuned", coverage_note;
+  BackwardInfo backward;
 };
 
 // Device pointers of one layer call (0: absent). Shapes are the caller's to
@@ -101,6 +116,15 @@ struct LayerCall {
   std::uintptr_t y = 0;
   std::uintptr_t x_scale = 0, w1_scales = 0, w2_scales = 0;  // fp32 scales of fp8 layers (0 in 16-bit ones)
   std::uintptr_t inter_scale = 0;                             // static fp8 layers: the intermediate's [1]
+};
+
+// Device pointers of one backward call (ft_layer_grads): the forward's inputs,
+// dL/dy, the four fp32 gradients and the scratch of BackwardInfo::scratch.
+struct GradCall {
+  std::uintptr_t x = 0, topk_ids = 0, topk_weights = 0, w1 = 0, w2 = 0, dy = 0;
+  std::uintptr_t dx = 0, dw1 = 0, dw2 = 0, d_topk_weights = 0;
+  std::uintptr_t scratch = 0;
+  std::size_t scratch_bytes = 0;
 };
 
 class Export {
@@ -143,6 +167,13 @@ class Export {
   // names: the plan's steps (ft_plan_launch), workspace carved from
   // call.workspace. No allocation, no synchronisation.
   void launch(const std::string& selector, const std::string& problem, int tokens, const LayerCall& call, void* stream);
+  // Enqueues the backward for (problem, T) on `stream`: the saved tensors
+  // recomputed into the scratch (ft_plan_backward_saved), then the backward
+  // program (ft_plan_backward_launch), its workspace carved from the scratch
+  // after them. No allocation, no synchronisation. Error FT_ERR_NOT_FOUND with
+  // the runtime's message where the export has no backward of the problem.
+  void launch_backward(const std::string& selector, const std::string& problem, int tokens, const GradCall& call,
+                       void* stream);
   // ft_runtime_arrange_weights_of on that device (element_bytes 2, or 1 for fp8 codes).
   void arrange(const std::string& selector, std::uintptr_t src, std::uintptr_t dst, int rows, int cols, int layout,
                void* stream, int element_bytes = 2);

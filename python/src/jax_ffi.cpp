@@ -4,6 +4,9 @@
 //                            w1, w2 and the arranged copies (empty arrays where absent),
 //                            x_scale, w1_scales, w2_scales, inter_scale f32 (fp8 layers; empty where absent)
 //                            -> y (x's shape and type), workspace u8[N] (XLA's scratch result)
+//   flytune_moe_layer_backward  x [T, H], topk_ids [T, k] s32, topk_weights [T, k] f32, w1, w2 (plain), dy [T, H]
+//                            -> dx [T, H], dw1 [E, 2I, H], dw2 [E, H, I], d_topk_weights [T, k] (all f32),
+//                               scratch u8[N] (the recomputed saved tensors and the backward's workspace)
 //   flytune_arrange_weights  w (16-bit, or 8-bit fp8 codes) -> the same bytes in the layout `layout`
 //
 // Attributes: `export` (the registry key of flytune.load's export) and `problem`
@@ -181,6 +184,46 @@ ffi::Error moe_layer(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::
                                    problem);
 }
 
+// The backward (ft_layer_grads through Export::launch_backward): the forward's inputs and dL/dy in, the four
+// fp32 gradients and the scratch out. 16-bit layers only (an fp8 problem has no backward buckets).
+template <const char* Runtime>
+ffi::Error moe_layer_backward(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::AnyBuffer ids,
+                              ffi::AnyBuffer weights, ffi::AnyBuffer w1, ffi::AnyBuffer w2, ffi::AnyBuffer dy,
+                              ffi::Result<ffi::AnyBuffer> dx, ffi::Result<ffi::AnyBuffer> dw1,
+                              ffi::Result<ffi::AnyBuffer> dw2, ffi::Result<ffi::AnyBuffer> dweights,
+                              ffi::Result<ffi::AnyBuffer> scratch, std::string_view export_key, std::string_view problem) {
+  return guarded("moe_layer_backward", [&] {
+    std::shared_ptr<Export> e = export_of(export_key);
+    const std::string key(problem);
+    const ProblemInfo* p = nullptr;
+    for (const ProblemInfo& q : e->problems())
+      if (q.key == key) p = &q;
+    if (!p) throw Error(FT_ERR_NOT_FOUND, "the export has no problem " + key);
+    if (p->scales != "none") throw Error(FT_ERR_ARGUMENT, key + ": fp8 layers have no backward");
+    const std::int64_t tokens = count(x) / (p->hidden ? p->hidden : 1);
+    if (tokens == 0) return;
+    if (tokens > INT32_MAX) throw Error(FT_ERR_ARGUMENT, "too many tokens: " + std::to_string(tokens));
+    const ffi::DataType dtype = p->dtype == "f16" ? ffi::DataType::F16 : ffi::DataType::BF16;
+    const std::int64_t slots = tokens * p->topk;
+    const std::int64_t w1_count = std::int64_t(p->experts) * 2 * p->inter * p->hidden;
+    const std::int64_t w2_count = std::int64_t(p->experts) * p->hidden * p->inter;
+    const auto f32 = [](const ffi::AnyBuffer& b, std::int64_t n) { return b.element_type() == ffi::DataType::F32 && count(b) == n; };
+    if (x.element_type() != dtype || dy.element_type() != dtype || w1.element_type() != dtype ||
+        w2.element_type() != dtype || ids.element_type() != ffi::DataType::S32 || count(x) != tokens * p->hidden ||
+        count(dy) != count(x) || count(ids) != slots || !f32(weights, slots) || count(w1) != w1_count ||
+        count(w2) != w2_count || !f32(*dx, count(x)) || !f32(*dw1, w1_count) || !f32(*dw2, w2_count) ||
+        !f32(*dweights, slots))
+      throw Error(FT_ERR_ARGUMENT, "x " + dims(x) + ", dy " + dims(dy) + ", topk_ids " + dims(ids) + ", topk_weights " +
+                                       dims(weights) + ", w1 " + dims(w1) + ", w2 " + dims(w2) + " (and the gradients " +
+                                       "in float32) do not fit " + key + "'s backward (the plain weights are needed)");
+    GradCall c;
+    c.x = data(x), c.topk_ids = data(ids), c.topk_weights = data(weights), c.w1 = data(w1), c.w2 = data(w2);
+    c.dy = data(dy), c.dx = data(*dx), c.dw1 = data(*dw1), c.dw2 = data(*dw2), c.d_topk_weights = data(*dweights);
+    c.scratch = data(*scratch), c.scratch_bytes = std::size_t(count(*scratch));
+    e->launch_backward(selector(*e, Runtime, ordinal), key, int(tokens), c, stream);
+  });
+}
+
 template <const char* Runtime>
 ffi::Error arrange_weights(void* stream, std::int32_t ordinal, ffi::AnyBuffer src, ffi::Result<ffi::AnyBuffer> dst,
                            std::string_view export_key, std::int32_t layout, std::int32_t rows, std::int32_t cols) {
@@ -208,6 +251,16 @@ ffi::Error moe_layer_cpu(ffi::AnyBuffer x, ffi::AnyBuffer ids, ffi::AnyBuffer we
                          std::string_view problem) {
   return moe_layer_scaled<nullptr>(nullptr, 0, x, ids, weights, w1, w2, w1_shuffled, w2_shuffled, w1_tiled, w2_tiled,
                                    Scales{x_scale, w1_scales, w2_scales, inter_scale}, y, workspace, export_key, problem);
+}
+
+// Platform "cpu" too: the backward on the emulator, as the forward.
+ffi::Error moe_layer_backward_cpu(ffi::AnyBuffer x, ffi::AnyBuffer ids, ffi::AnyBuffer weights, ffi::AnyBuffer w1,
+                                  ffi::AnyBuffer w2, ffi::AnyBuffer dy, ffi::Result<ffi::AnyBuffer> dx,
+                                  ffi::Result<ffi::AnyBuffer> dw1, ffi::Result<ffi::AnyBuffer> dw2,
+                                  ffi::Result<ffi::AnyBuffer> dweights, ffi::Result<ffi::AnyBuffer> scratch,
+                                  std::string_view export_key, std::string_view problem) {
+  return moe_layer_backward<nullptr>(nullptr, 0, x, ids, weights, w1, w2, dy, dx, dw1, dw2, dweights, scratch, export_key,
+                                     problem);
 }
 
 // Platform "cpu" too: on the emulator the runtime's arrangement kernel runs on XLA's host buffers.
@@ -239,6 +292,22 @@ auto bind_moe(auto ctx) {
       .template Attr<std::string_view>("problem");
 }
 
+auto bind_backward(auto ctx) {
+  return std::move(ctx).template Arg<ffi::AnyBuffer>()  // x
+      .template Arg<ffi::AnyBuffer>()                    // topk_ids
+      .template Arg<ffi::AnyBuffer>()                    // topk_weights
+      .template Arg<ffi::AnyBuffer>()                    // w1
+      .template Arg<ffi::AnyBuffer>()                    // w2
+      .template Arg<ffi::AnyBuffer>()                    // dy
+      .template Ret<ffi::AnyBuffer>()                    // dx
+      .template Ret<ffi::AnyBuffer>()                    // dw1
+      .template Ret<ffi::AnyBuffer>()                    // dw2
+      .template Ret<ffi::AnyBuffer>()                    // d_topk_weights
+      .template Ret<ffi::AnyBuffer>()                    // scratch
+      .template Attr<std::string_view>("export")
+      .template Attr<std::string_view>("problem");
+}
+
 auto bind_arrange(auto ctx) {
   return std::move(ctx).template Arg<ffi::AnyBuffer>()
       .template Ret<ffi::AnyBuffer>()
@@ -257,6 +326,13 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneMoeLayerRocm, moe_layer<kHip>,
                               bind_moe(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::DeviceOrdinal>()),
                               {ffi::Traits::kCmdBufferCompatible});
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneMoeLayerCpu, moe_layer_cpu, bind_moe(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneMoeLayerBackwardCuda, moe_layer_backward<kCuda>,
+                              bind_backward(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::DeviceOrdinal>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneMoeLayerBackwardRocm, moe_layer_backward<kHip>,
+                              bind_backward(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::DeviceOrdinal>()),
+                              {ffi::Traits::kCmdBufferCompatible});
+XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneMoeLayerBackwardCpu, moe_layer_backward_cpu, bind_backward(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneArrangeWeightsCuda, arrange_weights<kCuda>,
                               bind_arrange(ffi::Ffi::Bind().Ctx<ffi::PlatformStream<void*>>().Ctx<ffi::DeviceOrdinal>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(FlytuneArrangeWeightsRocm, arrange_weights<kHip>,
@@ -267,6 +343,9 @@ std::vector<JaxHandler> jax_handlers() {
   return {{"flytune_moe_layer", "CUDA", reinterpret_cast<void*>(&FlytuneMoeLayerCuda)},
           {"flytune_moe_layer", "ROCM", reinterpret_cast<void*>(&FlytuneMoeLayerRocm)},
           {"flytune_moe_layer", "cpu", reinterpret_cast<void*>(&FlytuneMoeLayerCpu)},
+          {"flytune_moe_layer_backward", "CUDA", reinterpret_cast<void*>(&FlytuneMoeLayerBackwardCuda)},
+          {"flytune_moe_layer_backward", "ROCM", reinterpret_cast<void*>(&FlytuneMoeLayerBackwardRocm)},
+          {"flytune_moe_layer_backward", "cpu", reinterpret_cast<void*>(&FlytuneMoeLayerBackwardCpu)},
           {"flytune_arrange_weights", "CUDA", reinterpret_cast<void*>(&FlytuneArrangeWeightsCuda)},
           {"flytune_arrange_weights", "ROCM", reinterpret_cast<void*>(&FlytuneArrangeWeightsRocm)},
           {"flytune_arrange_weights", "cpu", reinterpret_cast<void*>(&FlytuneArrangeWeightsCpu)}};

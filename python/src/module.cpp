@@ -84,6 +84,7 @@ NB_MODULE(_core, m) {
                d["key"] = p.key, d["experts"] = p.experts, d["hidden"] = p.hidden, d["inter"] = p.inter;
                d["topk"] = p.topk, d["dtype"] = p.dtype, d["buckets"] = p.buckets;
                d["element_bytes"] = p.element_bytes, d["scales"] = p.scales, d["scale_shapes"] = scale_shapes(p.scale_tensors);
+               d["has_backward"] = p.has_backward;
                out.append(d);
              }
              return out;
@@ -102,6 +103,10 @@ NB_MODULE(_core, m) {
              d["dtype"] = i.dtype, d["element_bytes"] = i.element_bytes, d["scales"] = i.scales;
              d["scale_shapes"] = scale_shapes(i.scale_tensors);
              d["coverage"] = i.coverage, d["coverage_note"] = i.coverage_note;
+             nb::dict backward;
+             backward["available"] = i.backward.available, backward["bucket"] = i.backward.bucket;
+             backward["why"] = i.backward.why, backward["scratch"] = workspace_dict(i.backward.scratch);
+             d["backward"] = backward;
              return d;
            },
            nb::arg("problem"), nb::arg("tokens"))
@@ -126,6 +131,18 @@ NB_MODULE(_core, m) {
            nb::arg("w1_tiled"), nb::arg("w2_tiled"), nb::arg("workspace"), nb::arg("workspace_bytes"), nb::arg("y"),
            nb::arg("stream"), nb::arg("x_scale") = 0, nb::arg("w1_scales") = 0, nb::arg("w2_scales") = 0,
            nb::arg("inter_scale") = 0)
+      .def("launch_backward",
+           [](Export& e, const std::string& selector, const std::string& problem, int tokens, std::uintptr_t x,
+              std::uintptr_t topk_ids, std::uintptr_t topk_weights, std::uintptr_t w1, std::uintptr_t w2,
+              std::uintptr_t dy, std::uintptr_t dx, std::uintptr_t dw1, std::uintptr_t dw2,
+              std::uintptr_t d_topk_weights, std::uintptr_t scratch, std::size_t scratch_bytes, std::uintptr_t stream) {
+             ft::py::GradCall c{x, topk_ids, topk_weights, w1, w2, dy, dx, dw1, dw2, d_topk_weights, scratch, scratch_bytes};
+             nb::gil_scoped_release release;
+             e.launch_backward(selector, problem, tokens, c, stream_of(stream));
+           },
+           nb::arg("selector"), nb::arg("problem"), nb::arg("tokens"), nb::arg("x"), nb::arg("topk_ids"),
+           nb::arg("topk_weights"), nb::arg("w1"), nb::arg("w2"), nb::arg("dy"), nb::arg("dx"), nb::arg("dw1"),
+           nb::arg("dw2"), nb::arg("d_topk_weights"), nb::arg("scratch"), nb::arg("scratch_bytes"), nb::arg("stream"))
       .def("arrange",
            [](Export& e, const std::string& selector, std::uintptr_t src, std::uintptr_t dst, int rows, int cols,
               int layout, std::uintptr_t stream, int element_bytes) {

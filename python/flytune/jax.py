@@ -16,6 +16,14 @@ it launches the runtime's layer program on XLA's stream, with its workspace a
 scratch result XLA allocates. Under vmap, leading batch dimensions of x and the
 routing are tokens too (weights must not be batched); under shard_map each shard
 runs its own layer on its own GPU with its local shapes.
+
+Training: moe_layer is a jax.custom_vjp. Its backward is the typed FFI target
+"flytune_moe_layer_backward" (the export's backward buckets, from `flytune search
+--pass both`): the saved tensors recomputed from x, the routing and the plain w1,
+then the backward program; gradients for x, w1, w2 and topk_weights (topk_ids get
+none). The weights must keep their plain w1 / w2: prepare_weights(...,
+trainable=True). fp8 layers and exports without backward buckets raise one line
+when differentiated (docs/TRAINING.md, "Training through flytune").
 """
 from __future__ import annotations
 
@@ -175,13 +183,17 @@ def _fp8_problems(export: flytune.Export, context: str, w1, w2, scales: dict) ->
 
 def prepare_weights(export: flytune.Export, w1: jax.Array, w2: jax.Array, w1_scales: Optional[jax.Array] = None,
                     w2_scales: Optional[jax.Array] = None, x_scale: Optional[jax.Array] = None,
-                    inter_scale: Optional[jax.Array] = None) -> MoeWeights:
+                    inter_scale: Optional[jax.Array] = None, trainable: bool = False) -> MoeWeights:
     """Arranges w1 [E, 2I, H] and w2 [E, H, I] once in every layout the export's plans
     for these shapes read (shuffled or tiled copies, through the runtime's own
     kernel), on the weights' device. Call it outside the hot path (at load).
     fp8 exports: w1/w2 are e4m3 codes and the float32 scales come along (shapes:
     Problem.scale_shapes; checked here, ArgumentError naming the tensor); 16-bit
-    exports take none."""
+    exports take none. trainable=True keeps the plain w1 and w2 whatever the plans
+    read: the backward reads them, and jax.grad of moe_layer gives their gradients
+    (the arranged copies are made under stop_gradient and get none: call
+    prepare_weights inside the differentiated function, or take the gradient of
+    MoeWeights.w1 / w2)."""
     if w1.ndim != 3 or w2.ndim != 3:
         raise flytune.ArgumentError(f"flytune.jax.prepare_weights: w1 must be [E, 2I, H] and w2 [E, H, I], "
                                     f"got {tuple(w1.shape)} and {tuple(w2.shape)}")
@@ -210,8 +222,10 @@ def prepare_weights(export: flytune.Export, w1: jax.Array, w2: jax.Array, w1_sca
     for name in sorted(read - {"w1", "w2"}):
         src = w1 if name.startswith("w1") else w2
         layout = _core.WEIGHT_LAYOUT_SHUFFLED if name.endswith("shuffled") else _core.WEIGHT_LAYOUT_TILED
-        arranged[name] = jax.jit(_arrange, static_argnums=(0, 2))(export, src, layout)
+        arranged[name] = jax.jit(_arrange, static_argnums=(0, 2))(export, jax.lax.stop_gradient(src), layout)
     f32 = lambda t: None if t is None else jnp.asarray(t, jnp.float32)  # noqa: E731
+    if trainable:
+        read |= {"w1", "w2"}
     return MoeWeights(w1 if "w1" in read else None, w2 if "w2" in read else None, arranged.get("w1_shuffled"),
                       arranged.get("w2_shuffled"), arranged.get("w1_tiled"), arranged.get("w2_tiled"), export,
                       f32(x_scale), f32(w1_scales), f32(w2_scales), f32(inter_scale), problems[0].scales,
@@ -255,7 +269,8 @@ def _layer(weights: MoeWeights):
     """The layer as a function of arrays with its own vmap rule: a batch is more
     tokens of one launch, whose plan and workspace are those of all the tokens
     (XLA's generic expand_dims would hand the call a workspace sized for one
-    batch element, times the batch)."""
+    batch element, times the batch); and its VJP, the export's backward
+    (_grads)."""
 
     @custom_vmap
     def layer(x, ids, tw, w1, w2, *copies):
@@ -270,7 +285,109 @@ def _layer(weights: MoeWeights):
                       for a, batched in zip((x, ids, tw), in_batched[:3]))
         return layer(x, ids, tw, w1, w2, *copies), True
 
-    return layer
+    @jax.custom_vjp
+    def differentiable(x, ids, tw, w1, w2, *copies):
+        return layer(x, ids, tw, w1, w2, *copies)
+
+    def fwd(x, ids, tw, w1, w2, *copies):
+        _check_differentiable(weights, x, ids)
+        return layer(x, ids, tw, w1, w2, *copies), (x, ids, tw, w1, w2)
+
+    def bwd(residuals, dy):
+        x, ids, tw, w1, w2 = residuals
+        dx, dw1, dw2, dtw = _grads(weights)(x, ids, tw, w1, w2, dy)
+        # topk_ids: integers, no gradient; the arranged copies: stop_gradient'ed copies of w1 / w2, whose
+        # gradient is given to the plain weights (the backward's operands).
+        return (dx.astype(x.dtype), None, dtw, dw1.astype(w1.dtype), dw2.astype(w2.dtype)) + \
+            (None,) * (len(flytune._LAYOUT_SHAPES) + len(flytune.SCALE_TENSORS))
+
+    differentiable.defvjp(fwd, bwd)
+    return differentiable
+
+
+def _problem_key(weights: MoeWeights, x, topk: int, tokens: int, context: str) -> str:
+    """The export's problem of the call (the runtime's NotFoundError where none fits)."""
+    export = weights.export
+    experts, two_inter, hidden = weights.w1_shape
+    dtype = _dtype_name(x.dtype)
+    if weights.scales != "none":  # fp8: bf16 x, the weights' format from the export's problems of their mode
+        if jnp.dtype(x.dtype) != jnp.dtype(jnp.bfloat16) or x.shape[-1] != hidden:
+            raise flytune.ArgumentError(f"{context}: fp8 layers take x [..., {hidden}] in bfloat16 (their y too)")
+        dtype = next(p.dtype for p in export.problems if p.scales == weights.scales)
+    elif x.shape[-1] != hidden or x.dtype != weights.weight_dtype:
+        # The runtime's answer for the problem these shapes would be.
+        flytune._call(export._core.find_problem, experts, int(x.shape[-1]), two_inter // 2, topk, dtype,
+                      max(tokens, 1), context=context)
+    return flytune._call(export._core.find_problem, experts, hidden, two_inter // 2, topk, dtype, max(tokens, 1),
+                         weights.scales, context=context)
+
+
+def _check_differentiable(weights: MoeWeights, x, ids) -> None:
+    """What differentiating the layer needs, refused with one line at trace time: a 16-bit layer (fp8 layers have
+    no backward), the plain w1 and w2 (the backward's operands), and backward buckets in the export."""
+    context = f"flytune.jax.moe_layer: differentiating the layer (x {tuple(x.shape)} {x.dtype}, w1 {weights.w1_shape})"
+    if weights.scales != "none":
+        raise NotImplementedError(f"{context}: fp8 layers have no backward ({weights.scales} scales); train in "
+                                  f"bf16/f16 (docs/TRAINING.md)")
+    missing = [n for n in ("w1", "w2") if getattr(weights, n) is None]
+    if missing:
+        raise flytune.ArgumentError(f"{context}: the backward reads the plain {' and '.join(missing)}, which these "
+                                    f"weights do not keep: flytune.jax.prepare_weights(export, w1, w2, "
+                                    f"trainable=True)")
+    tokens = max(int(np.prod(x.shape[:-1])), 1)
+    problem = _problem_key(weights, x, int(ids.shape[-1]), tokens, context)
+    backward = flytune._call(weights.export._core.plan_info, problem, tokens, context=context)["backward"]
+    if not backward["available"]:
+        raise flytune.NotFoundError(f"{context}: {backward['why']}")
+
+
+def _grads(weights: MoeWeights):
+    """The backward as a function of arrays with its own vmap rule: one launch per batch element, so that the
+    weight gradients are per element (JAX sums them where the weights were not batched)."""
+
+    @custom_vmap
+    def grads(x, ids, tw, w1, w2, dy):
+        return _launch_backward(weights, x, ids, tw, w1, w2, dy)
+
+    @grads.def_vmap
+    def _batched(axis_size, in_batched, x, ids, tw, w1, w2, dy):
+        if in_batched[3] or in_batched[4]:
+            raise flytune.ArgumentError("flytune.jax.moe_layer's backward under vmap: the weights must not be "
+                                        "batched (one layer's weights serve every batch element)")
+        x, ids, tw, dy = (a if batched else jnp.broadcast_to(a, (axis_size,) + a.shape)
+                          for a, batched in zip((x, ids, tw, dy), in_batched[:3] + in_batched[5:]))
+        per = [grads(x[b], ids[b], tw[b], w1, w2, dy[b]) for b in range(axis_size)]
+        return tuple(jnp.stack(parts) for parts in zip(*per)), (True, True, True, True)
+
+    return grads
+
+
+def _launch_backward(weights: MoeWeights, x, ids, tw, w1, w2, dy):
+    """One backward launch over every token of x [..., T, H]: dx, dw1, dw2 and d(topk_weights) in float32."""
+    export = weights.export
+    experts, two_inter, hidden = weights.w1_shape
+    tokens = int(np.prod(x.shape[:-1]))
+    topk = int(ids.shape[-1])
+    context = (f"flytune.jax.moe_layer backward: x {tuple(x.shape)} {x.dtype}, topk {topk}, w1 {weights.w1_shape} "
+               f"{weights.weight_dtype}")
+    problem = _problem_key(weights, x, topk, tokens, context)
+    f32 = jnp.float32
+    if tokens == 0:
+        return (jnp.zeros(x.shape, f32), jnp.zeros(w1.shape, f32), jnp.zeros(w2.shape, f32),
+                jnp.zeros(ids.shape, f32))
+    backward = flytune._call(export._core.plan_info, problem, tokens, context=context)["backward"]
+    if not backward["available"]:
+        raise flytune.NotFoundError(f"{context}: {backward['why']}")
+    _open_local_gpus(export)
+    call = _ffi().ffi_call(
+        "flytune_moe_layer_backward",
+        (jax.ShapeDtypeStruct((tokens, hidden), f32), jax.ShapeDtypeStruct(w1.shape, f32),
+         jax.ShapeDtypeStruct(w2.shape, f32), jax.ShapeDtypeStruct((tokens, topk), f32),
+         jax.ShapeDtypeStruct((backward["scratch"]["total"],), jnp.uint8)))
+    dx, dw1, dw2, dtw, _scratch = call(x.reshape(tokens, hidden), ids.reshape(tokens, topk), tw.reshape(tokens, topk),
+                                       w1, w2, dy.reshape(tokens, hidden).astype(x.dtype), export=export.key,
+                                       problem=problem)
+    return dx.reshape(x.shape), dw1, dw2, dtw.reshape(ids.shape)
 
 
 def _launch(weights: MoeWeights, x, ids, tw, w1, w2, copies):
@@ -280,19 +397,9 @@ def _launch(weights: MoeWeights, x, ids, tw, w1, w2, copies):
     experts, two_inter, hidden = weights.w1_shape
     tokens = int(np.prod(x.shape[:-1]))
     topk = int(ids.shape[-1])
-    dtype = _dtype_name(x.dtype)
     context = (f"flytune.jax.moe_layer: x {tuple(x.shape)} {x.dtype}, topk {topk}, w1 {weights.w1_shape} "
                f"{weights.weight_dtype}")
-    if weights.scales != "none":  # fp8: bf16 x, the weights' format from the export's problems of their mode
-        if jnp.dtype(x.dtype) != jnp.dtype(jnp.bfloat16) or x.shape[-1] != hidden:
-            raise flytune.ArgumentError(f"{context}: fp8 layers take x [..., {hidden}] in bfloat16 (their y too)")
-        dtype = next(p.dtype for p in export.problems if p.scales == weights.scales)
-    elif x.shape[-1] != hidden or x.dtype != weights.weight_dtype:
-        # The runtime's answer for the problem these shapes would be.
-        flytune._call(export._core.find_problem, experts, int(x.shape[-1]), two_inter // 2, topk, dtype,
-                      max(tokens, 1), context=context)
-    problem = flytune._call(export._core.find_problem, experts, hidden, two_inter // 2, topk, dtype, max(tokens, 1),
-                            weights.scales, context=context)
+    problem = _problem_key(weights, x, topk, tokens, context)
     if tokens == 0:
         return jnp.zeros(x.shape, x.dtype)
     plan = flytune._call(export._core.plan_info, problem, tokens, context=context)

@@ -19,6 +19,11 @@ def routing(kind, tokens, experts, topk, seed):
         ids[ids >= experts // 2] = -1
     elif kind == "one-empty":
         ids = np.stack([rng.choice(experts - 1, topk, replace=False) for _ in range(tokens)]).astype(np.int32)
+    elif kind == "ragged":  # skewed counts, the last expert without tokens, every fifth slot -1
+        p = np.arange(experts - 1, 0, -1, dtype=np.float64) ** 2
+        ids = np.stack([rng.choice(experts - 1, topk, replace=False, p=p / p.sum()) for _ in range(tokens)])
+        ids = ids.astype(np.int32)
+        ids.reshape(-1)[::5] = -1
     elif kind == "bad-ids":
         ids[::3, 0] = experts + 3  # left out by the layer (and counted as bad ids)
     weights = rng.random((tokens, topk)).astype(np.float32)
@@ -190,3 +195,40 @@ def torch_fp8_close(got, want):
     denom = float(g.dot(g) + w.dot(w))
     diff = 1.0 - 2.0 * float(g.dot(w)) / denom if denom > 0 else 0.0
     return diff <= FP8_MAX_DIFF and torch_rel_l2(got, want) < FP8_REL_L2
+
+
+# ---------------------------------------------------------------- training (test_train_*.py, test_gpu.py)
+
+def grad_case(problem, tokens, kind, seed):
+    """x, w1, w2 (bf16 values as float32), routing, and dL/dy (bf16 values) for a backward check."""
+    x, w1, w2 = (to_bf16(a) for a in inputs(problem, tokens, seed))
+    ids, weights = routing(kind, tokens, problem.experts, problem.topk, seed)
+    dy = to_bf16(np.random.default_rng(seed + 2000).standard_normal((tokens, problem.hidden)).astype(np.float32))
+    return x, w1, w2, ids, weights, dy
+
+
+def torch_layer_fp32(torch, x, w1, w2, ids, weights):
+    """The layer in float32 as differentiable torch operations (torch.autograd gives the reference gradients):
+    y[t] = sum_s weights[t,s] W2[e] (silu(W1g[e] x_t) * W1u[e] x_t), e = ids[t,s]; slots whose id is outside
+    [0, E) contribute nothing (and get no d(topk_weights))."""
+    experts, two_inter, _ = w1.shape
+    valid = (ids >= 0) & (ids < experts)
+    e = torch.where(valid, ids, torch.zeros_like(ids)).long()
+    gate_up = torch.einsum("tkoh,th->tko", w1[e], x)
+    gate, up = gate_up.split(two_inter // 2, dim=-1)
+    z = torch.einsum("tkhi,tki->tkh", w2[e], torch.nn.functional.silu(gate) * up)
+    return ((weights * valid)[..., None] * z).sum(1)
+
+
+def jax_layer_fp32(jnp, x, w1, w2, ids, weights):
+    """torch_layer_fp32 in jax.numpy (jax.grad gives the reference gradients)."""
+    experts, two_inter, _ = w1.shape
+    valid = (ids >= 0) & (ids < experts)
+    e = jnp.where(valid, ids, 0)
+    gate_up = jnp.einsum("tkoh,th->tko", w1[e], x)
+    gate, up = gate_up[..., :two_inter // 2], gate_up[..., two_inter // 2:]
+    z = jnp.einsum("tkhi,tki->tkh", w2[e], gate / (1 + jnp.exp(-gate)) * up)
+    return ((weights * valid)[..., None] * z).sum(1)
+
+
+GRAD_NAMES = ("dx", "dw1", "dw2", "d_topk_weights")

@@ -16,6 +16,13 @@ capturing a graph; arranged_weights also gives back stand-ins for the weights no
 plan reads plain, so the layer's weights are held once. On an export opened on
 the CPU emulator (flytune.load(dir, device="emulate")) the same op runs on CPU
 tensors, synchronously.
+
+Training: flytune::moe_layer has an autograd formula (torch.library.register_autograd)
+whose backward is the custom op flytune::moe_layer_backward: the export's backward
+buckets (`flytune search --pass both`), the saved tensors recomputed from x, the
+routing and w1; gradients for hidden_states, w1, w2 and topk_weights. It reads the
+plain weights (not stand-ins of arranged_weights); fp8 layers and exports without
+backward buckets raise one line in the backward (docs/TRAINING.md).
 """
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ import torch
 import flytune
 from flytune import _core
 
-__all__ = ["moe_layer", "fused_experts", "prepare_weights", "arranged_weights", "use"]
+__all__ = ["moe_layer", "moe_layer_backward", "fused_experts", "prepare_weights", "arranged_weights", "use"]
 
 _DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 # fp8 weights by the export's format (Problem.dtype); torch.uint8 holds either's codes.
@@ -279,6 +286,83 @@ def _(hidden_states, w1, w2, topk_weights, topk_ids, export, w1_scales=None, w2_
     _problem(flytune._find_export(export), hidden_states, w1, w2, topk_weights, topk_ids,
              {"x_scale": x_scale, "w1_scales": w1_scales, "w2_scales": w2_scales, "inter_scale": inter_scale})
     return torch.empty_like(hidden_states)
+
+
+def _setup_context(ctx, inputs, output):
+    hidden_states, w1, w2, topk_weights, topk_ids, export, w1_scales, w2_scales, x_scale, inter_scale = inputs
+    ctx.export = export
+    ctx.fp8 = w1.dtype in _FP8_WEIGHTS or any(t is not None for t in (w1_scales, w2_scales, x_scale, inter_scale))
+    ctx.save_for_backward(hidden_states, w1, w2, topk_weights, topk_ids)
+
+
+def _backward(ctx, grad_output):
+    if ctx.fp8:
+        raise NotImplementedError("flytune::moe_layer: fp8 layers have no backward (their weights are e4m3 codes); "
+                                  "train in bf16/f16 (docs/TRAINING.md)")
+    hidden_states, w1, w2, topk_weights, topk_ids = ctx.saved_tensors
+    dx, dw1, dw2, dtw = torch.ops.flytune.moe_layer_backward(grad_output, hidden_states, w1, w2, topk_weights,
+                                                             topk_ids, ctx.export)
+    return dx.to(hidden_states.dtype), dw1.to(w1.dtype), dw2.to(w2.dtype), dtw, None, None, None, None, None, None
+
+
+moe_layer.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _is_stand_in(w: torch.Tensor) -> bool:
+    """A stand-in of arranged_weights: a stride-0 view of one element (no values to read)."""
+    return w.numel() > 1 and all(s == 0 for s in w.stride())
+
+
+@torch.library.custom_op("flytune::moe_layer_backward", mutates_args=())
+def moe_layer_backward(grad_output: torch.Tensor, hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor,
+                       topk_weights: torch.Tensor, topk_ids: torch.Tensor,
+                       export: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The backward of flytune::moe_layer (16-bit layers) on the export whose key is `export`: grad_output [T, H]
+    (dL/dy) and the forward's inputs in; d hidden_states [T, H], d w1 [E, 2I, H], d w2 [E, H, I] and d topk_weights
+    [T, k] out, all float32 (the runtime's fp32 accumulators). The saved tensors the forward does not keep are
+    recomputed first (ft_plan_backward_saved), then the backward program runs (ft_plan_backward_launch)."""
+    if w1.dtype in _FP8_WEIGHTS:
+        raise NotImplementedError(f"flytune::moe_layer_backward: fp8 layers have no backward (w1 {w1.dtype}); "
+                                  f"train in bf16/f16 (docs/TRAINING.md)")
+    e = flytune._find_export(export)
+    problem = _problem(e, hidden_states, w1, w2, topk_weights, topk_ids, dict.fromkeys(flytune.SCALE_TENSORS))
+    context = f"flytune::moe_layer_backward: {problem.key}"
+    if grad_output.shape != hidden_states.shape or grad_output.dtype != hidden_states.dtype:
+        raise flytune.ArgumentError(f"{context}: grad_output must be {tuple(hidden_states.shape)} "
+                                    f"{hidden_states.dtype} (the layer's output), got {tuple(grad_output.shape)} "
+                                    f"{grad_output.dtype}")
+    stand_ins = [n for n, w in (("w1", w1), ("w2", w2)) if _is_stand_in(w)]
+    if stand_ins:
+        raise flytune.ArgumentError(f"{context}: the backward reads the plain {' and '.join(stand_ins)}, given as "
+                                    f"a stand-in of arranged_weights (no values): train with the real weights")
+    _check_devices(e, hidden_states, dict(grad_output=grad_output, w1=w1, w2=w2, topk_weights=topk_weights,
+                                          topk_ids=topk_ids))
+    f32 = dict(dtype=torch.float32, device=hidden_states.device)
+    tokens = int(hidden_states.shape[0])
+    dx, dw1, dw2 = torch.empty(hidden_states.shape, **f32), torch.empty(w1.shape, **f32), torch.empty(w2.shape, **f32)
+    dtw = torch.empty(topk_weights.shape, **f32)
+    if tokens == 0:
+        return dx, dw1.zero_(), dw2.zero_(), dtw
+    backward = e.plan(problem.key, tokens)["backward"]
+    if not backward["available"]:
+        raise flytune.NotFoundError(f"{context} at T={tokens}: {backward['why']}")
+    selector = _selector(e, hidden_states.device)
+    _ensure_open(e, selector)
+    scratch = torch.empty(backward["scratch"]["total"], dtype=torch.uint8, device=hidden_states.device)
+    operands = [t.contiguous() for t in (hidden_states, topk_ids, topk_weights, w1, w2, grad_output)]
+    flytune._call(e._core.launch_backward, selector, problem.key, tokens, *(t.data_ptr() for t in operands),
+                  dx.data_ptr(), dw1.data_ptr(), dw2.data_ptr(), dtw.data_ptr(), scratch.data_ptr(), scratch.numel(),
+                  _stream(hidden_states.device), context="flytune::moe_layer_backward")
+    return dx, dw1, dw2, dtw
+
+
+@moe_layer_backward.register_fake
+def _(grad_output, hidden_states, w1, w2, topk_weights, topk_ids, export):
+    _problem(flytune._find_export(export), hidden_states, w1, w2, topk_weights, topk_ids,
+             dict.fromkeys(flytune.SCALE_TENSORS))
+    f32 = dict(dtype=torch.float32, device=hidden_states.device)
+    return (torch.empty(hidden_states.shape, **f32), torch.empty(w1.shape, **f32), torch.empty(w2.shape, **f32),
+            torch.empty(topk_weights.shape, **f32))
 
 
 def fused_experts(hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,

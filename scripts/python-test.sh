@@ -71,7 +71,8 @@ rm -rf build/python/dist
 "$oldest/bin/pip" wheel -q --no-build-isolation --no-deps "${launcher[@]}" -C build-dir=build/python/oldest -w build/python/dist .
 wheel=$(ls build/python/dist/flytune-*.whl)
 "$oldest/bin/pip" install -q --force-reinstall --no-deps "$wheel"
-FLYTUNE_EXPECT_JAX=1 "$oldest/bin/python" -m pytest -q python/tests/test_package.py python/tests/test_jax.py
+FLYTUNE_EXPECT_JAX=1 "$oldest/bin/python" -m pytest -q python/tests/test_package.py python/tests/test_jax.py \
+  python/tests/test_train_jax.py
 say "2. jax $JAX_OLDEST: $((SECONDS - started)) s"
 
 # 3. The same wheel with the newest jax and torch.

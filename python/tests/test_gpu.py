@@ -318,3 +318,70 @@ def test_jax_in_an_xla_command_buffer(jax_mod, export_dir):
                                                             export=str(export_dir))],
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+
+
+# ---------------------------------------------------------------- training (the backward)
+
+@pytest.fixture(scope="module")
+def train_export(tmp_path_factory):
+    """An export with backward buckets: $FLYTUNE_TRAIN_EXPORT_DIR, else the tiny problem searched on this GPU with
+    both passes (`flytune search --problem tiny --pass both --budget 2`) and exported."""
+    import flytune
+    given = os.environ.get("FLYTUNE_TRAIN_EXPORT_DIR")
+    if given:
+        path = pathlib.Path(given)
+    else:
+        tmp = tmp_path_factory.mktemp("train")
+        db, path = tmp / "train.db", tmp / "export"
+        subprocess.run([str(_flytune_bin()), "search", "--problem", "tiny", "--pass", "both", "--budget", "2",
+                        "--tokens", "1,16,128", "--db", str(db), "--seed", "42"], check=True, capture_output=True,
+                       text=True, timeout=600)
+        subprocess.run([str(_flytune_bin()), "export", "--db", str(db), "--out", str(path), "--check", "none"],
+                       check=True, capture_output=True, text=True, timeout=120)
+    try:
+        export = flytune.load(path, device="cuda:0")
+    except flytune.TargetError as e:
+        pytest.skip(f"the training export is for another GPU: {e}")
+    if not any(p.has_backward for p in export.problems):
+        pytest.fail(f"the training export {path} has no backward buckets")
+    return export
+
+
+TRAIN_CASES = [(1, "uniform"), (33, "ragged"), (300, "masked"), (1000, "one-empty")]
+
+
+@pytest.mark.parametrize("tokens, kind", TRAIN_CASES)
+def test_torch_autograd_matches_the_float32_reference(torch_mod, train_export, tokens, kind):
+    from layer_reference import GRAD_NAMES, grad_case, torch_layer_fp32
+    torch = torch_mod
+    p = next(q for q in train_export.problems if q.has_backward)
+    case = grad_case(p, tokens, kind, seed=tokens)
+    x, w1, w2, ids, weights, dy = (torch.from_numpy(a).cuda() for a in case)
+    leaves = [t.clone().requires_grad_() for t in (x, w1, w2, weights)]
+    want = torch.autograd.grad(torch_layer_fp32(torch, leaves[0], leaves[1], leaves[2], ids, leaves[3]), leaves, dy)
+    got_leaves = [t.to(dt).requires_grad_() for t, dt in zip((x, w1, w2, weights), (torch.bfloat16,) * 3 +
+                                                             (torch.float32,))]
+    y = torch.ops.flytune.moe_layer(*got_leaves, ids.to(torch.int32), train_export.key)
+    got = torch.autograd.grad(y, got_leaves, dy.bfloat16())
+    for name, g, w in zip(GRAD_NAMES, got, want):
+        assert torch_rel_l2(g, w) < TOLERANCE, (name, torch_rel_l2(g, w))
+
+
+@pytest.mark.parametrize("tokens, kind", TRAIN_CASES)
+def test_jax_grad_matches_the_float32_reference(jax_mod, train_export, tokens, kind):
+    import jax.numpy as jnp
+    import flytune.jax as fj
+    from layer_reference import grad_case, jax_layer_fp32
+    jax = jax_mod
+    p = next(q for q in train_export.problems if q.has_backward)
+    x, w1, w2, ids, weights, dy = grad_case(p, tokens, kind, seed=tokens)
+    ref = lambda *a: jnp.sum(jax_layer_fp32(jnp, a[0], a[1], a[2], jnp.asarray(ids), a[3]) * dy)  # noqa: E731
+    want = jax.grad(ref, argnums=(0, 1, 2, 3))(x, w1, w2, weights)
+
+    def loss(x, w1, w2, tw):
+        y = fj.moe_layer(x, jnp.asarray(ids), tw, fj.prepare_weights(train_export, w1, w2, trainable=True))
+        return jnp.sum(y.astype(jnp.float32) * dy)
+    bf16 = lambda a: jnp.asarray(a, jnp.bfloat16)  # noqa: E731
+    got = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(bf16(x), bf16(w1), bf16(w2), jnp.asarray(weights))
+    for g, w in zip(got, want):
+        assert rel_l2(np.asarray(g, np.float32), np.asarray(w)) < TOLERANCE

@@ -232,6 +232,27 @@ def prepare_weights(export: flytune.Export, w1: jax.Array, w2: jax.Array, w1_sca
                       (tuple(w1.shape), tuple(w2.shape), jnp.dtype(w1.dtype).name))
 
 
+def _vma(a) -> frozenset:
+    """The manual mesh axes `a` varies over inside shard_map (jax.typeof(a).manual_axis_type.varying, .vma
+    before jax 0.10; empty outside shard_map, or on a jax without these types)."""
+    t = jax.typeof(a)
+    m = getattr(t, "manual_axis_type", None)
+    return frozenset(m.varying if m is not None else getattr(t, "vma", ()) or ())
+
+
+def _vary(a, axes: frozenset):
+    """`a` typed as varying over `axes` too (a no-op on its values): inside shard_map an FFI call's results are
+    typed as varying over nothing, while the layer's output, gradients and the weights they belong to vary with
+    the shard's tokens. pcast (jax >= 0.8) or pvary; its transpose sums over the axes (the replicated weights'
+    gradients)."""
+    missing = tuple(sorted(axes - _vma(a)))
+    if not missing:
+        return a
+    if hasattr(jax.lax, "pcast"):
+        return jax.lax.pcast(a, missing, to="varying")
+    return jax.lax.pvary(a, missing)
+
+
 def _empty(dtype):
     return jnp.zeros((0,), dtype)
 
@@ -287,22 +308,29 @@ def _layer(weights: MoeWeights):
 
     @jax.custom_vjp
     def differentiable(x, ids, tw, w1, w2, *copies):
-        return layer(x, ids, tw, w1, w2, *copies)
+        return _vary(layer(x, ids, tw, w1, w2, *copies), _vma(x))
 
     def fwd(x, ids, tw, w1, w2, *copies):
         _check_differentiable(weights, x, ids)
-        return layer(x, ids, tw, w1, w2, *copies), (x, ids, tw, w1, w2)
+        return _vary(layer(x, ids, tw, w1, w2, *copies), _vma(x)), (x, ids, tw, w1, w2)
 
     def bwd(residuals, dy):
         x, ids, tw, w1, w2 = residuals
-        dx, dw1, dw2, dtw = _grads(weights)(x, ids, tw, w1, w2, dy)
+        dx, dw1, dw2, dtw = (_vary(g, _vma(x)) for g in _grads(weights)(x, ids, tw, w1, w2, dy))
         # topk_ids: integers, no gradient; the arranged copies: stop_gradient'ed copies of w1 / w2, whose
         # gradient is given to the plain weights (the backward's operands).
         return (dx.astype(x.dtype), None, dtw, dw1.astype(w1.dtype), dw2.astype(w2.dtype)) + \
             (None,) * (len(flytune._LAYOUT_SHAPES) + len(flytune.SCALE_TENSORS))
 
     differentiable.defvjp(fwd, bwd)
-    return differentiable
+
+    def call(x, ids, tw, *arrays):
+        # Inside shard_map every operand varies as the tokens do (the weights' gradients are per shard: the
+        # transpose of this cast sums them over the shards).
+        axes = frozenset().union(*(_vma(a) for a in (x, ids, tw) + arrays))
+        return differentiable(*(_vary(a, axes) for a in (x, ids, tw) + arrays))
+
+    return call
 
 
 def _problem_key(weights: MoeWeights, x, topk: int, tokens: int, context: str) -> str:

@@ -205,3 +205,50 @@ def test_fp8_layers_are_refused_when_differentiated(cpu_fp8_export):
     with pytest.raises(NotImplementedError) as e:
         jax.grad(lambda x: jnp.sum(fj.moe_layer(x, ids, tw, moe).astype(jnp.float32)))(x)
     assert "\n" not in str(e.value) and "fp8 layers have no backward (per-tensor scales)" in str(e.value)
+
+
+SHARD_MAP = r"""
+import sys, numpy as np, jax, jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec as P
+try:
+    from jax import shard_map
+except ImportError:
+    from jax.experimental.shard_map import shard_map
+sys.path.insert(0, {tests!r})
+import flytune, flytune.jax as fj
+from layer_reference import GRAD_NAMES, TOLERANCE, grad_case, jax_layer_fp32, rel_l2
+e = flytune.load({export!r}, device="emulate")
+p = e.problems[0]
+assert len(jax.devices()) == 2, jax.devices()
+x, w1, w2, ids, tw, dy = grad_case(p, 10, "ragged", seed=41)
+ref = lambda x, w1, w2, tw: jnp.sum(jax_layer_fp32(jnp, x, w1, w2, jnp.asarray(ids), tw) * dy)
+want = jax.grad(ref, argnums=(0, 1, 2, 3))(x, w1, w2, tw)
+mesh = Mesh(np.array(jax.devices()), ("t",))
+
+def local(x, ids, tw, dy, w1, w2):  # each shard: the layer of its 5 tokens, the loss summed over shards
+    y = fj.moe_layer(x, ids, tw, fj.prepare_weights(e, w1, w2, trainable=True))
+    return jax.lax.psum(jnp.sum(y.astype(jnp.float32) * dy), "t")
+
+layer = shard_map(local, mesh=mesh, in_specs=(P("t"), P("t"), P("t"), P("t"), P(), P()), out_specs=P())
+bf16 = lambda a: jnp.asarray(a, jnp.bfloat16)
+got = jax.jit(jax.grad(lambda x, w1, w2, tw: layer(x, jnp.asarray(ids), tw, jnp.asarray(dy), w1, w2),
+                       argnums=(0, 1, 2, 3)))(bf16(x), bf16(w1), bf16(w2), jnp.asarray(tw))
+errors = {{n: rel_l2(np.asarray(g, np.float32), np.asarray(w)) for n, g, w in zip(GRAD_NAMES, got, want)}}
+print(errors)
+assert all(v < TOLERANCE for v in errors.values()), errors
+"""
+
+
+def test_shard_map_over_tokens_on_two_host_devices(emu_train_export_dir):
+    # Two CPU devices (a fresh process: XLA reads the flag at start); the tokens sharded, the weights replicated:
+    # shard_map's transpose sums the shards' weight gradients.
+    import os
+    import subprocess
+    import sys
+    from conftest import REPO
+    env = dict(os.environ, XLA_FLAGS=os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2",
+               JAX_PLATFORMS="cpu")
+    r = subprocess.run([sys.executable, "-c", SHARD_MAP.format(tests=str(REPO / "python" / "tests"),
+                                                               export=str(emu_train_export_dir))],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]

@@ -306,12 +306,15 @@ struct BufferSizing {
   std::uint64_t head;                 // the one-launch layer's head of y_acc (words); 0: another form
   bool quantise_inter;                // stage 1 leaves a bf16 intermediate for a quantise_inter step
   bool bwd;                           // the backward's program (layer/backward.hpp): plain weights, its own rows
-  std::optional<WeightLayout> l1, l2;  // the layout each stage reads
+  WeightLayout l1, l2;                // the layout each stage reads (where s1 / s2: plain values, not optionals,
+                                      // which g++ 12 reads as maybe-uninitialized once inlined)
   Reduce out;
   // The backward reads the plain weights.
-  bool reads(const std::optional<WeightLayout>& stage, WeightLayout l) const { return bwd ? l == WeightLayout::plain : stage == l; }
-  std::uint64_t w1_bytes(WeightLayout l) const { return reads(l1, l) ? E * 2 * I * H * wes : 0; }
-  std::uint64_t w2_bytes(WeightLayout l) const { return reads(l2, l) ? E * H * I * wes : 0; }
+  bool reads(bool stage, WeightLayout read, WeightLayout l) const {
+    return bwd ? l == WeightLayout::plain : stage && read == l;
+  }
+  std::uint64_t w1_bytes(WeightLayout l) const { return reads(s1, l1, l) ? E * 2 * I * H * wes : 0; }
+  std::uint64_t w2_bytes(WeightLayout l) const { return reads(s2, l2, l) ? E * H * I * wes : 0; }
   std::uint64_t scale_bytes(Buf b) const { return std::uint64_t(scale_shape(p, b).count()) * 4; }
   // atomic: fp32 sums per token; partials: a row per (token, slot), fp32 or 16-bit;
   // the _y modes: the arrival counters first (templates/ft/moe_args.hpp, direct_y_words).
@@ -358,8 +361,8 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
                        !r.stages.empty() && whole_layer(r) ? one_launch_head(prog, p) : 0,
                        s1 && needs_quantise_inter(*s1),
                        !r.grad.empty(),
-                       s1 ? std::optional(s1->contract().weights) : std::nullopt,
-                       s2 ? std::optional(s2->contract().weights) : std::nullopt,
+                       s1 ? s1->contract().weights : WeightLayout::plain,
+                       s2 ? s2->contract().weights : WeightLayout::plain,
                        s2 ? s2->contract().output : Reduce::atomic};
   auto& b = prog.bytes;
 #define FT_BUFFER(name, member, pointee, place, meaning, size) b[std::size_t(Buf::name)] = (size);

@@ -34,7 +34,7 @@ Axis atom() {
   a.type = AxisType::atom;
   a.spelling = "atom";
   a.required = true;
-  a.token = [](const Variant& v, AxisValue) { return "_" + v.atom()->short_name(); };
+  a.token = [](const Variant& v, AxisValue) { return fmt::format("_{}", v.atom()->short_name()); };
   a.name_rank = kAtom;
   return a;
 }

@@ -54,7 +54,7 @@ TEST(DevicesCli, JsonParsesAndMatchesTheProbe) {
   EXPECT_EQ(j["runtimes"][1]["runtime"], "cuda");
   EXPECT_EQ(j["devices"].size(), gpu_count());
   for (const auto& rt : j["runtimes"]) {
-    if (rt["gpus"] == 0) EXPECT_TRUE(rt.contains("problem")) << rt.dump();
+    if (rt["gpus"] == 0) { EXPECT_TRUE(rt.contains("problem")) << rt.dump(); }
   }
   for (const auto& d : j["devices"]) {
     EXPECT_GT(d["compute_units"].get<int>(), 0) << d.dump();

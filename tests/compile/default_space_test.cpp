@@ -60,7 +60,7 @@ TEST_P(DefaultSpace, EveryVariantCompilesDisassemblesAndFits) {
 
   auto cs = compile_space(target, problem, opt);
   ASSERT_TRUE(cs) << cs.error().describe();
-  if (GetParam().backend) EXPECT_EQ(cs->backend, *GetParam().backend) << "compiled by another backend";
+  if (GetParam().backend) { EXPECT_EQ(cs->backend, *GetParam().backend) << "compiled by another backend"; }
   EXPECT_GE(cs->variants.size(), 24u) << "the default Mixtral space should hold at least 24 legal variants";
   Space space = enumerate_space(target, problem, SpaceOptions{});
   EXPECT_EQ(cs->variants.size(), space.legal.size());
@@ -243,8 +243,9 @@ TEST(Fp8ProducerPromotion, CompilesWithoutSpillsOrSerialisedWgmma) {
     }
     EXPECT_EQ(seen, c.wanted) << "the promoting producer-warpgroup variants are not all in the space";
     for (const CompiledVariant& cv : cs->variants)  // row scales with promote 0 (_fastacc) may be persistent
-      if (fp8::promotes(cv.variant))
+      if (fp8::promotes(cv.variant)) {
         EXPECT_LE(cv.variant.get("tiles_per_block"), 1) << cv.variant.name() << ": persistent and promoting";
+      }
   }
 }
 

@@ -127,7 +127,7 @@ TEST(BackwardExport, SearchBothExportsAndPassesCheckExportAndAMutantRuntimeFails
         const check::CheckRow row = check::check_backward_one(o.rt, weights, kKey, 7, routing, 11);
         EXPECT_EQ(row.pass, "backward");
         EXPECT_EQ(row.passed, !skip) << routing << ": " << row.summary;
-        if (skip) EXPECT_NE(row.summary.find("NaN"), std::string::npos) << row.summary;
+        if (skip) { EXPECT_NE(row.summary.find("NaN"), std::string::npos) << row.summary; }
       }
   }
   }

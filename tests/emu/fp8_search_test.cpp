@@ -117,8 +117,8 @@ void check_c_api(const std::string& dir, const std::string& mode) {
   const int rank = ft_plan_scale_shape(plan, FT_SCALE_W2, dims);
   EXPECT_EQ(rank, tensor ? 1 : want_mode == FT_SCALES_PER_TOKEN ? 2 : 3);
   EXPECT_EQ(dims[0], std::int64_t(E));
-  if (want_mode == FT_SCALES_PER_TOKEN) EXPECT_EQ(dims[1], std::int64_t(H));
-  if (want_mode == FT_SCALES_BLOCK128) EXPECT_EQ(dims[2], std::int64_t(I / 128));
+  if (want_mode == FT_SCALES_PER_TOKEN) { EXPECT_EQ(dims[1], std::int64_t(H)); }
+  if (want_mode == FT_SCALES_BLOCK128) { EXPECT_EQ(dims[2], std::int64_t(I / 128)); }
   EXPECT_EQ(ft_plan_scale_shape(plan, FT_SCALE_X, dims), tensor ? 1 : 0);
 
   Mem m{rt, {}};

@@ -202,7 +202,7 @@ int export_while(const std::string& db, const std::string& scratch, const std::a
       EXPECT_TRUE(m.is_object() && m["problems"].size() == 1u) << e.output;
       for (const json& b : m.value("problems", json::array()).at(0).value("buckets", json::array()))
         for (const json& st : b["steps"])
-          if (st.contains("code_object")) EXPECT_TRUE(fs::exists(out + "/" + st["code_object"].get<std::string>()));
+          if (st.contains("code_object")) { EXPECT_TRUE(fs::exists(out + "/" + st["code_object"].get<std::string>())); }
       ++written;
     } else {
       EXPECT_FALSE(fs::exists(out + "/manifest.json")) << "a refused export left a manifest: " << e.output;
@@ -242,7 +242,7 @@ TEST(EmuSearch, WholeSearchVerifiesTimesPairsAndRecordsWinners) {
   EXPECT_EQ(sum["winners"].size(), kTokens.size() * 3);
   EXPECT_GT(sum["targets"][0]["defaults_added"].get<int>(), 0);
   for (const json& w : sum["winners"])  // each stage winner against the default variant, timed alike
-    if (w["kind"] != "layer") EXPECT_GT(w.value("speedup_vs_default", 0.0), 0.0) << w.dump();
+    if (w["kind"] != "layer") { EXPECT_GT(w.value("speedup_vs_default", 0.0), 0.0) << w.dump(); }
   const auto ms = measurements(db);
   EXPECT_EQ(sum["measurements"].get<std::size_t>(), ms.size());
   // One run: each bucket's layer winner timed at length once.

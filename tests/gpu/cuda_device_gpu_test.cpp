@@ -146,8 +146,9 @@ TEST_F(CudaGpu, QueryDescribesTheGpu) {
     EXPECT_GE(d.compute_units, 114);
   }
   // The target row's LDS column is the driver's own opt-in maximum.
-  if (const Target* t = find_target(d.arch))
+  if (const Target* t = find_target(d.arch)) {
     EXPECT_EQ(d.max_shared_per_block, t->lds_bytes) << "generator/targets.def: " << t->name << " lds_bytes";
+  }
   std::printf("%s: %s %s, %d SMs, %.1f GiB, L2 %zu KiB, shared %d KiB, driver %s, CUDA %s, PCI %s\n",
               device_selector(d).c_str(), d.name.c_str(), d.arch.c_str(), d.compute_units,
               d.memory_bytes / 1073741824.0, d.l2_bytes / 1024, d.max_shared_per_block / 1024,

@@ -41,8 +41,9 @@ TEST(Families, EveryFamilyDeclaresTheStandardAxesOnce) {
       EXPECT_TRUE(keys.insert(a.key).second) << f->id() << ": axis " << a.key << " twice";
       EXPECT_TRUE(a.token) << f->id() << ": axis " << a.key << " has no name token";
       // An opt-in axis (its family searched only where --space gives values) alone has none.
-      if (a.type != AxisType::atom && !a.from_problem)
+      if (a.type != AxisType::atom && !a.from_problem) {
         EXPECT_EQ(a.defaults.empty(), a.opt_in) << f->id() << ": " << a.key << (a.opt_in ? " is opt-in but has" : " has no") << " default values";
+      }
     }
     for (std::string_view k : kStandardKeys) EXPECT_LT(f->index_of(k), f->axes().size()) << f->id() << " lacks " << k;
     EXPECT_EQ(f->axes().front().type, AxisType::atom) << f->id() << ": the atom comes first (the space sets it)";

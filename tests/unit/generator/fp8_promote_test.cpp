@@ -103,7 +103,7 @@ TEST(Fp8Promote, SearchedOnlyWhereTheScalesAreConstantAlongK) {
       if (!v.has("promote")) continue;  // the tiled family: promotes every scale group
       const int p = v.get("promote");
       const bool may_vary = (v.role == StageRole::stage1 || fp8::inter_row_scales(v)) && scales != Scales::block128;
-      if (!may_vary) EXPECT_EQ(p, 1) << v.name();
+      if (!may_vary) { EXPECT_EQ(p, 1) << v.name(); }
       never += p == 0;
       every += p == 1;
     }

@@ -108,7 +108,7 @@ TEST(PingPong, SearchedInTheDefaultSpaceAndSpelledInSpace) {
   const Space restricted = enumerate_space(t, mixtral(DType::bf16), *only);
   ASSERT_FALSE(restricted.legal.empty());
   for (const Variant& v : restricted.legal)
-    if (v.family->id() == "wgmma") EXPECT_NE(v.name().find("_pp"), std::string::npos) << v.name();
+    if (v.family->id() == "wgmma") { EXPECT_NE(v.name().find("_pp"), std::string::npos) << v.name(); }
 }
 
 }  // namespace

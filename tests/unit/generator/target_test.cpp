@@ -93,7 +93,7 @@ TEST(Target, NvrtcArchAndMinimumCuda) {
   EXPECT_TRUE(h.cuda_new_enough(13, 0));
   EXPECT_FALSE(h.cuda_new_enough(11, 8));
   for (const Target& t : all_targets()) {
-    if (t.is_amd()) EXPECT_EQ(t.sm, 0) << t.name;
+    if (t.is_amd()) { EXPECT_EQ(t.sm, 0) << t.name; }
   }
 }
 

@@ -177,7 +177,7 @@ TEST(Operation, SupportUnitsHoldTheRowsTheirPresenceAllows) {
   EXPECT_TRUE(old16.symbol(Support::forward_saved).empty());
   for (std::size_t i = 0; i < kSupportCount; ++i) {
     const SupportPresence presence = support_info(Support(i)).presence;
-    if (presence == SupportPresence::always) EXPECT_FALSE(old16.symbols[i].empty()) << to_string(Support(i));
+    if (presence == SupportPresence::always) { EXPECT_FALSE(old16.symbols[i].empty()) << to_string(Support(i)); }
     // An e4m3 unit holds every row but the backward's (16-bit only).
     EXPECT_EQ(fp8.symbols[i].empty(), presence == SupportPresence::saved) << to_string(Support(i));
   }

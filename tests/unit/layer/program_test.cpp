@@ -121,7 +121,7 @@ TEST(LayerProgram, DirectYLayersHaveNoReduceAndClearTheirCounters) {
       const int flags = prog->find("align")->args.flags;
       EXPECT_EQ(flags, by_align ? kFlagAlignClearsCounters | (atomic ? kFlagAlignClearsSums : 0) : 0);
       EXPECT_EQ(prog->find("stage2")->args.flags, 0);
-      if (!by_align) EXPECT_EQ(prog->steps[0].count, clear);
+      if (!by_align) { EXPECT_EQ(prog->steps[0].count, clear); }
     }
     // The atomic layer keeps its clear step whatever its size (old exports' aligns do not clear).
     EXPECT_EQ(build_program(recipe(wgmma(StageRole::stage1, 64, 128, 4), wgmma(StageRole::stage2, 64, 128, 4)), 5)->steps[0].name,

@@ -145,7 +145,7 @@ TEST(ModelPick, ALargerBudgetTimesMoreOfTheFastest) {
     EXPECT_GE(p.top, previous) << budget;
     EXPECT_GE(p.top, o.min_top);
     // Within the budget unless min_top needs more.
-    if (p.top > o.min_top && !p.everything) EXPECT_LE(p.predicted_s, budget + 1e-9) << budget;
+    if (p.top > o.min_top && !p.everything) { EXPECT_LE(p.predicted_s, budget + 1e-9) << budget; }
     previous = p.top;
   }
 }

@@ -54,7 +54,7 @@ TEST(Protocol, RequestsKeepWhatTheServiceNeeds) {
     if (const auto* inputs = std::get_if<protocol::InputsRequest>(&*back)) {
       EXPECT_EQ(inputs->seed, std::numeric_limits<std::uint64_t>::max());  // all 64 bits
     }
-    if (const auto* open = std::get_if<protocol::OpenRequest>(&*back)) EXPECT_EQ(open->operation, protocol::Operation::backward);
+    if (const auto* open = std::get_if<protocol::OpenRequest>(&*back)) { EXPECT_EQ(open->operation, protocol::Operation::backward); }
     if (const auto* bw = std::get_if<protocol::TimeBackwardRequest>(&*back)) {
       const auto& sent = std::get<protocol::TimeBackwardRequest>(r).stages;
       ASSERT_EQ(bw->stages.size(), sent.size());

@@ -206,7 +206,7 @@ TEST(Shuffle, IndexIsAPermutationOfWholeChunks) {
       const long long s = shuffled_index(r, k, cols);
       ASSERT_TRUE(s >= 0 && s < rows * cols);
       seen.insert(s);
-      if (k % 8 != 0) EXPECT_EQ(s, shuffled_index(r, k - 1, cols) + 1);  // 16-byte chunks stay contiguous
+      if (k % 8 != 0) { EXPECT_EQ(s, shuffled_index(r, k - 1, cols) + 1); }  // 16-byte chunks stay contiguous
     }
   EXPECT_EQ(seen.size(), std::size_t(rows * cols));
   // The 16 rows of one k-chunk are 256 consecutive bytes.
@@ -226,7 +226,7 @@ TEST(Tiled, IndexIsAPermutationOfWholeChunks) {
       const long long t = tiled_index(r, k, rows);
       ASSERT_TRUE(t >= 0 && t < rows * cols) << r << "," << k;
       seen.insert(t);
-      if (k % 8 != 0) EXPECT_EQ(t, tiled_index(r, k - 1, rows) + 1);  // 16-byte chunks stay contiguous
+      if (k % 8 != 0) { EXPECT_EQ(t, tiled_index(r, k - 1, rows) + 1); }  // 16-byte chunks stay contiguous
       // Each row's 64 columns of a slice fill its own 128 bytes of that slice.
       EXPECT_EQ(t / 64, (k / 64) * rows + r) << r << "," << k;
     }

@@ -1,21 +1,36 @@
 #!/usr/bin/env bash
-# A flytune wheel (docs/PYTHON.md) for one Python, built here and checked, for a
-# machine without a registry (the H200 runs `pip install --no-index` of it).
+# flytune wheels (docs/PYTHON.md), built here and checked, for machines without a
+# registry (the H200 runs `pip install --no-index` of one).
 #
-#   scripts/python-wheel.sh [--python PY] [--jaxlib VERSION] [--out DIR]
+#   scripts/python-wheel.sh [--python PY] [--jaxlib VERSION] [--out DIR] [--test]
+#   scripts/python-wheel.sh --all [--out DIR]
 #
 #   --python  the interpreter whose ABI the wheel is for (default: python3);
 #             the wheel's _core is cpython-<its version>
 #   --jaxlib  the jaxlib whose XLA FFI headers the handlers are compiled
-#             against (default 0.11.2, the H200 machine's; a handler built
-#             against older headers also runs on newer jaxlib)
+#             against (default: the newest with a wheel for that Python, at
+#             most 0.11.2, the H200 machine's: 0.6.2 for 3.10, 0.10.2 for
+#             3.11; a handler built against older headers also runs on newer
+#             jaxlib)
 #   --out     where the wheel goes (default: .dev/wheels, which the device
-#             tool carries; older flytune wheels there are removed)
+#             tool carries; older flytune wheels there are removed; with --all,
+#             build/wheels, where only older wheels of the same Python go)
+#   --test    also run the emulated tiny-model tests from the installed wheel:
+#             jax and jaxlib of the build's version and pytest into the clean
+#             venv, then python/tests/test_model.py's CPU-emulator tests (the
+#             tiny Mixtral with flytune's layer, bf16 and fp8, against
+#             ragged_dot), run outside the sources' package; needs
+#             build/release/cli/flytune (or FLYTUNE_BIN) for the test export
+#   --all     one wheel per CPython 3.10-3.13 found here (python3.X on PATH,
+#             /usr/bin, pyenv's versions under $PYENV_ROOT or ~/.pyenv), each
+#             with --test; a table at the end; fails when one fails or a
+#             version has no interpreter here
 #
 # The build environment is a venv of that interpreter with scikit-build-core,
 # nanobind and jaxlib (only its headers: installed without its dependencies)
 # from $FLYTUNE_CACHE_DIR/python-wheels, fetched there first when missing;
-# then `pip wheel --no-build-isolation --no-deps`. Checks: the file list, the
+# then `pip wheel --no-build-isolation --no-deps` (compiles through ccache,
+# scripts/ccache-env.sh). Checks: the file list, the
 # extension's ABI tag, and that the shared objects need nothing beyond the C
 # and C++ runtime libraries (readelf NEEDED) and no newer glibc / libstdc++
 # symbol versions than this machine's (so Ubuntu 24.04, newer, loads them).
@@ -29,14 +44,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 py=python3
-jaxlib=0.11.2
-out=.dev/wheels
+jaxlib=
+out=
+all=0
+test=0
+keep_others=0  # --all's runs: remove only older wheels of the same Python
 while [ $# -gt 0 ]; do
   case "$1" in
     --python) py=$2; shift 2 ;;
     --jaxlib) jaxlib=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --test) test=1; shift ;;
+    --all) all=1; shift ;;
+    --keep-others) keep_others=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "python-wheel: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -44,12 +65,71 @@ done
 say() { echo "python-wheel: $*"; }
 die() { echo "python-wheel: $*" >&2; exit 1; }
 
+# The newest jaxlib with a wheel for CPython 3.<minor>, at most the H200's 0.11.2 (PyPI, 2026-12).
+jaxlib_for() {
+  case "$1" in
+    10) echo 0.6.2 ;;
+    11) echo 0.10.2 ;;
+    *) echo 0.11.2 ;;
+  esac
+}
+
+# An interpreter of CPython 3.<minor> on this machine, or nothing: Debian's in /usr/bin, python3.X on
+# PATH, then pyenv's builds (the newest patch release first); each must run, say its version and have
+# venv and ensurepip (a clean venv needs both).
+find_python() {
+  local minor=$1 c
+  local root=${PYENV_ROOT:-$HOME/.pyenv}
+  local pyenvs=("$root"/versions/3."$minor".*/bin/python3."$minor")
+  for c in "/usr/bin/python3.$minor" "$(command -v "python3.$minor" 2>/dev/null || true)" \
+           $(printf '%s\n' "${pyenvs[@]}" | sort -V -r); do
+    if [ -z "$c" ] || [ ! -x "$c" ]; then continue; fi
+    [ "$("$c" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" = "3.$minor" ] || continue
+    "$c" -c 'import venv, ensurepip' 2>/dev/null || continue
+    echo "$c"
+    return 0
+  done
+  return 1
+}
+
+# --all: this script once per CPython 3.10-3.13, each wheel tested; a table at the end.
+if [ "$all" = 1 ]; then
+  out=${out:-build/wheels}
+  rows=()
+  status=0
+  for minor in 10 11 12 13; do
+    if ! interp=$(find_python "$minor"); then
+      rows+=("3.$minor|-|no interpreter here (python3.$minor, /usr/bin, pyenv)|MISSING")
+      status=1
+      continue
+    fi
+    j=${jaxlib:-$(jaxlib_for "$minor")}
+    log="$out/python-wheel-py3$minor.log"
+    mkdir -p "$out"
+    say "3.$minor: $interp (jaxlib $j); log $log"
+    started_one=$SECONDS
+    if bash "$0" --python "$interp" --jaxlib "$j" --out "$out" --test --keep-others >"$log" 2>&1; then
+      whl=$(sed -n 's/^python-wheel: ok: //p' "$log" | tail -1)
+      rows+=("3.$minor|$("$interp" --version 2>&1 | cut -d' ' -f2) $interp|$(basename "$whl"), jax $j, $(grep -oE '[0-9]+ passed[^=]*' "$log" | tail -1)|ok $((SECONDS - started_one)) s")
+    else
+      tail -15 "$log" | sed 's/^/    /'
+      rows+=("3.$minor|$interp|failed: see $log|FAIL")
+      status=1
+    fi
+  done
+  say "wheels in $out:"
+  printf '%s\n' "${rows[@]}" | column -t -s '|' | sed 's/^/  /'
+  exit "$status"
+fi
+out=${out:-.dev/wheels}
+
 cache="${FLYTUNE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/flytune}"
 wheels="$cache/python-wheels"
 mkdir -p "$wheels" "$out"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 command -v "$py" >/dev/null || die "no interpreter '$py'"
 tag=$("$py" -c 'import sys; print("%d%d" % sys.version_info[:2])')
+jaxlib=${jaxlib:-$(jaxlib_for "${tag#3}")}
 started=$SECONDS
 
 # The build environment, cached; remade when its requirements change.
@@ -71,11 +151,14 @@ fi
 say "build environment $venv: $("$venv/bin/python" --version), $("$venv/bin/pip" list 2>/dev/null |
   grep -iE '^(scikit.build.core|nanobind|jaxlib) ' | tr -s ' ' | paste -sd, -)"
 
+# shellcheck source=scripts/ccache-env.sh disable=SC1091
+source scripts/ccache-env.sh
 launcher=()
-command -v ccache >/dev/null && launcher=(-C cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
-rm -f "$out"/flytune-*.whl
+# --config-settings, not -C: Debian 12's python3.11 and pyenv's 3.10 come with pip 23.0, which lacks -C.
+[ ${#ccache_launcher[@]} -eq 0 ] || launcher=(--config-settings=cmake.define.CMAKE_CXX_COMPILER_LAUNCHER=ccache)
+if [ "$keep_others" = 1 ]; then rm -f "$out"/flytune-*-cp"$tag"-*.whl; else rm -f "$out"/flytune-*.whl; fi
 "$venv/bin/pip" wheel -q --no-build-isolation --no-deps "${launcher[@]}" \
-  -C "build-dir=build/python/wheel-py$tag" -w "$out" .
+  "--config-settings=build-dir=build/python/wheel-py$tag" -w "$out" .
 found=("$out"/flytune-*-cp"$tag"-*.whl)
 wheel=${found[0]}
 [ -f "$wheel" ] || die "no cp$tag wheel in $out: $(ls "$out")"
@@ -152,4 +235,24 @@ assert flytune.__file__.startswith(sys.prefix), flytune.__file__
 assert os.path.isfile(flytune.library_path()) and os.path.isfile(flytune.runtime_header())
 print("python-wheel: clean venv, pip install --no-index: import flytune", flytune.__version__, "from", flytune.__file__)
 ') || die "the installed wheel does not import in a clean venv"
+
+# The emulated tiny-model tests, from the installed wheel: jax of the build's jaxlib and pytest into the
+# clean venv (fetched into the wheel folder when missing), the tests run with the venv's flytune (checked).
+if [ "$test" = 1 ]; then
+  flytune_bin=${FLYTUNE_BIN:-$PWD/build/release/cli/flytune}
+  [ -x "$flytune_bin" ] || die "--test needs the flytune tool for the test export: $flytune_bin (cmake --build build/release --target flytune)"
+  "$clean/bin/pip" install -q --no-index --find-links "$wheels" "jax==$jaxlib" "jaxlib==$jaxlib" pytest 2>/dev/null || {
+    say "fetching into $wheels: jax==$jaxlib jaxlib==$jaxlib pytest"
+    "$clean/bin/pip" download -q -d "$wheels" --find-links "$wheels" "jax==$jaxlib" "jaxlib==$jaxlib" pytest
+    "$clean/bin/pip" install -q --no-index --find-links "$wheels" "jax==$jaxlib" "jaxlib==$jaxlib" pytest
+  }
+  # -p no:cacheprovider: nothing written into the sources; the installed package, not python/flytune.
+  FLYTUNE_BIN="$flytune_bin" "$clean/bin/python" -c '
+import sys, flytune
+assert flytune.__file__.startswith(sys.prefix), flytune.__file__
+import pytest
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "-k", "cpu_emulator", "python/tests/test_model.py"]))
+' || die "the emulated tiny-model tests failed from the installed $(basename "$wheel")"
+  say "emulated tiny-model tests passed from the installed wheel ($("$clean/bin/python" --version), jax $jaxlib)"
+fi
 say "ok: $wheel"

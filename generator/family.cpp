@@ -149,6 +149,7 @@ StageContract Family::contract(const Variant& v) const {
   c.weights = WeightLayout(v.get("layout"));
   c.output = Reduce(v.get("reduce"));
   c.weight_in_stage1 = v.get("weight_in_stage1") != 0;
+  c.tile_tickets = v.has("dynamic_tiles") && v.get("dynamic_tiles") != 0;
   return c;
 }
 

@@ -55,6 +55,9 @@ struct StageContract {
   // whole layer (the one-launch family): the layer program is a clear of
   // y_acc's head and one launch, and pairs only twins (layer/program.cpp).
   bool whole_layer = false;
+  // Its persistent blocks take their tiles from a ticket counter the layer
+  // clears before the stages (MoeArgs::tile_tickets, templates/ft/tile_order.hpp).
+  bool tile_tickets = false;
 };
 
 struct LaunchShape {

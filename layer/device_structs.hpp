@@ -15,9 +15,9 @@ namespace ft {
 
 static_assert(sizeof(void*) == 8, "flytune hosts pass 64-bit device pointers");
 // Pinned: the manifest documents these layouts and exported kernels read them.
-static_assert(sizeof(MoeArgs) == 200 && offsetof(MoeArgs, tokens) == 88 && offsetof(MoeArgs, flags) == 116 &&
+static_assert(sizeof(MoeArgs) == 208 && offsetof(MoeArgs, tokens) == 88 && offsetof(MoeArgs, flags) == 116 &&
                   offsetof(MoeArgs, bad_ids) == 120 && offsetof(MoeArgs, x_scale) == 128 &&
-                  offsetof(MoeArgs, scales) == 184 && offsetof(MoeArgs, inter_scale) == 192,
+                  offsetof(MoeArgs, scales) == 184 && offsetof(MoeArgs, inter_scale) == 192 && offsetof(MoeArgs, tile_tickets) == 200,
               "ft::MoeArgs is append-only");
 static_assert(sizeof(ShuffleArgs) == 32, "ft::ShuffleArgs is append-only");
 static_assert(sizeof(FillArgs) == 40 && offsetof(FillArgs, elem) == 28 && offsetof(FillArgs, group) == 32,

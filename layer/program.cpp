@@ -306,6 +306,7 @@ struct BufferSizing {
   std::uint64_t head;                 // the one-launch layer's head of y_acc (words); 0: another form
   bool quantise_inter;                // stage 1 leaves a bf16 intermediate for a quantise_inter step
   bool bwd;                           // the backward's program (layer/backward.hpp): plain weights, its own rows
+  bool tickets;                       // a stage takes its tiles from tickets (StageContract::tile_tickets)
   WeightLayout l1, l2;                // the layout each stage reads (where s1 / s2: plain values, not optionals,
                                       // which g++ 12 reads as maybe-uninitialized once inlined)
   Reduce out;
@@ -327,6 +328,11 @@ struct BufferSizing {
   }
   std::uint64_t activation_scale_bytes() const { return std::uint64_t(activation_scale_count(p.scales, (long long)T, (long long)H)) * 4; }
 };
+
+// Whether a stage of the recipe schedules its tiles by tickets.
+bool takes_tickets(const LayerRecipe& r) {
+  return std::any_of(r.stages.begin(), r.stages.end(), [](const Variant& v) { return v.contract().tile_tickets; });
+}
 
 // The words of y_acc's head of a one-launch program (templates/ft/moe_args.hpp).
 std::uint64_t one_launch_head(const LayerProgram& prog, const Problem& p) {
@@ -361,6 +367,7 @@ void size_buffers(LayerProgram& prog, const LayerRecipe& r) {
                        !r.stages.empty() && whole_layer(r) ? one_launch_head(prog, p) : 0,
                        s1 && needs_quantise_inter(*s1),
                        !r.grad.empty(),
+                       takes_tickets(r),
                        s1 ? s1->contract().weights : WeightLayout::plain,
                        s2 ? s2->contract().weights : WeightLayout::plain,
                        s2 ? s2->contract().output : Reduce::atomic};
@@ -491,6 +498,15 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
   }
   if (p.fp8() && s1)
     prog.steps.push_back(launch_step("quantise_x", Role::quantise_x, quantise_x_entry(t), quantise_launch(tokens), args));
+  // Stages scheduled by tickets start from zero on every run of the layer.
+  if (takes_tickets(r)) {
+    Step clear;
+    clear.op = Step::Op::memset_u32;
+    clear.name = "clear_tile_tickets";
+    clear.buffer = Buf::tile_tickets;
+    clear.count = 2;
+    prog.steps.push_back(std::move(clear));
+  }
   MoeArgs align_args = args;
   if (align_clears) align_args.flags |= kFlagAlignClearsCounters | (sums_of(out) == Reduce::atomic ? kFlagAlignClearsSums : 0);
   push_align(prog, t, p, align_args, form);

@@ -43,6 +43,7 @@ const ArgField kMoeArgsFields[] = {
     FT_FIELD(scales, "i32", "fp8: 1 per-tensor, 2 per-token, 3 block128, 4 static; 0 in 16-bit layers"),
     FT_FIELD(reserved, "i32", "0"),
     FT_FIELD(inter_scale, "const f32*", "fp8 static: [1] the static intermediate scale; null in the other modes"),
+    FT_FIELD(tile_tickets, "i32*", "[2] stage 1's and stage 2's tile tickets where a stage schedules its tiles dynamically (workspace, zeroed by the clear_tile_tickets step); null otherwise"),
 };
 #undef FT_FIELD
 #define FT_FIELD(name, type, meaning) ArgField{#name, offsetof(ShuffleArgs, name), sizeof(ShuffleArgs::name), type, meaning}

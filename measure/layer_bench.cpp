@@ -51,7 +51,7 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
       {Buf::w1, E * 2 * I * H * wes}, {Buf::w2, E * H * I * wes},        {Buf::inter, T * k * I * es},
       {Buf::y_acc, std::size_t(y_acc_capacity(p, max_tokens))},  // partials need k rows per token
       {Buf::y, T * H * es},          {Buf::sorted_ids, rows * 4},      {Buf::block_experts, rows * 4},
-      {Buf::padded_rows, 16},        {Buf::bad_ids, 16}};
+      {Buf::padded_rows, 16},        {Buf::bad_ids, 16},               {Buf::tile_tickets, 16}};
   for (const auto& [buf, bytes] : sizes) {
     b->buffers_[std::size_t(buf)] = FT_TRY(DeviceBuffer::allocate(dev, bytes));
     at(b->table_, buf) = b->buffers_[std::size_t(buf)].ptr();
@@ -191,6 +191,8 @@ MoeArgs LayerBench::input_args() const {
 
 Status LayerBench::run_checked(const LayerProgram& p, std::span<const FunctionHandle> fns, const BufferTable& table) {
   FT_CHECK(dev_.memset_u32(at(table, Buf::bad_ids), 0xffffffffu, 1));
+  // Spent tickets: a dynamic stage finds no tile unless the program clears them.
+  if (p.bytes[std::size_t(Buf::tile_tickets)]) FT_CHECK(dev_.memset_u32(at(table, Buf::tile_tickets), 0x40000000u, 2));
   FT_CHECK(execute(dev_, p, fns, table, {}));
   FT_CHECK(dev_.synchronize());
   std::int32_t bad = -1;

@@ -69,6 +69,31 @@ Axis rebalance_axis() {
   return a;
 }
 
+// Tile scheduling of persistent producer blocks (templates/ft/tile_order.hpp,
+// Cfg::dynamic_tiles, "_dyn"): `dynamic` blocks take their tiles by tickets
+// from a counter the layer clears (MoeArgs::tile_tickets), so the grid's
+// partial last wave and the unused capacity's row blocks cost nothing;
+// `static` walks block, block + grid, ... over the capacity. An axis of those
+// blocks only: elsewhere absent from names, JSON and Configs.
+bool persistent_producer_block(const Variant& v) {
+  return v.get("warp_specialized") != 0 && v.get("tiles_per_block") > 1;
+}
+bool dynamic_tiles(const Variant& v) { return persistent_producer_block(v) && v.get("dynamic_tiles") != 0; }
+Axis sched_axis() {
+  Axis a;
+  a.key = "dynamic_tiles";
+  a.type = AxisType::boolean;
+  a.spelling = "wgmma_sched";
+  a.names = {"static", "dynamic"};
+  a.cpp_type = "bool";
+  a.defaults = {0};  // opt-in (wgmma_sched=static,dynamic) until measured (docs/HOPPER.md)
+  a.wide = {0, 1};
+  a.present = persistent_producer_block;
+  a.token = [](const Variant&, AxisValue x) { return std::string(x ? "_dyn" : ""); };
+  a.name_rank = axes::kTiles;  // after the register split (the axis before it): "_t8_pp_dyn"
+  return a;
+}
+
 class WgmmaFamily final : public Family {
  public:
   WgmmaFamily() {
@@ -94,6 +119,7 @@ class WgmmaFamily final : public Family {
     axes_.push_back(axes::tiles_per_block("wgmma_tiles", Values{{1, 8}, {1, 4, 8}}));
     axes_.push_back(pingpong_axis());
     axes_.push_back(rebalance_axis());
+    axes_.push_back(sched_axis());
     axes_.push_back(axes::weight_in_stage1(Values{{0}, {0, 1}}));
     axes_.push_back(axes::layout("", Values{{int(WeightLayout::plain)}}, layout_for_producer));
     axes_.push_back(axes::split_k(Values{{1, 4}, {1, 2, 4}}));
@@ -128,7 +154,8 @@ class WgmmaFamily final : public Family {
     const int st = v.get("stages");
     const int ring = st * (v.get("tile_m") + v.weight_matrices() * v.get("tile_n")) * 128 + 1024 +
                      (v.get("warp_specialized") ? 16 * st : 0) + (pingpong(v) ? 16 : 0) +  // + two turn mbarriers
-                     (rebalance(v) ? v.get("tile_m") * 64 : 0);  // + the producer's A-row pointers (8 bytes a chunk)
+                     (rebalance(v) ? v.get("tile_m") * 64 : 0) +  // + the producer's A-row pointers (8 bytes a chunk)
+                     (dynamic_tiles(v) ? 4 * (8 + 8 + 4) : 0);  // + the ticket ring: 4 slots, each two mbarriers and the ticket
     return std::max(ring, fp8::staged_bytes(v));
   }
 

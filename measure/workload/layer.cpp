@@ -70,11 +70,13 @@ Result<DeviceWorkload> DeviceWorkload::upload(Device& device, const Workload& w)
   dw.sorted_ids = FT_TRY(DeviceBuffer::allocate(device, std::size_t(sorted_ids_capacity(w.problem, w.tokens)) * 4));
   dw.block_experts = FT_TRY(DeviceBuffer::allocate(device, std::size_t(rows) * 4));
   dw.bad_ids = FT_TRY(DeviceBuffer::allocate(device, 4));
+  dw.tile_tickets = FT_TRY(DeviceBuffer::allocate(device, 8));
   const std::pair<Buf, const DeviceBuffer*> entries[] = {
       {Buf::x, &dw.x},         {Buf::topk_ids, &dw.topk_ids},     {Buf::topk_weights, &dw.topk_weights},
       {Buf::w1, &dw.w1_[0]},   {Buf::w2, &dw.w2_[0]},             {Buf::inter, &dw.inter},
       {Buf::y_acc, &dw.y_acc}, {Buf::y, &dw.y},                   {Buf::sorted_ids, &dw.sorted_ids},
-      {Buf::block_experts, &dw.block_experts}, {Buf::padded_rows, &dw.padded_rows}, {Buf::bad_ids, &dw.bad_ids}};
+      {Buf::block_experts, &dw.block_experts}, {Buf::padded_rows, &dw.padded_rows}, {Buf::bad_ids, &dw.bad_ids},
+      {Buf::tile_tickets, &dw.tile_tickets}};
   for (const auto& [b, buffer] : entries) at(dw.table_, b) = buffer->ptr();
   return dw;
 }
@@ -126,6 +128,8 @@ Result<LayerResult> run_layer(DeviceWorkload& dw, const RoleKernels& kernels, co
   FT_CHECK(d.memset_u32(dw.block_experts.ptr(), 0, blocks, s));
   FT_CHECK(d.memset_u32(dw.y_acc.ptr(), 0xffffffffu, T * k * H, s));
   FT_CHECK(d.memset_u32(dw.bad_ids.ptr(), 0xffffffffu, 1, s));
+  // Spent tickets: a dynamic stage finds no tile unless the program clears them.
+  FT_CHECK(d.memset_u32(dw.tile_tickets.ptr(), 0x40000000u, 2, s));
   if (p.fp8()) {
     FT_CHECK(d.memset_u32(dw.xq.ptr(), nan_codes(w.fp8_format), T * H / 4, s));
     FT_CHECK(d.memset_u32(dw.x_scales.ptr(), 0xffffffffu, dw.x_scales.bytes() / 4, s));

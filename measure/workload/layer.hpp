@@ -33,7 +33,7 @@ class DeviceWorkload {
   // workspace (sorted_ids and block_experts sized for kMaxAlignBlock).
   const BufferTable& table() const { return table_; }
 
-  DeviceBuffer x, topk_ids, topk_weights, inter, y_acc, y, padded_rows, sorted_ids, block_experts, bad_ids;
+  DeviceBuffer x, topk_ids, topk_weights, inter, y_acc, y, padded_rows, sorted_ids, block_experts, bad_ids, tile_tickets;
   // fp8 workloads: the scales and the quantise steps' workspace.
   DeviceBuffer x_scale, w1_scales, w2_scales, xq, x_scales, inter_q, inter_scales;
   DeviceBuffer inter_scale;  // static scales: the workload's [1]

@@ -70,6 +70,10 @@ struct MoeArgs {
   // appended: static_tensor: [1] the caller's static intermediate scale (h quantised as
   // h / inter_scale, saturating); null in the other modes.
   const float* inter_scale;
+  // appended: [2] the tile tickets of stage 1 and stage 2 when they schedule their
+  // persistent blocks dynamically (Cfg::dynamic_tiles, tile_order.hpp); a
+  // clear_tile_tickets step zeroes them before the stages; null otherwise.
+  i32* tile_tickets;
 };
 
 // Dynamic LDS of the align kernel: per-expert counts, offsets (E + 1) and

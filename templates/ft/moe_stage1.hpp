@@ -42,7 +42,7 @@ struct Stage1 {
     run_tiles<Cfg>(g, p.max_padded_rows / Cfg::tile_m, p.inter_size / Cfg::tile_n, 1, [&](int row_block, int col_tile, int, auto lanes) {
       if constexpr (kFp8) tile_fp8(p, g, row_block, col_tile, lanes);
       else tile(p, g, row_block, col_tile, lanes);
-    });
+    }, tickets_of<Cfg>(p.tile_tickets, 0, p.padded_rows));
   }
 
   // lanes: which lanes run this copy (lanes.hpp; run_tiles).

@@ -98,7 +98,8 @@ struct Stage2 {
                    [&](int row_block, int col_tile, int split, auto lanes) {
                      if constexpr (kFp8) tile_fp8(p, g, row_block, col_tile, split, lanes);
                      else tile(p, g, row_block, col_tile, split, lanes);
-                   });
+                   },
+                   tickets_of<Cfg>(p.tile_tickets, 1, p.padded_rows));
   }
 
   // Adds (atomic) or writes (partials) the sums of pair `id` at columns c, c+1, ...

@@ -77,6 +77,14 @@ FT_HOST_DEVICE constexpr bool rebalance_of() {
   else return false;
 }
 
+// Cfg::dynamic_tiles (the wgmma family's wgmma_sched axis: persistent blocks
+// take their tiles by tickets, tile_order.hpp); false for Configs without the member.
+template <class Cfg>
+FT_HOST_DEVICE constexpr bool dynamic_tiles_of() {
+  if constexpr (requires { Cfg::dynamic_tiles; }) return Cfg::dynamic_tiles;
+  else return false;
+}
+
 template <class Cfg, int NB, int PromoteEvery = 0>
 struct WgmmaGemm;
 
@@ -128,8 +136,13 @@ struct WgmmaGemm {
   // (after the mbarriers, one per chunk, each lane reading back only its own),
   // not in registers: it runs on RegisterSplit::kProducer of them.
   static constexpr int kPointerTableBytes = kRebalance ? kChunksPerThread * kLoaders * 8 : 0;
+  // A dynamic walk's ticket ring (tile_order.hpp, for_each_ticket): a full
+  // and an empty mbarrier and a slot per ticket in flight, after the pointer table.
+  static constexpr bool kDynamic = dynamic_tiles_of<Cfg>();
+  static constexpr int kTicketSlots = 4;
+  static constexpr int kTicketBytes = kDynamic ? kTicketSlots * (8 + 8 + 4) : 0;
   static constexpr int kSmemBytes =
-      Cfg::stages * kStageBytes + 1024 + kBarrierBytes + kPointerTableBytes;  // + room to align to 1024
+      Cfg::stages * kStageBytes + 1024 + kBarrierBytes + kPointerTableBytes + kTicketBytes;  // + room to align to 1024
   static constexpr u32 kWeightTileBytes = TN * 128;
   static constexpr int kRowStep = kLoaders / 8;  // rows between one thread's consecutive chunks
 
@@ -149,6 +162,8 @@ struct WgmmaGemm {
                 "ping-pong: persistent producer blocks, two consumer warpgroups, no promotion");
   static_assert(!kRebalance || (kSpecialized && Cfg::tiles_per_block > 1 && kConsumers >= 2),
                 "register rebalance: persistent producer blocks (the roles split in run_tiles), two or three consumers");
+  static_assert(!kDynamic || (kSpecialized && Cfg::tiles_per_block > 1),
+                "a dynamic tile walk: persistent producer blocks (one producer lane takes the tickets)");
 
   float acc[RM][kN / 2];
   float total[Promote ? RM : 1][Promote ? kN / 2 : 1];  // promoted sums
@@ -252,6 +267,11 @@ struct WgmmaGemm {
   FT_DEVICE static const Operand** pointer_table() {
     return reinterpret_cast<const Operand**>(ring() + Cfg::stages * kStageBytes + kBarrierBytes);
   }
+  // The ticket ring (kDynamic): kTicketSlots full mbarriers, as many empty ones, then the slots.
+  FT_DEVICE static u64* ticket_full() {
+    return reinterpret_cast<u64*>(ring() + Cfg::stages * kStageBytes + kBarrierBytes + kPointerTableBytes);
+  }
+  FT_DEVICE static i32* ticket_slots() { return reinterpret_cast<i32*>(ticket_full() + 2 * kTicketSlots); }
   // Loader l's source pointer of its j-th chunk: a register, or (kRebalance) its shared-memory slot.
   FT_DEVICE const Operand* source(int l, int j) const {
     if constexpr (kRebalance) return pointer_table()[j * kLoaders + l];
@@ -273,6 +293,11 @@ struct WgmmaGemm {
         }
       if (kPingPong && thread_index() == 0)
         for (int w = 0; w < 2; ++w) mbarrier_init(&turn_barriers()[w], 128);
+      if (kDynamic && thread_index() == 0)
+        for (int s = 0; s < kTicketSlots; ++s) {
+          mbarrier_init(&ticket_full()[s], 1);                   // the lane that took the ticket
+          mbarrier_init(&ticket_full()[kTicketSlots + s], kThreads);  // every lane, once it has read it
+        }
       barrier();
     }
   }

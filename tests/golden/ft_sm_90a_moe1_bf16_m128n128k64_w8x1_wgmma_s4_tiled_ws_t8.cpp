@@ -17,6 +17,7 @@ struct Config {
   static constexpr int tiles_per_block = 8;
   static constexpr bool pingpong = false;
   static constexpr bool rebalance = false;
+  static constexpr bool dynamic_tiles = false;
   static constexpr bool weight_in_stage1 = false;
   static constexpr ft::WeightLayout layout = ft::WeightLayout::tiled;
   static constexpr int split_k = 1;

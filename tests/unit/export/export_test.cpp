@@ -33,7 +33,7 @@ TEST(Export, H200ManifestCodeObjectsExistAndHashToTheirNames) {
   EXPECT_EQ(m["target"], "sm_90a");
   EXPECT_EQ(m["code_object_format"], "cubin");
   EXPECT_EQ(m["device"]["name"], "NVIDIA H200");
-  EXPECT_EQ(m["args"]["size"], 200);
+  EXPECT_EQ(m["args"]["size"], 208);
   ASSERT_EQ(m["problems"].size(), 1u);
   const json& p = m["problems"][0];
   EXPECT_EQ(p["key"], "moe_e8_h4096_i14336_k2_bf16_swiglu_uniform");
@@ -103,7 +103,7 @@ TEST(Export, StepsAreTheLayerProgramsAndArgsLayoutIsMoeArgs) {
     }
   }
   const json& fields = ex.manifest["args"]["fields"];
-  ASSERT_EQ(fields.size(), 30u);
+  ASSERT_EQ(fields.size(), 31u);
   EXPECT_EQ(fields[0]["name"], "x");
   EXPECT_EQ(fields[11]["name"], "tokens");
   EXPECT_EQ(fields[11]["offset"], offsetof(MoeArgs, tokens));
@@ -117,9 +117,11 @@ TEST(Export, StepsAreTheLayerProgramsAndArgsLayoutIsMoeArgs) {
   EXPECT_EQ(fields[27]["offset"], 184);
   EXPECT_EQ(fields[29]["name"], "inter_scale");  // the static mode's, appended after reserved
   EXPECT_EQ(fields[29]["offset"], 192);
+  EXPECT_EQ(fields[30]["name"], "tile_tickets");  // the dynamic tile walks', appended after it
+  EXPECT_EQ(fields[30]["offset"], 200);
   const std::string header = test::read_bytes((fs::path(ex.dir) / "flytune_dispatch.h").string());
   EXPECT_NE(header.find("#define FLYTUNE_DISPATCH_COUNT 6"), std::string::npos);
-  EXPECT_NE(header.find("#define FLYTUNE_MOE_ARGS_SIZE 200"), std::string::npos);
+  EXPECT_NE(header.find("#define FLYTUNE_MOE_ARGS_SIZE 208"), std::string::npos);
   EXPECT_NE(header.find(p["buckets"][0]["steps"][2]["symbol"].get<std::string>()), std::string::npos);
 }
 

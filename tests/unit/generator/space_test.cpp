@@ -295,6 +295,7 @@ TEST(Launch, PersistentGridCoversEveryTile) {
   old_record.erase("tiles_per_block");  // written before the field existed
   old_record.erase("pingpong");         // (and before the ping-pong axis of persistent blocks)
   old_record.erase("rebalance");        // (and before the register rebalance axis)
+  old_record.erase("dynamic_tiles");    // (and before the dynamic tile walks)
   auto old = Variant::from_json(old_record);
   ASSERT_TRUE(old) << old.error().describe();
   EXPECT_EQ(old->get("tiles_per_block"), 1);

@@ -121,10 +121,12 @@ TEST(Operation, BufferRowsKeepTheirNamesOrderAndWorkspace) {
                                        // the backward's rows, appended (layer/backward.hpp)
                                        "dy", "saved_gate_up", "saved_inter", "d_gate_up", "d_weights", "dx", "dw1", "dw2",
                                        // the static scale mode's input, appended after them
-                                       "inter_scale"};
+                                       "inter_scale",
+                                       // the dynamic tile walks' tickets
+                                       "tile_tickets"};
   ASSERT_EQ(kBufCount, names.size());
   const std::set<std::string> workspace{"inter", "y_acc", "sorted_ids", "block_experts", "padded_rows",
-                                        "xq",    "x_scales", "inter_q", "inter_scales", "d_gate_up"};
+                                        "xq",    "x_scales", "inter_q", "inter_scales", "d_gate_up", "tile_tickets"};
   for (std::size_t i = 0; i < kBufCount; ++i) {
     const BufferInfo& b = buffer_info(Buf(i));
     EXPECT_EQ(b.name, names[i]);

@@ -38,13 +38,35 @@ nb::dict scale_shapes(const std::vector<ft::py::ScaleTensor>& tensors) {
 
 void* stream_of(std::uintptr_t s) { return reinterpret_cast<void*>(s); }
 
-}  // namespace
+nb::dict problem_dict(const ft::py::ProblemInfo& p) {
+  nb::dict d;
+  d["key"] = p.key, d["experts"] = p.experts, d["hidden"] = p.hidden, d["inter"] = p.inter;
+  d["topk"] = p.topk, d["dtype"] = p.dtype, d["buckets"] = p.buckets;
+  d["element_bytes"] = p.element_bytes, d["scales"] = p.scales, d["scale_shapes"] = scale_shapes(p.scale_tensors);
+  d["has_backward"] = p.has_backward;
+  return d;
+}
 
-NB_MODULE(_core, m) {
-  m.doc() = "flytune's runtime (libflytune_runtime) for Python; use flytune.load()";
+nb::dict plan_dict(const ft::py::PlanInfo& i) {
+  nb::dict d;
+  d["problem"] = i.problem, d["tokens"] = i.tokens, d["bucket"] = i.bucket;
+  d["w1_shuffled"] = i.w1_shuffled, d["w2_shuffled"] = i.w2_shuffled;
+  d["w1_tiled"] = i.w1_tiled, d["w2_tiled"] = i.w2_tiled;
+  d["w1"] = i.w1, d["w2"] = i.w2;
+  d["workspace"] = workspace_dict(i.workspace);
+  d["dtype"] = i.dtype, d["element_bytes"] = i.element_bytes, d["scales"] = i.scales;
+  d["scale_shapes"] = scale_shapes(i.scale_tensors);
+  d["coverage"] = i.coverage, d["coverage_note"] = i.coverage_note;
+  nb::dict backward;
+  backward["available"] = i.backward.available, backward["bucket"] = i.backward.bucket;
+  backward["why"] = i.backward.why, backward["scratch"] = workspace_dict(i.backward.scratch);
+  d["backward"] = backward;
+  return d;
+}
 
-  // ft::py::Error -> flytune._core.RuntimeError(status, message); flytune/__init__.py
-  // re-raises it as the FlytuneError subclass of its status.
+// ft::py::Error -> flytune._core.Error(status, message) (flytune/__init__.py re-raises
+// it as the FlytuneError subclass of its status), and the C API's constants.
+void define_errors_and_constants(nb::module_& m) {
   static nb::object error_type = nb::borrow(PyErr_NewException("flytune._core.Error", PyExc_RuntimeError, nullptr));
   m.attr("Error") = error_type;
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
@@ -55,7 +77,6 @@ NB_MODULE(_core, m) {
       PyErr_SetObject(error_type.ptr(), args.ptr());
     }
   });
-
   m.attr("FT_ERR_MANIFEST") = int(FT_ERR_MANIFEST);
   m.attr("FT_ERR_FILE") = int(FT_ERR_FILE);
   m.attr("FT_ERR_HASH") = int(FT_ERR_HASH);
@@ -68,6 +89,14 @@ NB_MODULE(_core, m) {
   m.attr("WEIGHT_LAYOUT_TILED") = int(FT_WEIGHT_LAYOUT_TILED);
   m.attr("WORKSPACE_ALIGN") = std::size_t(FT_WORKSPACE_ALIGN);
   m.attr("PLAN_CACHE_PLANS") = ft::py::kPlanCachePlans;
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+  m.doc() = "flytune's runtime (libflytune_runtime) for Python; use flytune.load()";
+
+  define_errors_and_constants(m);
 
   nb::class_<Export>(m, "Export")
       .def_static("open", &Export::open, nb::arg("dir"), nb::arg("device"),
@@ -79,36 +108,13 @@ NB_MODULE(_core, m) {
       .def("problems",
            [](Export& e) {
              nb::list out;
-             for (const ft::py::ProblemInfo& p : e.problems()) {
-               nb::dict d;
-               d["key"] = p.key, d["experts"] = p.experts, d["hidden"] = p.hidden, d["inter"] = p.inter;
-               d["topk"] = p.topk, d["dtype"] = p.dtype, d["buckets"] = p.buckets;
-               d["element_bytes"] = p.element_bytes, d["scales"] = p.scales, d["scale_shapes"] = scale_shapes(p.scale_tensors);
-               d["has_backward"] = p.has_backward;
-               out.append(d);
-             }
+             for (const ft::py::ProblemInfo& p : e.problems()) out.append(problem_dict(p));
              return out;
            })
       .def("find_problem", &Export::find_problem, nb::arg("experts"), nb::arg("hidden"), nb::arg("inter"),
            nb::arg("topk"), nb::arg("dtype"), nb::arg("tokens"), nb::arg("scales") = "none")
       .def("plan_info",
-           [](Export& e, const std::string& problem, int tokens) {
-             const ft::py::PlanInfo i = e.plan_info(problem, tokens);
-             nb::dict d;
-             d["problem"] = i.problem, d["tokens"] = i.tokens, d["bucket"] = i.bucket;
-             d["w1_shuffled"] = i.w1_shuffled, d["w2_shuffled"] = i.w2_shuffled;
-             d["w1_tiled"] = i.w1_tiled, d["w2_tiled"] = i.w2_tiled;
-             d["w1"] = i.w1, d["w2"] = i.w2;
-             d["workspace"] = workspace_dict(i.workspace);
-             d["dtype"] = i.dtype, d["element_bytes"] = i.element_bytes, d["scales"] = i.scales;
-             d["scale_shapes"] = scale_shapes(i.scale_tensors);
-             d["coverage"] = i.coverage, d["coverage_note"] = i.coverage_note;
-             nb::dict backward;
-             backward["available"] = i.backward.available, backward["bucket"] = i.backward.bucket;
-             backward["why"] = i.backward.why, backward["scratch"] = workspace_dict(i.backward.scratch);
-             d["backward"] = backward;
-             return d;
-           },
+           [](Export& e, const std::string& problem, int tokens) { return plan_dict(e.plan_info(problem, tokens)); },
            nb::arg("problem"), nb::arg("tokens"))
       .def("weight_copies", &Export::weight_copies, nb::arg("problem"))
       .def("weights_read", &Export::weights_read, nb::arg("problem"))

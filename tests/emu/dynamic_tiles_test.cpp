@@ -23,45 +23,31 @@
 namespace ft::emu::test {
 namespace {
 
-struct Stage {
-  int tile_m, tile_n, warps_m, stages, tiles;
-  bool pingpong = false;
-  Reduce reduce = Reduce::atomic;
-  int split_k = 1;
+struct Stage : PersistentStage {
+  bool pingpong = false;  // 8x1 warps only
 };
 
-Variant dynamic_variant(const Target& t, StageRole role, DType dtype, const Stage& s, bool weight_in_stage1) {
-  const bool fp8 = dtype == DType::e4m3;
-  Variant v = Variant::of(t, role, *find_atom(fp8 ? "wgmma_m64k32_f32_e4m3" : "wgmma_m64k16_f32_bf16"));
-  v.set("tile_m", s.tile_m).set("tile_n", s.tile_n).set("tile_k", fp8 ? 128 : 64);
-  v.set("warps_m", s.warps_m).set("warps_n", 1).set("stages", s.stages);
-  v.set("warp_specialized", 1).set("tiles_per_block", s.tiles).set("dynamic_tiles", 1);
+Variant dynamic_variant(StageRole role, DType dtype, const Stage& s, bool weight_in_stage1) {
+  Variant v = persistent_stage(role, dtype, s, weight_in_stage1).set("dynamic_tiles", 1);
   if (s.warps_m == 8) v.set("pingpong", s.pingpong);
-  v.set("layout", int(WeightLayout::tiled)).set("weight_in_stage1", weight_in_stage1);
-  if (role == StageRole::stage2) v.set("reduce", int(s.reduce)).set("split_k", s.split_k);
-  if (fp8) {
-    v.set("scales", int(Scales::per_tensor)).set("promote", 0);
-    if (role == StageRole::stage2) v.set("inter_scales", int(InterScales::row));
-  }
   return v;
 }
 
 LayerPlan dynamic_plan(DType dtype, const Stage& s1, const Stage& s2, bool weight_in_stage1 = false) {
-  const Target& t = target("sm_90a");
-  return {dynamic_variant(t, StageRole::stage1, dtype, s1, weight_in_stage1),
-          dynamic_variant(t, StageRole::stage2, dtype, s2, weight_in_stage1)};
+  return {dynamic_variant(StageRole::stage1, dtype, s1, weight_in_stage1),
+          dynamic_variant(StageRole::stage2, dtype, s2, weight_in_stage1)};
 }
 
 std::vector<LayerPlan> dynamic_plans() {
   return {
       // one consumer warpgroup; stage 2 runs 8 k-tiles through a 4-deep ring
-      dynamic_plan(DType::bf16, {64, 64, 4, 3, 3}, {64, 128, 4, 4, 2}),
+      dynamic_plan(DType::bf16, {{64, 64, 4, 3, 3}}, {{64, 128, 4, 4, 2}}),
       // two consumer warpgroups splitting each tile, routed weight in stage 1, 16-bit partials
-      dynamic_plan(DType::bf16, {128, 64, 8, 3, 4}, {128, 64, 8, 3, 2, false, Reduce::partials16}, true),
+      dynamic_plan(DType::bf16, {{128, 64, 8, 3, 4}}, {{128, 64, 8, 3, 2, Reduce::partials16}}, true),
       // ping-pong consumers, split-K (the walk's splits outermost)
-      dynamic_plan(DType::bf16, {64, 128, 8, 4, 2, true}, {64, 64, 8, 3, 5, true, Reduce::atomic, 2}),
+      dynamic_plan(DType::bf16, {{64, 128, 8, 4, 2}, true}, {{64, 64, 8, 3, 5, Reduce::atomic, 2}, true}),
       // fp8 per-tensor, fast accumulation; stage 2 on row scales with N = 256
-      dynamic_plan(DType::e4m3, {64, 128, 4, 3, 3}, {64, 256, 4, 3, 3}),
+      dynamic_plan(DType::e4m3, {{64, 128, 4, 3, 3}}, {{64, 256, 4, 3, 3}}),
   };
 }
 

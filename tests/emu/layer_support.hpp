@@ -13,6 +13,7 @@
 #include "generator/atoms.hpp"
 #include "generator/emitter.hpp"
 #include "generator/space.hpp"
+#include "templates/ft/moe_inter_scales.hpp"
 #include "tests/emu/emu_test_support.hpp"
 #include "measure/workload/layer.hpp"
 #include "measure/workload/reference.hpp"
@@ -140,6 +141,29 @@ class TargetBench {
   std::unique_ptr<EmuDevice> device_;
   std::map<std::string, ModuleHandle> modules_;
 };
+
+// A stage of sm_90a's wgmma family in persistent producer blocks (pingpong_test,
+// dynamic_tiles_test set their axis on it): bf16, or fp8 per-tensor with fast
+// accumulation and stage 2 on row scales; tiled weights.
+struct PersistentStage {
+  int tile_m, tile_n, warps_m, stages, tiles;
+  Reduce reduce = Reduce::atomic;
+  int split_k = 1;
+};
+inline Variant persistent_stage(StageRole role, DType dtype, const PersistentStage& s, bool weight_in_stage1) {
+  const bool fp8 = dtype == DType::e4m3;
+  Variant v = Variant::of(target("sm_90a"), role, *find_atom(fp8 ? "wgmma_m64k32_f32_e4m3" : "wgmma_m64k16_f32_bf16"));
+  v.set("tile_m", s.tile_m).set("tile_n", s.tile_n).set("tile_k", fp8 ? 128 : 64);
+  v.set("warps_m", s.warps_m).set("warps_n", 1).set("stages", s.stages);
+  v.set("warp_specialized", 1).set("tiles_per_block", s.tiles);
+  v.set("layout", int(WeightLayout::tiled)).set("weight_in_stage1", weight_in_stage1);
+  if (role == StageRole::stage2) v.set("reduce", int(s.reduce)).set("split_k", s.split_k);
+  if (fp8) {
+    v.set("scales", int(Scales::per_tensor)).set("promote", 0);
+    if (role == StageRole::stage2) v.set("inter_scales", int(InterScales::row));
+  }
+  return v;
+}
 
 // Workloads (one expert with no tokens) and their references, per process.
 struct Case {

@@ -19,42 +19,26 @@
 namespace ft::emu::test {
 namespace {
 
-struct Stage {
-  int tile_m, tile_n, stages, tiles;
-  Reduce reduce = Reduce::atomic;
-  int split_k = 1;
-};
+using Stage = PersistentStage;  // 8x1 warps: two consumer warpgroups
 
-Variant pingpong_variant(const Target& t, StageRole role, DType dtype, const Stage& s, bool weight_in_stage1) {
-  const bool fp8 = dtype == DType::e4m3;
-  Variant v = Variant::of(t, role, *find_atom(fp8 ? "wgmma_m64k32_f32_e4m3" : "wgmma_m64k16_f32_bf16"));
-  v.set("tile_m", s.tile_m).set("tile_n", s.tile_n).set("tile_k", fp8 ? 128 : 64);
-  v.set("warps_m", 8).set("warps_n", 1).set("stages", s.stages);
-  v.set("warp_specialized", 1).set("tiles_per_block", s.tiles).set("pingpong", 1);
-  v.set("layout", int(WeightLayout::tiled)).set("weight_in_stage1", weight_in_stage1);
-  if (role == StageRole::stage2) v.set("reduce", int(s.reduce)).set("split_k", s.split_k);
-  if (fp8) {
-    v.set("scales", int(Scales::per_tensor)).set("promote", 0);
-    if (role == StageRole::stage2) v.set("inter_scales", int(InterScales::row));
-  }
-  return v;
+Variant pingpong_variant(StageRole role, DType dtype, const Stage& s, bool weight_in_stage1) {
+  return persistent_stage(role, dtype, s, weight_in_stage1).set("pingpong", 1);
 }
 
 LayerPlan pingpong_plan(DType dtype, const Stage& s1, const Stage& s2, bool weight_in_stage1 = false) {
-  const Target& t = target("sm_90a");
-  return {pingpong_variant(t, StageRole::stage1, dtype, s1, weight_in_stage1),
-          pingpong_variant(t, StageRole::stage2, dtype, s2, weight_in_stage1)};
+  return {pingpong_variant(StageRole::stage1, dtype, s1, weight_in_stage1),
+          pingpong_variant(StageRole::stage2, dtype, s2, weight_in_stage1)};
 }
 
 std::vector<LayerPlan> pingpong_plans() {
   return {
       // one 64-row block per warpgroup; stage 2 runs 8 k-tiles through a 4-deep ring
-      pingpong_plan(DType::bf16, {64, 64, 3, 3}, {64, 128, 4, 3}),
+      pingpong_plan(DType::bf16, {64, 64, 8, 3, 3}, {64, 128, 8, 4, 3}),
       // two 64-row blocks per warpgroup, routed weight in stage 1, 16-bit partials / split-K
-      pingpong_plan(DType::bf16, {128, 64, 3, 4}, {128, 64, 3, 2, Reduce::partials16}, true),
-      pingpong_plan(DType::bf16, {64, 128, 4, 2}, {64, 64, 3, 5, Reduce::atomic, 2}),
+      pingpong_plan(DType::bf16, {128, 64, 8, 3, 4}, {128, 64, 8, 3, 2, Reduce::partials16}, true),
+      pingpong_plan(DType::bf16, {64, 128, 8, 4, 2}, {64, 64, 8, 3, 5, Reduce::atomic, 2}),
       // fp8 per-tensor, fast accumulation; stage 2 on row scales with N = 256
-      pingpong_plan(DType::e4m3, {64, 128, 3, 3}, {64, 256, 3, 3}),
+      pingpong_plan(DType::e4m3, {64, 128, 8, 3, 3}, {64, 256, 8, 3, 3}),
   };
 }
 

@@ -17,11 +17,14 @@ sm_90a winners of the tiny Mixtral's MoE problem (E 4, H 256, I 512, k 2, bf16),
 --emulate --target sm_90a --dtype bf16 --experts 4 --hidden 256 --inter 512 --topk 2 --space "small;
 wgmma_tile_m=64;wgmma_tile_n=64;wgmma_stages=3;tile_m=32" --tokens 1,8 --no-baseline`.
 
-The training tests (test_train_jax.py, test_train_torch.py) need an export with backward buckets, which no
-committed database holds: the emu_train_export_dir fixture searches a small bf16 layer (E 4, H 64, I 64, k 2)
-on the CPU emulator with both passes (`flytune search --emulate --target gfx950 ... --pass both --space small
---budget 1 --tokens 1,9`, ctest's BackwardExport layer) and exports it; the kernels' builds are cached in
-$FLYTUNE_CACHE_DIR, so a second run takes seconds.
+The training tests (test_train_jax.py, test_train_torch.py) load the export of tests/data/tiny_emu_train.db: a
+small bf16 layer (E 4, H 64, I 64, k 2) with forward and backward buckets at T = 1 and 9, the CPU emulator's gfx950
+winners of `flytune search --emulate --target gfx950 --experts 4 --hidden 64 --inter 64 --topk 2 --pass both
+--space small --budget 1 --tokens 1,9 --seed 5` (committed rather than searched in each pytest session: the search
+took 40-80 s of every session on two cores with a cold cache; the search itself is ctest's, BackwardExport and
+SearchBackward). Re-make it with that command (--db tests/data/tiny_emu_train.db, then
+`sqlite3 tests/data/tiny_emu_train.db 'PRAGMA journal_mode=DELETE; VACUUM'`) when the emulator's kernel
+arguments change incompatibly.
 """
 import importlib
 import json
@@ -80,21 +83,12 @@ def emu_fp8_export_dir(tmp_path_factory) -> pathlib.Path:
     return _export_test_db(tmp_path_factory, "tiny_emu_fp8.db", "tiny_emu_fp8")
 
 
-TRAIN_SEARCH = ["search", "--emulate", "--target", "gfx950", "--experts", "4", "--hidden", "64", "--inter", "64",
-                "--topk", "2", "--pass", "both", "--space", "small", "--budget", "1", "--tokens", "1,9", "--seed", "5"]
-
-
 @pytest.fixture(scope="session")
 def emu_train_export_dir(tmp_path_factory) -> pathlib.Path:
     """A bf16 layer (E 4, H 64, I 64, k 2) with forward and backward buckets at T = 1 and 9, searched on the CPU
-    emulator of gfx950 and exported (host libraries: opened with device="emulate" or "none")."""
-    work = tmp_path_factory.mktemp("train")
-    db, out = work / "train.db", work / "export"
-    for args in (TRAIN_SEARCH + ["--db", str(db)], ["export", "--db", str(db), "--out", str(out), "--check", "none"]):
-        r = subprocess.run([str(_flytune_bin()), *args], capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            pytest.fail(f"flytune {' '.join(args)} failed ({r.returncode}): {(r.stdout + r.stderr)[-2000:]}")
-    return out
+    emulator of gfx950 (tests/data/tiny_emu_train.db) and exported (host libraries: opened with device="emulate" or
+    "none")."""
+    return _export_test_db(tmp_path_factory, "tiny_emu_train.db", "tiny_emu_train")
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,10 @@
 """Training through flytune.jax without a GPU: jax.grad of moe_layer (its jax.custom_vjp, the typed FFI target
 flytune_moe_layer_backward on JAX's CPU platform) running the real backward kernels of an emulated export with
-backward buckets (conftest's emu_train_export_dir: `flytune search --emulate --pass both`), against jax.grad of a
-float32 reference of the layer (layer_reference.jax_layer_fp32) on fresh inputs: ragged counts with an empty
-expert and -1 ids, T not a multiple of any tile, T above the largest backward bucket, under jit and vmap; a
-mutant routing must miss the reference. Refusals: an export without backward buckets, fp8 layers, weights
-without their plain w1 / w2 -- one line each, at trace time."""
+backward buckets (conftest's emu_train_export_dir: tests/data/tiny_emu_train.db, from `flytune search --emulate
+--pass both`), against jax.grad of a float32 reference of the layer (layer_reference.jax_layer_fp32, jitted) on
+fresh inputs: ragged counts with an empty expert and -1 ids, T not a multiple of any tile, T above the largest
+backward bucket, under jit and vmap; a mutant routing must miss the reference. Refusals: an export without
+backward buckets, fp8 layers, weights without their plain w1 / w2 -- one line each, at trace time."""
 import re
 
 import numpy as np
@@ -33,11 +33,16 @@ def _arrays(case):
     return bf16(x), jnp.asarray(ids), jnp.asarray(weights), bf16(w1), bf16(w2), bf16(dy)
 
 
+# jax.grad of the float32 layer under jit: one XLA compile per shape, where eagerly every primitive of the
+# forward and the backward was one (130 compiles, two thirds of this file's time on two cores).
+_REFERENCE_GRAD = jax.jit(jax.grad(lambda x, w1, w2, tw, ids, dy: jnp.sum(jax_layer_fp32(jnp, x, w1, w2, ids, tw) * dy),
+                                   argnums=(0, 1, 2, 3)))
+
+
 def _reference_grads(case):
     """jax.grad of the float32 layer: d(sum(y * dy)) for x, w1, w2, topk_weights."""
     x, w1, w2, ids, weights, dy = case
-    loss = lambda x, w1, w2, tw: jnp.sum(jax_layer_fp32(jnp, x, w1, w2, jnp.asarray(ids), tw) * dy)  # noqa: E731
-    return [np.asarray(g) for g in jax.grad(loss, argnums=(0, 1, 2, 3))(x, w1, w2, weights)]
+    return [np.asarray(g) for g in _REFERENCE_GRAD(x, w1, w2, weights, jnp.asarray(ids), dy)]
 
 
 def _flytune_grads(export, x, ids, tw, w1, w2, dy, jit=True):
@@ -222,7 +227,7 @@ p = e.problems[0]
 assert len(jax.devices()) == 2, jax.devices()
 x, w1, w2, ids, tw, dy = grad_case(p, 10, "ragged", seed=41)
 ref = lambda x, w1, w2, tw: jnp.sum(jax_layer_fp32(jnp, x, w1, w2, jnp.asarray(ids), tw) * dy)
-want = jax.grad(ref, argnums=(0, 1, 2, 3))(x, w1, w2, tw)
+want = jax.jit(jax.grad(ref, argnums=(0, 1, 2, 3)))(x, w1, w2, tw)
 mesh = Mesh(np.array(jax.devices()), ("t",))
 
 def local(x, ids, tw, dy, w1, w2):  # each shard: the layer of its 5 tokens, the loss summed over shards

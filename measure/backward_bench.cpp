@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "layer/backward.hpp"
+#include "layer/device_structs.hpp"
 #include "layer/operation.hpp"
 #include "measure/workload/backward_reference.hpp"
 #include "measure/workload/half.hpp"
@@ -57,12 +58,20 @@ const std::vector<float>& reference_gradient(Buf b, const MoeGradients<float>& r
   return ref.d_gate_up;
 }
 
-// The host side of the current inputs and their reference.
+// The host side of the current inputs; their reference once a verification needs it.
 struct BackwardBench::State {
   Workload w;
-  std::vector<std::uint16_t> dy, gate_up, inter;  // 16-bit, as a forward saved them
+  std::vector<std::uint16_t> dy;
+  // The fp32 CPU backward and the saved tensors rounded from it: made by the
+  // first verify() of these inputs (ensure_reference), never for timing (at
+  // Mixtral's 4096 tokens it is ~6 TFLOP of CPU loops).
+  bool referenced = false;
+  std::vector<std::uint16_t> gate_up, inter;
   MoeGradients<float> ref;
-  FunctionHandle align, align_count, align_scatter;
+  // Timing's saved tensors without a reference: the support unit's
+  // forward_saved on the device, once per inputs (at the program's sizes).
+  DeviceBuffer saved_gate_up, saved_inter;
+  FunctionHandle align, align_count, align_scatter, forward_saved;
 };
 
 bool BackwardCheck::passed() const {
@@ -95,6 +104,7 @@ BackwardBench::~BackwardBench() {
 }
 
 int BackwardBench::tokens() const { return state_->w.tokens; }
+bool BackwardBench::has_reference() const { return state_->referenced; }
 
 Result<std::unique_ptr<BackwardBench>> BackwardBench::create(Device& dev, const Problem& p, const Target& target,
                                                              std::span<const std::byte> support) {
@@ -106,6 +116,7 @@ Result<std::unique_ptr<BackwardBench>> BackwardBench::create(Device& dev, const 
   b->state_->align = FT_TRY(entry(Support::align));
   b->state_->align_count = FT_TRY(entry(Support::align_count));
   b->state_->align_scatter = FT_TRY(entry(Support::align_scatter));
+  if (auto f = entry(Support::forward_saved)) b->state_->forward_saved = *f;  // timing's saved tensors (absent: refused there)
   b->flush_ = FT_TRY(L2Flush::create(dev));
   return b;
 }
@@ -122,20 +133,28 @@ Status BackwardBench::set_inputs(int tokens, std::uint64_t seed, int empty_exper
   o.seed = seed;
   o.empty_experts = empty_experts;
   s.w = FT_TRY(make_workload(problem_, tokens, o));
-  const DType d = problem_.dtype;
-  const MoeInputs<float> in = decoded_inputs(s.w);
-  std::vector<float> dy(std::size_t(tokens) * std::size_t(problem_.hidden));
   s.dy.clear();
-  for (std::size_t i = 0; i < dy.size(); ++i) {
-    s.dy.push_back(f32_to_half(d, random_normal(seed ^ 0x6479u, i)));  // "dy"
-    dy[i] = half_to_f32(d, s.dy.back());
-  }
-  s.ref = moe_backward(in, std::span<const float>(dy));
+  for (std::size_t i = 0; i < std::size_t(tokens) * std::size_t(problem_.hidden); ++i)
+    s.dy.push_back(f32_to_half(problem_.dtype, random_normal(seed ^ 0x6479u, i)));  // "dy"
+  s.referenced = false;
+  s.ref = {};
   s.gate_up.clear();
   s.inter.clear();
+  s.saved_gate_up = {};
+  s.saved_inter = {};
+  return {};
+}
+
+void BackwardBench::ensure_reference() {
+  State& s = *state_;
+  if (s.referenced) return;
+  const DType d = problem_.dtype;
+  std::vector<float> dy(s.dy.size());
+  for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = half_to_f32(d, s.dy[i]);
+  s.ref = moe_backward(decoded_inputs(s.w), std::span<const float>(dy));
   for (float v : s.ref.gate_up) s.gate_up.push_back(f32_to_half(d, v));
   for (float v : s.ref.inter) s.inter.push_back(f32_to_half(d, v));
-  return {};
+  s.referenced = true;
 }
 
 namespace {
@@ -153,8 +172,40 @@ struct Prepared {
   Bound bound;
 };
 
+// Without a reference (timing): the saved tensors by forward_saved from the
+// uploaded X, routing and W1, into s's buffers once per inputs; the
+// program's buffers point at them (no step writes them).
+Status saved_on_device(Device& dev, const Problem& p, BackwardBench::State& s, const LayerProgram& prog,
+                       const BufferTable& inputs) {
+  if (s.saved_gate_up.ptr()) return {};
+  if (!s.forward_saved.p)
+    return fail(Errc::not_found, "the support unit has no forward_saved kernel to make the saved tensors for timing");
+  s.saved_gate_up = FT_TRY(DeviceBuffer::allocate(dev, std::max<std::size_t>(16, std::size_t(prog.bytes[std::size_t(Buf::saved_gate_up)]))));
+  s.saved_inter = FT_TRY(DeviceBuffer::allocate(dev, std::max<std::size_t>(16, std::size_t(prog.bytes[std::size_t(Buf::saved_inter)]))));
+  SavedArgs a{device_pointer<const u16>(at(inputs, Buf::x)), device_pointer<const i32>(at(inputs, Buf::topk_ids)),
+              device_pointer<const u16>(at(inputs, Buf::w1)), device_pointer<u16>(s.saved_gate_up.ptr()),
+              device_pointer<u16>(s.saved_inter.ptr()), s.w.tokens, p.hidden, p.inter, p.experts, p.topk, 0};
+  const LaunchShape l = reference_launch(StageRole::stage1, p, s.w.tokens);
+  FT_CHECK(dev.launch(s.forward_saved, Dim3{unsigned(l.grid_x), unsigned(l.grid_y), unsigned(l.grid_z)},
+                      Dim3{unsigned(l.block), 1, 1}, l.lds_bytes, {}, &a, sizeof a));
+  return dev.synchronize();
+}
+
+// d_gate_up as the input of a program without dgrad2: the reference's, or
+// (timing) seeded normal values of the same order.
+std::vector<std::uint16_t> d_gate_up_input(const Problem& p, const BackwardBench::State& s) {
+  std::vector<std::uint16_t> out;
+  if (s.referenced) {
+    for (float v : s.ref.d_gate_up) out.push_back(f32_to_half(p.dtype, v));
+    return out;
+  }
+  const std::size_t n = std::size_t(s.w.tokens) * std::size_t(p.topk) * 2 * std::size_t(p.inter);
+  for (std::size_t i = 0; i < n; ++i) out.push_back(f32_to_half(p.dtype, 0.01f * random_normal(s.w.seed ^ 0x6467u, i)));
+  return out;
+}
+
 Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, const LayerRecipe& r, RoleKernels k,
-                             const BackwardBench::State& s) {
+                             BackwardBench::State& s) {
   if (s.w.tokens == 0) return fail(Errc::internal, "the backward bench has no inputs yet (set_inputs)");
   k.align = s.align;
   k.align_count = s.align_count;
@@ -169,12 +220,12 @@ Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, con
   // d_gate_up is an input of a program without dgrad2 (dgrad1 or wgrad1 alone).
   const bool has_dgrad2 = std::ranges::any_of(r.grad, [](const GradStage& g) { return g.role == Role::dgrad2; });
   std::vector<std::uint16_t> d_gate_up;
-  if (!has_dgrad2)
-    for (float v : s.ref.d_gate_up) d_gate_up.push_back(f32_to_half(p.dtype, v));
+  if (!has_dgrad2) d_gate_up = d_gate_up_input(p, s);
   for (std::size_t i = 0; i < kBufCount; ++i) {
     const std::size_t bytes = std::size_t(out.prog.bytes[i]);
     if (!bytes) continue;
     const Buf b = Buf(i);
+    if (!s.referenced && (b == Buf::saved_gate_up || b == Buf::saved_inter)) continue;  // after the inputs, below
     DeviceBuffer buf;
     switch (b) {
       case Buf::x: buf = FT_TRY(upload(dev, w.x, bytes)); break;
@@ -198,6 +249,11 @@ Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, con
     out.bound.table[i] = buf.ptr();
     out.bound.held.emplace(b, std::move(buf));
   }
+  if (!s.referenced) {
+    FT_CHECK(saved_on_device(dev, p, s, out.prog, out.bound.table));
+    out.bound.table[std::size_t(Buf::saved_gate_up)] = s.saved_gate_up.ptr();
+    out.bound.table[std::size_t(Buf::saved_inter)] = s.saved_inter.ptr();
+  }
   FT_CHECK(check_buffers(out.prog, out.bound.table));
   return out;
 }
@@ -205,8 +261,9 @@ Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, con
 }  // namespace
 
 Result<BackwardCheck> BackwardBench::verify(const LayerRecipe& r, const RoleKernels& grad) {
+  if (state_->w.tokens) ensure_reference();
   const State& s = *state_;
-  Prepared run = FT_TRY(prepare_run(dev_, problem_, target_, r, grad, s));
+  Prepared run = FT_TRY(prepare_run(dev_, problem_, target_, r, grad, *state_));
   FT_CHECK(execute(dev_, run.prog, run.fns, run.bound.table, {}));
   FT_CHECK(dev_.synchronize());
 

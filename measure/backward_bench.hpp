@@ -8,7 +8,13 @@
 // forward's saved tensors (the pre-activations [gate; up] and the
 // intermediate) from the fp32 CPU backward (workload/backward_reference.hpp,
 // moe_backward) rounded to the 16-bit type, as a forward would have stored
-// them. That backward is the reference: verification poisons every output
+// them. That backward is the reference, computed by the first verification
+// of the inputs and never for timing: a timed program reads saved tensors
+// made on the device by the support unit's forward_saved (templates/ft/
+// moe_saved.hpp: the same values up to the order of the fp32 sums), and a
+// program without dgrad2 reads seeded d_gate_up values (0.01 N(0, 1)) -- so a
+// search times Mixtral's layer at 16384 tokens without ~25 TFLOP of CPU
+// loops. Verification poisons every output
 // and the workspace with NaN (the sorted rows zeroed), runs the whole program
 // once and compares every buffer a role writes (the operation's rows) with
 // compare.hpp's 16-bit bounds -- dX, dW1, dW2 and d(topk_weights) as fp32,
@@ -69,7 +75,7 @@ class BackwardBench {
 
   // Loads a backward GEMM's code object; the handle stays valid for the bench's life.
   Result<FunctionHandle> load(std::span<const std::byte> code_object, const std::string& entry);
-  // Fresh inputs and their reference gradients for `tokens`.
+  // Fresh inputs for `tokens`; their reference gradients are made by the first verify().
   Status set_inputs(int tokens, std::uint64_t seed, int empty_experts);
 
   // `grad`: the kernels of the recipe's roles (dgrad2 .. wgrad1); the bench adds its align.
@@ -77,11 +83,13 @@ class BackwardBench {
   Result<Timing> time(const LayerRecipe& recipe, const RoleKernels& grad, const TimingOptions& opt);
 
   int tokens() const;
+  bool has_reference() const;  // whether the current inputs' CPU backward has been computed (by a verify)
 
   struct State;  // the current inputs, their reference and the align kernels (backward_bench.cpp)
 
  private:
   BackwardBench(Device& dev, const Problem& p, const Target& t);
+  void ensure_reference();  // the fp32 CPU backward of the current inputs, once
   Device& dev_;
   Problem problem_;
   const Target& target_;

@@ -4,6 +4,7 @@
 #include <cstddef>
 
 #include "measure/workload/half.hpp"
+#include "measure/workload/parallel_for.hpp"
 
 namespace ft {
 namespace {
@@ -50,28 +51,24 @@ void down(const MoeInputs<R>& in, long long e, const R* h, R* z) {
   }
 }
 
-// The backward of one pair p routed to e, given its forward values g, u, h, z:
-// dweights, d_inter, d_gate_up of p and its adds into dw2, dw1 and dx.
+// The per-pair half of the backward of pair p routed to e, given its forward
+// values g, u, h (out.inter) and z: dweights, d_inter and d_gate_up of p. Each
+// pair writes only its own rows, so pairs run in parallel.
 template <class R>
 void backward_pair(const MoeInputs<R>& in, std::span<const R> dy, long long p, long long e, const std::vector<R>& g,
                    const std::vector<R>& u, const std::vector<R>& z, MoeGradients<R>& out) {
   const long long H = in.shape.hidden, I = in.shape.inter, t = p / in.shape.topk;
   const R w = in.weights[std::size_t(p)];
   const R* dyt = &dy[std::size_t(t * H)];
-  const R* h = &out.inter[std::size_t(p * I)];
   R dw = 0;
   for (long long c = 0; c < H; ++c) dw += dyt[c] * z[std::size_t(c)];
   out.dweights[std::size_t(p)] = dw;
-  // dh = W2_e^T (w dY_t); dW2_e += (w dY_t) h^T.
+  // dh = W2_e^T (w dY_t).
   R* dh = &out.d_inter[std::size_t(p * I)];
   for (long long c = 0; c < H; ++c) {
     const R dz = w * dyt[c];
     const R* wr = &in.w2[std::size_t((e * H + c) * I)];
-    R* dw2r = &out.dw2[std::size_t((e * H + c) * I)];
-    for (long long i = 0; i < I; ++i) {
-      dh[i] += wr[i] * dz;
-      dw2r[i] += dz * h[i];
-    }
+    for (long long i = 0; i < I; ++i) dh[i] += wr[i] * dz;
   }
   // The SwiGLU backward.
   R* dgu = &out.d_gate_up[std::size_t(p * 2 * I)];
@@ -80,15 +77,45 @@ void backward_pair(const MoeInputs<R>& in, std::span<const R> dy, long long p, l
     dgu[i] = dh[i] * u[std::size_t(i)] * s * (R(1) + gi * (R(1) - s));
     dgu[I + i] = dh[i] * gi * s;
   }
-  // dW1_e += [dg; du] x_t^T; dX_t += W1_e^T [dg; du].
-  const R* x = &in.x[std::size_t(t * H)];
+}
+
+// The K-grouped sums, one weight row per call: row r of dW2 (r = e H + c:
+// sum over e's pairs of (w_p dY_t[c]) h_p) or of dW1 (r = e 2I + n: sum of
+// d_gate_up[p, n] x_t), over `pairs` (e's routed pairs, in order).
+template <class R>
+void dw2_row(const MoeInputs<R>& in, std::span<const R> dy, const std::vector<long long>& pairs, long long r,
+             MoeGradients<R>& out) {
+  const long long H = in.shape.hidden, I = in.shape.inter, c = r % H;
+  R* row = &out.dw2[std::size_t(r * I)];
+  for (long long p : pairs) {
+    const R dz = in.weights[std::size_t(p)] * dy[std::size_t(p / in.shape.topk * H + c)];
+    const R* h = &out.inter[std::size_t(p * I)];
+    for (long long i = 0; i < I; ++i) row[i] += dz * h[i];
+  }
+}
+template <class R>
+void dw1_row(const MoeInputs<R>& in, const std::vector<long long>& pairs, long long r, MoeGradients<R>& out) {
+  const long long H = in.shape.hidden, I = in.shape.inter, n = r % (2 * I);
+  R* row = &out.dw1[std::size_t(r * H)];
+  for (long long p : pairs) {
+    const R d = out.d_gate_up[std::size_t(p * 2 * I + n)];
+    const R* x = &in.x[std::size_t(p / in.shape.topk * H)];
+    for (long long c = 0; c < H; ++c) row[c] += d * x[c];
+  }
+}
+
+// dX_t = sum over t's routed slots of W1_e^T [dg; du].
+template <class R>
+void dx_row(const MoeInputs<R>& in, long long t, MoeGradients<R>& out) {
+  const long long H = in.shape.hidden, I = in.shape.inter;
   R* dx = &out.dx[std::size_t(t * H)];
-  for (long long n = 0; n < 2 * I; ++n) {
-    const R* w1r = &in.w1[std::size_t((e * 2 * I + n) * H)];
-    R* dw1r = &out.dw1[std::size_t((e * 2 * I + n) * H)];
-    for (long long c = 0; c < H; ++c) {
-      dw1r[c] += dgu[n] * x[c];
-      dx[c] += w1r[c] * dgu[n];
+  for (long long p = t * in.shape.topk; p < (t + 1) * in.shape.topk; ++p) {
+    const long long e = expert_of(in, p);
+    if (e < 0) continue;
+    const R* dgu = &out.d_gate_up[std::size_t(p * 2 * I)];
+    for (long long n = 0; n < 2 * I; ++n) {
+      const R* w1r = &in.w1[std::size_t((e * 2 * I + n) * H)];
+      for (long long c = 0; c < H; ++c) dx[c] += w1r[c] * dgu[n];
     }
   }
 }
@@ -126,10 +153,17 @@ MoeGradients<R> moe_backward(const MoeInputs<R>& in, std::span<const R> dy) {
   out.inter.assign(std::size_t(P * I), R(0));
   out.d_inter.assign(std::size_t(P * I), R(0));
   out.d_gate_up.assign(std::size_t(P * 2 * I), R(0));
-  std::vector<R> g(static_cast<std::size_t>(I)), u(static_cast<std::size_t>(I)), z(static_cast<std::size_t>(H));
-  for (long long p = 0; p < P; ++p) {
+  // On every core (Mixtral's layer at the search's 333 verification tokens is
+  // ~0.7 TFLOP): each step writes only its own rows, and every sum runs in the
+  // order of the one-thread loops (pairs ascending), so the result does not
+  // depend on the thread count.
+  std::vector<std::vector<long long>> pairs_of(static_cast<std::size_t>(E));
+  for (long long p = 0; p < P; ++p)
+    if (const long long e = expert_of(in, p); e >= 0) pairs_of[std::size_t(e)].push_back(p);
+  parallel_for(P, 0, [&](long long p) {
     const long long e = expert_of(in, p);
-    if (e < 0) continue;
+    if (e < 0) return;
+    std::vector<R> g(static_cast<std::size_t>(I)), u(static_cast<std::size_t>(I)), z(static_cast<std::size_t>(H));
     gate_up(in, p, e, g.data(), u.data());
     for (long long i = 0; i < I; ++i) {
       out.gate_up[std::size_t(p * 2 * I + i)] = g[std::size_t(i)];
@@ -139,7 +173,10 @@ MoeGradients<R> moe_backward(const MoeInputs<R>& in, std::span<const R> dy) {
     for (long long i = 0; i < I; ++i) h[i] = g[std::size_t(i)] * sigmoid(g[std::size_t(i)]) * u[std::size_t(i)];
     down(in, e, h, z.data());
     backward_pair(in, dy, p, e, g, u, z, out);
-  }
+  });
+  parallel_for(E * H, 0, [&](long long r) { dw2_row(in, dy, pairs_of[std::size_t(r / H)], r, out); });
+  parallel_for(E * 2 * I, 0, [&](long long r) { dw1_row(in, pairs_of[std::size_t(r / (2 * I))], r, out); });
+  parallel_for(s.tokens, 0, [&](long long t) { dx_row(in, t, out); });
   return out;
 }
 

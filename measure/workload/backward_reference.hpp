@@ -2,7 +2,8 @@
 // The MoE layer's backward pass on the CPU: the reference every backward
 // kernel is checked against (docs/TRAINING.md). Plain loops over real values
 // (fp32 for verification; double for the finite-difference tests that check
-// this code itself), no rounding to 16-bit anywhere.
+// this code itself), no rounding to 16-bit anywhere, run on every core (the
+// same sums in the same order whatever the thread count).
 //
 // The layer, for each (token t, slot s) pair p = t*k + s routed to expert
 // e = ids[p] in [0, E) (any other id, -1 included, contributes nothing):

@@ -2,27 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 
 #include "measure/workload/half.hpp"
+#include "measure/workload/parallel_for.hpp"
 
 namespace ft {
 namespace {
-
-template <class Fn>
-void parallel_for(long long count, unsigned threads, Fn fn) {
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = unsigned(std::clamp<long long>(count, 1, threads));
-  if (threads == 1) {
-    for (long long i = 0; i < count; ++i) fn(i);
-    return;
-  }
-  std::vector<std::jthread> pool;
-  for (unsigned t = 0; t < threads; ++t)
-    pool.emplace_back([&, t] {
-      for (long long i = t; i < count; i += threads) fn(i);
-    });
-}
 
 float decode(Elem f, std::uint8_t v) { return f == Elem::e4m3fnuz ? e4m3fnuz_to_f32(v) : e4m3_to_f32(v); }
 std::uint8_t quantise(Elem f, float v, float scale) {

@@ -3,7 +3,8 @@
 // backward_program_test.cpp (E = 4, H = I = 64, top-2) passes at T = 333 with
 // one expert without tokens and at T = 7; the same program with the K-grouped
 // GEMM's broken-atom mutant (tests/emu/units/kgrouped_mutant.cpp) in both
-// wgrad roles fails, on dW2 and dW1 alone; a timing is positive.
+// wgrad roles fails, on dW2 and dW1 alone; a timing is positive, and timing
+// fresh inputs computes no CPU backward (their saved tensors by forward_saved).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -82,6 +83,17 @@ TEST_P(EmuBackwardBench, VerifiesAgainstTheCpuBackward) {
     ASSERT_TRUE(time) << time.error().describe();
     EXPECT_GT(time->median_us, 0.0);
     EXPECT_EQ(time->samples, 2);
+    // Fresh inputs timed first: the saved tensors come from forward_saved on
+    // the device and the CPU backward is not computed; a verification of the
+    // same inputs then computes it and passes.
+    ASSERT_TRUE((*bench)->set_inputs(33, 12, 1));
+    auto fresh = (*bench)->time(r, k, {.warmup = 0, .reps = 1, .flush_l2 = false});
+    ASSERT_TRUE(fresh) << fresh.error().describe();
+    EXPECT_FALSE((*bench)->has_reference()) << "timing computed the CPU backward";
+    auto after = (*bench)->verify(r, k);
+    ASSERT_TRUE(after) << after.error().describe();
+    EXPECT_TRUE(after->passed()) << after->summary();
+    EXPECT_TRUE((*bench)->has_reference());
   }
 }
 

@@ -56,6 +56,9 @@ class LayerBench {
   Status set_inputs(int tokens, std::uint64_t seed, std::span<const std::int32_t> topk_ids,
                     std::span<const float> topk_weights);
 
+  // Where buffer b of the current inputs lives (tests read the workspace).
+  DevicePtr buffer(Buf b) const { return at(table_, b); }
+
   Result<Comparison> verify_stage(const Variant& v, FunctionHandle f);
   Result<Comparison> verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2);
   Result<Timing> time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt);

@@ -7,6 +7,7 @@
 #include "tests/emu/layer_support.hpp"
 #include "measure/layer_bench.hpp"
 #include "measure/workload/workload.hpp"
+#include "generator/emitter.hpp"
 
 namespace ft::emu::test {
 namespace {
@@ -83,6 +84,44 @@ TEST_P(EmuLayerBench, VerifiesAndTimesStagesAndLayers) {
 INSTANTIATE_TEST_SUITE_P(Targets, EmuLayerBench,
                          ::testing::Combine(::testing::Values("gfx942", "sm_90a"), ::testing::Values(0, 1, 3)),
                          [](const auto& info) { return fmt::format("{}_plan{}", std::get<0>(info.param), std::get<1>(info.param)); });
+
+// A stage of dynamic tile walks timed alone (wgmma_sched=dynamic): every
+// repetition starts from cleared tickets, so after one repetition or three
+// the stage's ticket counter holds what one run of it takes. (It grew by a
+// block's worth per extra repetition when only the first run found cleared
+// tickets and the rest timed a stage that computed nothing: the H100 run of
+// 2026-12-07 08:22 read 5-30 us for such stages.)
+TEST(EmuLayerBenchDynamic, EveryTimedRepetitionOfADynamicStageRunsItsTiles) {
+  const Target& t = target("sm_90a");
+  const Problem p = small_problem(DType::bf16);
+  TargetBench& tb = TargetBench::of(t);
+  auto support = compile_emulated(emit_support(t, p.dtype), t, compile_options());
+  ASSERT_TRUE(support) << support.error().describe();
+  auto bench = LayerBench::create(tb.device(), p, t, support->binary, 64);
+  ASSERT_TRUE(bench) << bench.error().describe();
+  for (StageRole role : {StageRole::stage1, StageRole::stage2}) {
+    const Variant v = persistent_stage(role, DType::bf16, {64, 64, 4, 3, 3}, false).set("dynamic_tiles", 1);
+    ASSERT_TRUE(v.contract().tile_tickets) << v.name();
+    auto lib = compile_emulated(emit_variant(v), t, compile_options());
+    ASSERT_TRUE(lib) << lib.error().describe();
+    auto f = (*bench)->load(lib->binary, v.name(), v.lds_bytes());
+    ASSERT_TRUE(f) << f.error().describe();
+    Routed r = *make_routing(p, 33, WorkloadOptions{7, 1});
+    ASSERT_TRUE((*bench)->set_inputs(33, 7, r.ids, r.weights));
+    const std::size_t slot = role == StageRole::stage1 ? 0 : 1;
+    auto tickets_after = [&](int warmup, int reps) -> std::int32_t {
+      auto st = (*bench)->time_stage(v, *f, {.warmup = warmup, .reps = reps, .flush_l2 = false, .graph = false});
+      EXPECT_TRUE(st) << st.error().describe();
+      std::int32_t taken[2] = {-1, -1};
+      EXPECT_TRUE(tb.device().copy_to_host(taken, (*bench)->buffer(Buf::tile_tickets), sizeof taken));
+      return taken[slot];
+    };
+    const std::int32_t once = tickets_after(0, 1);
+    EXPECT_GT(once, 0) << v.name();
+    EXPECT_LT(once, 1 << 20) << v.name();
+    EXPECT_EQ(tickets_after(1, 2), once) << v.name() << ": a repetition started from spent tickets";
+  }
+}
 
 TEST(EmuLayerBenchRouting, MaskedSlotsVerifyAndBadIdsAreRefused) {
   const Target& t = target("sm_90a");

@@ -48,7 +48,8 @@ TEST_P(DefaultSpace, EveryVariantCompilesDisassemblesAndFits) {
   const Target& target = *find_target(GetParam().target);
   const Problem problem = test::mixtral();
   CompileSpaceOptions opt;
-  opt.compile = test::compile_options_for(test::current_test_id(), GetParam().backend);
+  opt.compile = test::compile_options_for(test::default_space_test_id(GetParam()), GetParam().backend);
+  ASSERT_EQ(test::default_space_test_id(GetParam()), test::current_test_id()) << "the shared cache folder's name";
   opt.progress = false;
 
   if (!GetParam().backend) {

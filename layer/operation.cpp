@@ -163,6 +163,15 @@ int extent(Extent e, int hidden, int inter) {
   return 2 * inter;
 }
 
+std::vector<RoleKernel> role_kernels(const LayerRecipe& r) {
+  std::vector<RoleKernel> out;
+  for (const Variant& v : r.stages) out.push_back({kMoeForward.stage(v.role)->launch, v.name(), v.lds_limit()});
+  for (const GradStage& g : r.grad) out.push_back({g.role, g.kernel.name(), g.kernel.lds_bytes()});
+  return out;
+}
+
+const Operation& operation_of(const LayerRecipe& r) { return r.grad.empty() ? kMoeForward : kMoeBackward; }
+
 std::span<const Operation* const> operations() { return kOperations; }
 const Operation& moe_forward() { return kMoeForward; }
 const Operation& moe_backward() { return kMoeBackward; }

@@ -31,6 +31,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "generator/backward_gemm.hpp"
 #include "generator/family.hpp"
@@ -116,6 +117,20 @@ struct Operation {
   const Stage* find_stage(std::string_view name) const;
   const GradRole* grad_role(Role launch) const;  // null: not a backward role of this operation
 };
+
+// A kernel one of a recipe's roles runs, whatever configures it (a stage's
+// family variant, a backward GEMM configuration): the export ships its code
+// object and the runtime loads it by these.
+struct RoleKernel {
+  Role launch;          // the step role that runs it
+  std::string symbol;   // its entry: the configuration's name, the store's kernel name
+  int lds_bytes = 0;    // the dynamic shared memory its function is allowed (0: none above the default)
+};
+// The kernels of a recipe in its operation's role order: a forward recipe's
+// stage variants, a backward recipe's GEMM configurations.
+std::vector<RoleKernel> role_kernels(const LayerRecipe& r);
+// The operation a recipe is of: the backward's when it holds backward roles.
+const Operation& operation_of(const LayerRecipe& r);
 
 // Every operation, the forward MoE layer first, then its backward.
 std::span<const Operation* const> operations();

@@ -412,9 +412,10 @@ std::vector<Variant> stage_list(const std::optional<Variant>& stage1, const std:
   return out;
 }
 
-bool launches(const LayerProgram& p, const Variant& stage) {
-  const std::string name = stage.name();
-  return std::any_of(p.steps.begin(), p.steps.end(), [&](const Step& s) { return s.op == Step::Op::launch && s.symbol == name; });
+bool launches(const LayerProgram& p, const Variant& stage) { return launches(p, stage.name()); }
+
+bool launches(const LayerProgram& p, std::string_view symbol) {
+  return std::any_of(p.steps.begin(), p.steps.end(), [&](const Step& s) { return s.op == Step::Op::launch && s.symbol == symbol; });
 }
 
 Result<int> align_block_of(const LayerRecipe& r) {

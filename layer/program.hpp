@@ -214,6 +214,8 @@ struct LayerProgram {
 // stage of a layer, but the one-launch family's moe1 twin: its moe2 unit runs
 // the whole layer). The export ships, and the runtime loads, only these.
 bool launches(const LayerProgram& p, const Variant& stage);
+// Whether a launch step of the program runs the entry `symbol`.
+bool launches(const LayerProgram& p, std::string_view symbol);
 
 // The row block of a recipe: the least common multiple of its stages' tile_m
 // (Errc::invalid_input above kMaxAlignBlock, with the tiles named).

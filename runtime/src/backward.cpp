@@ -13,12 +13,6 @@
 namespace ft::rt {
 namespace {
 
-std::vector<int> tokens_of(const std::vector<Bucket>& buckets) {
-  std::vector<int> t;
-  for (const Bucket& b : buckets) t.push_back(b.tokens);
-  return t;
-}
-
 Result<const BackwardPlan*> backward_of(const Plan& plan) {
   if (!plan.backward)
     return fail(Errc::not_found, "the export has no backward of this problem: search it with flytune search --pass "
@@ -53,50 +47,17 @@ Result<BufferTable> grad_table(const LayerProgram& program, const GradBuffers& b
 
 }  // namespace
 
-Status Runtime::load_backward(Bucket& b, const SupportUnit& u,
-                              const std::function<Result<FunctionHandle>(const std::string&, const std::string&)>& function) {
-  b.kernels.align = u.fn(Support::align);
-  b.kernels.align_count = u.fn(Support::align_count);
-  b.kernels.align_scatter = u.fn(Support::align_scatter);
-  for (const GradStage& g : b.recipe.grad) {
-    const std::string name = g.kernel.name();
-    const FunctionHandle f = FT_TRY(function(b.code_objects.at(name), name));
-    switch (g.role) {
-      case Role::dgrad2: b.kernels.dgrad2 = f; break;
-      case Role::dgrad1: b.kernels.dgrad1 = f; break;
-      case Role::wgrad2: b.kernels.wgrad2 = f; break;
-      case Role::wgrad1: b.kernels.wgrad1 = f; break;
-      default: return fail(Errc::internal, "a backward bucket holds a stage of role " + std::string(to_string(g.role)));
-    }
-    if (g.kernel.lds_bytes() > 0) FT_CHECK(device_->set_dynamic_shared(f, g.kernel.lds_bytes()));
-  }
-  return {};
-}
-
-Result<BackwardPlan> Runtime::plan_backward(const ProblemEntry& p, int tokens) const {
-  BackwardPlan out;
-  out.bucket = &p.backward[manifest::select_bucket(tokens_of(p.backward), tokens)];
-  auto program = build_backward_program(out.bucket->recipe, tokens);
-  if (!program) return fail(Errc::usage, "backward: " + program.error().message, p.key);
-  out.program = std::move(*program);
-  if (loaded_) out.functions = FT_TRY(bind(out.program, out.bucket->kernels));
-  return out;
-}
-
 Result<std::uint64_t> Runtime::backward_workspace_bytes(const Plan& plan, int tokens) const {
   const BackwardPlan* bw = FT_TRY(backward_of(plan));
   if (tokens == plan.tokens) return ft::workspace_placement(bw->program).total;
-  auto program = build_backward_program(bw->bucket->recipe, tokens);
+  auto program = op::moe_backward().build(bw->bucket->recipe, tokens);
   if (!program) return fail(Errc::usage, "backward: " + program.error().message, plan.problem->key);
   return ft::workspace_placement(*program).total;
 }
 
 Status Runtime::launch_backward(const Plan& plan, const GradBuffers& b, StreamHandle stream) {
   const BackwardPlan* bw = FT_TRY(backward_of(plan));
-  const BufferTable table = FT_TRY(grad_table(bw->program, b));
-  FT_CHECK(check_buffers(bw->program, table));
-  if (!loaded_) return fail(Errc::device, "no device: the export was opened without one (checks and plans only)");
-  return execute(*device_, bw->program, bw->functions, table, stream);
+  return run(*bw, FT_TRY(grad_table(bw->program, b)), stream);
 }
 
 Status Runtime::backward_saved(const Plan& plan, const GradBuffers& b, StreamHandle stream) {

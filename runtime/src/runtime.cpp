@@ -272,21 +272,45 @@ Status Runtime::load(const std::map<std::string, std::vector<std::byte>>& object
   for (ProblemEntry& p : manifest_.problems) {
     const SupportUnit& u = *std::find_if(manifest_.supports.begin(), manifest_.supports.end(),
                                          [&](const SupportUnit& s) { return s.dtype == p.problem.dtype; });
-    for (Bucket& b : p.buckets) {
-      b.kernels = {u.fn(Support::align),         {}, {}, u.fn(Support::reduce_atomic), u.fn(Support::reduce_partials),
-                   u.fn(Support::reduce_partials16), u.fn(Support::align_count), u.fn(Support::align_scatter),
-                   u.fn(Support::quantise_x),     u.fn(Support::quantise_inter)};
-      for (const Variant& v : b.recipe.stages) {
-        if (!launches(b.program, v)) continue;  // the one-launch layer's moe1 twin
-        FunctionHandle& slot = v.role == StageRole::stage1 ? b.kernels.stage1 : b.kernels.stage2;
-        slot = FT_TRY(function(b.code_objects.at(v.name()), v.name()));
-        if (v.lds_limit() > 0) FT_CHECK(device_->set_dynamic_shared(slot, v.lds_limit()));
-      }
-    }
-    for (Bucket& b : p.backward) FT_CHECK(load_backward(b, u, function));
+    for (Bucket& b : p.buckets) FT_CHECK(load_bucket(op::moe_forward(), b, u, function));
+    for (Bucket& b : p.backward) FT_CHECK(load_bucket(op::moe_backward(), b, u, function));
   }
   loaded_ = true;
   return {};
+}
+
+Status Runtime::load_bucket(const op::Operation& op, Bucket& b, const SupportUnit& u, const FunctionOf& function) {
+  for (Support s : op.support)
+    if (const auto role = support_info(s).role) b.kernels.of(*role) = u.fn(s);
+  for (const op::RoleKernel& k : op::role_kernels(b.recipe)) {
+    if (!launches(b.program, k.symbol)) continue;  // the one-launch layer's moe1 twin
+    const auto file = b.code_objects.find(k.symbol);
+    if (file == b.code_objects.end())
+      return fail(Errc::invalid_input, fmt::format("a {} bucket names no code object for {}", op.name, k.symbol));
+    FunctionHandle& slot = b.kernels.of(k.launch);
+    slot = FT_TRY(function(file->second, k.symbol));
+    if (k.lds_bytes > 0) FT_CHECK(device_->set_dynamic_shared(slot, k.lds_bytes));
+  }
+  return {};
+}
+
+Result<OperationPlan> Runtime::plan_operation(const op::Operation& op, const std::vector<Bucket>& buckets, int tokens,
+                                              const std::string& what, const std::string& key) const {
+  std::vector<int> sizes;
+  for (const Bucket& b : buckets) sizes.push_back(b.tokens);
+  OperationPlan out;
+  out.bucket = &buckets[manifest::select_bucket(sizes, tokens)];
+  auto program = op.build(out.bucket->recipe, tokens);
+  if (!program) return fail(Errc::usage, what + program.error().message, key);
+  out.program = std::move(*program);
+  if (loaded_) out.functions = FT_TRY(bind(out.program, out.bucket->kernels));
+  return out;
+}
+
+Status Runtime::run(const OperationPlan& plan, const BufferTable& table, StreamHandle stream) {
+  FT_CHECK(check_buffers(plan.program, table));
+  if (!loaded_) return std::unexpected(no_device_error());
+  return execute(*device_, plan.program, plan.functions, table, stream);
 }
 
 Result<Plan> Runtime::select(const std::string& key, int tokens) {
@@ -298,18 +322,14 @@ Result<Plan> Runtime::select(const std::string& key, int tokens) {
     return fail(Errc::not_found, "no tuned kernels for problem '" + key + "' (the export has: " + known + ")");
   }
   Plan plan;
+  static_cast<OperationPlan&>(plan) = FT_TRY(plan_operation(op::moe_forward(), it->buckets, tokens, "", key));
   plan.problem = &*it;
-  plan.bucket = &it->buckets[std::size_t(select_bucket(*it, tokens))];
   plan.tokens = tokens;
   plan.coverage = coverage_of(*it, tokens);
   plan.runtime = this;
   for (const SupportUnit& u : manifest_.supports)
     if (u.dtype == it->problem.dtype) plan.support = &u;
-  auto program = build_program(plan.bucket->recipe, tokens);
-  if (!program) return fail(Errc::usage, program.error().message, key);
-  plan.program = std::move(*program);
-  if (loaded_) plan.functions = FT_TRY(bind(plan.program, plan.bucket->kernels));
-  if (!it->backward.empty()) plan.backward = FT_TRY(plan_backward(*it, tokens));
+  if (!it->backward.empty()) plan.backward = FT_TRY(plan_operation(op::moe_backward(), it->backward, tokens, "backward: ", key));
   return plan;
 }
 
@@ -321,10 +341,7 @@ WorkspaceSizes Runtime::workspace(const Plan& plan) const {
 }
 
 Status Runtime::launch(const Plan& plan, const LayerBuffers& b, StreamHandle stream) {
-  const BufferTable table = FT_TRY(buffer_table(plan.program, b));
-  FT_CHECK(check_buffers(plan.program, table));
-  if (!loaded_) return std::unexpected(no_device_error());
-  return execute(*device_, plan.program, plan.functions, table, stream);
+  return run(plan, FT_TRY(buffer_table(plan.program, b)), stream);
 }
 
 Status Runtime::launch_support(FunctionHandle f, const LaunchShape& s, const void* args, std::size_t size, StreamHandle stream) {

@@ -23,6 +23,7 @@
 #include "generator/problem.hpp"
 #include "generator/variant.hpp"
 #include "layer/execute.hpp"
+#include "layer/operation.hpp"
 #include "device/device.hpp"
 #include "manifest/manifest.hpp"
 
@@ -98,25 +99,27 @@ CoverageNote coverage_of(const ProblemEntry& p, int tokens);
 
 class Runtime;
 
-// The backward of a plan: its problem's backward bucket for the plan's T (the
-// bucket rule over the backward's buckets), the backward program built for T,
-// bound to the loaded kernels (docs/EXPORT.md, "The backward").
-struct BackwardPlan {
+// One operation of a plan (layer/operation.hpp: the forward layer, its
+// backward): the bucket of the operation's buckets for T (the bucket rule),
+// the operation's program built for T from that bucket's recipe, bound to the
+// loaded kernels. Every operation is planned and launched by the same code
+// (Runtime::plan_operation, run); only the caller's buffers differ.
+struct OperationPlan {
   const Bucket* bucket = nullptr;
   LayerProgram program;
   std::vector<FunctionHandle> functions;  // one per step
 };
+// The backward of a plan (docs/EXPORT.md, "The backward").
+using BackwardPlan = OperationPlan;
 
-// A layer for one (problem, T): the program built for T, bound to the loaded
-// kernels. Launching runs its steps; nothing is derived or allocated then.
-struct Plan {
+// A layer for one (problem, T): the forward's plan (bucket, program,
+// functions) and, where the export has one, the backward's. Launching runs
+// its steps; nothing is derived or allocated then.
+struct Plan : OperationPlan {
   const ProblemEntry* problem = nullptr;
-  const Bucket* bucket = nullptr;
   const SupportUnit* support = nullptr;
   int tokens = 0;
   CoverageNote coverage;
-  LayerProgram program;
-  std::vector<FunctionHandle> functions;  // one per step
   Runtime* runtime = nullptr;
   std::optional<BackwardPlan> backward;   // when the export has a backward for the problem
 };
@@ -226,9 +229,18 @@ class Runtime {
   Status load(const std::map<std::string, std::vector<std::byte>>& objects);
   Status reference_fp8(const Plan& plan, const LayerBuffers& b, MoeArgs& a, StreamHandle stream, bool bf16_layer);
   Status launch_support(FunctionHandle f, const LaunchShape& s, const void* args, std::size_t size, StreamHandle stream);
-  Status load_backward(Bucket& b, const SupportUnit& u,
-                       const std::function<Result<FunctionHandle>(const std::string&, const std::string&)>& function);
-  Result<BackwardPlan> plan_backward(const ProblemEntry& p, int tokens) const;
+  // A function of a loaded code object: (file, symbol).
+  using FunctionOf = std::function<Result<FunctionHandle>(const std::string&, const std::string&)>;
+  // Binds a bucket of `op` to its kernels: the support unit's for the
+  // operation's support steps, the bucket's code objects for its roles'
+  // kernels that the bucket's program launches.
+  Status load_bucket(const op::Operation& op, Bucket& b, const SupportUnit& u, const FunctionOf& function);
+  // The plan of `op` at `tokens` over its buckets (ascending; not empty):
+  // Errc::usage "<what>: why" where the program cannot be built.
+  Result<OperationPlan> plan_operation(const op::Operation& op, const std::vector<Bucket>& buckets, int tokens,
+                                       const std::string& what, const std::string& key) const;
+  // Its steps on `stream` over the caller's buffers (checked first).
+  Status run(const OperationPlan& plan, const BufferTable& table, StreamHandle stream);
 
   Manifest manifest_;
   std::unique_ptr<Device> device_;

@@ -353,5 +353,26 @@ TEST(BackwardProgram, TheForwardRefusesABackwardRecipe) {
   EXPECT_EQ(bwd->steps.size(), kAllSteps.size());
 }
 
+// What the export ships and the runtime loads of a backward recipe: one kernel
+// per role, in the registry's order, named and sized by its configuration, each
+// run by a step of the program.
+TEST(BackwardProgram, RoleKernelsAreTheConfigurationsTheProgramLaunches) {
+  const LayerRecipe r = recipe_of(kRows[0]);
+  EXPECT_EQ(&op::operation_of(r), &op::moe_backward());
+  const std::vector<op::RoleKernel> kernels = op::role_kernels(r);
+  ASSERT_EQ(kernels.size(), op::moe_backward().grad.size());
+  auto prog = op::moe_backward().build(r, 333);
+  ASSERT_TRUE(prog) << prog.error().describe();
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    SCOPED_TRACE(std::string(to_string(kernels[i].launch)));
+    EXPECT_EQ(kernels[i].launch, op::moe_backward().grad[i].launch);
+    EXPECT_EQ(kernels[i].symbol, r.grad[i].kernel.name());
+    EXPECT_EQ(kernels[i].lds_bytes, r.grad[i].kernel.lds_bytes());
+    EXPECT_TRUE(launches(*prog, kernels[i].symbol));
+    EXPECT_EQ(prog->find(to_string(kernels[i].launch))->symbol, kernels[i].symbol);
+  }
+  EXPECT_FALSE(launches(*prog, "ft_no_such_kernel"));
+}
+
 }  // namespace
 }  // namespace ft

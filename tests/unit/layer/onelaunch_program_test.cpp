@@ -8,6 +8,7 @@
 
 #include "generator/atoms.hpp"
 #include "generator/families/families.hpp"
+#include "layer/operation.hpp"
 #include "layer/program.hpp"
 
 namespace ft {
@@ -94,6 +95,31 @@ INSTANTIATE_TEST_SUITE_P(
                       FormCase{"stage1_T7", true, false, 7, {"clear_y_acc", "stage1"}, 0},
                       FormCase{"stage2_T7", false, true, 7, {"clear_y_acc", "stage2"}, 0}),
     [](const ::testing::TestParamInfo<FormCase>& info) { return std::string(info.param.name); });
+
+// A layer recipe's role kernels are its two stages in role order, run by the
+// steps of their launch roles; the one-launch layer launches only its moe2
+// unit, so the export ships (and the runtime loads) the stage 1 twin nowhere.
+TEST(OneLaunchProgram, RoleKernelsAreTheStagesAndOnlyTheLaunchedShip) {
+  const Problem p = qwen();
+  for (const bool one_launch : {false, true}) {
+    SCOPED_TRACE(one_launch ? "one-launch" : "tiled");
+    const Variant s1 = one_launch ? onelaunch(StageRole::stage1) : tiled(StageRole::stage1);
+    const Variant s2 = one_launch ? onelaunch(StageRole::stage2) : tiled(StageRole::stage2);
+    const LayerRecipe r{find_target("sm_90a"), p, {s1, s2}};
+    EXPECT_EQ(&op::operation_of(r), &op::moe_forward());
+    const std::vector<op::RoleKernel> k = op::role_kernels(r);
+    ASSERT_EQ(k.size(), 2u);
+    EXPECT_EQ(k[0].launch, Role::stage1);
+    EXPECT_EQ(k[0].symbol, s1.name());
+    EXPECT_EQ(k[0].lds_bytes, s1.lds_limit());
+    EXPECT_EQ(k[1].launch, Role::stage2);
+    EXPECT_EQ(k[1].symbol, s2.name());
+    auto prog = build_program(r, 7);
+    ASSERT_TRUE(prog) << prog.error().describe();
+    EXPECT_EQ(launches(*prog, k[0].symbol), !one_launch);
+    EXPECT_TRUE(launches(*prog, k[1].symbol));
+  }
+}
 
 // A one-launch stage pairs with its twin only: not with another family's
 // stage, not with a one-launch stage of other values.

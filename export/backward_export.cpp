@@ -4,7 +4,6 @@
 
 #include <fmt/format.h>
 
-#include "layer/backward.hpp"
 #include "layer/operation.hpp"
 #include "store/kind.hpp"
 
@@ -12,10 +11,10 @@ namespace ft::db {
 namespace {
 
 // The recipe a backward winner's program row names: for each role, its `grad`
-// configuration read back from the row's parameters (and named as recorded).
-Result<LayerRecipe> backward_recipe(Store& store, const Target& target, const Problem& p, const WinnerRow& row,
-                                    std::map<Role, std::string>& kernels, const std::string& what) {
-  LayerRecipe r{&target, p, {}};
+// configuration read back from the row's parameters, with the name recorded.
+Result<RecordedRecipe> backward_recipe(Store& store, const Target& target, const Problem& p, const WinnerRow& row,
+                                       const std::string& what) {
+  RecordedRecipe r{LayerRecipe{&target, p, {}}, {}};
   for (const op::GradRole& role : op::moe_backward().grad) {
     const std::string key(to_string(role.launch));
     if (!row.variant.params.contains(key) || !row.variant.params.at(key).is_string())
@@ -23,24 +22,22 @@ Result<LayerRecipe> backward_recipe(Store& store, const Target& target, const Pr
     const std::string name = row.variant.params.at(key).get<std::string>();
     const VariantRecord config = FT_TRY(stage_row(store, target, row.variant.toolchain_id, name, what));
     BackwardVariant v = FT_TRY(BackwardVariant::from_json(config.params, target));
-    if (v.name() != name)
-      return fail(Errc::database, fmt::format("the {} row's parameters name {}, not {}", key, v.name(), name), what);
-    r.grad.push_back({role.launch, std::move(v)});
-    kernels[role.launch] = name;
+    r.recipe.grad.push_back({role.launch, std::move(v)});
+    r.kernels.push_back(name);
   }
   return r;
 }
 
 }  // namespace
 
-Status add_backward(Store& store, ObjectSet& objects, const BackwardSource& src, manifest::Manifest& man, ExportSummary& summary) {
+Status add_backward(const WinnerSource& src, const BackwardSource& backward, manifest::Manifest& man, ExportSummary& summary) {
   WinnerFilter f;
   f.kind = kind_text(Kind::layer);
   f.pass = Pass::backward;
-  f.device_id = src.device_id;
-  f.arch = src.options.target;
-  f.problem_key = src.options.problem;
-  for (const WinnerRow& row : FT_TRY(store.winners(f))) {
+  f.device_id = backward.device_id;
+  f.arch = backward.options.target;
+  f.problem_key = backward.options.problem;
+  for (const WinnerRow& row : FT_TRY(src.store.winners(f))) {
     const std::string what = fmt::format("{} backward T={}", row.problem.key, row.winner.tokens);
     auto pe = std::ranges::find_if(man.problems, [&](const manifest::ProblemEntry& e) { return e.key == row.problem.key; });
     if (pe == man.problems.end()) {
@@ -51,20 +48,15 @@ Status add_backward(Store& store, ObjectSet& objects, const BackwardSource& src,
       summary.notes.push_back(fmt::format("{}: not exported: its kernels were built by another toolchain than the forward's", what));
       continue;
     }
-    const manifest::SupportUnit* support = src.support(pe->problem.dtype);
+    const manifest::SupportUnit* support = backward.support(pe->problem.dtype);
     if (!support) return fail(Errc::internal, "no support unit for the backward's dtype", what);
-    std::map<Role, std::string> kernels;
-    LayerRecipe recipe = FT_TRY(backward_recipe(store, *man.target, pe->problem, row, kernels, what));
-    recipe.wide_align = support->wide_align();
-    auto built = build_backward_program(recipe, row.winner.tokens);
-    if (!built) {
-      summary.notes.push_back(fmt::format("{}: not exported: {}; search this bucket again", what, built.error().message));
+    RecordedRecipe recipe = FT_TRY(backward_recipe(src.store, src.target, pe->problem, row, what));
+    BucketOrNote bucket = FT_TRY(export_bucket(op::moe_backward(), src, std::move(recipe), *support, row, what));
+    if (!bucket) {
+      summary.notes.push_back(fmt::format("{}: not exported: {}; search this bucket again", what, bucket.error()));
       continue;
     }
-    std::map<Role, std::string> files;
-    for (const auto& [role, name] : kernels)
-      files[role] = FT_TRY(stage_code_object(store, objects, *man.target, src.toolchain_id, name, what));
-    pe->backward.push_back(bucket_of(row, std::move(recipe), std::move(*built), support->code_object, files, src.runs));
+    pe->backward.push_back(std::move(*bucket));
     ++summary.backward_buckets;
   }
   for (manifest::ProblemEntry& pe : man.problems)

@@ -19,10 +19,8 @@ namespace ft::db {
 
 struct BackwardSource {
   const ExportOptions& options;    // its target and problem filters
-  std::int64_t device_id = 0;      // the forward winners' device and toolchain: the backward's must be theirs
-  std::int64_t toolchain_id = 0;
+  std::int64_t device_id = 0;      // the forward winners' device (and src's toolchain): the backward's must be theirs
   std::function<const manifest::SupportUnit*(DType)> support;  // the export's unit of a dtype (null: none)
-  const std::map<std::int64_t, RunRecord>& runs;
 };
 
 // Adds each backward winner to its problem in `man` (which holds the forward's
@@ -31,6 +29,6 @@ struct BackwardSource {
 // build from its configurations -- is left out with a note in `summary`; a
 // database that is inconsistent (a configuration row or code object missing)
 // is an error.
-Status add_backward(Store& store, ObjectSet& objects, const BackwardSource& src, manifest::Manifest& man, ExportSummary& summary);
+Status add_backward(const WinnerSource& src, const BackwardSource& backward, manifest::Manifest& man, ExportSummary& summary);
 
 }  // namespace ft::db

@@ -111,6 +111,17 @@ Result<FoundSupport> support_unit(Store& store, ObjectSet& objects, const Target
   return out;
 }
 
+// The recipe a layer winner's row names: its two stage variants as recorded
+// (store/layer_record.hpp), with the names recorded beside them.
+Result<RecordedRecipe> forward_recipe(const Target& target, const Problem& p, const WinnerRow& row, const std::string& what) {
+  auto record = LayerRecord::from_params(row.variant.params);
+  if (!record) return std::unexpected(with_context(std::move(record).error(), what));
+  auto stages = record->variants();
+  if (!stages) return std::unexpected(with_context(std::move(stages).error(), what));
+  auto& [v1, v2] = *stages;
+  return RecordedRecipe{LayerRecipe{&target, p, {std::move(v1), std::move(v2)}}, {record->stage1_kernel, record->stage2_kernel}};
+}
+
 Status write_file(const fs::path& path, const void* data, std::size_t size) {
   std::ofstream f(path, std::ios::binary | std::ios::trunc);
   f.write(static_cast<const char*>(data), std::streamsize(size));
@@ -186,6 +197,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
 
   std::map<std::int64_t, RunRecord> runs;
   for (RunRecord& r : FT_TRY(store.list_runs())) runs[r.id] = std::move(r);
+  const WinnerSource src{store, objects, *target, toolchain_id, runs};
 
   manifest::Manifest man;
   man.target = target;
@@ -206,11 +218,6 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     auto read = row.problem.to_problem();
     if (!read) return std::unexpected(with_context(std::move(read).error(), what));
     const Problem p = std::move(*read);
-    auto record = LayerRecord::from_params(row.variant.params);
-    if (!record) return std::unexpected(with_context(std::move(record).error(), what));
-    auto stages = record->variants();
-    if (!stages) return std::unexpected(with_context(std::move(stages).error(), what));
-    const auto& [v1, v2] = *stages;
     const std::string dtype(to_string(p.dtype));
     if (!supports.contains(dtype)) {
       FoundSupport s = FT_TRY(support_unit(store, objects, *target, p.dtype, toolchain, toolchain_id));
@@ -222,34 +229,21 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
       }
       supports[dtype] = s;
     }
-    const manifest::SupportUnit& support = supports[dtype].unit;
-    if (v2.contract().output == Reduce::partials16 && support.symbol(Support::reduce_partials16).empty()) {
-      out.summary.notes.push_back(fmt::format("{}: not exported: its stage 2 writes 16-bit partials, which the database's support "
-                                              "unit cannot reduce; search this bucket again", what));
+    RecordedRecipe recipe = FT_TRY(forward_recipe(*target, p, row, what));
+    BucketOrNote bucket = FT_TRY(export_bucket(op::moe_forward(), src, std::move(recipe), supports[dtype].unit, row, what));
+    if (!bucket) {
+      // A winner recorded before the program's rules (a pair whose row blocks
+      // do not line up), or before its support kernel existed, cannot be run
+      // as timed: it is left out, and said so.
+      out.summary.notes.push_back(fmt::format("{}: not exported: {}; search this bucket again", what, bucket.error()));
       missing.by_problem[row.problem.key].insert(row.winner.tokens);
       continue;
     }
-    // A winner recorded before the program's rules (a pair whose row blocks
-    // do not line up) cannot be run as timed: it is left out, and said so.
-    LayerRecipe recipe{target, p, {v1, v2}};
-    recipe.wide_align = support.wide_align();
-    auto built = build_program(recipe, row.winner.tokens);
-    if (!built) {
-      out.summary.notes.push_back(fmt::format("{}: not exported: {}; search this bucket again", what, built.error().message));
-      missing.by_problem[row.problem.key].insert(row.winner.tokens);
-      continue;
-    }
-    if (auto named = record->check_names(v1, v2); !named) return std::unexpected(with_context(named.error(), what));
-    // The objects of the stages a step launches (not the one-launch layer's moe1 twin).
-    std::string file1, file2;
-    if (launches(*built, v1)) file1 = FT_TRY(stage_code_object(store, objects, *target, toolchain_id, record->stage1_kernel, what));
-    if (launches(*built, v2)) file2 = FT_TRY(stage_code_object(store, objects, *target, toolchain_id, record->stage2_kernel, what));
     if (man.problems.empty() || man.problems.back().key != row.problem.key) {
       man.problems.push_back({row.problem.key, p, row.problem.activation, row.problem.routing, {}, {}});
       ++out.summary.problems;
     }
-    man.problems.back().buckets.push_back(bucket_of(row, std::move(recipe), std::move(*built), support.code_object,
-                                                    {{Role::stage1, file1}, {Role::stage2, file2}}, runs));
+    man.problems.back().buckets.push_back(std::move(*bucket));
     exported[row.problem.key].insert(row.winner.tokens);
     ++out.summary.buckets;
   }
@@ -266,13 +260,11 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
     return fail(Errc::not_found, "no layer winner could be exported (see the notes); search again", opt.db_path);
   for (manifest::ProblemEntry& pe : man.problems)
     std::sort(pe.buckets.begin(), pe.buckets.end(), [](const manifest::Bucket& a, const manifest::Bucket& b) { return a.tokens < b.tokens; });
-  const BackwardSource backward{opt, device.id, toolchain_id,
-                                [&](DType d) -> const manifest::SupportUnit* {
+  const BackwardSource backward{opt, device.id, [&](DType d) -> const manifest::SupportUnit* {
                                   const auto it = supports.find(std::string(to_string(d)));
                                   return it == supports.end() ? nullptr : &it->second.unit;
-                                },
-                                runs};
-  FT_CHECK(add_backward(store, objects, backward, man, out.summary));
+                                }};
+  FT_CHECK(add_backward(src, backward, man, out.summary));
   for (auto& [dtype, s] : supports) man.supports.push_back(std::move(s.unit));
 
   out.manifest = manifest::encode(man);

@@ -1,5 +1,7 @@
 #include "export/export_parts.hpp"
 
+#include <optional>
+
 namespace ft::db {
 
 Result<VariantRecord> stage_row(Store& store, const Target& target, std::int64_t toolchain_id, const std::string& kernel,
@@ -19,6 +21,8 @@ Result<std::string> stage_code_object(Store& store, ObjectSet& objects, const Ta
   const VariantRecord row = FT_TRY(stage_row(store, target, toolchain_id, kernel, what));
   return objects.from_store(row.code_object_hash, kernel);
 }
+
+namespace {
 
 manifest::Bucket bucket_of(const WinnerRow& row, LayerRecipe recipe, LayerProgram prog, const std::string& support,
                            const std::map<Role, std::string>& files, const std::map<std::int64_t, RunRecord>& runs) {
@@ -41,6 +45,41 @@ manifest::Bucket bucket_of(const WinnerRow& row, LayerRecipe recipe, LayerProgra
                                                  it->second.templates_commit, it->second.hostname};
   b.speedup_vs_default = row.winner.speedup_vs_default;
   return b;
+}
+
+// The first launch step whose support kernel the unit lacks: its note, or "".
+std::string missing_support(const LayerProgram& prog, const manifest::SupportUnit& support) {
+  for (const Step& st : prog.steps) {
+    const std::optional<Support> s = st.op == Step::Op::launch ? support_of(st.role) : std::nullopt;
+    if (s && support.symbol(*s).empty())
+      return fmt::format("its {} step runs the support kernel {} ({}), which the database's support unit lacks", st.name,
+                         to_string(*s), support_info(*s).meaning);
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<BucketOrNote> export_bucket(const op::Operation& op, const WinnerSource& src, RecordedRecipe recorded,
+                                   const manifest::SupportUnit& support, const WinnerRow& row, const std::string& what) {
+  LayerRecipe& recipe = recorded.recipe;
+  recipe.wide_align = support.wide_align();
+  auto built = op.build(recipe, row.winner.tokens);
+  if (!built) return BucketOrNote(std::unexpect, built.error().message);
+  if (std::string note = missing_support(*built, support); !note.empty()) return BucketOrNote(std::unexpect, std::move(note));
+  const std::vector<op::RoleKernel> kernels = op::role_kernels(recipe);
+  if (kernels.size() != recorded.kernels.size())
+    return fail(Errc::internal, fmt::format("{} role kernels, {} names recorded", kernels.size(), recorded.kernels.size()), what);
+  std::map<Role, std::string> files;
+  for (std::size_t i = 0; i < kernels.size(); ++i) {
+    const op::RoleKernel& k = kernels[i];
+    if (k.symbol != recorded.kernels[i])
+      return fail(Errc::database, fmt::format("the {} parameters name {}, the row says {}", to_string(k.launch), k.symbol,
+                                              recorded.kernels[i]), what);
+    if (launches(*built, k.symbol))  // not the one-launch layer's moe1 twin
+      files[k.launch] = FT_TRY(stage_code_object(src.store, src.objects, src.target, src.toolchain_id, k.symbol, what));
+  }
+  return bucket_of(row, std::move(recipe), std::move(*built), support.code_object, files, src.runs);
 }
 
 }  // namespace ft::db

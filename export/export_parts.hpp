@@ -2,9 +2,10 @@
 // Internal to ft_export: what export.cpp (the forward's layer winners) and
 // backward_export.cpp (the backward's) build a manifest with -- the code
 // objects read once by hash, a stage's variants row and code object, a
-// bucket from its winner.
+// bucket from a winner of any operation.
 #include <cstddef>
 #include <cstdint>
+#include <expected>
 #include <map>
 #include <span>
 #include <string>
@@ -15,6 +16,7 @@
 
 #include "base/error.hpp"
 #include "generator/target.hpp"
+#include "layer/operation.hpp"
 #include "layer/program.hpp"
 #include "manifest/manifest.hpp"
 #include "store/store.hpp"
@@ -74,10 +76,38 @@ Result<VariantRecord> stage_row(Store& store, const Target& target, std::int64_t
 Result<std::string> stage_code_object(Store& store, ObjectSet& objects, const Target& target, std::int64_t toolchain_id,
                                       const std::string& kernel, const std::string& what);
 
-// One bucket of the manifest: the winner's recipe, the program at the
-// bucket's T with each launch's code object (`files` by launch role, the
-// support unit's for every other role), the measured time and where it came from.
-manifest::Bucket bucket_of(const WinnerRow& row, LayerRecipe recipe, LayerProgram prog, const std::string& support,
-                           const std::map<Role, std::string>& files, const std::map<std::int64_t, RunRecord>& runs);
+// Where an export reads its winners' kernels: the database, the code objects
+// read so far, the winners' target and toolchain, the runs (a bucket's provenance).
+struct WinnerSource {
+  Store& store;
+  ObjectSet& objects;
+  const Target& target;
+  std::int64_t toolchain_id = 0;
+  const std::map<std::int64_t, RunRecord>& runs;
+};
+
+// A winner's recipe as its row records it: the configurations read back from
+// the database, and the kernel names the row gives them, in op::role_kernels' order.
+struct RecordedRecipe {
+  LayerRecipe recipe;
+  std::vector<std::string> kernels;
+};
+
+// A bucket of the manifest, or why its winner cannot be exported as measured
+// (the note's text: "<why>; search this bucket again" follows it).
+using BucketOrNote = std::expected<manifest::Bucket, std::string>;
+
+// One bucket of the manifest from a winner of `op` (layer/operation.hpp),
+// written once for every operation: the recipe its row names (read back by
+// the caller), aligned as the support unit can; the program at the bucket's
+// T (op.build); the code object of each role kernel a step launches
+// (op::role_kernels) and the support unit's for every other launch; the
+// measured time and where it came from. A program this flytune does not build
+// from the recipe, or one that runs a support kernel the unit lacks (a unit
+// recorded before it existed), is a note; then a configuration that names
+// another kernel than its row records, or a code object missing or corrupt
+// in the database, is an error.
+Result<BucketOrNote> export_bucket(const op::Operation& op, const WinnerSource& src, RecordedRecipe recorded,
+                                   const manifest::SupportUnit& support, const WinnerRow& row, const std::string& what);
 
 }  // namespace ft::db

@@ -24,6 +24,21 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// A copy of tests/data/h200.db in `dir`, `sql` applied to it.
+std::string h200_with(const test::ScratchDir& dir, const std::string& name, const std::string& sql) {
+  const std::string db = dir.file(name);
+  fs::copy_file(test::h200_db(), db);
+  test::raw_sql(db, sql);
+  return db;
+}
+
+// The SQL that sets `path` of the T=4096 layer winner's parameters to `value`.
+std::string set_layer_4096(const std::string& path, const std::string& value) {
+  return fmt::format("UPDATE variants SET params_json = json_set(params_json, '{}', {}) WHERE kind = 'layer' AND id = "
+                     "(SELECT variant_id FROM winners WHERE kind = 'layer' AND tokens = 4096);",
+                     path, value);
+}
+
 TEST(Export, H200ManifestCodeObjectsExistAndHashToTheirNames) {
   const test::SharedExport& ex = test::shared_h200_export();
   if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
@@ -299,10 +314,7 @@ TEST(Export, NeverMixesExportsAndACheckFailureWritesNothing) {
 // exported to run wrong.
 TEST(Export, LeavesOutAPairTheProgramCannotRunAndSaysSo) {
   test::ScratchDir dir;
-  const std::string db = dir.file("bad_pair.db");
-  fs::copy_file(test::h200_db(), db);
-  test::raw_sql(db, "UPDATE variants SET params_json = json_set(params_json, '$.stage1.tile_m', 192) "
-                    "WHERE kind = 'layer' AND id = (SELECT variant_id FROM winners WHERE kind = 'layer' AND tokens = 4096);");
+  const std::string db = h200_with(dir, "bad_pair.db", set_layer_4096("$.stage1.tile_m", "192"));
   db::ExportOptions o{db, "", {}, {}};
   auto refused = db::build_export(o);
   if (!refused && refused.error().code == Errc::toolchain) GTEST_SKIP() << refused.error().describe();
@@ -325,14 +337,27 @@ TEST(Export, LeavesOutAPairTheProgramCannotRunAndSaysSo) {
   }
 }
 
+// A layer row whose stage parameters name another kernel than the row records
+// beside them is an inconsistent database: refused, the role and both names
+// said (export_bucket's check over every operation's role kernels).
+TEST(Export, RefusesARowWhoseStageParametersNameAnotherKernel) {
+  test::ScratchDir dir;
+  const std::string db = h200_with(dir, "renamed.db", set_layer_4096("$.stage2_kernel", "'ft_other'"));
+  auto refused = db::build_export({db, "", {}, {}});
+  if (!refused && refused.error().code == Errc::toolchain) GTEST_SKIP() << refused.error().describe();
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::database) << refused.error().describe();
+  EXPECT_NE(refused.error().message.find("the stage2 parameters name ft_"), std::string::npos) << refused.error().describe();
+  EXPECT_NE(refused.error().message.find("the row says ft_other"), std::string::npos) << refused.error().describe();
+  EXPECT_NE(refused.error().context.find("T=4096"), std::string::npos) << refused.error().describe();
+}
+
 // A bucket the search left without a layer winner (stage winners only):
 // export refuses the database naming it; with allow_missing the manifest
 // lists it as missing_buckets and the summary names it; coverage reports it.
 TEST(Export, RefusesABucketWithoutALayerUnlessAllowed) {
   test::ScratchDir dir;
-  const std::string db = dir.file("no_16384.db");
-  fs::copy_file(test::h200_db(), db);
-  test::raw_sql(db, "DELETE FROM winners WHERE kind = 'layer' AND tokens = 16384;");
+  const std::string db = h200_with(dir, "no_16384.db", "DELETE FROM winners WHERE kind = 'layer' AND tokens = 16384;");
   db::ExportOptions o{db, "", {}, {}};
   auto refused = db::build_export(o);
   if (!refused && refused.error().code == Errc::toolchain) GTEST_SKIP() << refused.error().describe();

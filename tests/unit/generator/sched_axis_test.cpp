@@ -54,7 +54,7 @@ TEST(SchedAxis, OnlyInPersistentProducerBlocks) {
   EXPECT_FALSE(why_illegal(dyn, mixtral())) << *why_illegal(dyn, mixtral());
 }
 
-TEST(SchedAxis, OptInThroughSpace) {
+TEST(SchedAxis, DynamicByDefaultBothThroughSpace) {
   const Target& t = *find_target("sm_90a");
   auto count = [&](const SpaceOptions& options, int& persistent) {
     int dynamic = 0;
@@ -67,7 +67,11 @@ TEST(SchedAxis, OptInThroughSpace) {
     return dynamic;
   };
   int persistent = 0;
-  EXPECT_EQ(count(SpaceOptions{}, persistent), 0);  // opt-in until measured
+  EXPECT_EQ(count(SpaceOptions{}, persistent), persistent);  // the default: every persistent producer block dynamic
+  EXPECT_GT(persistent, 0);
+  auto fixed = SpaceOptions::parse("wgmma_sched=static");
+  ASSERT_TRUE(fixed) << fixed.error().describe();
+  EXPECT_EQ(count(*fixed, persistent), 0);
   EXPECT_GT(persistent, 0);
   auto both = SpaceOptions::parse("wgmma_sched=static,dynamic;wgmma_tiles=8;wgmma_producer=on;wgmma_warps=8x1");
   ASSERT_TRUE(both) << both.error().describe();

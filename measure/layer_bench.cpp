@@ -289,18 +289,22 @@ Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const 
   std::size_t from = stage;
   while (from > 0 && prog.steps[from - 1].op == Step::Op::memset_u32) --from;
   FT_CHECK(execute(dev_, prog, fns, table_, {}, {.first = 0, .last = from}));
-  // A stage of dynamic tile walks takes its tiles by the tickets the program
-  // clears before align: that clear again before every repetition (outside
-  // the timed steps), or each one after the first would find them spent and
-  // time a stage that computes nothing.
-  const std::size_t tickets = prog.index_of("clear_tile_tickets");
+  // The program's resets before that (its memsets: y_acc's clear, the tile
+  // tickets' clear) run again before every repetition, outside the timed
+  // steps: a stage of dynamic tile walks takes its tiles by those tickets, and
+  // each repetition after the first would otherwise find them spent and time
+  // a stage that computes nothing.
+  std::vector<std::size_t> resets;
+  for (std::size_t i = 0; i < from; ++i)
+    if (prog.steps[i].op == Step::Op::memset_u32) resets.push_back(i);
   std::vector<EventHandle> ev(stage + 2 - from);
   for (EventHandle& e : ev) e = FT_TRY(dev_.create_event());
   std::vector<double> us;
   Status st;
   for (int i = 0; i < opt.warmup + opt.reps && st; ++i) {
-    if (opt.flush_l2) st = flush_l2();
-    if (st && tickets < from) st = execute(dev_, prog, fns, table_, {}, {.first = tickets, .last = tickets + 1});
+    for (std::size_t r : resets)  // before the flush: the stage starts on a flushed L2
+      if (st) st = execute(dev_, prog, fns, table_, {}, {.first = r, .last = r + 1});
+    if (st && opt.flush_l2) st = flush_l2();
     if (st) st = execute(dev_, prog, fns, table_, {}, {.first = from, .last = stage + 1, .marks = ev});
     if (st) st = dev_.synchronize();
     if (!st) break;

@@ -60,12 +60,17 @@ def quantise_per_tensor(w):
     return (w32 / scales[:, None, None]).astype(jnp.float8_e4m3fn), scales
 
 
-def prepare(impl: str, w1, w2, export=None, fp8: bool = False):
+def prepare(impl: str, w1, w2, export=None, fp8: bool = False, trainable: bool = False):
     """What `apply` reads for one layer, made once at load from w1 [E, 2I, H] and w2 [E, H, I] (fp8: quantised
-    per tensor first, module docstring)."""
+    per tensor first, module docstring). trainable=True (bf16/f16 only): flytune's weights keep the plain w1 / w2
+    its backward reads (flytune.jax.prepare_weights(..., trainable=True)); called inside a differentiated
+    function, every implementation's gradient then reaches w1 and w2 (ragged_dot's through its transpose, the
+    arranged copies of flytune's under stop_gradient: flytune.models.train)."""
     check_impl(impl)
     if impl == "flytune" and export is None:
         raise ValueError("the flytune implementation needs an export (flytune.load(DIR); --export DIR)")
+    if fp8 and trainable:
+        raise ValueError("fp8 experts are not trainable (flytune's layer has no fp8 backward; docs/TRAINING.md)")
     if fp8:
         (c1, s1), (c2, s2) = quantise_per_tensor(w1), quantise_per_tensor(w2)
         if impl == "flytune":
@@ -77,7 +82,7 @@ def prepare(impl: str, w1, w2, export=None, fp8: bool = False):
         return Fp8Experts(c1, c2, s1, s2)
     if impl == "flytune":
         import flytune.jax as fj
-        return fj.prepare_weights(export, w1, w2)
+        return fj.prepare_weights(export, w1, w2, trainable=trainable)
     if impl == "ragged_dot":
         return _ragged_weights(w1, w2)
     return (w1, w2)

@@ -6,5 +6,6 @@ layers run through one of three implementations on the same weights
 flytune.models.generate: the `flytune-mixtral` driver (prefill, greedy decode,
 tokens/s); flytune.models.checkpoint: weights from a safetensors checkpoint;
 flytune.models.train: one training step of the model (next-token cross-entropy,
-jax.value_and_grad, SGD) with any of the MoE implementations.
+jax.value_and_grad, SGD) with any of the MoE implementations; flytune.models.torch_train:
+the PyTorch model's.
 """

@@ -131,11 +131,19 @@ def quantise_per_tensor(w: torch.Tensor):
     return (w32 / scales[:, None, None]).to(torch.float8_e4m3fn), scales.contiguous()
 
 
-def prepare(impl: str, w1: torch.Tensor, w2: torch.Tensor, export=None, fp8: bool = False) -> Experts:
-    """What `apply` reads for one layer, made once at load from w1 and w2 (fp8: quantised per tensor first)."""
+def prepare(impl: str, w1: torch.Tensor, w2: torch.Tensor, export=None, fp8: bool = False,
+            trainable: bool = False) -> Experts:
+    """What `apply` reads for one layer, made once at load from w1 and w2 (fp8: quantised per tensor first).
+    trainable=True (16-bit only): flytune's layer takes the plain w1 / w2 (its op arranges the copies it reads
+    and arranges them again after an in-place update; its autograd formula gives w1 / w2 their gradients) instead
+    of arranged_weights' stand-ins; grouped_mm's transposed views pass their gradients back to w1 / w2."""
     check_impl(impl)
     if impl == "flytune" and export is None:
         raise ValueError("the flytune implementation needs an export (flytune.load(DIR); --export DIR)")
+    if fp8 and trainable:
+        raise ValueError("fp8 experts are not trainable (flytune's layer has no fp8 backward; docs/TRAINING.md)")
+    if impl == "flytune" and trainable:
+        return Experts(w1, w2, None, None, export)
     s1 = s2 = None
     if fp8:
         (w1, s1), (w2, s2) = quantise_per_tensor(w1), quantise_per_tensor(w2)
@@ -320,7 +328,14 @@ def forward(c: Config, impl: str, params: dict, experts: list, tokens: torch.Ten
     tensor for static shapes: attention): float32 logits [B, V] of the last position, or [B, T, V] with last_only
     False. experts[l] is prepare's for layer l. The logits are
     float32 products of the normed x and lm_head (the JAX model's float32 accumulation; a float32 lm_head, which
-    the driver makes once, saves the conversion per step)."""
+    the driver makes once, saves the conversion per step). Under inference_mode: decoder is the same with
+    autograd (training: flytune.models.torch_train)."""
+    return decoder(c, impl, params, experts, tokens, cache, pos, last_only)
+
+
+def decoder(c: Config, impl: str, params: dict, experts: list, tokens: torch.Tensor, cache: list, pos,
+            last_only: bool = True) -> torch.Tensor:
+    """forward's decoder, recorded by autograd where its tensors need gradients."""
     x = params["embed"][tokens]
     for p, e, (ck, cv) in zip(params["layers"], experts, cache):
         x = decoder_layer(c, p, impl, e, x, ck, cv, pos)

@@ -1,5 +1,6 @@
 #include "generator/backward_gemm.hpp"
 
+#include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
@@ -11,14 +12,19 @@ namespace {
 using Rule = std::optional<std::string> (*)(const BackwardVariant&);
 
 // The rule table: every row must pass, in this order (the first failing row's line is the reason).
-const std::array<Rule, 9> kRules{
+const std::array<Rule, 10> kRules{
     [](const BackwardVariant& v) -> std::optional<std::string> {
       if (!v.target || !v.atom) return "a K-grouped configuration needs a target and an atom";
       return std::nullopt;
     },
     [](const BackwardVariant& v) -> std::optional<std::string> {
-      if (v.atom->warpgroup() || (v.atom->family != "mfma" && v.atom->family != "mma.sync"))
-        return fmt::format("atom {} is not a wave-level mfma / mma.sync atom (the portable form's)", v.atom->id);
+      if (v.atom->warpgroup()) {
+        if (v.op != BackwardOp::wgrad)
+          return fmt::format("atom {}: the {} form is the portable one (mfma / mma.sync); wgmma is the K-grouped GEMM's",
+                             v.atom->id, to_string(v.op));
+      } else if (v.atom->family != "mfma" && v.atom->family != "mma.sync") {
+        return fmt::format("atom {} is not an mfma, mma.sync or wgmma atom", v.atom->id);
+      }
       return std::nullopt;
     },
     [](const BackwardVariant& v) -> std::optional<std::string> {
@@ -38,6 +44,7 @@ const std::array<Rule, 9> kRules{
     },
     [](const BackwardVariant& v) -> std::optional<std::string> {
       const AtomInfo& a = *v.atom;
+      if (a.warpgroup()) return std::nullopt;  // its shape rules are the next row's
       if (v.tile_m % (v.warps_m * a.m) != 0)
         return fmt::format("tile_m {} is not a multiple of warps_m {} x atom M {}", v.tile_m, v.warps_m, a.m);
       if (v.tile_n % (v.warps_n * a.n) != 0)
@@ -47,7 +54,26 @@ const std::array<Rule, 9> kRules{
         return fmt::format("tiles {}x{}x{} are not whole 16-byte chunks of 8 values", v.tile_m, v.tile_n, v.tile_k);
       return std::nullopt;
     },
+    // The wgmma form (templates/ft/moe_kgrouped_wgmma.hpp): warpgroups stacked
+    // along M, each owning whole 64-row blocks; one MN-major instruction covers
+    // the tile's N; k-slices of whole k16 steps; every thread copies as many
+    // 16-byte chunks; a cp.async ring of three or more stages.
     [](const BackwardVariant& v) -> std::optional<std::string> {
+      if (!v.atom->warpgroup()) return std::nullopt;
+      if (v.warps_n != 1 || v.warps_m % 4 != 0 || v.warps_m == 0)
+        return fmt::format("warps {}x{}: the wgmma form stacks whole warpgroups (4 warps) along M", v.warps_m, v.warps_n);
+      if (v.tile_m % (v.warps_m / 4 * 64) != 0)
+        return fmt::format("tile_m {} is not whole 64-row blocks for each of {} warpgroups", v.tile_m, v.warps_m / 4);
+      if (v.tile_n != 64 && v.tile_n != 128 && v.tile_n != 256) return fmt::format("tile_n {} is not 64, 128 or 256", v.tile_n);
+      if (v.tile_k % 16 != 0) return fmt::format("tile_k {} is not a multiple of the atom's K 16", v.tile_k);
+      if (v.tile_k * (v.tile_m + v.tile_n) / 8 % v.threads() != 0)
+        return fmt::format("{} chunks per k-slice do not split evenly over {} threads", v.tile_k * (v.tile_m + v.tile_n) / 8,
+                           v.threads());
+      if (v.stages < 3 || v.stages > 8) return fmt::format("stages {} is not 3 to 8 (a cp.async ring)", v.stages);
+      return std::nullopt;
+    },
+    [](const BackwardVariant& v) -> std::optional<std::string> {
+      if (v.atom->warpgroup()) return std::nullopt;
       if (v.stages != 1 && v.stages != 2) return fmt::format("stages {} is not 1 (single) or 2 (ping-pong)", v.stages);
       return std::nullopt;
     },
@@ -70,7 +96,15 @@ struct PresetValues {
   std::vector<int> stages;
 };
 
-PresetValues values_of(Preset p) {
+PresetValues values_of(Preset p, bool warpgroup) {
+  if (warpgroup) {  // sm_90a's wgmma form of the K-grouped GEMM
+    switch (p) {
+      case Preset::small: return {{128}, {128}, {64}, {{8, 1}}, {4}};
+      case Preset::wide: return {{64, 128, 256}, {64, 128, 256}, {32, 64}, {{4, 1}, {8, 1}}, {3, 4, 5}};
+      case Preset::default_: break;
+    }
+    return {{128}, {128, 256}, {64}, {{4, 1}, {8, 1}}, {3, 4}};
+  }
   switch (p) {
     case Preset::small: return {{64}, {64}, {32}, {{2, 2}}, {2}};
     case Preset::wide: return {{32, 64, 128}, {32, 64, 128}, {16, 32, 64}, {{1, 4}, {2, 2}, {4, 1}, {2, 4}, {4, 2}}, {1, 2}};
@@ -145,11 +179,17 @@ int BackwardVariant::threads() const { return warps_m * warps_n * atom->lanes; }
 // tile_k wide plus a 16-byte pad, per LDS stage.
 int BackwardVariant::lds_bytes() const {
   const int es = atom->operand_bytes();
+  if (atom->warpgroup()) return stages * (tile_m + tile_n) * tile_k * es + 1024;  // + room to align the ring to 1024
   return stages * (tile_m + tile_n) * (tile_k + 16 / es) * es;
 }
 
 int BackwardVariant::register_estimate() const {
   const AtomInfo& a = *atom;
+  if (a.warpgroup()) {  // accumulators, then the chunks' row and pair (the addresses are recomputed)
+    const int acc = tile_m / (warps_m / 4) / 64 * tile_n / 2;
+    const int chunks = tile_k * (tile_m + tile_n) / 8 / threads();
+    return acc + 2 * chunks + 32;
+  }
   const int rm = tile_m / warps_m / a.m, rn = tile_n / warps_n / a.n;
   const int acc = rm * rn * a.c_regs();
   const int frags = rm * a.a_registers() + rn * a.b_registers();
@@ -188,9 +228,10 @@ std::optional<std::string> why_illegal_for(const BackwardVariant& v, const Probl
 }
 
 std::vector<BackwardVariant> backward_space(const Target& t, DType d, Preset preset, BackwardOp op) {
-  const PresetValues pv = values_of(preset);
   std::vector<BackwardVariant> out;
-  for (const AtomInfo* a : atoms_for(t, d))
+  for (const AtomInfo* a : atoms_for(t, d)) {
+    if (a->warpgroup() && op != BackwardOp::wgrad) continue;  // the portable form's op
+    const PresetValues pv = values_of(preset, a->warpgroup());
     for (int tm : pv.tile_m)
       for (int tn : pv.tile_n)
         for (int tk : pv.tile_k)
@@ -199,6 +240,13 @@ std::vector<BackwardVariant> backward_space(const Target& t, DType d, Preset pre
               const BackwardVariant v{&t, a, tm, tn, tk, w[0], w[1], s, op};
               if (!why_illegal(v)) out.push_back(v);
             }
+  }
+  // Where a target has the wgmma form, its configurations come second, right
+  // after the portable form's first: a search's base program takes each
+  // role's first configuration (the portable form, verified on every target),
+  // its --budget N a role's first N, and the wgmma ones are tried against that base.
+  const auto portable = std::stable_partition(out.begin(), out.end(), [](const BackwardVariant& v) { return !v.atom->warpgroup(); });
+  if (portable != out.begin() && portable != out.end()) std::rotate(out.begin() + 1, portable, out.end());
   return out;
 }
 
@@ -220,7 +268,10 @@ struct OpUnit {
   const char* args;     // the argument struct
 };
 
-OpUnit unit_of(BackwardOp op) {
+OpUnit unit_of(BackwardOp op, bool warpgroup) {
+  if (op == BackwardOp::wgrad && warpgroup)
+    return {"the K-grouped GEMM of the backward's\n// weight gradients on warpgroups (templates/ft/moe_kgrouped_wgmma.hpp)",
+            "ft/moe_kgrouped_wgmma.hpp", "ft::KGroupedWgmma<Config>", "", "ft::KGroupedArgs"};
   switch (op) {
     case BackwardOp::dgrad_swiglu:
       return {"the stage-2 backward (dInter = (w dY) W2_e, the SwiGLU\n// backward, d(topk_weights); templates/ft/moe_dgrad.hpp)",
@@ -241,7 +292,7 @@ OpUnit unit_of(BackwardOp op) {
 Result<KernelSource> emit_backward(const BackwardVariant& v) {
   if (auto why = why_illegal(v)) return fail(Errc::invalid_input, *why, v.target && v.atom ? v.name() : "kgrouped");
   const std::string name = v.name();
-  const OpUnit u = unit_of(v.op);
+  const OpUnit u = unit_of(v.op, v.atom->warpgroup());
   std::string text = fmt::format(
       R"(// {name}
 // Generated by flytune; do not edit. Instantiates {what} on {target}, {dtype}, atom {atom}.

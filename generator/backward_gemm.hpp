@@ -8,8 +8,10 @@
 //                 sorted rows, the SwiGLU backward and d(topk_weights) in its
 //                 epilogue (templates/ft/moe_dgrad.hpp, ft::DgradArgs);
 //   dgrad_scatter the stage-1 backward: dX += dH W1_e, the top-k scatter-add.
-// The tiled machinery's shape axes over an mfma / mma.sync atom, the table of
-// rules a configuration must pass, its space, its launch and its emitted unit.
+// The tiled machinery's shape axes over an mfma / mma.sync atom (and, for
+// wgrad on sm_90a, a wgmma atom: templates/ft/moe_kgrouped_wgmma.hpp, operands
+// MN-major in shared memory, a cp.async ring of 3 or more stages), the table
+// of rules a configuration must pass, its space, its launch and its emitted unit.
 //
 // Not yet a member of the stage-family registry (family.hpp): that registry's
 // variants are forward stage kernels in a StageRole over ft::MoeArgs, and the
@@ -37,10 +39,10 @@ std::optional<BackwardOp> parse_backward_op(std::string_view s);
 
 struct BackwardVariant {
   const Target* target = nullptr;
-  const AtomInfo* atom = nullptr;  // an mfma or mma.sync atom; its dtype is the variant's
+  const AtomInfo* atom = nullptr;  // an mfma or mma.sync atom (or wgmma, wgrad only); its dtype is the variant's
   int tile_m = 64, tile_n = 64, tile_k = 32;  // wgrad: tile_k token rows per step of the reduction
   int warps_m = 2, warps_n = 2;
-  int stages = 2;  // LDS buffers: 1 single, 2 ping-pong
+  int stages = 2;  // LDS buffers: 1 single, 2 ping-pong; the wgmma form's cp.async ring: 3 to 8
   BackwardOp op = BackwardOp::wgrad;
 
   // ft_<target>_<op>_<dtype>_m64n64k32_w2x2_<atom>_s2 (kgrouped, dgrad2, dgrad1): the unit, its symbol, its golden file.

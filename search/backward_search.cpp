@@ -20,6 +20,7 @@
 #include "measure/worker/worker_device.hpp"
 #include "search/measurer.hpp"
 #include "search/object_dir.hpp"
+#include "search/role_descent.hpp"
 #include "search/steps.hpp"
 #include "search/strategy.hpp"
 #include "store/kind.hpp"
@@ -71,11 +72,14 @@ struct BackwardRun {
   std::vector<std::vector<std::size_t>> by_role;  // each role's configurations
   std::vector<Program> programs;
   int input_tokens = 0;  // the tokens of the inputs the service holds
+  bool verify_inputs = false;  // and whether they are the verification's (its seed, an empty expert)
   std::size_t verified = 0;  // programs verified here (answered, passed or not)
 
   Status start(SearchSummary& summary, std::int64_t run_id, std::int64_t problem_id);
   Status compile_and_record();
   Status make_programs();
+  Result<std::size_t> add_program(std::vector<std::size_t> config);  // its index in programs
+  Status verify(Program& p);
   std::vector<protocol::GradKernelRef> stages(const Program& p) const;
   Status inputs(int tokens, std::uint64_t seed, int empty);
   // Whether the device can take another request: no when the search stops
@@ -149,22 +153,25 @@ Status BackwardRun::make_programs() {
       p[r] = by_role[r][j];
       all.push_back(std::move(p));
     }
-  for (auto& config : all) {
-    Program p{std::move(config), "", 0, false};
-    nlohmann::json params = nlohmann::json::object();
-    std::vector<std::string> names;
-    for (std::size_t r = 0; r < p.config.size(); ++r) {
-      const std::string role(to_string(op::moe_backward().grad[r].launch));
-      names.push_back(configs[p.config[r]].v.name());
-      params[role] = names.back();
-    }
-    p.name = fmt::format("{}", fmt::join(names, "+"));
-    p.id = FT_TRY(rec.variant({.kernel_name = p.name, .target = std::string(target->name),
-                               .kind = db::kind_text(db::Kind::backward), .params = params,
-                               .toolchain_id = gpu->toolchain_id}));
-    programs.push_back(std::move(p));
-  }
+  for (auto& config : all) FT_TRY(add_program(std::move(config)));
   return {};
+}
+
+Result<std::size_t> BackwardRun::add_program(std::vector<std::size_t> config) {
+  Program p{std::move(config), "", 0, false};
+  nlohmann::json params = nlohmann::json::object();
+  std::vector<std::string> names;
+  for (std::size_t r = 0; r < p.config.size(); ++r) {
+    const std::string role(to_string(op::moe_backward().grad[r].launch));
+    names.push_back(configs[p.config[r]].v.name());
+    params[role] = names.back();
+  }
+  p.name = fmt::format("{}", fmt::join(names, "+"));
+  p.id = FT_TRY(rec.variant({.kernel_name = p.name, .target = std::string(target->name),
+                             .kind = db::kind_text(db::Kind::backward), .params = params,
+                             .toolchain_id = gpu->toolchain_id}));
+  programs.push_back(std::move(p));
+  return programs.size() - 1;
 }
 
 std::vector<protocol::GradKernelRef> BackwardRun::stages(const Program& p) const {
@@ -192,34 +199,38 @@ Status BackwardRun::usable() const {
 // from the store. A program whose request fails (the worker died, hung or hit
 // a device error: it is restarted) is recorded as failed and not retried.
 Status BackwardRun::verify_all() {
+  for (Program& p : programs) FT_CHECK(verify(p));
+  return {};
+}
+
+// Once at the verify token count, or the verdict taken from the store.
+Status BackwardRun::verify(Program& p) {
   const int T = cfg.verify_tokens;
-  const int empty = cfg.problem.experts > cfg.problem.topk ? 1 : 0;
-  bool ready = false;
-  for (Program& p : programs) {
-    if (!cfg.force) {
-      auto prev = FT_TRY(rec.latest({p.id, gpu->problem_id, gpu->device_id, T}));
-      if (prev && prev->phase == "verify") {
-        rec.resumed();
-        p.passed = prev->status == db::MeasurementStatus::ok;
-        continue;
-      }
+  if (!cfg.force) {
+    auto prev = FT_TRY(rec.latest({p.id, gpu->problem_id, gpu->device_id, T}));
+    if (prev && prev->phase == "verify") {
+      rec.resumed();
+      p.passed = prev->status == db::MeasurementStatus::ok;
+      return {};
     }
-    FT_CHECK(usable());
-    if (!ready) FT_CHECK(inputs(T, seed, empty));
-    ready = true;
-    auto v = m->verify_backward({stages(p)});
-    if (!v) {
-      FT_CHECK(usable());  // a request cut short by Ctrl-C is not the program's failure
-      FT_CHECK(gpu->record(p.id, T, "verify", status_of(v.error()), {}, v.error().describe(), {}));
-      if (cfg.progress) fmt::print(stderr, "backward verify {}: FAILED: {}\n", p.name, v.error().describe());
-      continue;
-    }
-    p.passed = v->passed;
-    ++verified;
-    FT_CHECK(gpu->record(p.id, T, "verify", p.passed ? db::MeasurementStatus::ok : db::MeasurementStatus::verify_failed,
-                         {{}, *v}, p.passed ? "" : v->summary, {}));
-    if (cfg.progress) fmt::print(stderr, "backward verify {}: {}\n", p.name, p.passed ? "passed" : "FAILED: " + v->summary);
   }
+  FT_CHECK(usable());
+  if (input_tokens != T || !verify_inputs) {
+    FT_CHECK(inputs(T, seed, cfg.problem.experts > cfg.problem.topk ? 1 : 0));
+    verify_inputs = true;
+  }
+  auto v = m->verify_backward({stages(p)});
+  if (!v) {
+    FT_CHECK(usable());  // a request cut short by Ctrl-C is not the program's failure
+    FT_CHECK(gpu->record(p.id, T, "verify", status_of(v.error()), {}, v.error().describe(), {}));
+    if (cfg.progress) fmt::print(stderr, "backward verify {}: FAILED: {}\n", p.name, v.error().describe());
+    return {};
+  }
+  p.passed = v->passed;
+  ++verified;
+  FT_CHECK(gpu->record(p.id, T, "verify", p.passed ? db::MeasurementStatus::ok : db::MeasurementStatus::verify_failed,
+                       {{}, *v}, p.passed ? "" : v->summary, {}));
+  if (cfg.progress) fmt::print(stderr, "backward verify {}: {}\n", p.name, p.passed ? "passed" : "FAILED: " + v->summary);
   return {};
 }
 
@@ -234,7 +245,10 @@ Result<std::optional<Timing>> BackwardRun::time(const Program& p, int tokens, co
     }
   }
   FT_CHECK(usable());
-  if (input_tokens != tokens) FT_CHECK(inputs(tokens, seed + std::uint64_t(tokens), 0));
+  if (input_tokens != tokens || verify_inputs) {
+    FT_CHECK(inputs(tokens, seed + std::uint64_t(tokens), 0));
+    verify_inputs = false;
+  }
   protocol::TimeBackwardRequest req = timing_request(m->selector());
   req.stages = stages(p);
   auto t = m->time_backward(req);
@@ -248,17 +262,32 @@ Result<std::optional<Timing>> BackwardRun::time(const Program& p, int tokens, co
 }
 
 Status BackwardRun::bucket(int tokens) {
+  const TelemetryReading tele = m->telemetry();
+  std::vector<std::optional<Timing>> timed(programs.size());
+  for (std::size_t i = 0; i < programs.size(); ++i)
+    if (programs[i].passed) timed[i] = FT_TRY(time(programs[i], tokens, tele));
+  // The program of each role's fastest configuration at T (search/role_descent.hpp),
+  // when it is new: configurations that win in several roles (the K-grouped
+  // GEMM's two, say) meet in one program, verified and timed like the others.
+  std::vector<std::vector<std::size_t>> configs_of;
+  std::vector<std::optional<double>> us;
+  for (std::size_t i = 0; i < programs.size(); ++i) {
+    configs_of.push_back(programs[i].config);
+    us.push_back(timed[i] ? std::optional<double>(timed[i]->median_us) : std::nullopt);
+  }
+  if (auto config = role_descent_step(configs_of, us)) {
+    const std::size_t i = FT_TRY(add_program(std::move(*config)));
+    FT_CHECK(verify(programs[i]));
+    timed.emplace_back();
+    if (programs[i].passed) timed[i] = FT_TRY(time(programs[i], tokens, tele));
+  }
   const Program* best = nullptr;
   Timing best_t;
-  const TelemetryReading tele = m->telemetry();
-  for (const Program& p : programs) {
-    if (!p.passed) continue;
-    const std::optional<Timing> t = FT_TRY(time(p, tokens, tele));
-    if (t && (!best || t->median_us < best_t.median_us)) {
-      best = &p;
-      best_t = *t;
+  for (std::size_t i = 0; i < programs.size(); ++i)
+    if (timed[i] && (!best || timed[i]->median_us < best_t.median_us)) {
+      best = &programs[i];
+      best_t = *timed[i];
     }
-  }
   if (!best) {
     rec.note(fmt::format("T={}: no backward winner: no backward program passed verification and timing", tokens));
     return {};

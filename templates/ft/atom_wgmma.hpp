@@ -27,6 +27,19 @@ FT_HOST_DEVICE constexpr u64 wgmma_descriptor(u32 addr) {
   return u64((addr & 0x3FFFF) >> 4) | (u64(16 >> 4) << 16) | (u64(1024 >> 4) << 32) | (u64(1) << 62);
 }
 
+// The descriptor of an MN-major, 128-byte-swizzled 16-bit operand slice (the
+// transposed forms of wgmma, for operands whose rows in global memory run
+// along M or N: the backward's K-grouped GEMM): rows of 128 bytes hold 64
+// consecutive M (or N) values of one k, eight k rows make a 1024-byte group,
+// `lbo` bytes lead from one 64-wide M/N block to the next and `sbo` bytes
+// from one 8-deep k group to the next (PTX ISA, "Shared Memory Matrix
+// Layout", MN-major with 128-byte swizzle), layout type 1.
+FT_HOST_DEVICE constexpr u64 wgmma_descriptor_mn(u32 addr, u32 lbo, u32 sbo) {
+  return u64((addr & 0x3FFFF) >> 4) | (u64((lbo >> 4) & 0x3FFF) << 16) | (u64((sbo >> 4) & 0x3FFF) << 32) | (u64(1) << 62);
+}
+FT_HOST_DEVICE constexpr u32 wgmma_descriptor_lbo(u64 desc) { return u32((desc >> 16) & 0x3FFF) << 4; }
+FT_HOST_DEVICE constexpr u32 wgmma_descriptor_sbo(u64 desc) { return u32((desc >> 32) & 0x3FFF) << 4; }
+
 // The shared-memory byte address a descriptor starts at.
 FT_HOST_DEVICE constexpr u32 wgmma_descriptor_address(u64 desc) { return u32(desc & 0x3FFF) << 4; }
 
@@ -44,6 +57,13 @@ FT_HOST_DEVICE constexpr u32 swizzle128(u32 logical) { return logical ^ (((logic
 // bytes, or 128 of one (elem_bytes = 1, e4m3).
 FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k, int elem_bytes = 2) {
   return swizzle128(u32(row) * 128 + u32(k) * u32(elem_bytes));
+}
+
+// Byte offset, from a 1024-aligned operand base, of element (mn, k) of an
+// MN-major tile `depth` values deep in k, in the layout wgmma_descriptor_mn
+// describes with lbo = depth / 8 * 1024 and sbo = 1024.
+FT_HOST_DEVICE constexpr u32 swizzle128_mn_offset(int mn, int k, int depth) {
+  return swizzle128(u32(mn / 64) * u32(depth / 8) * 1024u + u32(k / 8) * 1024u + u32(k % 8) * 128u + u32(mn % 64) * 2u);
 }
 
 }  // namespace ft
@@ -69,6 +89,29 @@ FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k, int elem_bytes = 
 #define FT_WGMMA_ASM(N, R, next, K, elem, ptx_types)                                                       \
   "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k" #K "." ptx_types " " \
   FT_WGMMA_D##R ", %" #R ", %" #next ", p" FT_WGMMA_IMM_##elem ";\n}\n"
+
+// The 16-bit forms with the transpose immediates TA, TB (literal 0 or 1):
+// 1 reads that operand MN-major (wgmma_descriptor_mn).
+#define FT_WGMMA_ASM_T(N, R, next, K, ptx_types, TA, TB)                                                  \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" #N "k" #K "." ptx_types " " \
+  FT_WGMMA_D##R ", %" #R ", %" #next ", p, 1, 1, " #TA ", " #TB ";\n}\n"
+#define FT_WGMMA_ISSUE_T(N, K, d, a, b, ptx_types, TA, TB)                                                   \
+  if constexpr (N == 64)                                                                                     \
+    asm volatile(FT_WGMMA_ASM_T(64, 32, 33, K, ptx_types, TA, TB) : FT_WGMMA_F32(d, 0) : "l"(a), "l"(b));     \
+  else if constexpr (N == 128)                                                                               \
+    asm volatile(FT_WGMMA_ASM_T(128, 64, 65, K, ptx_types, TA, TB) : FT_WGMMA_F64(d, 0) : "l"(a), "l"(b));    \
+  else                                                                                                       \
+    asm volatile(FT_WGMMA_ASM_T(256, 128, 129, K, ptx_types, TA, TB) : FT_WGMMA_F128(d, 0) : "l"(a), "l"(b))
+#define FT_WGMMA_ISSUE_MN(N, K, d, a, b, elem, ptx_types, TA, TB)     \
+  if constexpr (TA && TB) {                                           \
+    FT_WGMMA_ISSUE_T(N, K, d, a, b, ptx_types, 1, 1);                 \
+  } else if constexpr (TA) {                                          \
+    FT_WGMMA_ISSUE_T(N, K, d, a, b, ptx_types, 1, 0);                 \
+  } else if constexpr (TB) {                                          \
+    FT_WGMMA_ISSUE_T(N, K, d, a, b, ptx_types, 0, 1);                 \
+  } else {                                                            \
+    FT_WGMMA_ISSUE(N, K, d, a, b, elem, ptx_types);                   \
+  }
 
 #define FT_WGMMA_ISSUE(N, K, d, a, b, elem, ptx_types)                                                \
   if constexpr (N == 32)                                                                              \
@@ -105,27 +148,35 @@ FT_DEVICE void wgmma_fence_operands(float (&d)[R]) {
 // gets wrong answers here too. Issue order is execution order, so the
 // fences and waits have nothing to do.
 #define FT_WGMMA_ISSUE(N, K, d, a, b, elem, ptx_types) emu::emulate_wgmma<Elem::elem, K, N>(d, a, b)
+#define FT_WGMMA_ISSUE_MN(N, K, d, a, b, elem, ptx_types, TA, TB) emu::emulate_wgmma<Elem::elem, K, N, TA, TB>(d, a, b)
 
 namespace ft {
 namespace emu {
-template <Elem E, int K, int N>
+// TA / TB: that operand is MN-major (16-bit types only), its element (mn, k)
+// at swizzle(start + (mn / 64) lbo + (k / 8) sbo + (k % 8) 128 + (mn % 64) 2)
+// with lbo and sbo read from its descriptor.
+template <Elem E, int K, int N, bool TA = false, bool TB = false>
 void emulate_wgmma(float (&d)[N / 2], u64 a_desc, u64 b_desc) {
   static_assert(K * elem_bytes(E) == 32, "one wgmma reads 32 bytes of each 128-byte row");
+  static_assert(!(TA || TB) || elem_bytes(E) == 2, "transposed operands: 16-bit types only (PTX ISA)");
   const unsigned char* lds = shared_memory();
-  const u32 a0 = wgmma_descriptor_address(a_desc), b0 = wgmma_descriptor_address(b_desc);
   // A slice start = 1024-aligned tile + k offset; the swizzle acts on the
   // address bits, so element (r, k) lives at swizzle(start + r*128 + k*bytes),
   // decoded as the row's element type (OCP e4m3 for the fp8 row).
-  auto element = [&](u32 start, int r, int k) {
+  auto element = [&](u64 desc, bool mn_major, int r, int k) {
+    const u32 start = wgmma_descriptor_address(desc);
+    const u32 at = mn_major ? start + u32(r / 64) * wgmma_descriptor_lbo(desc) + u32(k / 8) * wgmma_descriptor_sbo(desc) +
+                                  u32(k % 8) * 128 + u32(r % 64) * elem_bytes(E)
+                            : start + u32(r) * 128 + u32(k) * elem_bytes(E);
     storage_t<E> v;
-    __builtin_memcpy(&v, lds + swizzle128(start + u32(r) * 128 + u32(k) * sizeof v), sizeof v);
+    __builtin_memcpy(&v, lds + swizzle128(at), sizeof v);
     return to_f32<E>(v);
   };
   const int t = thread_index() % 128;
   for (int i = 0; i < N / 2; ++i) {
     const int row = wgmma_acc_row(t, i), col = wgmma_acc_col(t, i);
     float acc = d[i];
-    for (int k = 0; k < K; ++k) acc += element(a0, row, k) * element(b0, col, k);
+    for (int k = 0; k < K; ++k) acc += element(a_desc, TA, row, k) * element(b_desc, TB, col, k);
     d[i] = acc;
   }
 }
@@ -153,6 +204,15 @@ FT_DEVICE void wgmma_fence_operands(float (&)[R]) {}
       static_assert(wgmma_n_supported(N), "wgmma atoms here: N = 32, 64, 128 or 256");                     \
       static_assert(N > 0 && operands_fit_target<Elem::elem>(), FT_FP8_FLAVOUR_MISMATCH);                 \
       FT_WGMMA_ISSUE(N, K, d, a, b, elem, ptx_types);                                                     \
+    }                                                                                                     \
+    /* The same with operand A (TA) and / or B (TB) MN-major (wgmma_descriptor_mn); 16-bit rows only. */ \
+    template <int N, bool TA, bool TB>                                                                    \
+    FT_DEVICE static void mma_mn(float (&d)[N / 2], u64 a, u64 b) {                                       \
+      static_assert(N == 64 || N == 128 || N == 256, "MN-major operands here: N = 64, 128 or 256");        \
+      static_assert(N > 0 && elem_bytes(Elem::elem) == 2, "transposed operands: 16-bit types only (PTX ISA)"); \
+      if constexpr (elem_bytes(Elem::elem) == 2) {                                                        \
+        FT_WGMMA_ISSUE_MN(N, K, d, a, b, elem, ptx_types, TA, TB);                                        \
+      }                                                                                                   \
     }                                                                                                     \
   };
 namespace ft::atom {

@@ -18,31 +18,32 @@
 // The portable form: the transposed store is 2-byte LDS writes.
 namespace ft {
 
+// The first and one-past-last row of sorted_ids that belong to expert e
+// (both forms of the K-grouped GEMM: this one and moe_kgrouped_wgmma.hpp).
+struct KGroupedRows {
+  int begin, end;
+};
+FT_DEVICE KGroupedRows kgrouped_rows(const KGroupedArgs& p, int e) {
+  const int blocks = *p.padded_rows / p.align_block;
+  int lo = 0, hi = blocks;
+  while (lo < hi) {  // the first row block of an expert >= e
+    const int mid = (lo + hi) / 2;
+    if (p.block_experts[mid] < e) lo = mid + 1;
+    else hi = mid;
+  }
+  const int first = lo;
+  hi = blocks;
+  while (lo < hi) {  // the first row block of an expert > e
+    const int mid = (lo + hi) / 2;
+    if (p.block_experts[mid] <= e) lo = mid + 1;
+    else hi = mid;
+  }
+  return KGroupedRows{first * p.align_block, lo * p.align_block};
+}
+
 template <class Cfg>
 struct KGrouped : StagedGemm<Cfg> {
   FT_STAGED_GEMM_NAMES;
-
-  // The first and one-past-last row of sorted_ids that belong to expert e.
-  struct Rows {
-    int begin, end;
-  };
-  FT_DEVICE static Rows rows_of(const KGroupedArgs& p, int e) {
-    const int blocks = *p.padded_rows / p.align_block;
-    int lo = 0, hi = blocks;
-    while (lo < hi) {  // the first row block of an expert >= e
-      const int mid = (lo + hi) / 2;
-      if (p.block_experts[mid] < e) lo = mid + 1;
-      else hi = mid;
-    }
-    const int first = lo;
-    hi = blocks;
-    while (lo < hi) {  // the first row block of an expert > e
-      const int mid = (lo + hi) / 2;
-      if (p.block_experts[mid] <= e) lo = mid + 1;
-      else hi = mid;
-    }
-    return Rows{first * p.align_block, lo * p.align_block};
-  }
 
   // Chunk c of the k-slice starting at sorted row `row0`: A's chunks first
   // (row c / (TM/8), columns from m0), then B's (from n0).
@@ -90,7 +91,7 @@ struct KGrouped : StagedGemm<Cfg> {
   FT_DEVICE static void run(const KGroupedArgs& p) {
     KGrouped g;
     const int m0 = block_index_x() * TM, n0 = block_index_y() * TN, e = block_index_z();
-    const Rows rows = rows_of(p, e);
+    const KGroupedRows rows = kgrouped_rows(p, e);
     g.accumulate(rows.begin, rows.end, [&](int k0) { g.fetch(p, k0, rows.end, m0, n0); }, [&](S* buf) { g.store(buf); });
     const long long M = p.m, N = p.n;
     FT_UNROLL for (int rm = 0; rm < Core::RM; ++rm)

@@ -19,6 +19,22 @@ struct KTarget {
   DType dtype;
 };
 
+// v's unit compiles for its target, shows only its atom's matrix instruction
+// (none serialised by ptxas), does not spill and uses the LDS the generator computes.
+void check_builds(const BackwardVariant& v) {
+  const Target& target = *v.target;
+  auto src = emit_backward(v);
+  ASSERT_TRUE(src) << src.error().describe();
+  auto object = compile(*src, target, test::compile_options_for(test::current_test_id(), std::nullopt));
+  ASSERT_TRUE(object) << object.error().describe();
+  auto r = analyze(*object, target, v.name(), v.threads(), v.lds_bytes());
+  ASSERT_TRUE(r) << r.error().describe();
+  EXPECT_EQ(test::check_matrix_ops(r->matrix_ops, *v.atom, target), "") << v.name();
+  EXPECT_FALSE(r->spills) << v.name() << ": " << r->notes;
+  EXPECT_FALSE(r->serialized_mma) << v.name() << ": " << r->notes;
+  EXPECT_EQ(r->lds_bytes, v.lds_bytes()) << v.name();
+}
+
 class BackwardCompile : public testing::TestWithParam<KTarget> {};
 
 TEST_P(BackwardCompile, BuildsWithTheAtomsInstructionAndNoSpills) {
@@ -30,16 +46,25 @@ TEST_P(BackwardCompile, BuildsWithTheAtomsInstructionAndNoSpills) {
   for (BackwardOp op : {BackwardOp::wgrad, BackwardOp::dgrad_swiglu, BackwardOp::dgrad_scatter}) {
     const BackwardVariant v{&target, &atom, 2 * atom.m, std::max(64, 2 * atom.n), std::max(32, atom.k), 2, 2, 2, op};
     ASSERT_FALSE(why_illegal(v)) << v.name() << ": " << *why_illegal(v);
-    auto src = emit_backward(v);
-    ASSERT_TRUE(src) << src.error().describe();
-    auto object = compile(*src, target, test::compile_options_for(test::current_test_id(), std::nullopt));
-    ASSERT_TRUE(object) << object.error().describe();
-    auto r = analyze(*object, target, v.name(), v.threads(), v.lds_bytes());
-    ASSERT_TRUE(r) << r.error().describe();
-    EXPECT_EQ(test::check_matrix_ops(r->matrix_ops, atom, target), "") << v.name();
-    EXPECT_FALSE(r->spills) << v.name() << ": " << r->notes;
-    EXPECT_EQ(r->lds_bytes, v.lds_bytes()) << v.name();
+    check_builds(v);
   }
+}
+
+// The wgmma form of the K-grouped GEMM (templates/ft/moe_kgrouped_wgmma.hpp):
+// every configuration of sm_90a's default backward space, bf16 and f16, builds
+// with NVRTC, shows wgmma only, keeps every wgmma unserialised, does not spill
+// and uses the shared memory the generator computes.
+TEST(KGroupedWgmmaCompile, DefaultSpaceBuildsUnserialisedWithoutSpills) {
+  const Target& target = *find_target("sm_90a");
+  FT_SKIP_UNLESS_BUILDABLE(target);
+  int built = 0;
+  for (DType d : {DType::bf16, DType::f16})
+    for (const BackwardVariant& v : backward_space(target, d, Preset::default_, BackwardOp::wgrad)) {
+      if (!v.atom->warpgroup()) continue;
+      check_builds(v);
+      ++built;
+    }
+  EXPECT_GE(built, 8);  // two dtypes x (tile_n 128, 256) x (one, two warpgroups) x (3, 4 stages) less what the rules refuse
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, BackwardCompile,

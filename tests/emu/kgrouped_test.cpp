@@ -3,7 +3,7 @@
 // inter_e and dW1_e = dH_e^T X_e, each expert reducing over its own ragged
 // rows through the sorted ids -- against the fp32 backward reference
 // (measure/workload/backward_reference.hpp), for every 16-bit atom family of
-// gfx942, gfx950 and sm_90a, single and ping-pong LDS, at T = 1, 7, 33 (not a
+// gfx942, gfx950 and sm_90a (mma.sync and wgmma), single and ping-pong LDS or a cp.async ring, at T = 1, 7, 33 (not a
 // multiple of the tile) with an expert that gets no tokens, -1 slots and
 // outputs poisoned with NaN. A mutant whose atom reads the wrong k group must fail.
 #include <gtest/gtest.h>
@@ -40,6 +40,9 @@ const KCase kCases[] = {
     {"gfx950", "mfma_f32_16x16x32_bf16", 32, 64, 64, 1, 2, 2, 16},
     {"sm_90a", "mma_m16n8k16_f32_bf16", 64, 64, 32, 2, 2, 2, 16},
     {"sm_90a", "mma_m16n8k16_f32_f16", 32, 32, 16, 2, 2, 1, 64},
+    // The wgmma form (moe_kgrouped_wgmma.hpp): operands MN-major in shared memory.
+    {"sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 64, 4, 1, 3, 16},
+    {"sm_90a", "wgmma_m64k16_f32_f16", 64, 64, 16, 4, 1, 4, 64},
 };
 
 // One K-grouped launch C [E, m, n] on NaN-poisoned memory, returned to the host.
@@ -142,6 +145,18 @@ TEST(EmuKGroupedMutation, BrokenAtomLayoutFails) {
     EXPECT_FALSE(r->dw2.passed) << "T=" << tokens << ": " << r->dw2.summary();
     EXPECT_GT(r->dw1.rel_l2, 0.1) << "T=" << tokens << ": " << r->dw1.summary();
   }
+}
+
+// The wgmma form with its B operand read K-major (no transpose immediate;
+// tests/emu/units/kgrouped_wgmma_mutant.cpp) fails: the emulator decodes the
+// layout the instruction names, not the one the kernel meant.
+TEST(EmuKGroupedMutation, WgmmaOperandReadKMajorFails) {
+  const BackwardVariant v{&target("sm_90a"), find_atom("wgmma_m64k16_f32_bf16"), 64, 64, 64, 4, 1, 3};
+  const KernelSource unit = unit_from_file("kgrouped_wgmma_mutant.cpp", {"ft_mutant_kgrouped_wgmma_b_layout"});
+  auto r = check_gradients(v, unit, "ft_mutant_kgrouped_wgmma_b_layout", 33, 16);
+  ASSERT_TRUE(r) << r.error().describe();
+  EXPECT_FALSE(r->dw2.passed) << r->dw2.summary();
+  EXPECT_FALSE(r->dw1.passed) << r->dw1.summary();
 }
 
 }  // namespace

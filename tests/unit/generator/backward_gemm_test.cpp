@@ -35,7 +35,11 @@ struct Rejection {
 TEST(KGroupedRules, EachRuleRejectsWithItsLine) {
   const Rejection cases[] = {
       {make("gfx942", "mma_m16n8k16_f32_bf16", 64, 64, 32, 2, 2, 2), "does not exist on gfx942"},
-      {make("sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 32, 2, 2, 2), "not a wave-level"},
+      {make("sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 32, 2, 2, 3), "stacks whole warpgroups"},
+      {make("sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 32, 8, 1, 3), "tile_m 64 is not whole 64-row blocks for each of 2"},
+      {make("sm_90a", "wgmma_m64k16_f32_bf16", 64, 96, 32, 4, 1, 3), "tile_n 96 is not 64, 128 or 256"},
+      {make("sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 24, 4, 1, 3), "tile_k 24 is not a multiple of the atom's K 16"},
+      {make("sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 32, 4, 1, 2), "stages 2 is not 3 to 8"},
       {make("gfx942", "mfma_f32_16x16x32_e4m3fnuz", 64, 64, 32, 2, 2, 2), "not 16-bit"},
       {make("gfx942", "mfma_f32_16x16x16_bf16", 48, 64, 32, 2, 2, 2), "tile_m 48 is not a multiple"},
       {make("gfx942", "mfma_f32_16x16x16_bf16", 64, 24, 32, 2, 2, 2), "tile_n 24 is not a multiple"},
@@ -53,19 +57,31 @@ TEST(KGroupedRules, EachRuleRejectsWithItsLine) {
   }
   EXPECT_FALSE(why_illegal(make("gfx942", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2)));
   EXPECT_FALSE(why_illegal(make("sm_90a", "mma_m16n8k16_f32_f16", 64, 64, 32, 2, 2, 1)));
+  BackwardVariant w = make("sm_90a", "wgmma_m64k16_f32_bf16", 128, 256, 64, 8, 1, 4);
+  EXPECT_FALSE(why_illegal(w));
+  EXPECT_EQ(w.name(), "ft_sm_90a_kgrouped_bf16_m128n256k64_w8x1_wgmma_s4");
+  EXPECT_EQ(w.lds_bytes(), 4 * (128 + 256) * 64 * 2 + 1024);
+  w.op = BackwardOp::dgrad_scatter;  // the dgrad GEMMs have the portable form only
+  ASSERT_TRUE(why_illegal(w));
+  EXPECT_NE(why_illegal(w)->find("wgmma is the K-grouped GEMM's"), std::string::npos) << *why_illegal(w);
 }
 
-TEST(KGroupedRules, TheProblemMustBeTiledByBothGradients) {
-  Problem p = problem_64x96();
-  const BackwardVariant v = make("gfx950", "mfma_f32_16x16x16_bf16", 64, 64, 32, 2, 2, 2);
-  const auto why = why_illegal_for(v, p);
-  ASSERT_TRUE(why);
-  EXPECT_NE(why->find("dW2: tile_n 64 does not divide n = 96"), std::string::npos) << *why;
-  p.inter = 128;
-  EXPECT_FALSE(why_illegal_for(v, p));
-  p.dtype = DType::f16;
-  EXPECT_TRUE(why_illegal_for(v, p));
-  EXPECT_TRUE(why_illegal_for(v, 64, 0));
+// sm_90a's K-grouped space lists the portable form's first configuration (a
+// search's base program), then every wgmma configuration (a search's --budget
+// N takes a role's first N), then the rest; its dgrad spaces have no wgmma.
+TEST(KGroupedSpace, Sm90aListsThePortableBaseThenTheWgmmaForm) {
+  const Target& t = *find_target("sm_90a");
+  const auto wgrad = backward_space(t, DType::bf16, Preset::default_, BackwardOp::wgrad);
+  ASSERT_GT(wgrad.size(), 3u);
+  EXPECT_FALSE(wgrad[0].atom->warpgroup()) << wgrad[0].name();
+  EXPECT_EQ(wgrad[0].name(), "ft_sm_90a_kgrouped_bf16_m64n64k32_w2x2_mma16x8x16_s2");
+  EXPECT_TRUE(wgrad[1].atom->warpgroup()) << wgrad[1].name();
+  std::size_t wgmma = 0;
+  for (std::size_t i = 1; i < wgrad.size() && wgrad[i].atom->warpgroup(); ++i) wgmma = i;
+  for (std::size_t i = wgmma + 1; i < wgrad.size(); ++i) EXPECT_FALSE(wgrad[i].atom->warpgroup()) << wgrad[i].name();
+  EXPECT_GE(wgmma, 4u);
+  for (BackwardOp op : {BackwardOp::dgrad_swiglu, BackwardOp::dgrad_scatter})
+    for (const BackwardVariant& v : backward_space(t, DType::bf16, Preset::wide, op)) EXPECT_FALSE(v.atom->warpgroup()) << v.name();
 }
 
 TEST(KGroupedSpace, EveryTargetHasLegalDistinctConfigurations) {

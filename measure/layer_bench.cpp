@@ -320,8 +320,8 @@ Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const 
   return summarize(std::move(us));
 }
 
-Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
-                                           const TimingOptions& opt) {
+Result<ProgramTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
+                                             const TimingOptions& opt) {
   const LayerProgram prog = FT_TRY(program(v1, v2));
   const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
   FT_CHECK(ensure_arranged(v1.contract().weights));
@@ -370,7 +370,7 @@ Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1,
   for (auto& e : ev) (void)dev_.destroy_event(e);
   (void)dev_.destroy_stream(stream);
   FT_CHECK(st);
-  LayerTiming out;
+  ProgramTiming out;
   out.total = summarize(total);
   // The y_acc clear counts with the align step(s) (all prepare the stages).
   std::vector<double> align;
@@ -380,10 +380,8 @@ Result<LayerTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1,
     if (align.empty()) align.assign(it->second.size(), 0.0);
     for (std::size_t i = 0; i < align.size() && i < it->second.size(); ++i) align[i] += it->second[i];
   }
-  out.align = summarize(align);
-  out.stage1 = summarize(per_step["stage1"]);
-  out.stage2 = summarize(per_step["stage2"]);
-  out.reduce = summarize(per_step["reduce"]);
+  out.parts.emplace_back("align", summarize(align));
+  for (const char* name : {"stage1", "stage2", "reduce"}) out.parts.emplace_back(name, summarize(per_step[name]));
   return out;
 }
 

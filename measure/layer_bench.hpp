@@ -33,12 +33,6 @@
 
 namespace ft {
 
-struct LayerTiming {
-  Timing total;                  // align + stage 1 + stage 2 + reduce (+ the y_acc clear)
-  Timing align, stage1, stage2, reduce;
-};
-
-
 class LayerBench {
  public:
   // Loads the support unit (emit_support) and allocates buffers for up to
@@ -62,8 +56,9 @@ class LayerBench {
   Result<Comparison> verify_stage(const Variant& v, FunctionHandle f);
   Result<Comparison> verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2);
   Result<Timing> time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt);
-  Result<LayerTiming> time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
-                                 const TimingOptions& opt);
+  // The whole layer; its parts: align (with the clears), stage1, stage2, reduce.
+  Result<ProgramTiming> time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
+                                   const TimingOptions& opt);
 
   // Runs align/sort alone and returns what it wrote, for checks against the CPU.
   struct AlignOutput {

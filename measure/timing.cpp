@@ -29,6 +29,12 @@ Timing summarize(std::vector<double> us) {
   return t;
 }
 
+const Timing* ProgramTiming::part(std::string_view name) const {
+  for (const auto& [n, t] : parts)
+    if (n == name) return &t;
+  return nullptr;
+}
+
 Result<double> sample_us(Device& dev, EventHandle start, EventHandle stop) {
   const float ms = FT_TRY(dev.elapsed_ms(start, stop));
   if (!std::isfinite(ms) || ms < 0)

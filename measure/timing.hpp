@@ -5,6 +5,9 @@
 // summary (median, p10, p90, min). LayerBench times stages and layers with
 // these, BackwardBench the backward program.
 #include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/error.hpp"
@@ -18,6 +21,15 @@ struct Timing {
   int samples = 0;
 };
 Timing summarize(std::vector<double> samples_us);
+
+// An operation's program timed as a whole, with the parts of it its bench
+// times alone, by name: the forward layer's align (with the clears), stage1,
+// stage2 and reduce; none for the backward, timed as a whole only.
+struct ProgramTiming {
+  Timing total;
+  std::vector<std::pair<std::string, Timing>> parts;
+  const Timing* part(std::string_view name) const;  // null: not timed alone
+};
 
 struct TimingOptions {
   int warmup = 3;

@@ -30,8 +30,8 @@ namespace {
 
 // The emulator runs a program in milliseconds to seconds: fewer repetitions
 // than a GPU's (the forward's long timing), the same protocol otherwise.
-protocol::TimeBackwardRequest timing_request(const std::string& selector) {
-  protocol::TimeBackwardRequest r;
+protocol::TimeProgramRequest timing_request(const std::string& selector) {
+  protocol::TimeProgramRequest r;
   if (is_emu_selector(selector)) {
     r.warmup = 1;
     r.reps = kShortReps;
@@ -80,7 +80,7 @@ struct BackwardRun {
   Status make_programs();
   Result<std::size_t> add_program(std::vector<std::size_t> config);  // its index in programs
   Status verify(Program& p);
-  std::vector<protocol::GradKernelRef> stages(const Program& p) const;
+  protocol::ProgramKernels stages(const Program& p) const;
   Status inputs(int tokens, std::uint64_t seed, int empty);
   // Whether the device can take another request: no when the search stops
   // (Ctrl-C: Errc::interrupted) or the worker is dead (its error).
@@ -174,11 +174,11 @@ Result<std::size_t> BackwardRun::add_program(std::vector<std::size_t> config) {
   return programs.size() - 1;
 }
 
-std::vector<protocol::GradKernelRef> BackwardRun::stages(const Program& p) const {
-  std::vector<protocol::GradKernelRef> out;
+protocol::ProgramKernels BackwardRun::stages(const Program& p) const {
+  protocol::ProgramKernels out{&op::moe_backward(), {}, {}};
   for (std::size_t i = 0; i < p.config.size(); ++i) {
     const Config& c = configs[p.config[i]];
-    out.push_back({op::moe_backward().grad[i].launch, c.v, c.path, c.v.name()});
+    out.grad.push_back({op::moe_backward().grad[i].launch, c.v, c.path, c.v.name()});
   }
   return out;
 }
@@ -219,7 +219,7 @@ Status BackwardRun::verify(Program& p) {
     FT_CHECK(inputs(T, seed, cfg.problem.experts > cfg.problem.topk ? 1 : 0));
     verify_inputs = true;
   }
-  auto v = m->verify_backward({stages(p)});
+  auto v = m->verify_program({stages(p)});
   if (!v) {
     FT_CHECK(usable());  // a request cut short by Ctrl-C is not the program's failure
     FT_CHECK(gpu->record(p.id, T, "verify", status_of(v.error()), {}, v.error().describe(), {}));
@@ -249,16 +249,16 @@ Result<std::optional<Timing>> BackwardRun::time(const Program& p, int tokens, co
     FT_CHECK(inputs(tokens, seed + std::uint64_t(tokens), 0));
     verify_inputs = false;
   }
-  protocol::TimeBackwardRequest req = timing_request(m->selector());
-  req.stages = stages(p);
-  auto t = m->time_backward(req);
+  protocol::TimeProgramRequest req = timing_request(m->selector());
+  req.program = stages(p);
+  auto t = m->time_program(req);
   if (!t) {
     FT_CHECK(usable());
     FT_CHECK(gpu->record(p.id, tokens, "long", status_of(t.error()), {}, t.error().describe(), tele));
     return std::optional<Timing>{};
   }
-  FT_CHECK(gpu->record(p.id, tokens, "long", db::MeasurementStatus::ok, {*t, {}}, "", tele));
-  return std::optional<Timing>{*t};
+  FT_CHECK(gpu->record(p.id, tokens, "long", db::MeasurementStatus::ok, {t->total, {}}, "", tele));
+  return std::optional<Timing>{t->total};
 }
 
 Status BackwardRun::bucket(int tokens) {
@@ -328,7 +328,7 @@ Result<db::RunStatus> backward_search(const SearchConfig& cfg, Recorder& rec, Se
     FT_CHECK(run.compile_and_record());
     const int max_tokens = std::max(*std::max_element(cfg.tokens.begin(), cfg.tokens.end()), cfg.verify_tokens);
     FT_CHECK(run.m->open({cfg.problem, std::string(run.target->name), run.support_path, max_tokens,
-                          protocol::Operation::backward}));
+                          &op::moe_backward()}));
     FT_CHECK(run.make_programs());
     FT_CHECK(run.verify_all());
     for (int tokens : cfg.tokens) FT_CHECK(run.bucket(tokens));

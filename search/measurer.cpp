@@ -102,10 +102,11 @@ class SessionMeasurer final : public Measurer {
   }
   Result<protocol::VerifyAnswer> verify(const protocol::VerifyRequest& r) override { return call(r, 120s); }
   Result<Timing> time(const protocol::TimeRequest& r) override { return call(r, 120s); }
-  Result<protocol::VerifyAnswer> verify_layer(const protocol::VerifyLayerRequest& r) override { return call(r, 600s); }
-  Result<LayerTiming> time_layer(const protocol::TimeLayerRequest& r) override { return call(r, 300s); }
-  Result<protocol::VerifyAnswer> verify_backward(const protocol::VerifyBackwardRequest& r) override { return call(r, 600s); }
-  Result<Timing> time_backward(const protocol::TimeBackwardRequest& r) override { return call(r, 600s); }
+  Result<protocol::VerifyAnswer> verify_program(const protocol::VerifyProgramRequest& r) override { return call(r, 600s); }
+  // A backward program runs longer than a forward layer (four GEMMs at most sizes).
+  Result<ProgramTiming> time_program(const protocol::TimeProgramRequest& r) override {
+    return call(r, r.program.operation->grad.empty() ? 300s : 600s);
+  }
   TelemetryReading telemetry() override {
     if (dead_ || !link_->running()) return {};
     auto a = send<protocol::TelemetryRequest>({}, 10s);

@@ -1,7 +1,7 @@
 #pragma once
 // The search's handle on one device: what the search's steps ask of it
-// (verify and time stage kernels, layers and backward programs, fresh inputs,
-// telemetry), in the typed requests of measure/worker/protocol.hpp.
+// (verify and time stage kernels and any operation's programs -- the
+// forward's layers, the backward's --, fresh inputs, telemetry), in the typed requests of measure/worker/protocol.hpp.
 //
 // Two implementations run the one measuring service (WorkerService):
 //   make_worker_measurer      in a `flytune worker` subprocess: crash
@@ -43,11 +43,10 @@ class Measurer {
   // device); after a crash the service is restarted before the next request.
   virtual Result<protocol::VerifyAnswer> verify(const protocol::VerifyRequest& request) = 0;
   virtual Result<Timing> time(const protocol::TimeRequest& request) = 0;
-  virtual Result<protocol::VerifyAnswer> verify_layer(const protocol::VerifyLayerRequest& request) = 0;
-  virtual Result<LayerTiming> time_layer(const protocol::TimeLayerRequest& request) = 0;
-  // The backward program (a problem opened with operation backward).
-  virtual Result<protocol::VerifyAnswer> verify_backward(const protocol::VerifyBackwardRequest& request) = 0;
-  virtual Result<Timing> time_backward(const protocol::TimeBackwardRequest& request) = 0;
+  // An operation's program (of the operation the problem was opened for):
+  // the forward's layer, the backward's program.
+  virtual Result<protocol::VerifyAnswer> verify_program(const protocol::VerifyProgramRequest& request) = 0;
+  virtual Result<ProgramTiming> time_program(const protocol::TimeProgramRequest& request) = 0;
   // Clocks and temperature where readable; empty when not (never an error).
   virtual TelemetryReading telemetry() = 0;
 

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "layer/operation.hpp"
 #include "layer/program.hpp"
 #include "measure/layer_bench.hpp"
 #include "search/model_pick.hpp"
@@ -116,6 +117,11 @@ void BucketTimer::interleaved(Ranked& best, int rounds, int reps) {
       std::sort(medians[k].begin(), medians[k].end());
       best[k].first = medians[k][medians[k].size() / 2];
     }
+}
+
+// The forward layer of two stage candidates, as the measuring service's program requests name it.
+protocol::ProgramKernels layer_program(const Candidate& stage1, const Candidate& stage2) {
+  return {&op::moe_forward(), {stage1.kernel, stage2.kernel}, {}};
 }
 
 }  // namespace
@@ -315,10 +321,10 @@ Result<bool> LayerStep::run(int tokens, const Ranked& s1, const Ranked& s2, cons
   std::vector<std::tuple<double, const Candidate*, const Candidate*>> paired;
   for (const auto& [a, b] : pairs.pairs) {
     if (gpu.m.stopped()) return false;
-    protocol::TimeLayerRequest probe{a->kernel, b->kernel};
+    protocol::TimeProgramRequest probe{layer_program(*a, *b)};
     probe.reps = kAbReps;
     probe.graph = cfg.graph;
-    auto t = gpu.m.time_layer(probe);
+    auto t = gpu.m.time_program(probe);
     if (!t) {
       why = fmt::format("timing {} + {} failed: {}", a->cv->variant.name(), b->cv->variant.name(), t.error().describe());
       continue;
@@ -358,7 +364,7 @@ Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidat
   layer.params = pair.to_params();
   layer.toolchain_id = gpu.toolchain_id;
   const std::int64_t layer_id = FT_TRY(gpu.rec.variant(layer));
-  auto v = gpu.m.verify_layer({c1->kernel, c2->kernel});
+  auto v = gpu.m.verify_program({layer_program(*c1, *c2)});
   if (!v || !v->passed) {
     const std::string message = v ? v->summary : v.error().describe();
     (void)gpu.record(layer_id, tokens, "verify", v ? db::MeasurementStatus::verify_failed : status_of(v.error()),
@@ -367,10 +373,10 @@ Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidat
     if (cfg.progress) fmt::print(stderr, "{}T={}: {}\n", gpu_prefix(), tokens, why);
     return false;
   }
-  protocol::TimeLayerRequest req{c1->kernel, c2->kernel};
+  protocol::TimeProgramRequest req{layer_program(*c1, *c2)};
   req.reps = kLongReps;
   req.graph = cfg.graph;
-  auto t = gpu.m.time_layer(req);
+  auto t = gpu.m.time_program(req);
   if (!t) {
     (void)gpu.record(layer_id, tokens, "layer", status_of(t.error()), {}, t.error().describe(), tele);
     why = fmt::format("timing {} failed: {}", layer.kernel_name, t.error().describe());
@@ -387,9 +393,10 @@ Result<bool> LayerStep::try_pair(int tokens, const Candidate* c1, const Candidat
   w.median_us = t->total.median_us;
   w.p10_us = t->total.p10_us;
   w.p90_us = t->total.p90_us;
-  BucketResult br{tokens, layer.kind, layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us, std::nullopt, std::nullopt,
-                  nlohmann::json{{"align_us", t->align.median_us}, {"stage1_us", t->stage1.median_us},
-                                 {"stage2_us", t->stage2.median_us}, {"reduce_us", t->reduce.median_us}}};
+  nlohmann::json breakdown = nlohmann::json::object();  // align_us, stage1_us, stage2_us, reduce_us
+  for (const auto& [name, part] : t->parts) breakdown[name + "_us"] = part.median_us;
+  BucketResult br{tokens,       layer.kind,   layer.kernel_name, w.median_us, *w.p10_us, *w.p90_us,
+                  std::nullopt, std::nullopt, std::move(breakdown)};
   if (ceilings) br.floor_us = roofline_floor_us(cfg.problem, tokens, *ceilings);
   FT_CHECK(gpu.rec.winner(w, std::move(br)));
   return true;

@@ -164,16 +164,39 @@ Result<GradKernelRef> decode_grad_kernel(const Fields& f) {
   return k;
 }
 
-Result<std::vector<GradKernelRef>> decode_grad_kernels(const Fields& f) {
+// The operation a message names (a row of op::operations()).
+Result<const op::Operation*> decode_operation(const Fields& f) {
+  const std::string name = FT_TRY(f.text("operation"));
+  if (const op::Operation* o = op::find(name)) return o;
+  std::string known;
+  for (const op::Operation* o : op::operations()) known += fmt::format("{}{}", known.empty() ? "" : ", ", o->name);
+  return f.bad("operation", fmt::format("names no operation ('{}'; {})", shorten(name), known));
+}
+
+json encode_program(const ProgramKernels& p) {
+  json stages = json::array();
+  if (p.operation->grad.empty())
+    for (const KernelRef& k : p.stages) stages.push_back(encode_kernel(k));
+  else
+    stages = encode_grad_kernels(p.grad);
+  return {{"operation", p.operation->name}, {"stages", std::move(stages)}};
+}
+
+// A program's kernels: its stages of the kind of its operation's roles.
+Result<ProgramKernels> decode_program(const Fields& f) {
+  ProgramKernels p;
+  p.operation = FT_TRY(decode_operation(f));
+  const bool backward = !p.operation->grad.empty();
   const json* a = FT_TRY(f.get("stages"));
-  if (!a->is_array() || a->empty()) return f.bad("stages", "must be a non-empty array of backward stages");
-  std::vector<GradKernelRef> out;
+  if (!a->is_array() || a->empty())
+    return f.bad("stages", fmt::format("must be a non-empty array of {} stages", p.operation->name));
   for (std::size_t i = 0; i < a->size(); ++i) {
-    const Fields k((*a)[i], fmt::format("backward stage {} of {}", i, f.what()));
+    const Fields k((*a)[i], fmt::format("{} stage {} of {}", p.operation->name, i, f.what()));
     FT_CHECK(k.object());
-    out.push_back(FT_TRY(decode_grad_kernel(k)));
+    if (backward) p.grad.push_back(FT_TRY(decode_grad_kernel(k)));
+    else p.stages.push_back(FT_TRY(decode_kernel(k)));
   }
-  return out;
+  return p;
 }
 
 json encode_problem(const Problem& p) {
@@ -242,7 +265,7 @@ struct RequestEncoder {
   json operator()(const DeviceRequest& r) const { return {{"protocol", r.protocol}}; }
   json operator()(const OpenRequest& r) const {
     return {{"problem", encode_problem(r.problem)}, {"target", r.target},         {"support", r.support},
-            {"max_tokens", r.max_tokens},          {"operation", to_string(r.operation)}};
+            {"max_tokens", r.max_tokens},          {"operation", r.operation->name}};
   }
   json operator()(const InputsRequest& r) const {
     return {{"tokens", r.tokens}, {"seed", r.seed}, {"empty_experts", r.empty_experts}};
@@ -251,16 +274,11 @@ struct RequestEncoder {
   json operator()(const TimeRequest& r) const {
     return {{"kernel", encode_kernel(r.kernel)}, {"warmup", r.warmup}, {"reps", r.reps}, {"flush_l2", r.flush_l2}};
   }
-  json operator()(const VerifyLayerRequest& r) const {
-    return {{"stage1", encode_kernel(r.stage1)}, {"stage2", encode_kernel(r.stage2)}};
-  }
-  json operator()(const TimeLayerRequest& r) const {
-    return {{"stage1", encode_kernel(r.stage1)}, {"stage2", encode_kernel(r.stage2)}, {"warmup", r.warmup},
-            {"reps", r.reps}, {"graph", r.graph}};
-  }
-  json operator()(const VerifyBackwardRequest& r) const { return {{"stages", encode_grad_kernels(r.stages)}}; }
-  json operator()(const TimeBackwardRequest& r) const {
-    return {{"stages", encode_grad_kernels(r.stages)}, {"warmup", r.warmup}, {"reps", r.reps}, {"flush_l2", r.flush_l2}};
+  json operator()(const VerifyProgramRequest& r) const { return encode_program(r.program); }
+  json operator()(const TimeProgramRequest& r) const {
+    json j = encode_program(r.program);
+    j.update({{"warmup", r.warmup}, {"reps", r.reps}, {"flush_l2", r.flush_l2}, {"graph", r.graph}});
+    return j;
   }
   json operator()(const TelemetryRequest&) const { return json::object(); }
   json operator()(const FaultRequest&) const { return json::object(); }
@@ -276,24 +294,22 @@ Result<Request> decode_open(const Fields& f) {
   r.target = FT_TRY(f.text("target"));
   r.support = FT_TRY(f.text("support"));
   r.max_tokens = FT_TRY(f.integer("max_tokens"));
-  const std::string operation = FT_TRY(f.text("operation"));
-  if (operation == to_string(Operation::backward)) r.operation = Operation::backward;
-  else if (operation != to_string(Operation::forward))
-    return f.bad("operation", fmt::format("names no operation ('{}'; forward or backward)", shorten(operation)));
+  r.operation = FT_TRY(decode_operation(f));
   return r;
 }
 
-Result<Request> decode_backward(const Fields& f, bool timed) {
+Result<Request> decode_program_request(const Fields& f, bool timed) {
   if (!timed) {
-    FT_CHECK(f.only({"op", "stages"}));
-    return VerifyBackwardRequest{FT_TRY(decode_grad_kernels(f))};
+    FT_CHECK(f.only({"op", "operation", "stages"}));
+    return VerifyProgramRequest{FT_TRY(decode_program(f))};
   }
-  FT_CHECK(f.only({"op", "stages", "warmup", "reps", "flush_l2"}));
-  TimeBackwardRequest r;
-  r.stages = FT_TRY(decode_grad_kernels(f));
+  FT_CHECK(f.only({"op", "operation", "stages", "warmup", "reps", "flush_l2", "graph"}));
+  TimeProgramRequest r;
+  r.program = FT_TRY(decode_program(f));
   r.warmup = FT_TRY(f.integer("warmup"));
   r.reps = FT_TRY(f.integer("reps"));
   r.flush_l2 = FT_TRY(f.boolean("flush_l2"));
+  r.graph = FT_TRY(f.boolean("graph"));
   return r;
 }
 
@@ -314,20 +330,6 @@ Result<Request> decode_time(const Fields& f) {
   r.warmup = FT_TRY(f.integer("warmup"));
   r.reps = FT_TRY(f.integer("reps"));
   r.flush_l2 = FT_TRY(f.boolean("flush_l2"));
-  return r;
-}
-
-Result<Request> decode_layer(const Fields& f, bool timed) {
-  if (timed) FT_CHECK(f.only({"op", "stage1", "stage2", "warmup", "reps", "graph"}));
-  else FT_CHECK(f.only({"op", "stage1", "stage2"}));
-  const Fields k1 = FT_TRY(f.nested("stage1", "kernel")), k2 = FT_TRY(f.nested("stage2", "kernel"));
-  KernelRef s1 = FT_TRY(decode_kernel(k1));
-  KernelRef s2 = FT_TRY(decode_kernel(k2));
-  if (!timed) return VerifyLayerRequest{std::move(s1), std::move(s2)};
-  TimeLayerRequest r{std::move(s1), std::move(s2)};
-  r.warmup = FT_TRY(f.integer("warmup"));
-  r.reps = FT_TRY(f.integer("reps"));
-  r.graph = FT_TRY(f.boolean("graph"));
   return r;
 }
 
@@ -358,9 +360,10 @@ struct AnswerEncoder {
     return {{"passed", a.passed}, {"rel_l2", number(a.rel_l2)}, {"max_abs", number(a.max_abs)}, {"summary", a.summary}};
   }
   json operator()(const Timing& t) const { return {{"timing", encode_timing(t)}}; }
-  json operator()(const LayerTiming& t) const {
-    return {{"total", encode_timing(t.total)},   {"align", encode_timing(t.align)},   {"stage1", encode_timing(t.stage1)},
-            {"stage2", encode_timing(t.stage2)}, {"reduce", encode_timing(t.reduce)}};
+  json operator()(const ProgramTiming& t) const {
+    json parts = json::array();
+    for (const auto& [name, part] : t.parts) parts.push_back({{"name", name}, {"timing", encode_timing(part)}});
+    return {{"total", encode_timing(t.total)}, {"parts", std::move(parts)}};
   }
   json operator()(const TelemetryAnswer& a) const {
     json j = json::object();
@@ -422,13 +425,20 @@ Result<Timing> decode_payload<Timing>(const Fields& f) {
 }
 
 template <>
-Result<LayerTiming> decode_payload<LayerTiming>(const Fields& f) {
-  FT_CHECK(f.only({"ok", "total", "align", "stage1", "stage2", "reduce"}));
-  LayerTiming t;
-  for (auto [key, out] : {std::pair{"total", &t.total}, std::pair{"align", &t.align}, std::pair{"stage1", &t.stage1},
-                          std::pair{"stage2", &t.stage2}, std::pair{"reduce", &t.reduce}}) {
-    const Fields part = FT_TRY(f.nested(key, "timing"));
-    *out = FT_TRY(decode_timing(part));
+Result<ProgramTiming> decode_payload<ProgramTiming>(const Fields& f) {
+  FT_CHECK(f.only({"ok", "total", "parts"}));
+  ProgramTiming t;
+  const Fields total = FT_TRY(f.nested("total", "timing"));
+  t.total = FT_TRY(decode_timing(total));
+  const json* parts = FT_TRY(f.get("parts"));
+  if (!parts->is_array()) return f.bad("parts", "must be an array of named timings");
+  for (std::size_t i = 0; i < parts->size(); ++i) {
+    const Fields part((*parts)[i], fmt::format("part {} of {}", i, f.what()));
+    FT_CHECK(part.object());
+    FT_CHECK(part.only({"name", "timing"}));
+    std::string name = FT_TRY(part.text("name"));
+    const Fields timing = FT_TRY(part.nested("timing", "timing"));
+    t.parts.emplace_back(std::move(name), FT_TRY(decode_timing(timing)));
   }
   return t;
 }
@@ -471,12 +481,9 @@ std::optional<Errc> errc_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-std::string_view to_string(Operation op) { return op == Operation::backward ? "backward" : "forward"; }
-
 std::string_view op_name(const Request& request) {
   static constexpr std::array<std::string_view, std::variant_size_v<Request>> kNames{
-      "device",          "open",          "inputs",    "verify", "time", "verify_layer", "time_layer",
-      "verify_backward", "time_backward", "telemetry", "fault"};
+      "device", "open", "inputs", "verify", "time", "verify_program", "time_program", "telemetry", "fault"};
   return kNames[request.index()];
 }
 
@@ -496,10 +503,8 @@ Result<Request> decode_request(const json& message) {
   if (op == "inputs") return decode_inputs(named);
   if (op == "verify") return decode_verify(named);
   if (op == "time") return decode_time(named);
-  if (op == "verify_layer") return decode_layer(named, false);
-  if (op == "time_layer") return decode_layer(named, true);
-  if (op == "verify_backward") return decode_backward(named, false);
-  if (op == "time_backward") return decode_backward(named, true);
+  if (op == "verify_program") return decode_program_request(named, false);
+  if (op == "time_program") return decode_program_request(named, true);
   if (op == "telemetry") return decode_plain<TelemetryRequest>(named);
   if (op == "fault") return decode_plain<FaultRequest>(named);
   return fail(Errc::invalid_input, fmt::format("unknown request '{}'", shorten(op)));
@@ -528,7 +533,7 @@ template Result<Done> decode_answer<Done>(const json&);
 template Result<DeviceAnswer> decode_answer<DeviceAnswer>(const json&);
 template Result<VerifyAnswer> decode_answer<VerifyAnswer>(const json&);
 template Result<Timing> decode_answer<Timing>(const json&);
-template Result<LayerTiming> decode_answer<LayerTiming>(const json&);
+template Result<ProgramTiming> decode_answer<ProgramTiming>(const json&);
 template Result<TelemetryAnswer> decode_answer<TelemetryAnswer>(const json&);
 
 Result<Answer> decode_answer_to(const Request& sent, const json& message) {

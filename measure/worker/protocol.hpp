@@ -30,14 +30,17 @@
 #include "generator/variant.hpp"
 #include "device/device.hpp"
 #include "device/telemetry.hpp"
+#include "layer/operation.hpp"
 #include "layer/program.hpp"
-#include "measure/layer_bench.hpp"
+#include "measure/timing.hpp"
 
 namespace ft::protocol {
 
 // Bump on any change of a message's fields or meaning. 2: open names its
-// operation; the backward's verify and time requests.
-inline constexpr int kVersion = 2;
+// operation; the backward's verify and time requests. 3: one verify and one
+// time request of a program for every operation (verify_program,
+// time_program), operations named by their registry row ("moe_forward").
+inline constexpr int kVersion = 3;
 
 // A compiled kernel for the service to load: the variant (opaque here: its
 // to_json/from_json), the file of its code object and its entry symbol.
@@ -56,11 +59,6 @@ struct GradKernelRef {
   std::string code_object;
   std::string entry;
 };
-
-// What a problem is opened for: the forward layer's stages and layers
-// (LayerBench), or the backward program (BackwardBench).
-enum class Operation { forward, backward };
-std::string_view to_string(Operation op);
 
 // Answers without a payload (open, inputs).
 struct Done {};
@@ -89,14 +87,16 @@ struct DeviceRequest {
 // The problem to measure, the target its kernels are built for, the support
 // unit (align, reduce, reference, fill) and buffers for up to max_tokens (the
 // backward's are sized per program run).
-// Opened for the backward, it has no forward requests (and the other way round).
+// Opened for one operation (op::operations()'s rows), it answers that
+// operation's requests only: the stage requests and the programs of the
+// forward's layer, or the programs of the backward.
 struct OpenRequest {
   using Answer = Done;
   Problem problem;
   std::string target;
   std::string support;
   int max_tokens = 0;
-  Operation operation = Operation::forward;
+  const op::Operation* operation = &op::moe_forward();
 };
 // Fresh X, W1, W2 (on the device, from seed) and routing (from seed, with
 // empty_experts experts left without tokens) for `tokens` tokens; the
@@ -119,31 +119,33 @@ struct TimeRequest {
   int reps = 20;
   bool flush_l2 = true;
 };
-struct VerifyLayerRequest {
+// The kernels of an operation's program: a recipe of its roles (in the
+// operation's role order, some or all) with each role's code object --
+// the forward's stage variants (stage1, stage2: the whole layer), or the
+// backward's GEMM configurations (dgrad2 .. wgrad1). The one that is not the
+// operation's kind stays empty.
+struct ProgramKernels {
+  const op::Operation* operation = &op::moe_forward();
+  std::vector<KernelRef> stages;     // a forward recipe's (LayerRecipe::stages)
+  std::vector<GradKernelRef> grad;   // a backward recipe's (LayerRecipe::grad)
+};
+// The program checked against the operation's reference on the current
+// inputs: the forward layer's Y against the reference kernels'; the backward's
+// every buffer its roles write against the CPU backward (the worst of them).
+struct VerifyProgramRequest {
   using Answer = VerifyAnswer;
-  KernelRef stage1, stage2;
+  ProgramKernels program;
 };
-struct TimeLayerRequest {
-  using Answer = LayerTiming;
-  KernelRef stage1, stage2;
-  int warmup = 3;
-  int reps = 20;
-  bool graph = false;
-};
-// The backward program of these stages (in op::moe_backward's role order,
-// some roles or all) checked against the CPU backward on the current inputs:
-// the worst of the buffers its roles write.
-struct VerifyBackwardRequest {
-  using Answer = VerifyAnswer;
-  std::vector<GradKernelRef> stages;
-};
-// The backward program timed as a whole: events around it, L2 flushed.
-struct TimeBackwardRequest {
-  using Answer = Timing;
-  std::vector<GradKernelRef> stages;
+// The program timed as a whole (events around it, the L2 flushed before each
+// repetition), with the parts its bench times alone. `graph`: replayed as a
+// captured graph (the forward's; the backward refuses it).
+struct TimeProgramRequest {
+  using Answer = ProgramTiming;
+  ProgramKernels program;
   int warmup = 3;
   int reps = 20;
   bool flush_l2 = true;
+  bool graph = false;
 };
 struct TelemetryRequest {
   using Answer = TelemetryAnswer;
@@ -154,11 +156,11 @@ struct FaultRequest {
   using Answer = Done;
 };
 
-using Request = std::variant<DeviceRequest, OpenRequest, InputsRequest, VerifyRequest, TimeRequest, VerifyLayerRequest,
-                             TimeLayerRequest, VerifyBackwardRequest, TimeBackwardRequest, TelemetryRequest, FaultRequest>;
-using Answer = std::variant<Done, DeviceAnswer, VerifyAnswer, Timing, LayerTiming, TelemetryAnswer>;
+using Request = std::variant<DeviceRequest, OpenRequest, InputsRequest, VerifyRequest, TimeRequest, VerifyProgramRequest,
+                             TimeProgramRequest, TelemetryRequest, FaultRequest>;
+using Answer = std::variant<Done, DeviceAnswer, VerifyAnswer, Timing, ProgramTiming, TelemetryAnswer>;
 
-// The request's name on the wire ("verify", "time_layer", "verify_backward").
+// The request's name on the wire ("verify", "time_program").
 std::string_view op_name(const Request& request);
 
 nlohmann::json encode(const Request& request);

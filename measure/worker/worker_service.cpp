@@ -13,6 +13,7 @@
 
 #include "generator/variant.hpp"
 #include "device/telemetry.hpp"
+#include "layer/operation.hpp"
 #include "measure/backward_bench.hpp"
 #include "measure/layer_bench.hpp"
 #include "measure/worker/worker_device.hpp"
@@ -58,15 +59,21 @@ struct WorkerService::State {
     return device.get();
   }
 
+  // The bench of the operation opened, refusing another's requests.
+  Status opened_for(const op::Operation& o) const {
+    if (!bench && !backward) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
+    const op::Operation& open = backward ? op::moe_backward() : op::moe_forward();
+    if (&open != &o)
+      return fail(Errc::invalid_input, fmt::format("the problem is open for {}, not {} (open it with operation {})",
+                                                   open.name, o.name, o.name));
+    return {};
+  }
   Result<LayerBench*> opened() {
-    if (backward) return fail(Errc::invalid_input, "the problem is open for the backward, not the forward's stages and layers");
-    if (!bench) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
+    FT_CHECK(opened_for(op::moe_forward()));
     return bench.get();
   }
   Result<BackwardBench*> opened_backward() {
-    if (bench) return fail(Errc::invalid_input, "the problem is open for the forward, not the backward (open it with "
-                                                "operation backward)");
-    if (!backward) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
+    FT_CHECK(opened_for(op::moe_backward()));
     return backward.get();
   }
 
@@ -89,20 +96,36 @@ struct WorkerService::State {
     });
   }
 
-  // The recipe of a backward request's stages and their kernels (the bench's
-  // program checks the recipe: roles, order, target, sizes).
-  Result<std::pair<LayerRecipe, RoleKernels>> backward_program(const std::vector<protocol::GradKernelRef>& stages) {
-    BackwardBench* b = FT_TRY(opened_backward());
+  // The recipe of a program request and its roles' kernels, loaded by the
+  // opened operation's bench (the bench's program checks the recipe: roles,
+  // order, target, sizes).
+  Result<std::pair<LayerRecipe, RoleKernels>> program(const protocol::ProgramKernels& p) {
+    FT_CHECK(opened_for(*p.operation));
     LayerRecipe recipe{target, problem, {}};
     RoleKernels k;
-    for (const protocol::GradKernelRef& g : stages) {
-      const FunctionHandle f = FT_TRY(loaded(g.code_object, g.entry, [&](std::span<const std::byte> bytes) {
+    for (const protocol::KernelRef& s : p.stages) {
+      const op::Stage* stage = p.operation->stage(s.variant.role);
+      if (!stage) return fail(Errc::invalid_input, fmt::format("{} is no stage of {}", s.variant.name(), p.operation->name));
+      k.of(stage->launch) = FT_TRY(kernel(s));
+      recipe.stages.push_back(s.variant);
+    }
+    for (const protocol::GradKernelRef& g : p.grad) {
+      BackwardBench* b = FT_TRY(opened_backward());
+      k.of(g.role) = FT_TRY(loaded(g.code_object, g.entry, [&](std::span<const std::byte> bytes) {
         return b->load(bytes, g.entry);
       }));
       recipe.grad.push_back({g.role, g.config});
-      k.of(g.role) = f;
     }
     return std::pair{std::move(recipe), k};
+  }
+
+  // The forward program of a request: the whole layer, both stages.
+  static Result<std::pair<const Variant*, const Variant*>> layer_stages(const LayerRecipe& r) {
+    const Variant *s1 = r.stage(StageRole::stage1), *s2 = r.stage(StageRole::stage2);
+    if (!s1 || !s2 || r.stages.size() != 2)
+      return fail(Errc::invalid_input, "a moe_forward program is the whole layer: one stage1 and one stage2 variant "
+                                       "(a stage alone is verified and timed by 'verify' and 'time')");
+    return std::pair{s1, s2};
   }
 
   Result<protocol::Answer> operator()(const protocol::DeviceRequest& r) {
@@ -126,7 +149,7 @@ struct WorkerService::State {
     backward.reset();
     problem = r.problem;
     target = t;
-    if (r.operation == protocol::Operation::backward) backward = FT_TRY(BackwardBench::create(*d, problem, *target, support));
+    if (r.operation == &op::moe_backward()) backward = FT_TRY(BackwardBench::create(*d, problem, *target, support));
     else bench = FT_TRY(LayerBench::create(*d, problem, *target, support, r.max_tokens));
     return protocol::Done{};
   }
@@ -158,33 +181,29 @@ struct WorkerService::State {
     return FT_TRY(bench->time_stage(r.kernel.variant, f, to));
   }
 
-  Result<protocol::Answer> operator()(const protocol::VerifyLayerRequest& r) {
-    FunctionHandle f1 = FT_TRY(kernel(r.stage1));
-    FunctionHandle f2 = FT_TRY(kernel(r.stage2));
-    Comparison c = FT_TRY(bench->verify_layer(r.stage1.variant, f1, r.stage2.variant, f2));
+  Result<protocol::Answer> operator()(const protocol::VerifyProgramRequest& r) {
+    const auto [recipe, k] = FT_TRY(program(r.program));
+    if (backward) {
+      const BackwardCheck c = FT_TRY(backward->verify(recipe, k));
+      const Comparison worst = c.buffers.empty() ? Comparison{} : c.worst();
+      return protocol::VerifyAnswer{c.passed(), worst.rel_l2, worst.max_abs, c.summary()};
+    }
+    const auto [s1, s2] = FT_TRY(layer_stages(recipe));
+    Comparison c = FT_TRY(bench->verify_layer(*s1, k.of(Role::stage1), *s2, k.of(Role::stage2)));
     return verify_answer(c, problem.hidden);
   }
 
-  Result<protocol::Answer> operator()(const protocol::TimeLayerRequest& r) {
-    FunctionHandle f1 = FT_TRY(kernel(r.stage1));
-    FunctionHandle f2 = FT_TRY(kernel(r.stage2));
-    TimingOptions to = timing_options(r.warmup, r.reps);
-    to.graph = r.graph;
-    return FT_TRY(bench->time_layer(r.stage1.variant, f1, r.stage2.variant, f2, to));
-  }
-
-  Result<protocol::Answer> operator()(const protocol::VerifyBackwardRequest& r) {
-    const auto [recipe, k] = FT_TRY(backward_program(r.stages));
-    const BackwardCheck c = FT_TRY(backward->verify(recipe, k));
-    const Comparison worst = c.buffers.empty() ? Comparison{} : c.worst();
-    return protocol::VerifyAnswer{c.passed(), worst.rel_l2, worst.max_abs, c.summary()};
-  }
-
-  Result<protocol::Answer> operator()(const protocol::TimeBackwardRequest& r) {
-    const auto [recipe, k] = FT_TRY(backward_program(r.stages));
+  Result<protocol::Answer> operator()(const protocol::TimeProgramRequest& r) {
+    const auto [recipe, k] = FT_TRY(program(r.program));
     TimingOptions to = timing_options(r.warmup, r.reps);
     to.flush_l2 = r.flush_l2;
-    return FT_TRY(backward->time(recipe, k, to));
+    to.graph = r.graph;
+    if (backward) {
+      if (r.graph) return fail(Errc::invalid_input, "the moe_backward program is timed by direct launches, not as a graph");
+      return ProgramTiming{FT_TRY(backward->time(recipe, k, to)), {}};
+    }
+    const auto [s1, s2] = FT_TRY(layer_stages(recipe));
+    return FT_TRY(bench->time_layer(*s1, k.of(Role::stage1), *s2, k.of(Role::stage2), to));
   }
 
   Result<protocol::Answer> operator()(const protocol::TelemetryRequest&) {

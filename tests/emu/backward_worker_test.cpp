@@ -103,17 +103,26 @@ TEST(EmuBackwardWorker, VerifiesAndTimesTheBackwardProgramOverJsonLines) {
   foreign[0].config.target = find_target("gfx950");
   foreign[0].config.atom = find_atom("mfma_f32_16x16x32_bf16");
 
-  protocol::TimeBackwardRequest timed{built, 1, 3, true};
+  // The program requests of the backward: its operation and these stages.
+  const auto program = [](std::vector<protocol::GradKernelRef> stages) {
+    return protocol::ProgramKernels{&op::moe_backward(), {}, std::move(stages)};
+  };
+  const auto verify = [&](std::vector<protocol::GradKernelRef> stages) {
+    return protocol::VerifyProgramRequest{program(std::move(stages))};
+  };
+  protocol::TimeProgramRequest timed{program(built), 1, 3, true, false};
+  protocol::TimeProgramRequest graphed = timed;
+  graphed.graph = true;
   const std::vector<Exchange> exchanges{
       {"device", protocol::DeviceRequest{}, [](const Result<protocol::Answer>& a) {
          ASSERT_TRUE(a) << a.error().describe();
          EXPECT_EQ(std::get<protocol::DeviceAnswer>(*a).device.arch, "gfx942");
        }},
-      {"before open", protocol::VerifyBackwardRequest{built}, refused("no problem open")},
-      {"open", protocol::OpenRequest{p, "gfx942", support_path, 333, protocol::Operation::backward}, done},
+      {"before open", verify(built), refused("no problem open")},
+      {"open", protocol::OpenRequest{p, "gfx942", support_path, 333, &op::moe_backward()}, done},
       {"inputs 333", protocol::InputsRequest{333, 11, 1}, done},
-      {"as built", protocol::VerifyBackwardRequest{built}, passes},
-      {"wgrad mutant", protocol::VerifyBackwardRequest{broken}, [](const Result<protocol::Answer>& a) {
+      {"as built", verify(built), passes},
+      {"wgrad mutant", verify(broken), [](const Result<protocol::Answer>& a) {
          ASSERT_TRUE(a) << a.error().describe();
          const auto& v = std::get<protocol::VerifyAnswer>(*a);
          EXPECT_FALSE(v.passed) << v.summary;
@@ -122,17 +131,22 @@ TEST(EmuBackwardWorker, VerifiesAndTimesTheBackwardProgramOverJsonLines) {
        }},
       {"timed", timed, [](const Result<protocol::Answer>& a) {
          ASSERT_TRUE(a) << a.error().describe();
-         const auto& tm = std::get<Timing>(*a);
+         const auto& pt = std::get<ProgramTiming>(*a);
+         EXPECT_TRUE(pt.parts.empty());  // timed as a whole
+         const Timing& tm = pt.total;
          EXPECT_EQ(tm.samples, 3);
          EXPECT_GT(tm.median_us, 0.0);
          EXPECT_LE(tm.p10_us, tm.median_us);
          EXPECT_LE(tm.median_us, tm.p90_us);
        }},
-      {"forward request", protocol::VerifyRequest{forward_kernel(t, p)}, refused("open for the backward")},
-      {"another target", protocol::VerifyBackwardRequest{foreign}, refused("is for gfx950, the layer for gfx942")},
-      {"out of order", protocol::VerifyBackwardRequest{reversed}, refused("out of the operation's order")},
+      {"graph", graphed, refused("timed by direct launches, not as a graph")},
+      {"forward request", protocol::VerifyRequest{forward_kernel(t, p)}, refused("open for moe_backward, not moe_forward")},
+      {"forward program", protocol::VerifyProgramRequest{{&op::moe_forward(), {forward_kernel(t, p)}, {}}},
+       refused("open for moe_backward, not moe_forward")},
+      {"another target", verify(foreign), refused("is for gfx950, the layer for gfx942")},
+      {"out of order", verify(reversed), refused("out of the operation's order")},
       {"inputs 7", protocol::InputsRequest{7, 12, 0}, done},
-      {"as built at T=7", protocol::VerifyBackwardRequest{built}, passes},
+      {"as built at T=7", verify(built), passes},
   };
   std::string lines;
   for (const Exchange& e : exchanges) lines += protocol::to_line(protocol::encode(e.request)) + "\n";

@@ -66,15 +66,17 @@ struct Fake {
     return protocol::DeviceAnswer{protocol, d};
   }
   protocol::Answer operator()(const protocol::VerifyRequest&) { return verified(); }
-  protocol::Answer operator()(const protocol::VerifyLayerRequest&) { return verified(); }
+  protocol::Answer operator()(const protocol::VerifyProgramRequest&) { return verified(); }
   protocol::Answer operator()(const protocol::TimeRequest& r) {
     maybe_die();
     return timing(time_of(r.kernel.entry));
   }
-  protocol::Answer operator()(const protocol::TimeLayerRequest& r) {
+  // The forward's layers (the searches of these tests time no backward).
+  protocol::Answer operator()(const protocol::TimeProgramRequest& r) {
     maybe_die();
-    const double t1 = time_of(r.stage1.entry), t2 = time_of(r.stage2.entry);
-    return LayerTiming{timing(t1 + t2 + 5), timing(2), timing(t1), timing(t2), timing(3)};
+    const double t1 = time_of(r.program.stages.at(0).entry), t2 = time_of(r.program.stages.at(1).entry);
+    return ProgramTiming{timing(t1 + t2 + 5),
+                         {{"align", timing(2)}, {"stage1", timing(t1)}, {"stage2", timing(t2)}, {"reduce", timing(3)}}};
   }
   protocol::Answer operator()(const protocol::TelemetryRequest&) { return protocol::TelemetryAnswer{{}, "fake GPU"}; }
   // open, inputs, fault: nothing to say.

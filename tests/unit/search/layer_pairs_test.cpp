@@ -175,21 +175,17 @@ class FakeLayerMeasurer final : public Measurer {
   Result<DeviceInfo> start() override { return DeviceInfo{}; }
   Status open(const protocol::OpenRequest&) override { return {}; }
   Status set_inputs(const protocol::InputsRequest&) override { return {}; }
-  Result<protocol::VerifyAnswer> verify_backward(const protocol::VerifyBackwardRequest&) override {
-    return fail(Errc::internal, "this fake measures no backward");
-  }
-  Result<Timing> time_backward(const protocol::TimeBackwardRequest&) override {
-    return fail(Errc::internal, "this fake measures no backward");
-  }
   Result<protocol::VerifyAnswer> verify(const protocol::VerifyRequest&) override { return protocol::VerifyAnswer{true}; }
   Result<Timing> time(const protocol::TimeRequest&) override { return fail(Errc::internal, "not in this test"); }
-  Result<protocol::VerifyAnswer> verify_layer(const protocol::VerifyLayerRequest&) override {
+  Result<protocol::VerifyAnswer> verify_program(const protocol::VerifyProgramRequest&) override {
     return protocol::VerifyAnswer{true, 1e-3, 1e-3, "rel L2 1e-3"};
   }
-  Result<LayerTiming> time_layer(const protocol::TimeLayerRequest& r) override {
-    timed.emplace_back(r.stage1.entry, r.stage2.entry);
-    const double t = us.at(r.stage1.entry) + us.at(r.stage2.entry);
-    LayerTiming out;
+  // The forward's layers (this fake measures no backward).
+  Result<ProgramTiming> time_program(const protocol::TimeProgramRequest& r) override {
+    const std::string &e1 = r.program.stages.at(0).entry, &e2 = r.program.stages.at(1).entry;
+    timed.emplace_back(e1, e2);
+    const double t = us.at(e1) + us.at(e2);
+    ProgramTiming out;
     out.total = Timing{t, t * 0.99, t * 1.01, t * 0.98, r.reps};
     return out;
   }

@@ -42,12 +42,6 @@ class FakeMeasurer final : public Measurer {
   Result<DeviceInfo> start() override { return DeviceInfo{}; }
   Status open(const protocol::OpenRequest&) override { return {}; }
   Status set_inputs(const protocol::InputsRequest&) override { return {}; }
-  Result<protocol::VerifyAnswer> verify_backward(const protocol::VerifyBackwardRequest&) override {
-    return fail(Errc::internal, "this fake measures no backward");
-  }
-  Result<Timing> time_backward(const protocol::TimeBackwardRequest&) override {
-    return fail(Errc::internal, "this fake measures no backward");
-  }
   Result<protocol::VerifyAnswer> verify(const protocol::VerifyRequest&) override { return protocol::VerifyAnswer{true}; }
   Result<Timing> time(const protocol::TimeRequest& r) override {
     calls.push_back({r.kernel.entry, r.reps});
@@ -55,10 +49,12 @@ class FakeMeasurer final : public Measurer {
     const double t = truth.at(r.kernel.entry) + (r.reps == kShortReps ? short_noise[r.kernel.entry] : 0.0);
     return Timing{t, t * 0.99, t * 1.01, t * 0.98, r.reps};
   }
-  Result<protocol::VerifyAnswer> verify_layer(const protocol::VerifyLayerRequest&) override {
+  Result<protocol::VerifyAnswer> verify_program(const protocol::VerifyProgramRequest&) override {
     return fail(Errc::internal, "not in this test");
   }
-  Result<LayerTiming> time_layer(const protocol::TimeLayerRequest&) override { return fail(Errc::internal, "not in this test"); }
+  Result<ProgramTiming> time_program(const protocol::TimeProgramRequest&) override {
+    return fail(Errc::internal, "not in this test");
+  }
   TelemetryReading telemetry() override { return {}; }
   const std::string& selector() const override { return selector_; }
   std::size_t crashes() const override { return 0; }

@@ -11,6 +11,7 @@
 #include "generator/problem.hpp"
 #include "generator/space.hpp"
 #include "generator/target.hpp"
+#include "layer/operation.hpp"
 #include "measure/worker/protocol.hpp"
 
 namespace ft::test {
@@ -34,21 +35,27 @@ inline std::vector<protocol::GradKernelRef> sample_grad_stages() {
   return out;
 }
 
-// In the order of the Request alternatives.
+inline protocol::ProgramKernels sample_layer() {
+  return {&op::moe_forward(), {sample_kernel(StageRole::stage1), sample_kernel(StageRole::stage2)}, {}};
+}
+inline protocol::ProgramKernels sample_backward() { return {&op::moe_backward(), {}, sample_grad_stages()}; }
+
+// In the order of the Request alternatives; the program requests twice (the
+// forward's layer, then the backward's program).
 inline std::vector<protocol::Request> sample_requests() {
   Problem p = *problem_from_preset("tiny");
   p.routing = *Routing::parse("zipf:1.5");
   protocol::TimeRequest time{sample_kernel(StageRole::stage1), 4, 17, false};
-  protocol::TimeLayerRequest layer{sample_kernel(StageRole::stage1), sample_kernel(StageRole::stage2), 2, 30, true};
-  protocol::TimeBackwardRequest backward{sample_grad_stages(), 5, 40, false};
+  protocol::TimeProgramRequest layer{sample_layer(), 2, 30, false, true};
+  protocol::TimeProgramRequest backward{sample_backward(), 5, 40, false, false};
   return {protocol::DeviceRequest{},
-          protocol::OpenRequest{p, "sm_90a", "/tmp/objects/support.cubin", 4096, protocol::Operation::backward},
+          protocol::OpenRequest{p, "sm_90a", "/tmp/objects/support.cubin", 4096, &op::moe_backward()},
           protocol::InputsRequest{333, std::numeric_limits<std::uint64_t>::max(), 1},
           protocol::VerifyRequest{sample_kernel(StageRole::stage2)},
           time,
-          protocol::VerifyLayerRequest{sample_kernel(StageRole::stage1), sample_kernel(StageRole::stage2)},
+          protocol::VerifyProgramRequest{sample_layer()},
           layer,
-          protocol::VerifyBackwardRequest{sample_grad_stages()},
+          protocol::VerifyProgramRequest{sample_backward()},
           backward,
           protocol::TelemetryRequest{},
           protocol::FaultRequest{}};
@@ -69,10 +76,13 @@ inline std::vector<std::pair<protocol::Request, protocol::Answer>> sample_answer
           {requests[3], protocol::VerifyAnswer{true, 1.25e-3, 3.5e-2, "rel L2 1.25e-03 (bound 8.0e-03)"}},
           {requests[4], sample_timing(12.5)},
           {requests[5], protocol::VerifyAnswer{false, 0.5, 7.25, "12 NaN/Inf elements of 4096, first at [0, 3]"}},
-          {requests[6], LayerTiming{sample_timing(50), sample_timing(2), sample_timing(20), sample_timing(25),
-                                    sample_timing(3)}},
+          {requests[6], ProgramTiming{sample_timing(50),
+                                      {{"align", sample_timing(2)},
+                                       {"stage1", sample_timing(20)},
+                                       {"stage2", sample_timing(25)},
+                                       {"reduce", sample_timing(3)}}}},
           {requests[7], protocol::VerifyAnswer{false, 0.25, 1.5, "dw1: rel L2 2.5e-01 (bound 8.0e-03)"}},
-          {requests[8], sample_timing(480)},
+          {requests[8], ProgramTiming{sample_timing(480), {}}},
           {requests[9], all},
           {requests[9], none}};
 }

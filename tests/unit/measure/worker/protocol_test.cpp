@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "generator/space.hpp"
+#include "layer/operation.hpp"
 #include "tests/unit/measure/worker/protocol_samples.hpp"
 #include "measure/worker/worker_service.hpp"
 
@@ -27,7 +28,9 @@ using nlohmann::json;
 // hold no default values).
 TEST(Protocol, EveryRequestRoundTrips) {
   const auto requests = test::sample_requests();
-  ASSERT_EQ(requests.size(), std::variant_size_v<protocol::Request>) << "one sample per request type";
+  std::vector<bool> seen(std::variant_size_v<protocol::Request>);
+  for (const protocol::Request& r : requests) seen[r.index()] = true;
+  for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_TRUE(seen[i]) << "no sample of request type " << i;
   for (const protocol::Request& r : requests) {
     SCOPED_TRACE(std::string(protocol::op_name(r)));
     const json wire = protocol::encode(r);
@@ -54,17 +57,22 @@ TEST(Protocol, RequestsKeepWhatTheServiceNeeds) {
     if (const auto* inputs = std::get_if<protocol::InputsRequest>(&*back)) {
       EXPECT_EQ(inputs->seed, std::numeric_limits<std::uint64_t>::max());  // all 64 bits
     }
-    if (const auto* open = std::get_if<protocol::OpenRequest>(&*back)) { EXPECT_EQ(open->operation, protocol::Operation::backward); }
-    if (const auto* bw = std::get_if<protocol::TimeBackwardRequest>(&*back)) {
-      const auto& sent = std::get<protocol::TimeBackwardRequest>(r).stages;
-      ASSERT_EQ(bw->stages.size(), sent.size());
-      for (std::size_t i = 0; i < sent.size(); ++i) {
-        EXPECT_EQ(bw->stages[i].role, sent[i].role);
-        EXPECT_EQ(bw->stages[i].config.name(), sent[i].config.name());  // every axis, the op, atom and target
-        EXPECT_EQ(bw->stages[i].code_object, sent[i].code_object);
+    if (const auto* open = std::get_if<protocol::OpenRequest>(&*back)) { EXPECT_EQ(open->operation, &op::moe_backward()); }
+    if (const auto* tp = std::get_if<protocol::TimeProgramRequest>(&*back)) {
+      const protocol::TimeProgramRequest& sent = std::get<protocol::TimeProgramRequest>(r);
+      EXPECT_EQ(tp->program.operation, sent.program.operation);
+      ASSERT_EQ(tp->program.stages.size(), sent.program.stages.size());
+      for (std::size_t i = 0; i < sent.program.stages.size(); ++i)
+        EXPECT_EQ(tp->program.stages[i].variant.name(), sent.program.stages[i].variant.name());
+      ASSERT_EQ(tp->program.grad.size(), sent.program.grad.size());
+      for (std::size_t i = 0; i < sent.program.grad.size(); ++i) {
+        EXPECT_EQ(tp->program.grad[i].role, sent.program.grad[i].role);
+        EXPECT_EQ(tp->program.grad[i].config.name(), sent.program.grad[i].config.name());  // every axis, the op, atom and target
+        EXPECT_EQ(tp->program.grad[i].code_object, sent.program.grad[i].code_object);
       }
-      EXPECT_EQ(bw->reps, 40);
-      EXPECT_FALSE(bw->flush_l2);
+      EXPECT_EQ(tp->reps, sent.reps);
+      EXPECT_EQ(tp->graph, sent.graph);
+      EXPECT_FALSE(tp->flush_l2);
     }
     if (const auto* time = std::get_if<protocol::TimeRequest>(&*back)) {
       EXPECT_EQ(time->kernel.variant.name(), std::get<protocol::TimeRequest>(r).kernel.variant.name());
@@ -200,13 +208,17 @@ TEST(Protocol, EveryMemberIsCheckedAndNoneIsExtra) {
   }
 }
 
-// The backward's requests: a stage of no backward role, of no target, a
-// configuration the rule table refuses or with a member too many, no stages,
-// an open of no operation: each refused with what was wrong.
-TEST(Protocol, MalformedBackwardRequestsAreRefused) {
+// The program requests: a backward stage of no backward role, of no target,
+// a configuration the rule table refuses or with a member too many, no
+// stages, a forward stage that is a backward one, an open or a program of no
+// operation: each refused with what was wrong.
+TEST(Protocol, MalformedProgramRequestsAreRefused) {
   const auto requests = test::sample_requests();
-  const json verify = protocol::encode(requests[7]), open = protocol::encode(requests[1]);
-  ASSERT_EQ(verify["op"], "verify_backward");
+  const json verify = protocol::encode(requests[7]), open = protocol::encode(requests[1]),
+             layer = protocol::encode(requests[5]);
+  ASSERT_EQ(verify["op"], "verify_program");
+  ASSERT_EQ(verify["operation"], "moe_backward");
+  ASSERT_EQ(layer["operation"], "moe_forward");
   struct Case {
     std::function<void(json&)> edit;
     const json* base;
@@ -222,7 +234,11 @@ TEST(Protocol, MalformedBackwardRequestsAreRefused) {
       {[](json& j) { j["stages"][3]["config"]["op"] = "wgrad9"; }, &verify, "unknown op 'wgrad9'"},
       {[](json& j) { j["stages"][3]["config"].erase("stages"); }, &verify, "\"stages\" is missing"},
       {[](json& j) { j["stages"][0]["config"]["atom"] = "mfma_f32_16x16x16_bf16"; }, &verify, "does not exist on sm_90a"},
-      {[](json& j) { j["operation"] = "sideways"; }, &open, "names no operation ('sideways'"},
+      {[](json& j) { j["operation"] = "sideways"; }, &open, "names no operation ('sideways'; moe_forward, moe_backward)"},
+      {[](json& j) { j["operation"] = "backward"; }, &verify, "names no operation ('backward'"},
+      {[](json& j) { j["stages"] = json::array(); }, &layer, "\"stages\" must be a non-empty array of moe_forward stages"},
+      {[&](json& j) { j["stages"][1] = verify["stages"][0]; }, &layer, "moe_forward stage 1 of verify_program request"},
+      {[&](json& j) { j["operation"] = "moe_backward"; }, &layer, "moe_backward stage 0 of verify_program request"},
   };
   for (const Case& c : cases) {
     json j = *c.base;

@@ -18,13 +18,8 @@ const std::array<Rule, 10> kRules{
       return std::nullopt;
     },
     [](const BackwardVariant& v) -> std::optional<std::string> {
-      if (v.atom->warpgroup()) {
-        if (v.op != BackwardOp::wgrad)
-          return fmt::format("atom {}: the {} form is the portable one (mfma / mma.sync); wgmma is the K-grouped GEMM's",
-                             v.atom->id, to_string(v.op));
-      } else if (v.atom->family != "mfma" && v.atom->family != "mma.sync") {
+      if (!v.atom->warpgroup() && v.atom->family != "mfma" && v.atom->family != "mma.sync")
         return fmt::format("atom {} is not an mfma, mma.sync or wgmma atom", v.atom->id);
-      }
       return std::nullopt;
     },
     [](const BackwardVariant& v) -> std::optional<std::string> {
@@ -54,10 +49,11 @@ const std::array<Rule, 10> kRules{
         return fmt::format("tiles {}x{}x{} are not whole 16-byte chunks of 8 values", v.tile_m, v.tile_n, v.tile_k);
       return std::nullopt;
     },
-    // The wgmma form (templates/ft/moe_kgrouped_wgmma.hpp): warpgroups stacked
-    // along M, each owning whole 64-row blocks; one MN-major instruction covers
-    // the tile's N; k-slices of whole k16 steps; every thread copies as many
-    // 16-byte chunks; a cp.async ring of three or more stages.
+    // The wgmma forms (templates/ft/wgmma_staged.hpp: moe_kgrouped_wgmma.hpp,
+    // moe_dgrad_wgmma.hpp): warpgroups stacked along M, each owning whole
+    // 64-row blocks; one MN-major instruction covers the tile's N; k-slices of
+    // whole k16 steps (the dgrad's K-major A: one 128-byte row, 64 deep);
+    // every thread copies as many 16-byte chunks; a cp.async ring of three or more stages.
     [](const BackwardVariant& v) -> std::optional<std::string> {
       if (!v.atom->warpgroup()) return std::nullopt;
       if (v.warps_n != 1 || v.warps_m % 4 != 0 || v.warps_m == 0)
@@ -66,6 +62,8 @@ const std::array<Rule, 10> kRules{
         return fmt::format("tile_m {} is not whole 64-row blocks for each of {} warpgroups", v.tile_m, v.warps_m / 4);
       if (v.tile_n != 64 && v.tile_n != 128 && v.tile_n != 256) return fmt::format("tile_n {} is not 64, 128 or 256", v.tile_n);
       if (v.tile_k % 16 != 0) return fmt::format("tile_k {} is not a multiple of the atom's K 16", v.tile_k);
+      if (v.op != BackwardOp::wgrad && v.tile_k != 64)
+        return fmt::format("tile_k {} is not 64: the dgrad's gathered A is K-major, one 128-byte row per tile row", v.tile_k);
       if (v.tile_k * (v.tile_m + v.tile_n) / 8 % v.threads() != 0)
         return fmt::format("{} chunks per k-slice do not split evenly over {} threads", v.tile_k * (v.tile_m + v.tile_n) / 8,
                            v.threads());
@@ -97,7 +95,7 @@ struct PresetValues {
 };
 
 PresetValues values_of(Preset p, bool warpgroup) {
-  if (warpgroup) {  // sm_90a's wgmma form of the K-grouped GEMM
+  if (warpgroup) {  // sm_90a's wgmma forms
     switch (p) {
       case Preset::small: return {{128}, {128}, {64}, {{8, 1}}, {4}};
       case Preset::wide: return {{64, 128, 256}, {64, 128, 256}, {32, 64}, {{4, 1}, {8, 1}}, {3, 4, 5}};
@@ -188,7 +186,9 @@ int BackwardVariant::register_estimate() const {
   if (a.warpgroup()) {  // accumulators, then the chunks' row and pair (the addresses are recomputed)
     const int acc = tile_m / (warps_m / 4) / 64 * tile_n / 2;
     const int chunks = tile_k * (tile_m + tile_n) / 8 / threads();
-    return acc + 2 * chunks + 32;
+    // The dgrad's chunks keep their gathered row pointers across the mainloop (ptxas
+    // 13.0: m128n128 on one warpgroup, 128 accumulators, spills 60 bytes at 255).
+    return op == BackwardOp::wgrad ? acc + 2 * chunks + 32 : acc + 6 * chunks + 48;
   }
   const int rm = tile_m / warps_m / a.m, rn = tile_n / warps_n / a.n;
   const int acc = rm * rn * a.c_regs();
@@ -230,7 +230,6 @@ std::optional<std::string> why_illegal_for(const BackwardVariant& v, const Probl
 std::vector<BackwardVariant> backward_space(const Target& t, DType d, Preset preset, BackwardOp op) {
   std::vector<BackwardVariant> out;
   for (const AtomInfo* a : atoms_for(t, d)) {
-    if (a->warpgroup() && op != BackwardOp::wgrad) continue;  // the portable form's op
     const PresetValues pv = values_of(preset, a->warpgroup());
     for (int tm : pv.tile_m)
       for (int tn : pv.tile_n)
@@ -272,15 +271,17 @@ OpUnit unit_of(BackwardOp op, bool warpgroup) {
   if (op == BackwardOp::wgrad && warpgroup)
     return {"the K-grouped GEMM of the backward's\n// weight gradients on warpgroups (templates/ft/moe_kgrouped_wgmma.hpp)",
             "ft/moe_kgrouped_wgmma.hpp", "ft::KGroupedWgmma<Config>", "", "ft::KGroupedArgs"};
+  const char* header = warpgroup ? "ft/moe_dgrad_wgmma.hpp" : "ft/moe_dgrad.hpp";
+  const char* kernel = warpgroup ? "ft::RoutedDgradWgmma<Config>" : "ft::RoutedDgrad<Config>";
   switch (op) {
     case BackwardOp::dgrad_swiglu:
-      return {"the stage-2 backward (dInter = (w dY) W2_e, the SwiGLU\n// backward, d(topk_weights); templates/ft/moe_dgrad.hpp)",
-              "ft/moe_dgrad.hpp", "ft::RoutedDgrad<Config>",
-              "  static constexpr ft::DgradEpilogue epilogue = ft::DgradEpilogue::swiglu;\n", "ft::DgradArgs"};
+      return {warpgroup ? "the stage-2 backward (dInter = (w dY) W2_e, the SwiGLU\n// backward, d(topk_weights)) on warpgroups (templates/ft/moe_dgrad_wgmma.hpp)"
+                        : "the stage-2 backward (dInter = (w dY) W2_e, the SwiGLU\n// backward, d(topk_weights); templates/ft/moe_dgrad.hpp)",
+              header, kernel, "  static constexpr ft::DgradEpilogue epilogue = ft::DgradEpilogue::swiglu;\n", "ft::DgradArgs"};
     case BackwardOp::dgrad_scatter:
-      return {"the stage-1 backward (dX += dH W1_e, the top-k\n// scatter-add; templates/ft/moe_dgrad.hpp)", "ft/moe_dgrad.hpp",
-              "ft::RoutedDgrad<Config>", "  static constexpr ft::DgradEpilogue epilogue = ft::DgradEpilogue::scatter;\n",
-              "ft::DgradArgs"};
+      return {warpgroup ? "the stage-1 backward (dX += dH W1_e, the top-k\n// scatter-add) on warpgroups (templates/ft/moe_dgrad_wgmma.hpp)"
+                        : "the stage-1 backward (dX += dH W1_e, the top-k\n// scatter-add; templates/ft/moe_dgrad.hpp)",
+              header, kernel, "  static constexpr ft::DgradEpilogue epilogue = ft::DgradEpilogue::scatter;\n", "ft::DgradArgs"};
     case BackwardOp::wgrad: break;
   }
   return {"the K-grouped GEMM of the backward's\n// weight gradients (templates/ft/moe_kgrouped.hpp)", "ft/moe_kgrouped.hpp",

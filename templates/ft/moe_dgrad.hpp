@@ -16,6 +16,38 @@
 // TiledGemm::compute runs the atoms (staged_gemm.hpp: the main loop). The portable form.
 namespace ft {
 
+// The SwiGLU backward of pair `id` at column `col` from C = (W2_e^T dY_t)[col]
+// (both forms of the dgrad GEMMs: this one and moe_dgrad_wgmma.hpp): dgate and
+// dup into d_gate_up; returns the column's share of d(topk_weights)[id], C h_p.
+template <Elem E>
+FT_DEVICE float dgrad_swiglu_backward(const DgradArgs& p, int id, long long col, float c) {
+  const long long I = p.n;
+  const long long at = (long long)id * 2 * I + col;
+  const float g = to_f32<E>(p.gate_up[at]), u = to_f32<E>(p.gate_up[at + I]);
+  const float s = 1.0f / (1.0f + exp_f32(-g));
+  const float dh = c * (p.row_scales ? p.row_scales[id] : 1.0f);
+  p.d_gate_up[at] = from_f32<E>(dh * u * s * (1.0f + g * (1.0f - s)));
+  p.d_gate_up[at + I] = from_f32<E>(dh * g * s);
+  return c * g * s * u;  // dw_p = dY_t . W2_e h_p = sum over columns of C h_p
+}
+
+// A block's tile of C (both forms): its first sorted row, its expert (a row
+// block never straddles two: the align block is a multiple of tile_m), its
+// first column and its rows' pair ids; false past the padded rows (uniform
+// across the block: it returns).
+struct DgradTile {
+  int row0, expert, n0;
+  const i32* ids;
+};
+FT_DEVICE bool dgrad_tile(const DgradArgs& p, int tile_m, int tile_n, DgradTile& t) {
+  t.row0 = block_index_x() * tile_m;
+  if (t.row0 >= *p.padded_rows) return false;
+  t.expert = p.block_experts[t.row0 / p.align_block];
+  t.n0 = block_index_y() * tile_n;
+  t.ids = p.sorted_ids + t.row0;
+  return true;
+}
+
 template <class Cfg>
 struct RoutedDgrad : StagedGemm<Cfg> {
   FT_STAGED_GEMM_NAMES;
@@ -59,24 +91,11 @@ struct RoutedDgrad : StagedGemm<Cfg> {
     }
   }
 
-  // The SwiGLU backward of pair `id` at column `col` from C = (W2_e^T dY_t)[col].
-  FT_DEVICE static void swiglu_backward(const DgradArgs& p, int id, long long col, float c) {
-    const long long I = p.n;
-    const long long at = (long long)id * 2 * I + col;
-    const float g = to_f32<Cfg::elem>(p.gate_up[at]), u = to_f32<Cfg::elem>(p.gate_up[at + I]);
-    const float s = 1.0f / (1.0f + exp_f32(-g));
-    const float dh = c * (p.row_scales ? p.row_scales[id] : 1.0f);
-    p.d_gate_up[at] = from_f32<Cfg::elem>(dh * u * s * (1.0f + g * (1.0f - s)));
-    p.d_gate_up[at + I] = from_f32<Cfg::elem>(dh * g * s);
-    atomic_add(&p.d_weights[id], c * g * s * u);  // dw_p = dY_t . W2_e h_p = sum over columns of C h_p
-  }
-
   FT_DEVICE static void run(const DgradArgs& p) {
-    const int row0 = block_index_x() * TM;
-    if (row0 >= *p.padded_rows) return;  // uniform across the block
-    const int expert = p.block_experts[row0 / p.align_block];
-    const int n0 = block_index_y() * TN;
-    const i32* ids = p.sorted_ids + row0;
+    DgradTile tile;
+    if (!dgrad_tile(p, TM, TN, tile)) return;
+    const int expert = tile.expert, n0 = tile.n0;
+    const i32* ids = tile.ids;
     RoutedDgrad g;
     g.accumulate(0, p.k, [&](int k0) { g.fetch(p, ids, expert, k0, n0); }, [&](S* buf) { g.store(buf); });
     FT_UNROLL for (int rm = 0; rm < Core::RM; ++rm)
@@ -86,7 +105,7 @@ struct RoutedDgrad : StagedGemm<Cfg> {
           if (id >= p.pairs) continue;
           const long long col = n0 + Core::acc_col(rn, i);
           const float c = g.core.acc[0][rm][rn][i];
-          if constexpr (Cfg::epilogue == DgradEpilogue::swiglu) swiglu_backward(p, id, col, c);
+          if constexpr (Cfg::epilogue == DgradEpilogue::swiglu) atomic_add(&p.d_weights[id], dgrad_swiglu_backward<Cfg::elem>(p, id, col, c));
           else atomic_add(&p.dx[(long long)(id / p.topk) * p.n + col], c);
         }
   }

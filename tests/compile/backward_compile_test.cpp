@@ -50,21 +50,23 @@ TEST_P(BackwardCompile, BuildsWithTheAtomsInstructionAndNoSpills) {
   }
 }
 
-// The wgmma form of the K-grouped GEMM (templates/ft/moe_kgrouped_wgmma.hpp):
-// every configuration of sm_90a's default backward space, bf16 and f16, builds
-// with NVRTC, shows wgmma only, keeps every wgmma unserialised, does not spill
-// and uses the shared memory the generator computes.
-TEST(KGroupedWgmmaCompile, DefaultSpaceBuildsUnserialisedWithoutSpills) {
+// The wgmma forms of the backward's GEMMs (templates/ft/moe_kgrouped_wgmma.hpp,
+// moe_dgrad_wgmma.hpp): every configuration of sm_90a's default backward
+// spaces, bf16 and f16, builds with NVRTC, shows wgmma only, keeps every wgmma
+// unserialised, does not spill and uses the shared memory the generator computes.
+TEST(BackwardWgmmaCompile, DefaultSpacesBuildUnserialisedWithoutSpills) {
   const Target& target = *find_target("sm_90a");
   FT_SKIP_UNLESS_BUILDABLE(target);
-  int built = 0;
-  for (DType d : {DType::bf16, DType::f16})
-    for (const BackwardVariant& v : backward_space(target, d, Preset::default_, BackwardOp::wgrad)) {
-      if (!v.atom->warpgroup()) continue;
-      check_builds(v);
-      ++built;
-    }
-  EXPECT_GE(built, 8);  // two dtypes x (tile_n 128, 256) x (one, two warpgroups) x (3, 4 stages) less what the rules refuse
+  for (BackwardOp op : {BackwardOp::wgrad, BackwardOp::dgrad_swiglu, BackwardOp::dgrad_scatter}) {
+    int built = 0;
+    for (DType d : {DType::bf16, DType::f16})
+      for (const BackwardVariant& v : backward_space(target, d, Preset::default_, op)) {
+        if (!v.atom->warpgroup()) continue;
+        check_builds(v);
+        ++built;
+      }
+    EXPECT_GE(built, 8) << to_string(op);  // two dtypes x (n128, n256) x (one, two warpgroups) x (3, 4 stages), less what the rules refuse
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Targets, BackwardCompile,

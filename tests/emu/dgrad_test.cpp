@@ -4,7 +4,8 @@
 //     the routed weight and the SwiGLU backward in the epilogue, from the saved
 //     gate and up pre-activations) and d(topk_weights);
 //   the stage-1 backward: dX, the top-k scatter-add of dH W1_e (W1 read transposed).
-// gfx942 / gfx950 / sm_90a, bf16 and f16, single and ping-pong LDS, T = 1, 7, 33
+// gfx942 / gfx950 / sm_90a (mma.sync and wgmma), bf16 and f16, single and
+// ping-pong LDS or a cp.async ring, T = 1, 7, 33
 // with an expert that gets no tokens and -1 slots, a grid over more rows than
 // the padded ones, outputs poisoned (rows of unrouted pairs must stay so).
 // A mutant whose atom reads the wrong k group must fail.
@@ -35,6 +36,9 @@ const DCase kCases[] = {
     {"gfx950", "mfma_f32_16x16x32_bf16", 16, 64, 64, 1, 2, 2},
     {"sm_90a", "mma_m16n8k16_f32_bf16", 32, 64, 32, 2, 2, 2},
     {"sm_90a", "mma_m16n8k16_f32_f16", 16, 32, 16, 1, 2, 1},
+    // The wgmma form (moe_dgrad_wgmma.hpp): A K-major, the weight MN-major.
+    {"sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 64, 4, 1, 3},
+    {"sm_90a", "wgmma_m64k16_f32_f16", 64, 64, 64, 4, 1, 4},
 };
 
 struct Results {
@@ -179,6 +183,22 @@ TEST(EmuDgradMutation, BrokenAtomLayoutFails) {
     EXPECT_FALSE(r->d_weights.passed) << "T=" << tokens << ": " << r->d_weights.summary();
     EXPECT_GT(r->dx.rel_l2, 0.1) << "T=" << tokens << ": " << r->dx.summary();
   }
+}
+
+// The wgmma form with its weight operand read K-major (no transpose
+// immediate; tests/emu/units/dgrad_wgmma_mutant.cpp) fails every gradient.
+TEST(EmuDgradMutation, WgmmaWeightReadKMajorFails) {
+  const DCase& c = kCases[5];
+  ASSERT_STREQ(c.atom, "wgmma_m64k16_f32_bf16");
+  const BackwardVariant swiglu = variant(c, BackwardOp::dgrad_swiglu);
+  const BackwardVariant scatter = variant(c, BackwardOp::dgrad_scatter);
+  const KernelSource unit =
+      unit_from_file("dgrad_wgmma_mutant.cpp", {"ft_mutant_dgrad2_wgmma_b_layout", "ft_mutant_dgrad1_wgmma_b_layout"});
+  auto r = check_dgrad(swiglu, scatter, {unit, "ft_mutant_dgrad2_wgmma_b_layout"}, {unit, "ft_mutant_dgrad1_wgmma_b_layout"}, 33);
+  ASSERT_TRUE(r) << r.error().describe();
+  EXPECT_GT(r->d_gate_up.rel_l2, 0.1) << r->d_gate_up.summary();
+  EXPECT_FALSE(r->d_weights.passed) << r->d_weights.summary();
+  EXPECT_GT(r->dx.rel_l2, 0.1) << r->dx.summary();
 }
 
 }  // namespace

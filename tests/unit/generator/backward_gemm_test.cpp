@@ -61,27 +61,37 @@ TEST(KGroupedRules, EachRuleRejectsWithItsLine) {
   EXPECT_FALSE(why_illegal(w));
   EXPECT_EQ(w.name(), "ft_sm_90a_kgrouped_bf16_m128n256k64_w8x1_wgmma_s4");
   EXPECT_EQ(w.lds_bytes(), 4 * (128 + 256) * 64 * 2 + 1024);
-  w.op = BackwardOp::dgrad_scatter;  // the dgrad GEMMs have the portable form only
+  w.op = BackwardOp::dgrad_scatter;  // the dgrad's wgmma form: a K-major A 64 deep
+  EXPECT_FALSE(why_illegal(w));
+  EXPECT_EQ(w.name(), "ft_sm_90a_dgrad1_bf16_m128n256k64_w8x1_wgmma_s4");
+  w.tile_k = 32;
   ASSERT_TRUE(why_illegal(w));
-  EXPECT_NE(why_illegal(w)->find("wgmma is the K-grouped GEMM's"), std::string::npos) << *why_illegal(w);
+  EXPECT_NE(why_illegal(w)->find("tile_k 32 is not 64"), std::string::npos) << *why_illegal(w);
+  w.op = BackwardOp::wgrad;
+  EXPECT_FALSE(why_illegal(w));
 }
 
-// sm_90a's K-grouped space lists the portable form's first configuration (a
-// search's base program), then every wgmma configuration (a search's --budget
-// N takes a role's first N), then the rest; its dgrad spaces have no wgmma.
+// Each of sm_90a's backward spaces lists the portable form's first
+// configuration (a search's base program), then every wgmma configuration (a
+// search's --budget N takes a role's first N), then the rest.
 TEST(KGroupedSpace, Sm90aListsThePortableBaseThenTheWgmmaForm) {
   const Target& t = *find_target("sm_90a");
-  const auto wgrad = backward_space(t, DType::bf16, Preset::default_, BackwardOp::wgrad);
-  ASSERT_GT(wgrad.size(), 3u);
-  EXPECT_FALSE(wgrad[0].atom->warpgroup()) << wgrad[0].name();
-  EXPECT_EQ(wgrad[0].name(), "ft_sm_90a_kgrouped_bf16_m64n64k32_w2x2_mma16x8x16_s2");
-  EXPECT_TRUE(wgrad[1].atom->warpgroup()) << wgrad[1].name();
-  std::size_t wgmma = 0;
-  for (std::size_t i = 1; i < wgrad.size() && wgrad[i].atom->warpgroup(); ++i) wgmma = i;
-  for (std::size_t i = wgmma + 1; i < wgrad.size(); ++i) EXPECT_FALSE(wgrad[i].atom->warpgroup()) << wgrad[i].name();
-  EXPECT_GE(wgmma, 4u);
-  for (BackwardOp op : {BackwardOp::dgrad_swiglu, BackwardOp::dgrad_scatter})
-    for (const BackwardVariant& v : backward_space(t, DType::bf16, Preset::wide, op)) EXPECT_FALSE(v.atom->warpgroup()) << v.name();
+  for (BackwardOp op : {BackwardOp::wgrad, BackwardOp::dgrad_swiglu, BackwardOp::dgrad_scatter})
+    for (Preset preset : {Preset::small, Preset::default_, Preset::wide}) {
+      const auto space = backward_space(t, DType::bf16, preset, op);
+      ASSERT_GT(space.size(), 1u);
+      EXPECT_FALSE(space[0].atom->warpgroup()) << space[0].name();
+      EXPECT_TRUE(space[1].atom->warpgroup()) << space[1].name();
+      std::size_t wgmma = 0;
+      for (std::size_t i = 1; i < space.size() && space[i].atom->warpgroup(); ++i) wgmma = i;
+      for (std::size_t i = wgmma + 1; i < space.size(); ++i) EXPECT_FALSE(space[i].atom->warpgroup()) << space[i].name();
+      if (preset == Preset::default_) {
+        EXPECT_GE(wgmma, 4u) << to_string(op);
+      }
+      for (std::size_t i = 1; i <= wgmma && op != BackwardOp::wgrad; ++i) EXPECT_EQ(space[i].tile_k, 64) << space[i].name();
+    }
+  EXPECT_EQ(backward_space(t, DType::bf16, Preset::default_, BackwardOp::wgrad)[0].name(),
+            "ft_sm_90a_kgrouped_bf16_m64n64k32_w2x2_mma16x8x16_s2");
 }
 
 TEST(KGroupedSpace, EveryTargetHasLegalDistinctConfigurations) {

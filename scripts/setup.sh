@@ -1,14 +1,32 @@
 #!/usr/bin/env bash
 # Installs what flytune needs on Debian 12 / Ubuntu 24.04, idempotently: only
 # missing packages are installed, and apt's lists are refreshed only then.
+#   bash scripts/setup.sh              everything scripts/test.sh (CI) needs
+#   bash scripts/setup.sh --main-job   only what scripts/main-job.sh needs (the README's first command):
+#                                      the build of flytune and its dry run, not the test tools (chromium,
+#                                      Slurm, debootstrap, shellcheck, abigail, Python headers: on Debian 12
+#                                      about half of a fresh machine's download, docs/PERFORMANCE.md "First run")
 set -euo pipefail
 
+main_job_only=0
+case "${1:-}" in
+  "") ;;
+  --main-job) main_job_only=1 ;;
+  *) echo "usage: bash scripts/setup.sh [--main-job]" >&2; exit 2 ;;
+esac
+
+# scripts/main-job.sh: the release preset's configure (its tests' GoogleTest included) and the build of
+# flytune, the dry run's compilers (clang-19 and lld-19 for gfx942; NVRTC below), ccache.
 packages=(
   build-essential cmake ninja-build git pkg-config
   libfmt-dev libcli11-dev libsqlite3-dev sqlite3 nlohmann-json3-dev libxxhash-dev
   libgtest-dev libgmock-dev
   libamd-comgr-dev libamdhip64-dev
   llvm-19-dev clang-19 lld-19
+  ccache                 # compiles cached in $FLYTUNE_CACHE_DIR/ccache across runs and checkouts (scripts/ccache-env.sh)
+)
+# scripts/test.sh's tools besides.
+[ "$main_job_only" -eq 1 ] || packages+=(
   libclang-rt-19-dev  # the fuzz targets: libFuzzer and the sanitizer runtimes of clang-19 (tests/fuzz)
   chromium libxml2-utils  # report tests: the HTML report in headless chromium, JUnit XML through xmllint
   debootstrap            # scripts/setup-llvm.sh: Debian 13's clang-22 in a folder, for gfx950
@@ -16,7 +34,6 @@ packages=(
   shellcheck             # tests/slurm: scripts/slurm/ and the test itself are shellcheck-clean
   python3-venv python3-dev  # the Python package (pyproject.toml, scripts/python-test.sh)
   abigail-tools          # tests/abi: abidw/abidiff hold libflytune_runtime.so to its ABI baseline (scripts/check-abi.py)
-  ccache                 # scripts/test.sh: compiles cached in $FLYTUNE_CACHE_DIR/ccache across runs and checkouts
 )
 
 missing=()

@@ -97,11 +97,9 @@ std::string BackwardCheck::summary() const {
 }
 
 BackwardBench::BackwardBench(Device& dev, const Problem& p, const Target& t)
-    : dev_(dev), problem_(p), target_(t), state_(std::make_unique<State>()) {}
+    : ProgramBench(op::moe_backward(), dev, p, t), state_(std::make_unique<State>()) {}
 
-BackwardBench::~BackwardBench() {
-  for (ModuleHandle m : modules_) (void)dev_.unload_module(m);
-}
+BackwardBench::~BackwardBench() = default;
 
 int BackwardBench::tokens() const { return state_->w.tokens; }
 bool BackwardBench::has_reference() const { return state_->referenced; }
@@ -110,8 +108,7 @@ Result<std::unique_ptr<BackwardBench>> BackwardBench::create(Device& dev, const 
                                                              std::span<const std::byte> support) {
   if (p.fp8()) return fail(Errc::invalid_input, "the backward has no fp8 kernels; give a bf16 or f16 problem");
   std::unique_ptr<BackwardBench> b(new BackwardBench(dev, p, target));
-  ModuleHandle m = FT_TRY(dev.load_module(support));
-  b->modules_.push_back(m);
+  ModuleHandle m = FT_TRY(b->load_support(support));
   auto entry = [&](Support s) { return dev.function(m, support_entry(s, target, p.dtype)); };
   b->state_->align = FT_TRY(entry(Support::align));
   b->state_->align_count = FT_TRY(entry(Support::align_count));
@@ -119,12 +116,6 @@ Result<std::unique_ptr<BackwardBench>> BackwardBench::create(Device& dev, const 
   if (auto f = entry(Support::forward_saved)) b->state_->forward_saved = *f;  // timing's saved tensors (absent: refused there)
   b->flush_ = FT_TRY(L2Flush::create(dev));
   return b;
-}
-
-Result<FunctionHandle> BackwardBench::load(std::span<const std::byte> code_object, const std::string& entry) {
-  ModuleHandle m = FT_TRY(dev_.load_module(code_object));
-  modules_.push_back(m);
-  return dev_.function(m, entry);
 }
 
 Status BackwardBench::set_inputs(int tokens, std::uint64_t seed, int empty_experts) {
@@ -204,15 +195,13 @@ std::vector<std::uint16_t> d_gate_up_input(const Problem& p, const BackwardBench
   return out;
 }
 
-Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, const LayerRecipe& r, RoleKernels k,
+Result<Prepared> prepare_run(Device& dev, const Problem& p, const LayerRecipe& r, RoleKernels k,
                              BackwardBench::State& s) {
   if (s.w.tokens == 0) return fail(Errc::internal, "the backward bench has no inputs yet (set_inputs)");
   k.align = s.align;
   k.align_count = s.align_count;
   k.align_scatter = s.align_scatter;
   const Workload& w = s.w;
-  if (r.target != &t || r.problem.key() != p.key())
-    return fail(Errc::invalid_input, "the recipe is of another target or problem than the bench");
   Prepared out;
   out.prog = FT_TRY(build_backward_program(r, w.tokens));
   out.fns = FT_TRY(bind(out.prog, k));
@@ -260,10 +249,12 @@ Result<Prepared> prepare_run(Device& dev, const Problem& p, const Target& t, con
 
 }  // namespace
 
-Result<BackwardCheck> BackwardBench::verify(const LayerRecipe& r, const RoleKernels& grad) {
+Result<BackwardCheck> BackwardBench::check(const LoadedProgram& p) {
+  FT_CHECK(check_recipe(p.recipe));
   if (state_->w.tokens) ensure_reference();
   const State& s = *state_;
-  Prepared run = FT_TRY(prepare_run(dev_, problem_, target_, r, grad, *state_));
+  const LayerRecipe& r = p.recipe;
+  Prepared run = FT_TRY(prepare_run(dev_, problem_, r, p.kernels, *state_));
   FT_CHECK(execute(dev_, run.prog, run.fns, run.bound.table, {}));
   FT_CHECK(dev_.synchronize());
 
@@ -287,9 +278,18 @@ Result<BackwardCheck> BackwardBench::verify(const LayerRecipe& r, const RoleKern
   return check;
 }
 
-Result<Timing> BackwardBench::time(const LayerRecipe& r, const RoleKernels& grad, const TimingOptions& opt) {
-  Prepared run = FT_TRY(prepare_run(dev_, problem_, target_, r, grad, *state_));
-  return time_runs(dev_, opt, &flush_, [&] { return execute(dev_, run.prog, run.fns, run.bound.table, {}); });
+Result<ProgramCheck> BackwardBench::verify(const LoadedProgram& p) {
+  const BackwardCheck c = FT_TRY(check(p));
+  const Comparison worst = c.buffers.empty() ? Comparison{} : c.worst();
+  return ProgramCheck{c.passed(), worst.rel_l2, worst.max_abs, c.summary()};
+}
+
+Result<ProgramTiming> BackwardBench::time(const LoadedProgram& p, const TimingOptions& opt) {
+  if (opt.graph) return fail(Errc::invalid_input, "the moe_backward program is timed by direct launches, not as a graph");
+  FT_CHECK(check_recipe(p.recipe));
+  Prepared run = FT_TRY(prepare_run(dev_, problem_, p.recipe, p.kernels, *state_));
+  const Timing t = FT_TRY(time_runs(dev_, opt, &flush_, [&] { return execute(dev_, run.prog, run.fns, run.bound.table, {}); }));
+  return ProgramTiming{t, {}};
 }
 
 }  // namespace ft

@@ -22,6 +22,9 @@
 // Timing: as the forward's (timing.hpp): events around the whole program,
 // warm-ups first, the L2 flushed before each repetition, the median with p10
 // and p90 of the repetitions; a time the events cannot give is refused.
+// The backward's ProgramBench (measure/program_bench.hpp): verify gives the
+// worst written buffer's comparison in brief, time the whole program (no
+// parts; a graph replay is refused).
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -34,6 +37,7 @@
 #include "generator/target.hpp"
 #include "layer/execute.hpp"
 #include "layer/program.hpp"
+#include "measure/program_bench.hpp"
 #include "measure/timing.hpp"
 #include "measure/workload/backward_reference.hpp"
 #include "measure/workload/compare.hpp"
@@ -64,36 +68,31 @@ struct RoutedCheck {
 RoutedCheck check_d_gate_up(std::span<const std::uint16_t> got, const std::vector<float>& ref,
                             std::span<const std::int32_t> topk_ids, const Problem& problem);
 
-class BackwardBench {
+class BackwardBench final : public ProgramBench {
  public:
   // Loads the support unit (its align kernels) of a 16-bit problem.
   static Result<std::unique_ptr<BackwardBench>> create(Device& dev, const Problem& problem, const Target& target,
                                                        std::span<const std::byte> support_code_object);
-  ~BackwardBench();
-  BackwardBench(const BackwardBench&) = delete;
-  BackwardBench& operator=(const BackwardBench&) = delete;
+  ~BackwardBench() override;
 
-  // Loads a backward GEMM's code object; the handle stays valid for the bench's life.
-  Result<FunctionHandle> load(std::span<const std::byte> code_object, const std::string& entry);
-  // Fresh inputs for `tokens`; their reference gradients are made by the first verify().
-  Status set_inputs(int tokens, std::uint64_t seed, int empty_experts);
+  // Fresh inputs for `tokens`; their reference gradients are made by the first check().
+  Status set_inputs(int tokens, std::uint64_t seed, int empty_experts) override;
 
-  // `grad`: the kernels of the recipe's roles (dgrad2 .. wgrad1); the bench adds its align.
-  Result<BackwardCheck> verify(const LayerRecipe& recipe, const RoleKernels& grad);
-  Result<Timing> time(const LayerRecipe& recipe, const RoleKernels& grad, const TimingOptions& opt);
+  // `p.kernels`: the kernels of the recipe's roles (dgrad2 .. wgrad1); the bench adds its align.
+  // Every buffer the roles write, checked.
+  Result<BackwardCheck> check(const LoadedProgram& p);
+  // ProgramBench: check()'s worst comparison in brief; the program timed as a whole.
+  Result<ProgramCheck> verify(const LoadedProgram& p) override;
+  Result<ProgramTiming> time(const LoadedProgram& p, const TimingOptions& opt) override;
 
   int tokens() const;
-  bool has_reference() const;  // whether the current inputs' CPU backward has been computed (by a verify)
+  bool has_reference() const;  // whether the current inputs' CPU backward has been computed (by a check)
 
   struct State;  // the current inputs, their reference and the align kernels (backward_bench.cpp)
 
  private:
   BackwardBench(Device& dev, const Problem& p, const Target& t);
   void ensure_reference();  // the fp32 CPU backward of the current inputs, once
-  Device& dev_;
-  Problem problem_;
-  const Target& target_;
-  std::vector<ModuleHandle> modules_;
   std::unique_ptr<State> state_;
   L2Flush flush_;
 };

@@ -22,12 +22,13 @@ Dim3 grid_of(const LaunchShape& s) { return Dim3{unsigned(s.grid_x), unsigned(s.
 
 }  // namespace
 
+LayerBench::LayerBench(Device& dev, const Problem& p, const Target& t) : ProgramBench(op::moe_forward(), dev, p, t) {}
+
 Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Problem& p, const Target& target,
                                                        std::span<const std::byte> support, int max_tokens) {
   std::unique_ptr<LayerBench> b(new LayerBench(dev, p, target));
   b->max_tokens_ = max_tokens;
-  ModuleHandle m = FT_TRY(dev.load_module(support));
-  b->modules_.push_back(m);
+  ModuleHandle m = FT_TRY(b->load_support(support));
   // This flytune's unit holds every kernel of its dtype (layer/support_kernels.def).
   auto entry = [&](Support s) { return dev.function(m, support_entry(s, target, p.dtype)); };
   b->align_ = FT_TRY(entry(Support::align));
@@ -39,7 +40,7 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   b->shuffle_ = FT_TRY(entry(Support::shuffle));
   b->reference1_ = FT_TRY(entry(Support::reference1));
   b->reference2_ = FT_TRY(entry(Support::reference2));
-  b->fill_ = FT_TRY(entry(Support::fill));
+  if (!b->fill_.p) b->fill_ = FT_TRY(entry(Support::fill));  // refused without it
 
   const std::size_t T = std::size_t(max_tokens), E = p.experts, H = p.hidden, I = p.inter, k = p.topk, es = 2,
                     wes = std::size_t(p.element_bytes());  // weights: 1 byte for fp8 codes
@@ -63,30 +64,44 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   return b;
 }
 
-LayerBench::~LayerBench() {
-  for (ModuleHandle m : modules_) (void)dev_.unload_module(m);
+LayerBench::~LayerBench() = default;
+
+Result<LayerProgram> LayerBench::program(const LayerRecipe& r) const {
+  FT_CHECK(check_recipe(r));
+  return build_program(r, tokens_);
 }
 
-Result<FunctionHandle> LayerBench::load(std::span<const std::byte> code_object, const std::string& entry, int lds_bytes) {
-  ModuleHandle m = FT_TRY(dev_.load_module(code_object));
-  modules_.push_back(m);
-  FunctionHandle f = FT_TRY(dev_.function(m, entry));
-  if (lds_bytes > 0) FT_CHECK(dev_.set_dynamic_shared(f, lds_bytes));
-  return f;
+LoadedProgram LayerBench::stage_alone(const Variant& v, FunctionHandle f) const {
+  LoadedProgram p{LayerRecipe{&target_, problem_, {v}}, {}};
+  if (const op::Stage* s = operation_.stage(v.role)) p.kernels.of(s->launch) = f;
+  return p;
 }
 
-Result<LayerProgram> LayerBench::program(const std::optional<Variant>& s1, const std::optional<Variant>& s2) const {
-  return build_program(LayerRecipe{&target_, problem_, stage_list(s1, s2)}, tokens_);
+Result<std::pair<const Variant*, const Variant*>> LayerBench::layer_stages(const LayerRecipe& r) {
+  const Variant *s1 = r.stage(StageRole::stage1), *s2 = r.stage(StageRole::stage2);
+  if (!s1 || !s2 || r.stages.size() != 2)
+    return fail(Errc::invalid_input, "a moe_forward layer is one stage1 and one stage2 variant");
+  return std::pair{s1, s2};
 }
 
-RoleKernels LayerBench::kernels(FunctionHandle stage1, FunctionHandle stage2) const {
-  return {align_,         stage1,         stage2, reduce_atomic_, reduce_partials_, reduce_partials16_, align_count_,
-          align_scatter_, quantise_x_,    quantise_inter_};
+RoleKernels LayerBench::kernels(const RoleKernels& stages) const {
+  RoleKernels k{align_,         {},          {}, reduce_atomic_, reduce_partials_, reduce_partials16_, align_count_,
+                align_scatter_, quantise_x_, quantise_inter_};
+  for (const op::Stage& s : operation_.stages) k.of(s.launch) = stages.of(s.launch);
+  return k;
 }
 
 Status LayerBench::run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st) {
   if (s.grid_x <= 0 || s.grid_y <= 0 || s.grid_z <= 0) return {};  // nothing to do
   return dev_.launch(f, grid_of(s), Dim3{unsigned(s.block), 1, 1}, s.lds_bytes, st, a, n);
+}
+
+Status LayerBench::set_inputs(int tokens, std::uint64_t seed, int empty_experts) {
+  WorkloadOptions wo;
+  wo.seed = seed;
+  wo.empty_experts = empty_experts;
+  const Routed routed = FT_TRY(make_routing(problem_, tokens, wo));
+  return set_inputs(tokens, wo.seed, routed.ids, routed.weights);
 }
 
 Status LayerBench::set_inputs(int tokens, std::uint64_t seed, std::span<const std::int32_t> ids,
@@ -128,7 +143,7 @@ Status LayerBench::set_inputs(int tokens, std::uint64_t seed, std::span<const st
 
 Status LayerBench::run_align(int align_block, StreamHandle s) {
   const LayerProgram p = FT_TRY(build_align_program(target_, problem_, tokens_, align_block));
-  const auto fns = FT_TRY(bind(p, kernels({}, {})));
+  const auto fns = FT_TRY(bind(p, kernels({})));
   return execute(dev_, p, fns, table_, s);
 }
 
@@ -224,8 +239,9 @@ Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) 
   FT_CHECK(ensure_reference(v.contract().weight_in_stage1, rows));
   FT_CHECK(ensure_arranged(v.contract().weights));
   const bool first = v.role == StageRole::stage1;
-  const LayerProgram prog = FT_TRY(first ? program(v, std::nullopt) : program(std::nullopt, v));
-  const auto fns = FT_TRY(bind(prog, kernels(first ? f : FunctionHandle{}, first ? FunctionHandle{} : f)));
+  const LoadedProgram alone = stage_alone(v, f);
+  const LayerProgram prog = FT_TRY(program(alone.recipe));
+  const auto fns = FT_TRY(bind(prog, kernels(alone.kernels)));
   const std::size_t pairs = std::size_t(tokens_) * problem_.topk;
   const int ref = v.contract().weight_in_stage1 ? 1 : 0;
   if (first) {
@@ -254,20 +270,20 @@ Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) 
   return compare_with(at(table, Buf::y), y_ref_[slot].ptr(), n);
 }
 
-Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2) {
-  const LayerProgram prog = FT_TRY(program(v1, v2));
-  const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
-  const bool rows = fp8::inter_row_scales(v2);
-  FT_CHECK(ensure_reference(v1.contract().weight_in_stage1, rows));
-  FT_CHECK(ensure_arranged(v1.contract().weights));
-  FT_CHECK(ensure_arranged(v2.contract().weights));
+Result<Comparison> LayerBench::verify_layer(const LoadedProgram& p) {
+  const auto [v1, v2] = FT_TRY(layer_stages(p.recipe));
+  const LayerProgram prog = FT_TRY(program(p.recipe));
+  const auto fns = FT_TRY(bind(prog, kernels(p.kernels)));
+  const bool rows = fp8::inter_row_scales(*v2);
+  FT_CHECK(ensure_reference(v1->contract().weight_in_stage1, rows));
+  for (const Variant& v : p.recipe.stages) FT_CHECK(ensure_arranged(v.contract().weights));
   const std::size_t n = std::size_t(tokens_) * problem_.hidden, pairs = std::size_t(tokens_) * problem_.topk;
   FT_CHECK(dev_.memset_u32(at(table_, Buf::inter), kNaN16x2, pairs * problem_.inter / 2));
   FT_CHECK(dev_.memset_u32(at(table_, Buf::y), kNaN16x2, n / 2));
   FT_CHECK(dev_.memset_u32(at(table_, Buf::y_acc), kNaN32, pairs * problem_.hidden));
   if (problem_.fp8()) FT_CHECK(poison_fp8(table_));
   FT_CHECK(run_checked(prog, fns, table_));
-  const int f = ref_slot(v1.contract().weight_in_stage1, rows);
+  const int f = ref_slot(v1->contract().weight_in_stage1, rows);
   const Comparison c = FT_TRY(compare_with(at(table_, Buf::y), y_ref_[f].ptr(), n));
   if (!problem_.fp8()) return c;
   // fp8: also within the sanity bound of the bf16 layer on the same weights.
@@ -278,8 +294,9 @@ Result<Comparison> LayerBench::verify_layer(const Variant& v1, FunctionHandle f1
 Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt) {
   FT_CHECK(ensure_arranged(v.contract().weights));
   const bool first = v.role == StageRole::stage1;
-  const LayerProgram prog = FT_TRY(first ? program(v, std::nullopt) : program(std::nullopt, v));
-  const auto fns = FT_TRY(bind(prog, kernels(first ? f : FunctionHandle{}, first ? FunctionHandle{} : f)));
+  const LoadedProgram alone = stage_alone(v, f);
+  const LayerProgram prog = FT_TRY(program(alone.recipe));
+  const auto fns = FT_TRY(bind(prog, kernels(alone.kernels)));
   // The steps before the stage (align, clearing) once; then the stage alone,
   // with the memsets directly before it (a one-launch stage's clear of the
   // ticket and counters it consumes). Stage 2 reads inter_ (random values
@@ -320,12 +337,11 @@ Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const 
   return summarize(std::move(us));
 }
 
-Result<ProgramTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
-                                             const TimingOptions& opt) {
-  const LayerProgram prog = FT_TRY(program(v1, v2));
-  const auto fns = FT_TRY(bind(prog, kernels(f1, f2)));
-  FT_CHECK(ensure_arranged(v1.contract().weights));
-  FT_CHECK(ensure_arranged(v2.contract().weights));
+Result<ProgramTiming> LayerBench::time_layer(const LoadedProgram& p, const TimingOptions& opt) {
+  FT_CHECK(layer_stages(p.recipe));
+  const LayerProgram prog = FT_TRY(program(p.recipe));
+  const auto fns = FT_TRY(bind(prog, kernels(p.kernels)));
+  for (const Variant& v : p.recipe.stages) FT_CHECK(ensure_arranged(v.contract().weights));
   StreamHandle stream = FT_TRY(dev_.create_stream());
   std::vector<EventHandle> ev(prog.steps.size() + 1);
   for (auto& e : ev) e = FT_TRY(dev_.create_event());
@@ -385,10 +401,19 @@ Result<ProgramTiming> LayerBench::time_layer(const Variant& v1, FunctionHandle f
   return out;
 }
 
-Status LayerBench::inject_fault() {
-  FillArgs a{device_pointer<u16>(0x10), std::uint64_t(1) << 24, 1, 1.0f, 0};  // page zero: never mapped
-  FT_CHECK(run_support(fill_, fill_launch(a.count), &a, sizeof a));
-  return dev_.synchronize();
+Result<ProgramCheck> LayerBench::verify(const LoadedProgram& p) {
+  if (p.recipe.stages.size() != 1) return program_check(FT_TRY(verify_layer(p)), problem_.hidden);
+  const Variant& v = p.recipe.stages.front();
+  const op::Stage* s = operation_.stage(v.role);
+  const Comparison c = FT_TRY(verify_stage(v, s ? p.kernels.of(s->launch) : FunctionHandle{}));
+  return program_check(c, v.role == StageRole::stage1 ? problem_.inter : problem_.hidden);
+}
+
+Result<ProgramTiming> LayerBench::time(const LoadedProgram& p, const TimingOptions& opt) {
+  if (p.recipe.stages.size() != 1) return time_layer(p, opt);
+  const Variant& v = p.recipe.stages.front();
+  const op::Stage* s = operation_.stage(v.role);
+  return ProgramTiming{FT_TRY(time_stage(v, s ? p.kernels.of(s->launch) : FunctionHandle{}, opt)), {}};
 }
 
 Result<LayerBench::AlignOutput> LayerBench::run_align_only(int align_block) {

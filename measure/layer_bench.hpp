@@ -12,6 +12,10 @@
 // reference intermediate, then the reduce kernel, and Y is compared with the
 // reference Y. Outputs are poisoned with NaN first, so an unwritten element
 // fails; the align kernel's count of bad routing ids must be zero.
+//
+// The forward layer's ProgramBench (measure/program_bench.hpp): a program of
+// the recipe's stages -- both, the layer; one, that stage alone -- verified
+// and timed through the interface the measuring service asks.
 #include <array>
 #include <cstdint>
 #include <map>
@@ -29,36 +33,40 @@
 #include "measure/workload/workload.hpp"
 #include "device/device_buffer.hpp"
 #include "layer/execute.hpp"
+#include "measure/program_bench.hpp"
 #include "measure/timing.hpp"
 
 namespace ft {
 
-class LayerBench {
+class LayerBench final : public ProgramBench {
  public:
   // Loads the support unit (emit_support) and allocates buffers for up to
   // max_tokens tokens.
   static Result<std::unique_ptr<LayerBench>> create(Device& dev, const Problem& problem, const Target& target,
                                                     std::span<const std::byte> support_code_object, int max_tokens);
-  ~LayerBench();
-
-  // Loads a variant's code object; the handle stays valid for the bench's life.
-  Result<FunctionHandle> load(std::span<const std::byte> code_object, const std::string& entry, int lds_bytes);
+  ~LayerBench() override;
 
   // Fresh inputs for `tokens`: X, W1 and W2 from `seed` on the device, routing
   // (topk_ids, topk_weights: [tokens * k]; ids of -1 are empty slots) from the
   // host. Drops cached references.
   Status set_inputs(int tokens, std::uint64_t seed, std::span<const std::int32_t> topk_ids,
                     std::span<const float> topk_weights);
+  // The same with the routing of make_routing(problem, tokens, {seed, empty_experts}).
+  Status set_inputs(int tokens, std::uint64_t seed, int empty_experts) override;
 
   // Where buffer b of the current inputs lives (tests read the workspace).
   DevicePtr buffer(Buf b) const { return at(table_, b); }
 
+  // A stage variant alone (its kernel f).
   Result<Comparison> verify_stage(const Variant& v, FunctionHandle f);
-  Result<Comparison> verify_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2);
   Result<Timing> time_stage(const Variant& v, FunctionHandle f, const TimingOptions& opt);
-  // The whole layer; its parts: align (with the clears), stage1, stage2, reduce.
-  Result<ProgramTiming> time_layer(const Variant& v1, FunctionHandle f1, const Variant& v2, FunctionHandle f2,
-                                   const TimingOptions& opt);
+  // The whole layer: a recipe of the operation's stages, each with its kernel.
+  Result<Comparison> verify_layer(const LoadedProgram& p);
+  // Its parts: align (with the clears), stage1, stage2, reduce.
+  Result<ProgramTiming> time_layer(const LoadedProgram& p, const TimingOptions& opt);
+  // ProgramBench: the layer, or a recipe of one stage alone (timed as a whole only).
+  Result<ProgramCheck> verify(const LoadedProgram& p) override;
+  Result<ProgramTiming> time(const LoadedProgram& p, const TimingOptions& opt) override;
 
   // Runs align/sort alone and returns what it wrote, for checks against the CPU.
   struct AlignOutput {
@@ -75,17 +83,18 @@ class LayerBench {
   // their scales, the static activation scale and the codes' format.
   Status download_inputs(Workload& w);
 
-  // Launches the fill kernel through an invalid device address and waits:
-  // the device error a broken kernel would raise (crash-isolation tests).
-  Status inject_fault();
-
   int tokens() const { return tokens_; }
-  Device& device() { return dev_; }
 
  private:
-  LayerBench(Device& dev, const Problem& p, const Target& t) : dev_(dev), problem_(p), target_(t) {}
-  Result<LayerProgram> program(const std::optional<Variant>& stage1, const std::optional<Variant>& stage2) const;
-  RoleKernels kernels(FunctionHandle stage1, FunctionHandle stage2) const;
+  LayerBench(Device& dev, const Problem& p, const Target& t);
+  // The program of a recipe's stages (the bench's target and problem) at the current T.
+  Result<LayerProgram> program(const LayerRecipe& r) const;
+  // A stage alone: its one-stage recipe and its kernel in its launch role.
+  LoadedProgram stage_alone(const Variant& v, FunctionHandle f) const;
+  // The whole layer's two stages, refusing another recipe.
+  static Result<std::pair<const Variant*, const Variant*>> layer_stages(const LayerRecipe& r);
+  // The stages' kernels with the support unit's.
+  RoleKernels kernels(const RoleKernels& stages) const;
   Status run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st = {});
   Status run_align(int align_block, StreamHandle s = {});
   // W1 and W2 in `layout`, arranged on the device on first use; the table's
@@ -119,13 +128,9 @@ class LayerBench {
   Status download_fp8(Workload& w);
   Result<Comparison> compare_inter_fp8(const BufferTable& table, int f);
 
-  Device& dev_;
-  Problem problem_;
-  const Target& target_;
   int max_tokens_ = 0;
   int tokens_ = 0;
-  std::vector<ModuleHandle> modules_;
-  FunctionHandle align_, align_count_, align_scatter_, reduce_atomic_, reduce_partials_, reduce_partials16_, shuffle_, reference1_, reference2_, fill_;
+  FunctionHandle align_, align_count_, align_scatter_, reduce_atomic_, reduce_partials_, reduce_partials16_, shuffle_, reference1_, reference2_;
   // Inputs, the plain weights, the workspace; arranged weights join on first use.
   std::array<DeviceBuffer, kBufCount> buffers_;
   BufferTable table_{};

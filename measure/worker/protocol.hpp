@@ -32,6 +32,7 @@
 #include "device/telemetry.hpp"
 #include "layer/operation.hpp"
 #include "layer/program.hpp"
+#include "measure/program_bench.hpp"
 #include "measure/timing.hpp"
 
 namespace ft::protocol {
@@ -63,11 +64,9 @@ struct GradKernelRef {
 // Answers without a payload (open, inputs).
 struct Done {};
 
-struct VerifyAnswer {
-  bool passed = false;
-  double rel_l2 = 0, max_abs = 0;
-  std::string summary;  // the comparison in words ("rel L2 1.2e-03 (bound 8.0e-03), ...")
-};
+// A verification's answer: the bench's ProgramCheck (passed, rel_l2, max_abs,
+// the comparison in words: "rel L2 1.2e-03 (bound 8.0e-03), ...").
+using VerifyAnswer = ProgramCheck;
 
 struct DeviceAnswer {
   int protocol = kVersion;
@@ -123,7 +122,9 @@ struct TimeRequest {
 // operation's role order, some or all) with each role's code object --
 // the forward's stage variants (stage1, stage2: the whole layer), or the
 // backward's GEMM configurations (dgrad2 .. wgrad1). The one that is not the
-// operation's kind stays empty.
+// operation's kind stays empty. A forward recipe of one stage is that stage
+// alone, as the stage requests (verify, time) ask: the service answers those
+// as such a program of the opened bench (measure/program_bench.hpp).
 struct ProgramKernels {
   const op::Operation* operation = &op::moe_forward();
   std::vector<KernelRef> stages;     // a forward recipe's (LayerRecipe::stages)

@@ -11,13 +11,10 @@
 
 #include <fmt/format.h>
 
-#include "generator/variant.hpp"
 #include "device/telemetry.hpp"
 #include "layer/operation.hpp"
-#include "measure/backward_bench.hpp"
-#include "measure/layer_bench.hpp"
+#include "measure/program_bench.hpp"
 #include "measure/worker/worker_device.hpp"
-#include "measure/workload/workload.hpp"
 
 namespace ft {
 namespace {
@@ -31,26 +28,24 @@ Result<std::vector<std::byte>> read_file(const std::string& path) {
   return out;
 }
 
-protocol::VerifyAnswer verify_answer(const Comparison& c, int row_length) {
-  return {c.passed, c.rel_l2, c.max_abs, c.summary(std::size_t(row_length))};
-}
-
-TimingOptions timing_options(int warmup, int reps) {
+TimingOptions timing_options(int warmup, int reps, bool flush_l2, bool graph) {
   TimingOptions to;
   to.warmup = warmup;
   to.reps = reps;
+  to.flush_l2 = flush_l2;
+  to.graph = graph;
   return to;
 }
+
+// The stage requests' program: a forward stage alone (a one-stage recipe of moe_forward).
+protocol::ProgramKernels stage_alone(const protocol::KernelRef& k) { return {&op::moe_forward(), {k}, {}}; }
 
 }  // namespace
 
 struct WorkerService::State {
   DeviceFactory open_device;
   std::unique_ptr<Device> device;
-  std::unique_ptr<LayerBench> bench;
-  std::unique_ptr<BackwardBench> backward;  // opened for the backward instead
-  Problem problem;
-  const Target* target = nullptr;
+  std::unique_ptr<ProgramBench> bench;  // the opened operation's (open_program_bench)
   std::map<std::string, FunctionHandle> functions;  // by code object path + entry
   std::optional<Telemetry> telemetry;
 
@@ -59,73 +54,59 @@ struct WorkerService::State {
     return device.get();
   }
 
-  // The bench of the operation opened, refusing another's requests.
-  Status opened_for(const op::Operation& o) const {
-    if (!bench && !backward) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
-    const op::Operation& open = backward ? op::moe_backward() : op::moe_forward();
+  Result<ProgramBench*> opened() {
+    if (!bench) return fail(Errc::invalid_input, "no problem open (send 'open' first)");
+    return bench.get();
+  }
+  // The bench, refusing another operation's requests.
+  Result<ProgramBench*> opened_for(const op::Operation& o) {
+    ProgramBench* b = FT_TRY(opened());
+    const op::Operation& open = b->operation();
     if (&open != &o)
       return fail(Errc::invalid_input, fmt::format("the problem is open for {}, not {} (open it with operation {})",
                                                    open.name, o.name, o.name));
-    return {};
-  }
-  Result<LayerBench*> opened() {
-    FT_CHECK(opened_for(op::moe_forward()));
-    return bench.get();
-  }
-  Result<BackwardBench*> opened_backward() {
-    FT_CHECK(opened_for(op::moe_backward()));
-    return backward.get();
+    return b;
   }
 
-  // A kernel's function, loaded once per code object and entry.
-  Result<FunctionHandle> loaded(const std::string& code_object, const std::string& entry,
-                                const std::function<Result<FunctionHandle>(std::span<const std::byte>)>& load) {
+  // A kernel's function, loaded by the bench once per code object and entry.
+  Result<FunctionHandle> loaded(ProgramBench& b, const std::string& code_object, const std::string& entry, int lds_bytes) {
     const std::string key = code_object + "#" + entry;
     auto it = functions.find(key);
     if (it == functions.end()) {
       auto bytes = FT_TRY(read_file(code_object));
-      it = functions.emplace(key, FT_TRY(load(bytes))).first;
+      it = functions.emplace(key, FT_TRY(b.load(bytes, entry, lds_bytes))).first;
     }
     return it->second;
-  }
-
-  Result<FunctionHandle> kernel(const protocol::KernelRef& k) {
-    LayerBench* b = FT_TRY(opened());
-    return loaded(k.code_object, k.entry, [&](std::span<const std::byte> bytes) {
-      return b->load(bytes, k.entry, k.variant.lds_limit());
-    });
   }
 
   // The recipe of a program request and its roles' kernels, loaded by the
   // opened operation's bench (the bench's program checks the recipe: roles,
   // order, target, sizes).
-  Result<std::pair<LayerRecipe, RoleKernels>> program(const protocol::ProgramKernels& p) {
-    FT_CHECK(opened_for(*p.operation));
-    LayerRecipe recipe{target, problem, {}};
-    RoleKernels k;
+  Result<LoadedProgram> program(const protocol::ProgramKernels& p) {
+    ProgramBench* b = FT_TRY(opened_for(*p.operation));
+    LoadedProgram out{LayerRecipe{&b->target(), b->problem(), {}}, {}};
     for (const protocol::KernelRef& s : p.stages) {
       const op::Stage* stage = p.operation->stage(s.variant.role);
       if (!stage) return fail(Errc::invalid_input, fmt::format("{} is no stage of {}", s.variant.name(), p.operation->name));
-      k.of(stage->launch) = FT_TRY(kernel(s));
-      recipe.stages.push_back(s.variant);
+      out.kernels.of(stage->launch) = FT_TRY(loaded(*b, s.code_object, s.entry, s.variant.lds_limit()));
+      out.recipe.stages.push_back(s.variant);
     }
     for (const protocol::GradKernelRef& g : p.grad) {
-      BackwardBench* b = FT_TRY(opened_backward());
-      k.of(g.role) = FT_TRY(loaded(g.code_object, g.entry, [&](std::span<const std::byte> bytes) {
-        return b->load(bytes, g.entry);
-      }));
-      recipe.grad.push_back({g.role, g.config});
+      if (!p.operation->grad_role(g.role))
+        return fail(Errc::invalid_input, fmt::format("{} is no role of {}", to_string(g.role), p.operation->name));
+      out.kernels.of(g.role) = FT_TRY(loaded(*b, g.code_object, g.entry, 0));
+      out.recipe.grad.push_back({g.role, g.config});
     }
-    return std::pair{std::move(recipe), k};
+    return out;
   }
 
-  // The forward program of a request: the whole layer, both stages.
-  static Result<std::pair<const Variant*, const Variant*>> layer_stages(const LayerRecipe& r) {
-    const Variant *s1 = r.stage(StageRole::stage1), *s2 = r.stage(StageRole::stage2);
-    if (!s1 || !s2 || r.stages.size() != 2)
-      return fail(Errc::invalid_input, "a moe_forward program is the whole layer: one stage1 and one stage2 variant "
-                                       "(a stage alone is verified and timed by 'verify' and 'time')");
-    return std::pair{s1, s2};
+  Result<ProgramCheck> verify(const protocol::ProgramKernels& k) {
+    const LoadedProgram p = FT_TRY(program(k));
+    return bench->verify(p);
+  }
+  Result<ProgramTiming> time(const protocol::ProgramKernels& k, const TimingOptions& to) {
+    const LoadedProgram p = FT_TRY(program(k));
+    return bench->time(p, to);
   }
 
   Result<protocol::Answer> operator()(const protocol::DeviceRequest& r) {
@@ -146,64 +127,26 @@ struct WorkerService::State {
     auto support = FT_TRY(read_file(r.support));
     functions.clear();
     bench.reset();
-    backward.reset();
-    problem = r.problem;
-    target = t;
-    if (r.operation == &op::moe_backward()) backward = FT_TRY(BackwardBench::create(*d, problem, *target, support));
-    else bench = FT_TRY(LayerBench::create(*d, problem, *target, support, r.max_tokens));
+    bench = FT_TRY(open_program_bench(*r.operation, *d, r.problem, *t, support, r.max_tokens));
     return protocol::Done{};
   }
 
   Result<protocol::Answer> operator()(const protocol::InputsRequest& r) {
-    if (backward) {
-      FT_CHECK(backward->set_inputs(r.tokens, r.seed, r.empty_experts));
-      return protocol::Done{};
-    }
-    LayerBench* b = FT_TRY(opened());
-    WorkloadOptions wo;
-    wo.seed = r.seed;
-    wo.empty_experts = r.empty_experts;
-    Routed routed = FT_TRY(make_routing(problem, r.tokens, wo));
-    FT_CHECK(b->set_inputs(r.tokens, wo.seed, routed.ids, routed.weights));
+    ProgramBench* b = FT_TRY(opened());
+    FT_CHECK(b->set_inputs(r.tokens, r.seed, r.empty_experts));
     return protocol::Done{};
   }
 
-  Result<protocol::Answer> operator()(const protocol::VerifyRequest& r) {
-    FunctionHandle f = FT_TRY(kernel(r.kernel));
-    Comparison c = FT_TRY(bench->verify_stage(r.kernel.variant, f));
-    return verify_answer(c, r.kernel.variant.role == StageRole::stage1 ? problem.inter : problem.hidden);
-  }
+  Result<protocol::Answer> operator()(const protocol::VerifyRequest& r) { return FT_TRY(verify(stage_alone(r.kernel))); }
 
   Result<protocol::Answer> operator()(const protocol::TimeRequest& r) {
-    FunctionHandle f = FT_TRY(kernel(r.kernel));
-    TimingOptions to = timing_options(r.warmup, r.reps);
-    to.flush_l2 = r.flush_l2;
-    return FT_TRY(bench->time_stage(r.kernel.variant, f, to));
+    return FT_TRY(time(stage_alone(r.kernel), timing_options(r.warmup, r.reps, r.flush_l2, false))).total;
   }
 
-  Result<protocol::Answer> operator()(const protocol::VerifyProgramRequest& r) {
-    const auto [recipe, k] = FT_TRY(program(r.program));
-    if (backward) {
-      const BackwardCheck c = FT_TRY(backward->verify(recipe, k));
-      const Comparison worst = c.buffers.empty() ? Comparison{} : c.worst();
-      return protocol::VerifyAnswer{c.passed(), worst.rel_l2, worst.max_abs, c.summary()};
-    }
-    const auto [s1, s2] = FT_TRY(layer_stages(recipe));
-    Comparison c = FT_TRY(bench->verify_layer(*s1, k.of(Role::stage1), *s2, k.of(Role::stage2)));
-    return verify_answer(c, problem.hidden);
-  }
+  Result<protocol::Answer> operator()(const protocol::VerifyProgramRequest& r) { return FT_TRY(verify(r.program)); }
 
   Result<protocol::Answer> operator()(const protocol::TimeProgramRequest& r) {
-    const auto [recipe, k] = FT_TRY(program(r.program));
-    TimingOptions to = timing_options(r.warmup, r.reps);
-    to.flush_l2 = r.flush_l2;
-    to.graph = r.graph;
-    if (backward) {
-      if (r.graph) return fail(Errc::invalid_input, "the moe_backward program is timed by direct launches, not as a graph");
-      return ProgramTiming{FT_TRY(backward->time(recipe, k, to)), {}};
-    }
-    const auto [s1, s2] = FT_TRY(layer_stages(recipe));
-    return FT_TRY(bench->time_layer(*s1, k.of(Role::stage1), *s2, k.of(Role::stage2), to));
+    return FT_TRY(time(r.program, timing_options(r.warmup, r.reps, r.flush_l2, r.graph)));
   }
 
   Result<protocol::Answer> operator()(const protocol::TelemetryRequest&) {
@@ -218,7 +161,7 @@ struct WorkerService::State {
   // Fault injection for the crash-isolation tests: a launch that writes
   // through an invalid device address, as a broken kernel would.
   Result<protocol::Answer> operator()(const protocol::FaultRequest&) {
-    LayerBench* b = FT_TRY(opened());
+    ProgramBench* b = FT_TRY(opened());
     FT_CHECK(b->inject_fault());
     return fail(Errc::internal, "the injected fault did not fault");
   }

@@ -1,8 +1,9 @@
 #pragma once
 // The measuring service: it owns one device (a GPU or the CPU emulator of a
 // target, worker_device.hpp) and answers the typed requests of
-// measure/worker/protocol.hpp -- open a problem, set inputs, verify and time
-// stage kernels and layers, read telemetry. The code objects it loads must be
+// measure/worker/protocol.hpp -- open a problem for an operation, set inputs,
+// verify and time its programs (a forward stage alone too) on the operation's
+// ProgramBench (measure/program_bench.hpp), read telemetry. The code objects it loads must be
 // built for that device (host libraries from Backend::emulate for the
 // emulator).
 //

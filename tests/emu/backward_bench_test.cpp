@@ -66,7 +66,7 @@ TEST_P(EmuBackwardBench, VerifiesAgainstTheCpuBackward) {
   }
   for (auto [tokens, empty] : std::vector<std::pair<int, int>>{{333, 1}, {7, 0}}) {
     ASSERT_TRUE((*bench)->set_inputs(tokens, 11, empty));
-    auto check = (*bench)->verify(r, k);
+    auto check = (*bench)->check({r, k});
     ASSERT_TRUE(check) << check.error().describe();
     EXPECT_EQ(check->buffers.size(), 5u) << "d_gate_up, d_weights, dx, dw2, dw1";
     for (const auto& [b, cmp] : check->buffers) {
@@ -79,20 +79,21 @@ TEST_P(EmuBackwardBench, VerifiesAgainstTheCpuBackward) {
     }
   }
   if (c.failing.empty()) {
-    auto time = (*bench)->time(r, k, {.warmup = 0, .reps = 2, .flush_l2 = false});
+    auto time = (*bench)->time({r, k}, {.warmup = 0, .reps = 2, .flush_l2 = false});
     ASSERT_TRUE(time) << time.error().describe();
-    EXPECT_GT(time->median_us, 0.0);
-    EXPECT_EQ(time->samples, 2);
+    EXPECT_GT(time->total.median_us, 0.0);
+    EXPECT_EQ(time->total.samples, 2);
+    EXPECT_TRUE(time->parts.empty());
     // Fresh inputs timed first: the saved tensors come from forward_saved on
     // the device and the CPU backward is not computed; a verification of the
     // same inputs then computes it and passes.
     ASSERT_TRUE((*bench)->set_inputs(33, 12, 1));
-    auto fresh = (*bench)->time(r, k, {.warmup = 0, .reps = 1, .flush_l2 = false});
+    auto fresh = (*bench)->time({r, k}, {.warmup = 0, .reps = 1, .flush_l2 = false});
     ASSERT_TRUE(fresh) << fresh.error().describe();
     EXPECT_FALSE((*bench)->has_reference()) << "timing computed the CPU backward";
-    auto after = (*bench)->verify(r, k);
+    auto after = (*bench)->verify({r, k});  // the ProgramBench's brief
     ASSERT_TRUE(after) << after.error().describe();
-    EXPECT_TRUE(after->passed()) << after->summary();
+    EXPECT_TRUE(after->passed) << after->summary;
     EXPECT_TRUE((*bench)->has_reference());
   }
 }

@@ -16,6 +16,13 @@ struct Bench {
   std::unique_ptr<LayerBench> bench;
   LayerPlan plan;
   FunctionHandle f1, f2;
+  // The whole layer: the plan's recipe of both stages with their kernels.
+  LoadedProgram layer() const {
+    LoadedProgram p{LayerRecipe{&bench->target(), bench->problem(), {plan.stage1, plan.stage2}}, {}};
+    p.kernels.stage1 = f1;
+    p.kernels.stage2 = f2;
+    return p;
+  }
 };
 
 // A bench on the emulated target with one plan of the emulator slice loaded.
@@ -56,7 +63,7 @@ TEST_P(EmuLayerBench, VerifiesAndTimesStagesAndLayers) {
       ASSERT_TRUE(c) << v->name() << ": " << c.error().describe();
       EXPECT_TRUE(c->passed) << v->name() << " T=" << tokens << ": " << c->summary();
     }
-    auto layer = b->bench->verify_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2);
+    auto layer = b->bench->verify_layer(b->layer());
     ASSERT_TRUE(layer) << label << ": " << layer.error().describe();
     EXPECT_TRUE(layer->passed) << label << " T=" << tokens << ": " << layer->summary();
   }
@@ -65,20 +72,42 @@ TEST_P(EmuLayerBench, VerifiesAndTimesStagesAndLayers) {
   auto st = b->bench->time_stage(b->plan.stage2, b->f2, quick);
   ASSERT_TRUE(st) << st.error().describe();
   EXPECT_EQ(st->samples, 2);
-  auto lt = b->bench->time_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2, quick);
+  auto lt = b->bench->time_layer(b->layer(), quick);
   ASSERT_TRUE(lt) << lt.error().describe();
   EXPECT_EQ(lt->total.samples, 2);
   ASSERT_TRUE(lt->part("stage1") && lt->part("reduce"));
   EXPECT_EQ(lt->part("stage1")->samples, 2);
   EXPECT_EQ(lt->part("reduce")->samples, 2);
   quick.graph = true;
-  auto graph = b->bench->time_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2, quick);
+  auto graph = b->bench->time_layer(b->layer(), quick);
   ASSERT_TRUE(graph) << graph.error().describe();
   EXPECT_EQ(graph->total.samples, 2);
   // The layer still verifies after timing (timing leaves no state behind).
-  auto again = b->bench->verify_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2);
+  auto again = b->bench->verify_layer(b->layer());
   ASSERT_TRUE(again);
   EXPECT_TRUE(again->passed) << again->summary();
+  // Through the ProgramBench interface the service asks: the layer, a stage
+  // alone (a one-stage recipe), and a recipe that is neither refused.
+  ProgramBench& pb = *b->bench;
+  auto checked = pb.verify(b->layer());
+  ASSERT_TRUE(checked) << checked.error().describe();
+  EXPECT_TRUE(checked->passed) << checked->summary;
+  EXPECT_EQ(checked->rel_l2, again->rel_l2);
+  LoadedProgram second = b->layer();
+  second.recipe.stages.erase(second.recipe.stages.begin());
+  auto alone = pb.verify(second);
+  ASSERT_TRUE(alone) << alone.error().describe();
+  EXPECT_TRUE(alone->passed) << alone->summary;
+  quick.graph = false;
+  auto timed = pb.time(second, quick);
+  ASSERT_TRUE(timed) << timed.error().describe();
+  EXPECT_EQ(timed->total.samples, 2);
+  EXPECT_TRUE(timed->parts.empty());
+  LoadedProgram twice = b->layer();
+  twice.recipe.stages[0] = twice.recipe.stages[1];
+  auto refused = pb.verify(twice);
+  ASSERT_FALSE(refused);
+  EXPECT_EQ(refused.error().code, Errc::invalid_input) << refused.error().describe();
 }
 
 // Slot 0 (atomic), 1 (split-K) and 3 (partials; persistent and warp-specialised on sm_90a).
@@ -129,7 +158,7 @@ TEST(EmuLayerBenchRouting, MaskedSlotsVerifyAndBadIdsAreRefused) {
   auto b = open_bench(t, 3, 64);
   ASSERT_TRUE(b) << b.error().describe();
   ASSERT_TRUE(inputs(*b, 33, 5, /*masked_from=*/2));
-  auto layer = b->bench->verify_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2);
+  auto layer = b->bench->verify_layer(b->layer());
   ASSERT_TRUE(layer) << layer.error().describe();
   EXPECT_TRUE(layer->passed) << layer->summary();
   // Ids outside [-1, experts): counted by align, so verification refuses the run.
@@ -138,7 +167,7 @@ TEST(EmuLayerBenchRouting, MaskedSlotsVerifyAndBadIdsAreRefused) {
   r.ids[1] = 4;
   r.ids[2] = -2;
   ASSERT_TRUE(b->bench->set_inputs(9, 3, r.ids, r.weights));
-  auto refused = b->bench->verify_layer(b->plan.stage1, b->f1, b->plan.stage2, b->f2);
+  auto refused = b->bench->verify_layer(b->layer());
   ASSERT_FALSE(refused);
   EXPECT_EQ(refused.error().code, Errc::verify);
   EXPECT_NE(refused.error().message.find("2 routing ids outside [-1, 4)"), std::string::npos) << refused.error().describe();

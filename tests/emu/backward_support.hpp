@@ -25,8 +25,9 @@ struct Gradients {
   MoeGradients<float> ref;
 };
 
-inline Gradients gradients_for(DType d, int tokens, int align_block) {
-  Problem p = emu_problem("kgrouped", d, 64, 64);
+// size: H = I (64; 128 for tiles of two 64-row warpgroup blocks).
+inline Gradients gradients_for(DType d, int tokens, int align_block, int size = 64) {
+  Problem p = emu_problem("kgrouped", d, size, size);
   p.routing = *Routing::parse("uniform");
   WorkloadOptions o;
   o.empty_experts = 1;

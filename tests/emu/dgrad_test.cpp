@@ -28,6 +28,7 @@ struct DCase {
   const char* target;
   const char* atom;
   int tile_m, tile_n, tile_k, warps_m, warps_n, stages;
+  int size = 64;  // H = I of the layer
 };
 
 const DCase kCases[] = {
@@ -39,6 +40,7 @@ const DCase kCases[] = {
     // The wgmma form (moe_dgrad_wgmma.hpp): A K-major, the weight MN-major.
     {"sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 64, 4, 1, 3},
     {"sm_90a", "wgmma_m64k16_f32_f16", 64, 64, 64, 4, 1, 4},
+    {"sm_90a", "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4, 128},  // two warpgroups
 };
 
 struct Results {
@@ -70,9 +72,9 @@ struct Entry {
 };
 
 Result<Results> check_dgrad(const BackwardVariant& swiglu, const BackwardVariant& scatter, const Entry& e2, const Entry& e1,
-                            int tokens) {
+                            int tokens, int size = 64) {
   const DType d = swiglu.atom->dtype;
-  const Gradients g = gradients_for(d, tokens, 2 * swiglu.tile_m);
+  const Gradients g = gradients_for(d, tokens, 2 * swiglu.tile_m, size);
   Loaded l = FT_TRY(load(*swiglu.target, e2.unit));
   Device& dev = *l.device;
   const FunctionHandle f2 = FT_TRY(dev.function(l.module, e2.name));
@@ -151,13 +153,13 @@ TEST_P(EmuDgrad, StageGradientsMatchTheBackwardReference) {
   const BackwardVariant swiglu = variant(GetParam(), BackwardOp::dgrad_swiglu);
   const BackwardVariant scatter = variant(GetParam(), BackwardOp::dgrad_scatter);
   ASSERT_NE(swiglu.atom, nullptr);
-  const Problem p = emu_problem("dgrad", swiglu.atom->dtype, 64, 64);
+  const Problem p = emu_problem("dgrad", swiglu.atom->dtype, GetParam().size, GetParam().size);
   ASSERT_FALSE(why_illegal_for(swiglu, p)) << *why_illegal_for(swiglu, p);
   ASSERT_FALSE(why_illegal_for(scatter, p)) << *why_illegal_for(scatter, p);
   auto u2 = emit_backward(swiglu), u1 = emit_backward(scatter);
   ASSERT_TRUE(u2 && u1);
   for (int tokens : {1, 7, 33}) {
-    auto r = check_dgrad(swiglu, scatter, {*u2, swiglu.name()}, {*u1, scatter.name()}, tokens);
+    auto r = check_dgrad(swiglu, scatter, {*u2, swiglu.name()}, {*u1, scatter.name()}, tokens, GetParam().size);
     ASSERT_TRUE(r) << r.error().describe();
     EXPECT_TRUE(r->d_gate_up.passed) << swiglu.name() << " T=" << tokens << " d_gate_up: " << r->d_gate_up.summary();
     EXPECT_TRUE(r->d_weights.passed) << swiglu.name() << " T=" << tokens << " d_weights: " << r->d_weights.summary();
@@ -167,7 +169,8 @@ TEST_P(EmuDgrad, StageGradientsMatchTheBackwardReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Atoms, EmuDgrad, testing::ValuesIn(kCases), [](const testing::TestParamInfo<DCase>& i) {
-  return std::string(i.param.target) + "_" + i.param.atom + "_s" + std::to_string(i.param.stages);
+  return std::string(i.param.target) + "_" + i.param.atom + "_s" + std::to_string(i.param.stages) + "_w" +
+         std::to_string(i.param.warps_m);
 });
 
 // The first configuration with an atom whose lanes load the next k group's A

@@ -32,6 +32,7 @@ struct KCase {
   const char* atom;
   int tile_m, tile_n, tile_k, warps_m, warps_n, stages;
   int align_block;  // rows per row block of sorted_ids: tile_k need not divide it
+  int size = 64;    // H = I of the layer
 };
 
 const KCase kCases[] = {
@@ -43,6 +44,7 @@ const KCase kCases[] = {
     // The wgmma form (moe_kgrouped_wgmma.hpp): operands MN-major in shared memory.
     {"sm_90a", "wgmma_m64k16_f32_bf16", 64, 64, 64, 4, 1, 3, 16},
     {"sm_90a", "wgmma_m64k16_f32_f16", 64, 64, 16, 4, 1, 4, 64},
+    {"sm_90a", "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4, 16, 128},  // two warpgroups
 };
 
 // One K-grouped launch C [E, m, n] on NaN-poisoned memory, returned to the host.
@@ -93,9 +95,9 @@ struct Checked {
 
 // Both weight gradients of the layer at `tokens` through the kernel `entry` of `unit`.
 Result<Checked> check_gradients(const BackwardVariant& v, const KernelSource& unit, const std::string& entry, int tokens,
-                                int align_block) {
+                                int align_block, int size = 64) {
   const DType d = v.atom->dtype;
-  const Gradients g = gradients_for(d, tokens, align_block);
+  const Gradients g = gradients_for(d, tokens, align_block, size);
   Loaded l = FT_TRY(load(*v.target, unit));
   Device& dev = *l.device;
   const Problem& p = g.w.problem;
@@ -123,7 +125,7 @@ TEST_P(EmuKGrouped, WeightGradientsMatchTheBackwardReference) {
   auto unit = emit_backward(v);
   ASSERT_TRUE(unit) << unit.error().describe();
   for (int tokens : {1, 7, 33}) {
-    auto r = check_gradients(v, *unit, v.name(), tokens, c.align_block);
+    auto r = check_gradients(v, *unit, v.name(), tokens, c.align_block, c.size);
     ASSERT_TRUE(r) << r.error().describe();
     EXPECT_TRUE(r->dw2.passed) << v.name() << " T=" << tokens << " dW2: " << r->dw2.summary();
     EXPECT_TRUE(r->dw1.passed) << v.name() << " T=" << tokens << " dW1: " << r->dw1.summary();
@@ -131,7 +133,8 @@ TEST_P(EmuKGrouped, WeightGradientsMatchTheBackwardReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Atoms, EmuKGrouped, testing::ValuesIn(kCases), [](const testing::TestParamInfo<KCase>& i) {
-  return std::string(i.param.target) + "_" + i.param.atom + "_s" + std::to_string(i.param.stages);
+  return std::string(i.param.target) + "_" + i.param.atom + "_s" + std::to_string(i.param.stages) + "_w" +
+         std::to_string(i.param.warps_m);
 });
 
 // The same configuration with an atom whose lanes load the A operand of the

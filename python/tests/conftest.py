@@ -91,6 +91,26 @@ def emu_train_export_dir(tmp_path_factory) -> pathlib.Path:
     return _export_test_db(tmp_path_factory, "tiny_emu_train.db", "tiny_emu_train")
 
 
+def train_model_config():
+    """The two-layer model of the training-step tests (test_train_model.py, test_train_model_torch.py): its MoE
+    layer is the training export's problem, the rest as small as the attention allows."""
+    from flytune.models.config import Config
+    return Config(vocab=128, hidden=64, inter=64, layers=2, heads=4, kv_heads=2, head_dim=16, experts=4, topk=2,
+                  rope_theta=1e4)
+
+
+@pytest.fixture(scope="session")
+def emu_train_model_export(emu_train_export_dir):
+    """The training export opened on the CPU emulator, checked to be train_model_config()'s MoE problem."""
+    import flytune
+    c = train_model_config()
+    export = flytune.load(emu_train_export_dir, device="emulate")
+    (p,) = export.problems
+    assert (p.experts, p.hidden, p.inter, p.topk, p.dtype) == (c.experts, c.hidden, c.inter, c.topk, "bf16")
+    assert p.has_backward
+    return export
+
+
 @pytest.fixture(scope="session")
 def cpu_fp8_export(fp8_export_dir):
     import flytune

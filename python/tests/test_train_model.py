@@ -21,7 +21,7 @@ The bounds, from a run of this test's model and batch (2026-12-07, CPU emulator,
 import numpy as np
 import pytest
 
-from conftest import framework
+from conftest import framework, train_model_config
 from layer_reference import rel_l2
 
 jax = framework("jax")
@@ -30,25 +30,18 @@ import jax.numpy as jnp  # noqa: E402
 import flytune  # noqa: E402
 import flytune.jax as fj  # noqa: E402
 from flytune.models import mixtral, train  # noqa: E402
-from flytune.models.config import Config  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::flytune.CoverageWarning")
 
-# The MoE layer is the training export's problem; the rest is as small as the attention allows.
-CONFIG = Config(vocab=128, hidden=64, inter=64, layers=2, heads=4, kv_heads=2, head_dim=16, experts=4, topk=2,
-                rope_theta=1e4)
+CONFIG = train_model_config()
 LOSS_BOUND = 1e-3   # relative difference of the two losses
 GRAD_BOUND = 2e-2   # relative L2 of each parameter's gradient, flytune against ragged_dot
 LR = 0.1
 
 
 @pytest.fixture(scope="module")
-def emu_train(emu_train_export_dir):
-    export = flytune.load(emu_train_export_dir, device="emulate")
-    (p,) = export.problems
-    assert (p.experts, p.hidden, p.inter, p.topk, p.dtype) == (CONFIG.experts, CONFIG.hidden, CONFIG.inter,
-                                                               CONFIG.topk, "bf16") and p.has_backward
-    return export
+def emu_train(emu_train_model_export):
+    return emu_train_model_export
 
 
 @pytest.fixture(scope="module")

@@ -13,18 +13,16 @@ at this test's seed); the bf16 grouped_mm model is itself up to 1.8e-2 from the 
 import numpy as np
 import pytest
 
-from conftest import framework
+from conftest import framework, train_model_config
 
 torch = framework("torch")
 import flytune  # noqa: E402
 import flytune.torch  # noqa: E402,F401  (registers the ops)
 from flytune.models import torch_mixtral as tm, torch_train as tt  # noqa: E402
-from flytune.models.config import Config  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::flytune.CoverageWarning")
 
-CONFIG = Config(vocab=128, hidden=64, inter=64, layers=2, heads=4, kv_heads=2, head_dim=16, experts=4, topk=2,
-                rope_theta=1e4)
+CONFIG = train_model_config()
 LOSS_BOUND = 2e-3   # relative difference of the two losses
 GRAD_BOUND = 3e-2   # relative L2 of each parameter's gradient, flytune against grouped_mm
 LR = 0.1
@@ -32,12 +30,8 @@ SEED = 3
 
 
 @pytest.fixture(scope="module")
-def emu_train(emu_train_export_dir):
-    export = flytune.load(emu_train_export_dir, device="emulate")
-    (p,) = export.problems
-    assert (p.experts, p.hidden, p.inter, p.topk, p.dtype) == (CONFIG.experts, CONFIG.hidden, CONFIG.inter,
-                                                               CONFIG.topk, "bf16") and p.has_backward
-    return export
+def emu_train(emu_train_model_export):
+    return emu_train_model_export
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ const std::array<Rule, 10> kRules{
     // every thread copies as many 16-byte chunks; a cp.async ring of three or more stages.
     [](const BackwardVariant& v) -> std::optional<std::string> {
       if (!v.atom->warpgroup()) return std::nullopt;
-      if (v.warps_n != 1 || v.warps_m % 4 != 0 || v.warps_m == 0)
+      if (v.warps_n != 1 || v.warps_m % 4 != 0)  // warps_m >= 1: the positivity row above
         return fmt::format("warps {}x{}: the wgmma form stacks whole warpgroups (4 warps) along M", v.warps_m, v.warps_n);
       if (v.tile_m % (v.warps_m / 4 * 64) != 0)
         return fmt::format("tile_m {} is not whole 64-row blocks for each of {} warpgroups", v.tile_m, v.warps_m / 4);

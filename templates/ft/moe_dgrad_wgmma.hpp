@@ -24,7 +24,6 @@ template <class Cfg>
 struct RoutedDgradWgmma : WgmmaStaged<Cfg, false> {
   using G = WgmmaStaged<Cfg, false>;
   using G::TM, G::TN, G::TK, G::RM, G::kThreads;
-  static constexpr int kSmemBytes = G::kSmemBytes;
   static constexpr int kAChunks = TM * TK / 8, kChunks = kAChunks + TK * TN / 8;  // A's rows, then W's k rows
   static constexpr int kChunksPerThread = kChunks / kThreads;
   static_assert(kChunks % kThreads == 0, "every thread copies the same number of chunks");

@@ -23,7 +23,6 @@ struct KGroupedWgmma : WgmmaStaged<Cfg, true> {
   using G = WgmmaStaged<Cfg, true>;
   using S = u16;
   using G::TM, G::TN, G::TK, G::RM, G::kThreads;
-  static constexpr int kSmemBytes = G::kSmemBytes;
   static constexpr int kAChunksPerRow = TM / 8, kChunksPerRow = (TM + TN) / 8;  // a k row: A's chunks, then B's
   static constexpr int kChunksPerThread = TK * kChunksPerRow / kThreads;
   static_assert(TK * kChunksPerRow % kThreads == 0, "every thread copies the same number of chunks");

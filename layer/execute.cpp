@@ -46,26 +46,6 @@ std::string missing_hint(Buf b) {
 
 }  // namespace
 
-FunctionHandle& RoleKernels::of(Role r) {
-  switch (r) {
-    case Role::align: return align;
-    case Role::stage1: return stage1;
-    case Role::stage2: return stage2;
-    case Role::reduce_atomic: return reduce_atomic;
-    case Role::reduce_partials: return reduce_partials;
-    case Role::reduce_partials16: return reduce_partials16;
-    case Role::align_count: return align_count;
-    case Role::align_scatter: return align_scatter;
-    case Role::quantise_x: return quantise_x;
-    case Role::quantise_inter: return quantise_inter;
-    case Role::dgrad2: return dgrad2;
-    case Role::dgrad1: return dgrad1;
-    case Role::wgrad2: return wgrad2;
-    case Role::wgrad1: break;
-  }
-  return wgrad1;
-}
-
 Result<std::vector<FunctionHandle>> bind(const LayerProgram& p, const RoleKernels& k) {
   std::vector<FunctionHandle> out(p.steps.size());
   for (std::size_t i = 0; i < p.steps.size(); ++i) {

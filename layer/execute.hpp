@@ -21,16 +21,13 @@ inline DevicePtr& at(BufferTable& t, Buf b) { return t[std::size_t(b)]; }
 inline DevicePtr at(const BufferTable& t, Buf b) { return t[std::size_t(b)]; }
 
 // The kernel of each role, loaded by the caller (the search's bench, the
-// runtime, a test).
+// runtime, a test): a table indexed by Role, a null handle where none was
+// loaded. A new role is a slot here without a line of its own.
 struct RoleKernels {
-  FunctionHandle align, stage1, stage2, reduce_atomic, reduce_partials, reduce_partials16;
-  FunctionHandle align_count, align_scatter;  // the wide align (layer/program.hpp, AlignForm)
-  FunctionHandle quantise_x, quantise_inter;  // fp8 layers' support steps
-  FunctionHandle dgrad2, dgrad1, wgrad2, wgrad1;  // the backward's stages (layer/backward.hpp)
+  std::array<FunctionHandle, kRoleCount> by_role{};
 
-  // The member that holds a role's kernel.
-  FunctionHandle& of(Role r);
-  FunctionHandle of(Role r) const { return const_cast<RoleKernels*>(this)->of(r); }
+  FunctionHandle& of(Role r) { return by_role[std::size_t(r)]; }
+  FunctionHandle of(Role r) const { return by_role[std::size_t(r)]; }
 };
 // One function per step (a null handle for memsets); Errc::internal when a
 // role the program needs has no kernel.

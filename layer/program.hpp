@@ -8,6 +8,7 @@
 // manifest's steps are this program's output), and the runtime launches the
 // same program: there is no second copy of these rules.
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -133,6 +134,10 @@ enum class Role : std::uint8_t {
   // the K-grouped GEMMs of dW2 and dW1 (generator/backward_gemm.hpp).
   dgrad2, dgrad1, wgrad2, wgrad1,
 };
+// The number of roles: a table indexed by Role (RoleKernels, layer/execute.hpp)
+// has this many slots. The last value above plus one; a role is appended
+// before the end of the list above only with this line moved to it.
+inline constexpr std::size_t kRoleCount = std::size_t(Role::wgrad1) + 1;
 // The reduce kernel's role for a stage-2 output mode.
 Role reduce_role(Reduce r);
 std::string_view to_string(Role r);

@@ -71,7 +71,7 @@ struct BackwardBench::State {
   // Timing's saved tensors without a reference: the support unit's
   // forward_saved on the device, once per inputs (at the program's sizes).
   DeviceBuffer saved_gate_up, saved_inter;
-  FunctionHandle align, align_count, align_scatter, forward_saved;
+  FunctionHandle forward_saved;
 };
 
 bool BackwardCheck::passed() const {
@@ -109,11 +109,7 @@ Result<std::unique_ptr<BackwardBench>> BackwardBench::create(Device& dev, const 
   if (p.fp8()) return fail(Errc::invalid_input, "the backward has no fp8 kernels; give a bf16 or f16 problem");
   std::unique_ptr<BackwardBench> b(new BackwardBench(dev, p, target));
   ModuleHandle m = FT_TRY(b->load_support(support));
-  auto entry = [&](Support s) { return dev.function(m, support_entry(s, target, p.dtype)); };
-  b->state_->align = FT_TRY(entry(Support::align));
-  b->state_->align_count = FT_TRY(entry(Support::align_count));
-  b->state_->align_scatter = FT_TRY(entry(Support::align_scatter));
-  if (auto f = entry(Support::forward_saved)) b->state_->forward_saved = *f;  // timing's saved tensors (absent: refused there)
+  if (auto f = dev.function(m, support_entry(Support::forward_saved, target, p.dtype))) b->state_->forward_saved = *f;  // timing's saved tensors (absent: refused there)
   b->flush_ = FT_TRY(L2Flush::create(dev));
   return b;
 }
@@ -195,12 +191,9 @@ std::vector<std::uint16_t> d_gate_up_input(const Problem& p, const BackwardBench
   return out;
 }
 
-Result<Prepared> prepare_run(Device& dev, const Problem& p, const LayerRecipe& r, RoleKernels k,
+Result<Prepared> prepare_run(Device& dev, const Problem& p, const LayerRecipe& r, const RoleKernels& k,
                              BackwardBench::State& s) {
   if (s.w.tokens == 0) return fail(Errc::internal, "the backward bench has no inputs yet (set_inputs)");
-  k.align = s.align;
-  k.align_count = s.align_count;
-  k.align_scatter = s.align_scatter;
   const Workload& w = s.w;
   Prepared out;
   out.prog = FT_TRY(build_backward_program(r, w.tokens));
@@ -254,7 +247,7 @@ Result<BackwardCheck> BackwardBench::check(const LoadedProgram& p) {
   if (state_->w.tokens) ensure_reference();
   const State& s = *state_;
   const LayerRecipe& r = p.recipe;
-  Prepared run = FT_TRY(prepare_run(dev_, problem_, r, p.kernels, *state_));
+  Prepared run = FT_TRY(prepare_run(dev_, problem_, r, with_support(p.kernels), *state_));
   FT_CHECK(execute(dev_, run.prog, run.fns, run.bound.table, {}));
   FT_CHECK(dev_.synchronize());
 
@@ -287,7 +280,7 @@ Result<ProgramCheck> BackwardBench::verify(const LoadedProgram& p) {
 Result<ProgramTiming> BackwardBench::time(const LoadedProgram& p, const TimingOptions& opt) {
   if (opt.graph) return fail(Errc::invalid_input, "the moe_backward program is timed by direct launches, not as a graph");
   FT_CHECK(check_recipe(p.recipe));
-  Prepared run = FT_TRY(prepare_run(dev_, problem_, p.recipe, p.kernels, *state_));
+  Prepared run = FT_TRY(prepare_run(dev_, problem_, p.recipe, with_support(p.kernels), *state_));
   const Timing t = FT_TRY(time_runs(dev_, opt, &flush_, [&] { return execute(dev_, run.prog, run.fns, run.bound.table, {}); }));
   return ProgramTiming{t, {}};
 }

@@ -88,7 +88,7 @@ class BackwardBench final : public ProgramBench {
   int tokens() const;
   bool has_reference() const;  // whether the current inputs' CPU backward has been computed (by a check)
 
-  struct State;  // the current inputs, their reference and the align kernels (backward_bench.cpp)
+  struct State;  // the current inputs, their reference and the saved-tensor kernel (backward_bench.cpp)
 
  private:
   BackwardBench(Device& dev, const Problem& p, const Target& t);

@@ -31,12 +31,6 @@ Result<std::unique_ptr<LayerBench>> LayerBench::create(Device& dev, const Proble
   ModuleHandle m = FT_TRY(b->load_support(support));
   // This flytune's unit holds every kernel of its dtype (layer/support_kernels.def).
   auto entry = [&](Support s) { return dev.function(m, support_entry(s, target, p.dtype)); };
-  b->align_ = FT_TRY(entry(Support::align));
-  b->reduce_atomic_ = FT_TRY(entry(Support::reduce_atomic));
-  b->reduce_partials_ = FT_TRY(entry(Support::reduce_partials));
-  b->reduce_partials16_ = FT_TRY(entry(Support::reduce_partials16));
-  b->align_count_ = FT_TRY(entry(Support::align_count));
-  b->align_scatter_ = FT_TRY(entry(Support::align_scatter));
   b->shuffle_ = FT_TRY(entry(Support::shuffle));
   b->reference1_ = FT_TRY(entry(Support::reference1));
   b->reference2_ = FT_TRY(entry(Support::reference2));
@@ -82,13 +76,6 @@ Result<std::pair<const Variant*, const Variant*>> LayerBench::layer_stages(const
   if (!s1 || !s2 || r.stages.size() != 2)
     return fail(Errc::invalid_input, "a moe_forward layer is one stage1 and one stage2 variant");
   return std::pair{s1, s2};
-}
-
-RoleKernels LayerBench::kernels(const RoleKernels& stages) const {
-  RoleKernels k{align_,         {},          {}, reduce_atomic_, reduce_partials_, reduce_partials16_, align_count_,
-                align_scatter_, quantise_x_, quantise_inter_};
-  for (const op::Stage& s : operation_.stages) k.of(s.launch) = stages.of(s.launch);
-  return k;
 }
 
 Status LayerBench::run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st) {
@@ -143,7 +130,7 @@ Status LayerBench::set_inputs(int tokens, std::uint64_t seed, std::span<const st
 
 Status LayerBench::run_align(int align_block, StreamHandle s) {
   const LayerProgram p = FT_TRY(build_align_program(target_, problem_, tokens_, align_block));
-  const auto fns = FT_TRY(bind(p, kernels({})));
+  const auto fns = FT_TRY(bind(p, with_support({})));
   return execute(dev_, p, fns, table_, s);
 }
 
@@ -241,7 +228,7 @@ Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) 
   const bool first = v.role == StageRole::stage1;
   const LoadedProgram alone = stage_alone(v, f);
   const LayerProgram prog = FT_TRY(program(alone.recipe));
-  const auto fns = FT_TRY(bind(prog, kernels(alone.kernels)));
+  const auto fns = FT_TRY(bind(prog, with_support(alone.kernels)));
   const std::size_t pairs = std::size_t(tokens_) * problem_.topk;
   const int ref = v.contract().weight_in_stage1 ? 1 : 0;
   if (first) {
@@ -273,7 +260,7 @@ Result<Comparison> LayerBench::verify_stage(const Variant& v, FunctionHandle f) 
 Result<Comparison> LayerBench::verify_layer(const LoadedProgram& p) {
   const auto [v1, v2] = FT_TRY(layer_stages(p.recipe));
   const LayerProgram prog = FT_TRY(program(p.recipe));
-  const auto fns = FT_TRY(bind(prog, kernels(p.kernels)));
+  const auto fns = FT_TRY(bind(prog, with_support(p.kernels)));
   const bool rows = fp8::inter_row_scales(*v2);
   FT_CHECK(ensure_reference(v1->contract().weight_in_stage1, rows));
   for (const Variant& v : p.recipe.stages) FT_CHECK(ensure_arranged(v.contract().weights));
@@ -296,7 +283,7 @@ Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const 
   const bool first = v.role == StageRole::stage1;
   const LoadedProgram alone = stage_alone(v, f);
   const LayerProgram prog = FT_TRY(program(alone.recipe));
-  const auto fns = FT_TRY(bind(prog, kernels(alone.kernels)));
+  const auto fns = FT_TRY(bind(prog, with_support(alone.kernels)));
   // The steps before the stage (align, clearing) once; then the stage alone,
   // with the memsets directly before it (a one-launch stage's clear of the
   // ticket and counters it consumes). Stage 2 reads inter_ (random values
@@ -340,7 +327,7 @@ Result<Timing> LayerBench::time_stage(const Variant& v, FunctionHandle f, const 
 Result<ProgramTiming> LayerBench::time_layer(const LoadedProgram& p, const TimingOptions& opt) {
   FT_CHECK(layer_stages(p.recipe));
   const LayerProgram prog = FT_TRY(program(p.recipe));
-  const auto fns = FT_TRY(bind(prog, kernels(p.kernels)));
+  const auto fns = FT_TRY(bind(prog, with_support(p.kernels)));
   for (const Variant& v : p.recipe.stages) FT_CHECK(ensure_arranged(v.contract().weights));
   StreamHandle stream = FT_TRY(dev_.create_stream());
   std::vector<EventHandle> ev(prog.steps.size() + 1);

@@ -93,8 +93,6 @@ class LayerBench final : public ProgramBench {
   LoadedProgram stage_alone(const Variant& v, FunctionHandle f) const;
   // The whole layer's two stages, refusing another recipe.
   static Result<std::pair<const Variant*, const Variant*>> layer_stages(const LayerRecipe& r);
-  // The stages' kernels with the support unit's.
-  RoleKernels kernels(const RoleKernels& stages) const;
   Status run_support(FunctionHandle f, const LaunchShape& s, const void* a, std::size_t n, StreamHandle st = {});
   Status run_align(int align_block, StreamHandle s = {});
   // W1 and W2 in `layout`, arranged on the device on first use; the table's
@@ -130,16 +128,16 @@ class LayerBench final : public ProgramBench {
 
   int max_tokens_ = 0;
   int tokens_ = 0;
-  FunctionHandle align_, align_count_, align_scatter_, reduce_atomic_, reduce_partials_, reduce_partials16_, shuffle_, reference1_, reference2_;
+  FunctionHandle shuffle_, reference1_, reference2_;  // the step kernels are ProgramBench's support_
   // Inputs, the plain weights, the workspace; arranged weights join on first use.
   std::array<DeviceBuffer, kBufCount> buffers_;
   BufferTable table_{};
   L2Flush flush_;
   std::array<DeviceBuffer, 2> inter_ref_;  // by weight_in_stage1
   std::array<DeviceBuffer, 4> y_ref_;      // by ref_slot
-  // fp8: the quantise steps, the reference's intermediate quantisation, and its
-  // fp32 intermediate, codes and group or row scales (by ref_slot).
-  FunctionHandle quantise_x_, quantise_inter_, reference_quantise_;
+  // fp8: the reference's intermediate quantisation (the quantise steps are
+  // support_'s), and its fp32 intermediate, codes and group or row scales (by ref_slot).
+  FunctionHandle reference_quantise_;
   DeviceBuffer inter_ref_f32_;
   std::array<DeviceBuffer, 4> inter_ref_q_, inter_ref_scales_;
   std::array<DeviceBuffer, 4> y_bf16_layer_;  // fp8: the bf16 layer on the dequantised weights (the sanity reference)

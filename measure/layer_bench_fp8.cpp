@@ -26,8 +26,6 @@ constexpr int kFillBf16 = 0, kFillCodes = 2, kFillF32 = 3;  // FillArgs::elem
 
 Status LayerBench::create_fp8(ModuleHandle m, std::size_t T) {
   const Problem& p = problem_;
-  quantise_x_ = FT_TRY(dev_.function(m, quantise_x_entry(target_)));
-  quantise_inter_ = FT_TRY(dev_.function(m, quantise_inter_entry(target_)));
   reference_quantise_ = FT_TRY(dev_.function(m, reference_quantise_entry(target_)));
   const std::size_t E = p.experts, H = p.hidden, I = p.inter, k = p.topk, groups = I / kScaleGroup;
   const std::pair<Buf, std::size_t> sizes[] = {

@@ -30,7 +30,19 @@ Result<ModuleHandle> ProgramBench::load_support(std::span<const std::byte> suppo
   ModuleHandle m = FT_TRY(dev_.load_module(support));
   modules_.push_back(m);
   if (auto f = dev_.function(m, support_entry(Support::fill, target_, problem_.dtype))) fill_ = *f;
+  for (Support s : operation_.support) {
+    const SupportInfo& info = support_info(s);
+    if (!info.role || (info.presence == SupportPresence::fp8 && !problem_.fp8())) continue;
+    support_.of(*info.role) = FT_TRY(dev_.function(m, support_entry(s, target_, problem_.dtype)));
+  }
   return m;
+}
+
+RoleKernels ProgramBench::with_support(const RoleKernels& roles) const {
+  RoleKernels k = support_;
+  for (std::size_t i = 0; i < kRoleCount; ++i)
+    if (roles.by_role[i].p) k.by_role[i] = roles.by_role[i];
+  return k;
 }
 
 Status ProgramBench::check_recipe(const LayerRecipe& r) const {

@@ -78,7 +78,14 @@ class ProgramBench {
  protected:
   ProgramBench(const op::Operation& o, Device& dev, const Problem& p, const Target& t);
   // Loads the support unit; its fill kernel, where it has one, serves inject_fault.
+  // Every support kernel of the operation that a step launches
+  // (layer/support_kernels.def, use step) goes into support_ by its role: the
+  // fp8 rows for an e4m3 problem only, the others always (Errc::not_found
+  // when the unit lacks one).
   Result<ModuleHandle> load_support(std::span<const std::byte> support);
+  // The support kernels with the program's role kernels over them: what a
+  // program of this bench binds (layer/execute.hpp, bind).
+  RoleKernels with_support(const RoleKernels& roles) const;
   // Errc::invalid_input for a recipe of another target or problem than the bench's.
   Status check_recipe(const LayerRecipe& r) const;
 
@@ -88,6 +95,7 @@ class ProgramBench {
   const Target& target_;
   std::vector<ModuleHandle> modules_;
   FunctionHandle fill_{};
+  RoleKernels support_;  // the support unit's step kernels (load_support)
 };
 
 // The bench of operation `o` for `problem` on `dev`: its support unit loaded,

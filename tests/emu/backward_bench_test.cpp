@@ -61,8 +61,7 @@ TEST_P(EmuBackwardBench, VerifiesAgainstTheCpuBackward) {
     auto f = wgrad && c.broken_wgrad ? tb.entry(unit_from_file("kgrouped_mutant.cpp", {kMutant}), kMutant)
                                      : tb.entry(*unit, v.name());
     ASSERT_TRUE(f) << f.error().describe();
-    (row.launch == Role::dgrad2 ? k.dgrad2 : row.launch == Role::dgrad1 ? k.dgrad1
-     : row.launch == Role::wgrad2 ? k.wgrad2 : k.wgrad1) = *f;
+    k.of(row.launch) = *f;
   }
   for (auto [tokens, empty] : std::vector<std::pair<int, int>>{{333, 1}, {7, 0}}) {
     ASSERT_TRUE((*bench)->set_inputs(tokens, 11, empty));

@@ -106,12 +106,10 @@ Result<Outputs> run_backward(const BCase& c, const Gradients& g, const Mutation&
   EmuDevice& dev = bench.device();
   const KernelSource support = emit_support(*r.target, r.problem.dtype);
   RoleKernels k;
-  k.align = FT_TRY(bench.entry(support, align_entry(*r.target)));
-  k.align_count = FT_TRY(bench.entry(support, align_count_entry(*r.target)));
-  k.align_scatter = FT_TRY(bench.entry(support, align_scatter_entry(*r.target)));
-  const std::map<Role, FunctionHandle*> slot{
-      {Role::dgrad2, &k.dgrad2}, {Role::dgrad1, &k.dgrad1}, {Role::wgrad2, &k.wgrad2}, {Role::wgrad1, &k.wgrad1}};
-  for (const GradStage& s : r.grad) *slot.at(s.role) = FT_TRY(bench.entry(FT_TRY(emit_backward(s.kernel)), s.kernel.name()));
+  k.of(Role::align) = FT_TRY(bench.entry(support, align_entry(*r.target)));
+  k.of(Role::align_count) = FT_TRY(bench.entry(support, align_count_entry(*r.target)));
+  k.of(Role::align_scatter) = FT_TRY(bench.entry(support, align_scatter_entry(*r.target)));
+  for (const GradStage& s : r.grad) k.of(s.role) = FT_TRY(bench.entry(FT_TRY(emit_backward(s.kernel)), s.kernel.name()));
   const std::vector<FunctionHandle> fns = FT_TRY(bind(prog, k));
   FT_CHECK(prepare(dev, prog, fns));
 

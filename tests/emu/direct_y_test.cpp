@@ -133,7 +133,7 @@ Result<Comparison> run_with_stage2(const char* entry, int tokens) {
   plan.stage2.set("reduce", int(Reduce::atomic_y));
   TargetBench& bench = TargetBench::of(t);
   RoleKernels k = FT_TRY(bench.kernels(plan));
-  k.stage2 = FT_TRY(bench.entry(unit_from_file("direct_y_mutants.cpp", {"ft_control_y_moe2", "ft_mutant_early_y_moe2"}), entry));
+  k.of(Role::stage2) = FT_TRY(bench.entry(unit_from_file("direct_y_mutants.cpp", {"ft_control_y_moe2", "ft_mutant_early_y_moe2"}), entry));
   const Case& c = case_for(DType::bf16, tokens);
   DeviceWorkload dw = FT_TRY(DeviceWorkload::upload(bench.device(), c.workload));
   return verify_layer(dw, k, plan, c.reference[0]);

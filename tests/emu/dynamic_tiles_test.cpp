@@ -77,7 +77,7 @@ void expect_mutant_fails(TargetBench& bench, const LayerPlan& plan, std::optiona
   auto kernels = bench.kernels(plan);
   ASSERT_TRUE(kernels) << kernels.error().describe();
   RoleKernels k = *kernels;
-  if (stage2) k.stage2 = *stage2;
+  if (stage2) k.of(Role::stage2) = *stage2;
   const Case& c = case_for(DType::bf16, 33);
   auto dw = DeviceWorkload::upload(bench.device(), c.workload);
   ASSERT_TRUE(dw) << dw.error().describe();

@@ -166,7 +166,7 @@ TEST_P(EmuFp8StaticMutant, Fails) {
   auto mutant = bench.entry(mutant_store(plan.stage1, unit_scale), plan.stage1.name());
   ASSERT_TRUE(mutant) << mutant.error().describe();
   RoleKernels k = *kernels;
-  k.stage1 = *mutant;
+  k.of(Role::stage1) = *mutant;
   const Case& c = static_case(t, 33);
   auto dw = DeviceWorkload::upload(bench.device(), c.workload);
   ASSERT_TRUE(dw) << dw.error().describe();

@@ -19,8 +19,8 @@ struct Bench {
   // The whole layer: the plan's recipe of both stages with their kernels.
   LoadedProgram layer() const {
     LoadedProgram p{LayerRecipe{&bench->target(), bench->problem(), {plan.stage1, plan.stage2}}, {}};
-    p.kernels.stage1 = f1;
-    p.kernels.stage2 = f2;
+    p.kernels.of(Role::stage1) = f1;
+    p.kernels.of(Role::stage2) = f2;
     return p;
   }
 };

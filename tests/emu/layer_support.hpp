@@ -116,18 +116,18 @@ class TargetBench {
   Result<RoleKernels> kernels(const LayerPlan& plan) {
     const KernelSource support = emit_support(target_, plan.stage1.dtype);
     RoleKernels k;
-    k.align = FT_TRY(entry(support, align_entry(target_)));
-    k.align_count = FT_TRY(entry(support, align_count_entry(target_)));
-    k.align_scatter = FT_TRY(entry(support, align_scatter_entry(target_)));
-    k.reduce_atomic = FT_TRY(entry(support, reduce_entry(target_, Reduce::atomic, plan.stage2.dtype)));
-    k.reduce_partials = FT_TRY(entry(support, reduce_entry(target_, Reduce::partials, plan.stage2.dtype)));
-    k.reduce_partials16 = FT_TRY(entry(support, reduce_entry(target_, Reduce::partials16, plan.stage2.dtype)));
+    k.of(Role::align) = FT_TRY(entry(support, align_entry(target_)));
+    k.of(Role::align_count) = FT_TRY(entry(support, align_count_entry(target_)));
+    k.of(Role::align_scatter) = FT_TRY(entry(support, align_scatter_entry(target_)));
+    k.of(Role::reduce_atomic) = FT_TRY(entry(support, reduce_entry(target_, Reduce::atomic, plan.stage2.dtype)));
+    k.of(Role::reduce_partials) = FT_TRY(entry(support, reduce_entry(target_, Reduce::partials, plan.stage2.dtype)));
+    k.of(Role::reduce_partials16) = FT_TRY(entry(support, reduce_entry(target_, Reduce::partials16, plan.stage2.dtype)));
     if (plan.stage1.dtype == DType::e4m3) {
-      k.quantise_x = FT_TRY(entry(support, quantise_x_entry(target_)));
-      k.quantise_inter = FT_TRY(entry(support, quantise_inter_entry(target_)));
+      k.of(Role::quantise_x) = FT_TRY(entry(support, quantise_x_entry(target_)));
+      k.of(Role::quantise_inter) = FT_TRY(entry(support, quantise_inter_entry(target_)));
     }
-    k.stage1 = FT_TRY(entry(emit_variant(plan.stage1), plan.stage1.name()));
-    k.stage2 = FT_TRY(entry(emit_variant(plan.stage2), plan.stage2.name()));
+    k.of(Role::stage1) = FT_TRY(entry(emit_variant(plan.stage1), plan.stage1.name()));
+    k.of(Role::stage2) = FT_TRY(entry(emit_variant(plan.stage2), plan.stage2.name()));
     return k;
   }
 

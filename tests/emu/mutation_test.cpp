@@ -31,7 +31,7 @@ Result<Comparison> run_with_stage1(const char* stage1_entry, int tokens) {
   TargetBench& bench = TargetBench::of(t);
   const LayerPlan plan = mutant_plan(t);
   RoleKernels k = FT_TRY(bench.kernels(plan));
-  k.stage1 = FT_TRY(bench.entry(unit_from_file("mutants.cpp", {"ft_control_moe1", "ft_mutant_broken_atom_moe1",
+  k.of(Role::stage1) = FT_TRY(bench.entry(unit_from_file("mutants.cpp", {"ft_control_moe1", "ft_mutant_broken_atom_moe1",
                                                                "ft_mutant_wrong_row_moe1"}),
                                 stage1_entry));
   const Case& c = case_for(DType::bf16, tokens);

@@ -80,7 +80,7 @@ TEST(EmuPingPong, DroppedHandOffFails) {
   auto mutant = bench.entry(without_handoff(plan.stage2), plan.stage2.name());
   ASSERT_TRUE(mutant) << mutant.error().describe();
   RoleKernels k = *kernels;
-  k.stage2 = *mutant;
+  k.of(Role::stage2) = *mutant;
   for (int tokens : {7}) {  // one T: the mutant's deadlocked waits run the emulator's spin limit out (~100 s)
     const Case& c = case_for(DType::bf16, tokens);
     auto dw = DeviceWorkload::upload(bench.device(), c.workload);

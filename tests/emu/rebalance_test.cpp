@@ -80,7 +80,7 @@ TEST(EmuRebalance, AnotherChunksPointerSlotFails) {
   auto mutant = bench.entry(other_chunk_slot(plan.stage2), plan.stage2.name());
   ASSERT_TRUE(mutant) << mutant.error().describe();
   RoleKernels k = *kernels;
-  k.stage2 = *mutant;
+  k.of(Role::stage2) = *mutant;
   const Case& c = case_for(DType::bf16, 33);
   auto dw = DeviceWorkload::upload(bench.device(), c.workload);
   ASSERT_TRUE(dw) << dw.error().describe();

@@ -21,9 +21,9 @@ class SupportKernels : public ::testing::TestWithParam<const char*> {};
 RoleKernels align_kernels(TargetBench& bench, const Target& t) {
   const KernelSource support = emit_support(t, DType::bf16);
   RoleKernels k;
-  k.align = *bench.entry(support, align_entry(t));
-  k.align_count = *bench.entry(support, align_count_entry(t));
-  k.align_scatter = *bench.entry(support, align_scatter_entry(t));
+  k.of(Role::align) = *bench.entry(support, align_entry(t));
+  k.of(Role::align_count) = *bench.entry(support, align_count_entry(t));
+  k.of(Role::align_scatter) = *bench.entry(support, align_scatter_entry(t));
   return k;
 }
 
@@ -57,7 +57,7 @@ TEST_P(SupportKernels, AlignMatchesTheCpu) {
   const Target& t = target(GetParam());
   TargetBench& bench = TargetBench::of(t);
   const RoleKernels align = align_kernels(bench, t);
-  ASSERT_TRUE(align.align.p && align.align_count.p && align.align_scatter.p);
+  ASSERT_TRUE(align.of(Role::align).p && align.of(Role::align_count).p && align.of(Role::align_scatter).p);
   ASSERT_EQ(align_blocks(2 * 5003), 3);  // the multi-block cases above really take several blocks
   for (const ExpertCase& ec : kExpertCases)
   for (const AlignCase& ac : kAlignCases) {

@@ -213,12 +213,11 @@ TEST_P(BackwardProgram, StepsShapesAndBuffersOfEachRole) {
   test::FakeDevice dev(row.target);
   RoleKernels k;
   const ModuleHandle m{reinterpret_cast<void*>(1)};
-  k.align = *dev.function(m, align_entry(*r.target));
-  k.align_count = *dev.function(m, align_count_entry(*r.target));
-  k.align_scatter = *dev.function(m, align_scatter_entry(*r.target));
+  k.of(Role::align) = *dev.function(m, align_entry(*r.target));
+  k.of(Role::align_count) = *dev.function(m, align_count_entry(*r.target));
+  k.of(Role::align_scatter) = *dev.function(m, align_scatter_entry(*r.target));
   for (const GradStage& g : r.grad) {
-    const FunctionHandle f = *dev.function(m, g.kernel.name());
-    (g.role == Role::dgrad2 ? k.dgrad2 : g.role == Role::dgrad1 ? k.dgrad1 : g.role == Role::wgrad2 ? k.wgrad2 : k.wgrad1) = f;
+    k.of(g.role) = *dev.function(m, g.kernel.name());
   }
   auto fns = bind(*prog, k);
   ASSERT_TRUE(fns) << fns.error().describe();

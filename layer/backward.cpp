@@ -65,7 +65,7 @@ void keep_used(LayerProgram& prog, const LayerRecipe& r) {
   for (Buf b : op::moe_backward().buffers) listed[std::size_t(b)] = true;
   for (const op::GradRole& row : op::moe_backward().grad) {
     const bool present = std::ranges::any_of(r.grad, [&](const GradStage& g) { return g.role == row.launch; });
-    for (auto list : {row.reads, row.writes})
+    for (const std::vector<Buf>& list : {row.reads(), row.writes()})
       for (Buf b : list) {
         named[std::size_t(b)] = true;
         used[std::size_t(b)] = used[std::size_t(b)] || present;
@@ -124,6 +124,42 @@ void fill_rows(Args& x, const StepArgs& a, int n) {
   x.align_block = a.align_block;
 }
 
+// The StepArgs member a buffer's row binds (layer/buffers.def's member column).
+void* step_pointer(const StepArgs& a, Buf b) {
+  switch (b) {
+#define FT_BUFFER(name, member, pointee, place, meaning, size) \
+  case Buf::name: return const_cast<void*>(static_cast<const void*>(a.member));
+#include "layer/buffers.def"
+#undef FT_BUFFER
+  }
+  return nullptr;
+}
+
+// A row's operand into its argument struct's pointer (op::takes says which
+// each struct has; the operation's test holds every row to it).
+void bind_operand(KGroupedArgs& k, op::Operand o, void* p) {
+  switch (o) {
+    case op::Operand::a: k.a = static_cast<const u16*>(p); return;
+    case op::Operand::b: k.b = static_cast<const u16*>(p); return;
+    case op::Operand::scales: k.a_scales = static_cast<const float*>(p); return;
+    case op::Operand::c: k.c = static_cast<float*>(p); return;
+    default: return;
+  }
+}
+
+void bind_operand(DgradArgs& d, op::Operand o, void* p) {
+  switch (o) {
+    case op::Operand::a: d.a = static_cast<const u16*>(p); return;
+    case op::Operand::w: d.w = static_cast<const u16*>(p); return;
+    case op::Operand::scales: d.row_scales = static_cast<const float*>(p); return;
+    case op::Operand::gate_up: d.gate_up = static_cast<const u16*>(p); return;
+    case op::Operand::d_gate_up: d.d_gate_up = static_cast<u16*>(p); return;
+    case op::Operand::d_weights: d.d_weights = static_cast<float*>(p); return;
+    case op::Operand::dx: d.dx = static_cast<float*>(p); return;
+    default: return;
+  }
+}
+
 }  // namespace
 
 BackwardKernelArgs backward_kernel_args(Role r, const StepArgs& a) {
@@ -133,29 +169,18 @@ BackwardKernelArgs backward_kernel_args(Role r, const StepArgs& a) {
   if (row.gemm == BackwardOp::wgrad) {
     KGroupedArgs& k = out.kgrouped;
     out.is_kgrouped = true;
-    const bool w2 = r == Role::wgrad2;
-    k.a = w2 ? a.dy : a.d_gate_up;
-    k.b = w2 ? a.saved_inter : a.x;
-    k.a_scales = w2 ? a.topk_weights : nullptr;  // dW2 takes the routed rows of dY, w_p dY_t
-    k.c = w2 ? a.dw2 : a.dw1;
+    for (const op::Binding& b : row.operands) bind_operand(k, b.operand, step_pointer(a, b.buffer));
     fill_rows(k, a, n);
     k.m = m;
-    k.a_per_token = w2 ? 1 : 0;
-    k.b_per_token = w2 ? 0 : 1;
+    k.a_per_token = row.a_per_token ? 1 : 0;
+    k.b_per_token = row.b_per_token ? 1 : 0;
     return out;
   }
   DgradArgs& d = out.dgrad;
-  const bool s2 = r == Role::dgrad2;
-  d.a = s2 ? a.dy : a.d_gate_up;
-  d.w = s2 ? a.w2 : a.w1;
-  d.row_scales = s2 ? a.topk_weights : nullptr;
-  d.gate_up = s2 ? a.saved_gate_up : nullptr;
-  d.d_gate_up = s2 ? a.d_gate_up : nullptr;
-  d.d_weights = s2 ? a.d_weights : nullptr;
-  d.dx = s2 ? nullptr : a.dx;
+  for (const op::Binding& b : row.operands) bind_operand(d, b.operand, step_pointer(a, b.buffer));
   fill_rows(d, a, n);
   d.k = m;
-  d.a_per_token = s2 ? 1 : 0;
+  d.a_per_token = row.a_per_token ? 1 : 0;
   return out;
 }
 

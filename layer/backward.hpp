@@ -35,9 +35,11 @@ bool is_backward(Role r);
 Result<LayerProgram> build_backward_program(const LayerRecipe& r, int tokens);
 
 // A backward step's kernel argument from its bound StepArgs: an ft::DgradArgs
-// (dgrad2, dgrad1) or ft::KGroupedArgs (wgrad2, wgrad1), filled from the
-// step's scalars and buffers (templates/ft/moe_backward_args.hpp); r is a
-// backward role (is_backward), its sizes op::moe_backward's row.
+// (dgrad2, dgrad1) or ft::KGroupedArgs (wgrad2, wgrad1), by its GEMM
+// (templates/ft/moe_backward_args.hpp); r is a backward role (is_backward).
+// Its row of op::moe_backward gives the sizes, the buffer each pointer is
+// bound to (GradRole::operands; the rest null, the align's rows in all) and
+// the per-token flags; the routing's scalars are the step's.
 struct BackwardKernelArgs {
   DgradArgs dgrad{};
   KGroupedArgs kgrouped{};

@@ -86,27 +86,29 @@ const Operation kMoeForward{
     &build_program,
 };
 
-// The backward's roles (docs/TRAINING.md, "Buffers of each backward kernel").
-// Every role reads the align's sorted rows.
-constexpr std::array<Buf, 7> kDgrad2Reads{Buf::dy, Buf::w2, Buf::topk_weights, Buf::saved_gate_up,
-                                          Buf::sorted_ids, Buf::block_experts, Buf::padded_rows};
-constexpr std::array<Buf, 2> kDgrad2Writes{Buf::d_gate_up, Buf::d_weights};
-constexpr std::array<Buf, 5> kDgrad1Reads{Buf::d_gate_up, Buf::w1, Buf::sorted_ids, Buf::block_experts, Buf::padded_rows};
-constexpr std::array<Buf, 1> kDgrad1Writes{Buf::dx};
-constexpr std::array<Buf, 6> kWgrad2Reads{Buf::dy, Buf::saved_inter, Buf::topk_weights,
-                                          Buf::sorted_ids, Buf::block_experts, Buf::padded_rows};
-constexpr std::array<Buf, 1> kWgrad2Writes{Buf::dw2};
-constexpr std::array<Buf, 5> kWgrad1Reads{Buf::d_gate_up, Buf::x, Buf::sorted_ids, Buf::block_experts, Buf::padded_rows};
-constexpr std::array<Buf, 1> kWgrad1Writes{Buf::dw1};
+// The backward's roles (docs/TRAINING.md, "Buffers of each backward kernel"):
+// each pointer of a role's argument struct and the buffer it is bound to.
+constexpr std::array<Binding, 6> kDgrad2Operands{{{Operand::a, Buf::dy},
+                                                  {Operand::w, Buf::w2},
+                                                  {Operand::scales, Buf::topk_weights},  // dH = w_p dY W2_e
+                                                  {Operand::gate_up, Buf::saved_gate_up},
+                                                  {Operand::d_gate_up, Buf::d_gate_up},
+                                                  {Operand::d_weights, Buf::d_weights}}};
+constexpr std::array<Binding, 3> kDgrad1Operands{{{Operand::a, Buf::d_gate_up}, {Operand::w, Buf::w1}, {Operand::dx, Buf::dx}}};
+constexpr std::array<Binding, 4> kWgrad2Operands{{{Operand::a, Buf::dy},
+                                                  {Operand::b, Buf::saved_inter},
+                                                  {Operand::scales, Buf::topk_weights},  // the routed rows of dY, w_p dY_t
+                                                  {Operand::c, Buf::dw2}}};
+constexpr std::array<Binding, 3> kWgrad1Operands{{{Operand::a, Buf::d_gate_up}, {Operand::b, Buf::x}, {Operand::c, Buf::dw1}}};
 
 constexpr std::array<GradRole, 4> kBackwardRoles{{
-    {Role::dgrad2, BackwardOp::dgrad_swiglu, Extent::hidden, Extent::inter, kDgrad2Reads, kDgrad2Writes, Buf::d_weights,
+    {Role::dgrad2, BackwardOp::dgrad_swiglu, Extent::hidden, Extent::inter, kDgrad2Operands, true, false, Buf::d_weights,
      "stage-2 backward: (w dY) W2_e over each expert's rows, the SwiGLU backward into [dgate; dup], d(topk_weights)"},
-    {Role::dgrad1, BackwardOp::dgrad_scatter, Extent::two_inter, Extent::hidden,
-     kDgrad1Reads, kDgrad1Writes, Buf::dx, "stage-1 backward: [dgate; dup] W1_e scatter-added over the k slots into dX"},
-    {Role::wgrad2, BackwardOp::wgrad, Extent::hidden, Extent::inter, kWgrad2Reads, kWgrad2Writes, std::nullopt,
+    {Role::dgrad1, BackwardOp::dgrad_scatter, Extent::two_inter, Extent::hidden, kDgrad1Operands, false, false, Buf::dx,
+     "stage-1 backward: [dgate; dup] W1_e scatter-added over the k slots into dX"},
+    {Role::wgrad2, BackwardOp::wgrad, Extent::hidden, Extent::inter, kWgrad2Operands, true, false, std::nullopt,
      "dW2_e = (w dY)_e^T h_e, K-grouped over each expert's rows"},
-    {Role::wgrad1, BackwardOp::wgrad, Extent::two_inter, Extent::hidden, kWgrad1Reads, kWgrad1Writes, std::nullopt,
+    {Role::wgrad1, BackwardOp::wgrad, Extent::two_inter, Extent::hidden, kWgrad1Operands, false, true, std::nullopt,
      "dW1_e = [dgate; dup]_e^T X_e, K-grouped over each expert's rows"},
 }};
 
@@ -152,6 +154,44 @@ const GradRole* Operation::grad_role(Role launch) const {
   for (const GradRole& g : grad)
     if (g.launch == launch) return &g;
   return nullptr;
+}
+
+std::string_view to_string(Operand o) {
+  switch (o) {
+    case Operand::a: return "a";
+    case Operand::b: return "b";
+    case Operand::w: return "w";
+    case Operand::scales: return "scales";
+    case Operand::gate_up: return "gate_up";
+    case Operand::d_gate_up: return "d_gate_up";
+    case Operand::d_weights: return "d_weights";
+    case Operand::dx: return "dx";
+    case Operand::c: break;
+  }
+  return "c";
+}
+
+bool is_output(Operand o) { return o >= Operand::d_gate_up; }
+
+bool takes(BackwardOp gemm, Operand o) {
+  const bool wgrad_operand = o == Operand::a || o == Operand::b || o == Operand::scales || o == Operand::c;
+  const bool dgrad_operand = o != Operand::b && o != Operand::c;
+  return gemm == BackwardOp::wgrad ? wgrad_operand : dgrad_operand;
+}
+
+std::vector<Buf> GradRole::reads() const {
+  std::vector<Buf> out;
+  for (const Binding& b : operands)
+    if (!is_output(b.operand)) out.push_back(b.buffer);
+  out.insert(out.end(), {Buf::sorted_ids, Buf::block_experts, Buf::padded_rows});
+  return out;
+}
+
+std::vector<Buf> GradRole::writes() const {
+  std::vector<Buf> out;
+  for (const Binding& b : operands)
+    if (is_output(b.operand)) out.push_back(b.buffer);
+  return out;
 }
 
 int extent(Extent e, int hidden, int inter) {

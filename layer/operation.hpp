@@ -83,19 +83,55 @@ struct Stage {
 enum class Extent : std::uint8_t { hidden, inter, two_inter };  // H, I, 2I
 int extent(Extent e, int hidden, int inter);
 
+// A pointer of a backward step's argument struct (an ft::KGroupedArgs or
+// ft::DgradArgs, templates/ft/moe_backward_args.hpp) that a role's row binds
+// to a buffer; the pointers it binds none to are null, and every role's
+// struct gets the align's sorted rows (sorted_ids, block_experts,
+// padded_rows) beside them.
+enum class Operand : std::uint8_t {
+  a,          // A's rows (KGroupedArgs::a, DgradArgs::a)
+  b,          // wgrad: B's rows (KGroupedArgs::b)
+  w,          // dgrad: the weights, read transposed (DgradArgs::w)
+  scales,     // A's per-pair scales (KGroupedArgs::a_scales, DgradArgs::row_scales); none: 1
+  gate_up,    // dgrad: the forward's saved pre-activations (the SwiGLU backward)
+  d_gate_up,  // written, dgrad: [dgate; dup]
+  d_weights,  // added into, dgrad: d(topk_weights)
+  dx,         // added into, dgrad: dX (the scatter)
+  c,          // written, wgrad: C_e
+};
+std::string_view to_string(Operand o);
+// Whether the kernel writes (or adds into) what it is bound to.
+bool is_output(Operand o);
+// Whether a GEMM's argument struct has the pointer (wgrad: a, b, scales, c;
+// dgrad: the others; the swiglu and scatter epilogues share the struct).
+bool takes(BackwardOp gemm, Operand o);
+
+struct Binding {
+  Operand operand;
+  Buf buffer;
+};
+
 // One role of the backward: the backward GEMM configuration that fills it
-// (LayerRecipe::grad), the GEMM's sizes on a problem and the buffers its step
-// reads and writes (the step's argument struct takes exactly these:
-// layer/backward.hpp, backward_kernel_args).
+// (LayerRecipe::grad), the GEMM's sizes on a problem and which buffer each
+// pointer of its step's argument struct is bound to (layer/backward.hpp,
+// backward_kernel_args, reads these and nothing else).
 struct GradRole {
   Role launch;     // its step, by to_string(launch) its name ("dgrad2")
   BackwardOp gemm;  // what its configuration runs
   Extent m, n;     // wgrad: C_e [m, n]; dgrad: the reduction K = m into n columns
-  std::span<const Buf> reads, writes;
+  std::span<const Binding> operands;  // each pointer it takes once, every one `takes(gemm, ...)`
+  // A's (B's) rows are a token's, read by pair p at row p / k, not one per pair
+  // (a_per_token, b_per_token of the struct; dgrad has no B: false).
+  bool a_per_token, b_per_token;
   // The buffer its fp32 atomics add into, zeroed by a "clear_<buffer>" step
   // before the align (none: every element is written).
   std::optional<Buf> clears;
   std::string_view meaning;
+
+  // What its step reads: its input operands' buffers, then the sorted rows.
+  std::vector<Buf> reads() const;
+  // What its step writes or adds into: its output operands' buffers.
+  std::vector<Buf> writes() const;
 };
 
 struct Operation {

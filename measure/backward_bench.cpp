@@ -254,7 +254,7 @@ Result<BackwardCheck> BackwardBench::check(const LoadedProgram& p) {
   BackwardCheck check;
   const DType d = problem_.dtype;
   for (const GradStage& g : r.grad)
-    for (Buf b : op::moe_backward().grad_role(g.role)->writes) {
+    for (Buf b : op::moe_backward().grad_role(g.role)->writes()) {
       const DevicePtr p = at(run.bound.table, b);
       if (b != Buf::d_gate_up) {
         std::vector<float> v(reference_gradient(b, s.ref).size());

@@ -155,7 +155,7 @@ Checked check(const Outputs& o, const Gradients& g) {
   const DType d = g.w.problem.dtype;
   Checked c;
   for (const op::GradRole& row : op::moe_backward().grad)
-    for (Buf b : row.writes) {
+    for (Buf b : row.writes()) {
       if (b != Buf::d_gate_up) {
         c.by_buffer[b] = compare_values(o.fp32.at(b), reference_gradient(b, g.ref), tolerance_for(d));
         continue;

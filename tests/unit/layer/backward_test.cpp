@@ -158,6 +158,12 @@ Decoded decode(Role role, const std::vector<std::byte>& raw) {
   return d;
 }
 
+// The argument struct's member an operand of a role's row fills.
+std::string field_of(BackwardOp gemm, op::Operand o) {
+  if (o == op::Operand::scales) return gemm == BackwardOp::wgrad ? "a_scales" : "row_scales";
+  return std::string(op::to_string(o));
+}
+
 // What each role's kernel must be given (docs/TRAINING.md, "Buffers of each backward kernel").
 std::map<std::string, std::string> expected_pointers(Role r) {
   const std::map<std::string, std::string> rows{{"sorted_ids", "sorted_ids"}, {"block_experts", "block_experts"},
@@ -257,10 +263,22 @@ TEST_P(BackwardProgram, StepsShapesAndBuffersOfEachRole) {
     const Decoded d = decode(g.role, l.raw_args);
     EXPECT_EQ(d.pointers, expected_pointers(g.role));
     EXPECT_EQ(d.scalars, expected_scalars(g.role, r.problem, row.tokens, row.align_block));
-    // The operation's row names exactly the buffers the kernel is given.
+    // Each pointer is the buffer the operation's row binds it to (the align's
+    // rows aside, every pointer it binds none to is null), and its reads and
+    // writes are exactly the buffers the kernel is given.
     const op::GradRole& role = *op::moe_backward().grad_role(g.role);
+    std::map<std::string, std::string> bound{{"sorted_ids", "sorted_ids"}, {"block_experts", "block_experts"},
+                                             {"padded_rows", "padded_rows"}};
+    for (const auto& [field, buf] : d.pointers) bound.emplace(field, "null");
+    for (const op::Binding& b : role.operands)
+      bound[field_of(role.gemm, b.operand)] = std::string(to_string(b.buffer));
+    EXPECT_EQ(d.pointers, bound);
+    EXPECT_EQ(d.scalars.at("a_per_token"), role.a_per_token ? 1 : 0);
+    if (role.gemm == BackwardOp::wgrad) {
+      EXPECT_EQ(d.scalars.at("b_per_token"), role.b_per_token ? 1 : 0);
+    }
     std::set<std::string> named, given;
-    for (auto list : {role.reads, role.writes})
+    for (const std::vector<Buf>& list : {role.reads(), role.writes()})
       for (Buf b : list) named.insert(std::string(to_string(b)));
     for (const auto& [field, buf] : d.pointers)
       if (buf != "null") given.insert(buf);

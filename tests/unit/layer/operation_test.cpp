@@ -86,14 +86,15 @@ TEST(Operation, TheBackwardIsTheSecondRowWithItsFourRolesInOrder) {
     EXPECT_EQ(op::extent(g.m, 1024, 512), want[i].m);
     EXPECT_EQ(op::extent(g.n, 1024, 512), want[i].n);
     EXPECT_EQ(g.clears, want[i].clears);
-    EXPECT_EQ(std::set<Buf>(g.writes.begin(), g.writes.end()), want[i].writes);
+    const std::vector<Buf> reads = g.reads(), writes = g.writes();
+    EXPECT_EQ(std::set<Buf>(writes.begin(), writes.end()), want[i].writes);
     if (g.clears) {
-      EXPECT_TRUE(std::set<Buf>(g.writes.begin(), g.writes.end()).contains(*g.clears));
+      EXPECT_TRUE(std::set<Buf>(writes.begin(), writes.end()).contains(*g.clears));
     }
-    for (auto list : {g.reads, g.writes})
+    for (const std::vector<Buf>& list : {reads, writes})
       for (Buf x : list) EXPECT_TRUE(listed.contains(x)) << to_string(x);
     for (Buf x : {Buf::sorted_ids, Buf::block_experts, Buf::padded_rows})
-      EXPECT_NE(std::ranges::find(g.reads, x), g.reads.end()) << "every role reads the sorted rows: " << to_string(x);
+      EXPECT_NE(std::ranges::find(reads, x), reads.end()) << "every role reads the sorted rows: " << to_string(x);
     EXPECT_FALSE(support_of(g.launch)) << "its kernel is its configuration's, not the support unit's";
     EXPECT_FALSE(g.meaning.empty());
   }
@@ -109,6 +110,56 @@ TEST(Operation, TheBackwardIsTheSecondRowWithItsFourRolesInOrder) {
   EXPECT_EQ(listed.size(), 9u + (std::size_t(Buf::dw2) - std::size_t(Buf::dy) + 1));
   const std::vector<Support> support(b.support.begin(), b.support.end());
   EXPECT_EQ(support, (std::vector<Support>{Support::align, Support::align_count, Support::align_scatter, Support::forward_saved}));
+}
+
+// Each backward row binds pointers its GEMM's argument struct has
+// (op::takes), each once, to a buffer of the pointer's C type; the pointers
+// it writes through are what it writes, the rest and the sorted rows what it
+// reads; a dgrad has no B to read per token.
+TEST(Operation, BackwardOperandsArePointersOfTheirGemmOnceOfTheirType) {
+  const auto c_type = [](op::Operand o) {
+    switch (o) {
+      case op::Operand::scales:
+      case op::Operand::d_weights:
+      case op::Operand::dx:
+      case op::Operand::c: return "float";
+      default: return "u16";
+    }
+  };
+  const std::set<std::string> outputs{"d_gate_up", "d_weights", "dx", "c"};
+  for (const op::GradRole& g : op::moe_backward().grad) {
+    SCOPED_TRACE(std::string(to_string(g.launch)));
+    std::set<op::Operand> seen;
+    std::vector<Buf> reads, writes;
+    for (const op::Binding& b : g.operands) {
+      SCOPED_TRACE(std::string(op::to_string(b.operand)));
+      EXPECT_TRUE(op::takes(g.gemm, b.operand));
+      EXPECT_TRUE(seen.insert(b.operand).second) << "bound twice";
+      std::string pointee(buffer_info(b.buffer).pointee);
+      if (pointee.starts_with("const ")) pointee.erase(0, 6);
+      EXPECT_EQ(pointee, c_type(b.operand)) << to_string(b.buffer);
+      EXPECT_EQ(op::is_output(b.operand), outputs.contains(std::string(op::to_string(b.operand))));
+      (op::is_output(b.operand) ? writes : reads).push_back(b.buffer);
+    }
+    EXPECT_TRUE(seen.contains(op::Operand::a));
+    EXPECT_TRUE(seen.contains(g.gemm == BackwardOp::wgrad ? op::Operand::b : op::Operand::w));
+    reads.insert(reads.end(), {Buf::sorted_ids, Buf::block_experts, Buf::padded_rows});
+    EXPECT_EQ(g.reads(), reads);
+    EXPECT_EQ(g.writes(), writes);
+    EXPECT_FALSE(writes.empty());
+    if (g.gemm != BackwardOp::wgrad) {
+      EXPECT_FALSE(g.b_per_token);
+    }
+  }
+  // What each struct has: K-grouped A, B, A's scales, C; dgrad the others.
+  const std::set<op::Operand> wgrad{op::Operand::a, op::Operand::b, op::Operand::scales, op::Operand::c};
+  for (auto o : {op::Operand::a, op::Operand::b, op::Operand::w, op::Operand::scales, op::Operand::gate_up,
+                 op::Operand::d_gate_up, op::Operand::d_weights, op::Operand::dx, op::Operand::c}) {
+    EXPECT_EQ(op::takes(BackwardOp::wgrad, o), wgrad.contains(o)) << op::to_string(o);
+    const bool dgrad = !wgrad.contains(o) || o == op::Operand::a || o == op::Operand::scales;
+    EXPECT_EQ(op::takes(BackwardOp::dgrad_swiglu, o), dgrad) << op::to_string(o);
+    EXPECT_EQ(op::takes(BackwardOp::dgrad_scatter, o), dgrad) << op::to_string(o);
+  }
 }
 
 // The table keeps the names, the order and the workspace the enum had (the

@@ -14,6 +14,7 @@
 #include "cli/diag.hpp"
 #include "cli/option_checks.hpp"
 #include "cli/problem_options.hpp"
+#include "generator/space_sample.hpp"
 #include "generator/target.hpp"
 #include "search/compile_space.hpp"
 #include "search/progress.hpp"
@@ -28,6 +29,7 @@ struct CompileCommandOptions {
   std::string cache_dir;
   unsigned jobs = 0;
   bool json = false;
+  bool covering_sample = false;
   ProblemOptions problem;
 };
 
@@ -167,6 +169,7 @@ Result<int> compile_command(const CompileCommandOptions& opt) {
   }
   cso.compile.jobs = opt.jobs;
   cso.progress = !opt.json;
+  if (opt.covering_sample) cso.select = covering_sample;
   // Say why nothing can be built before creating folders or emitting anything.
   Backend backend = FT_TRY(choose_backend(*target, cso.compile));
 
@@ -184,6 +187,7 @@ Result<int> compile_command(const CompileCommandOptions& opt) {
   nlohmann::json index{{"target", target->name},
                        {"problem", problem.key()},
                        {"space", opt.space},
+                       {"covering_sample", opt.covering_sample},
                        {"backend", to_string(backend)},
                        {"toolchain", ""},
                        {"variants", nlohmann::json::array()}};
@@ -209,6 +213,7 @@ Result<int> compile_command(const CompileCommandOptions& opt) {
   for (const CompiledVariant& cv : cs.variants) index["variants"].push_back(FT_TRY(variant_row(cv, out, ext, index, totals)));
   index["summary"] = {{"legal", cs.variants.size()},
                       {"rejected_by_legality", cs.rejected_by_legality},
+                      {"sampled_from", cs.selected_from},
                       {"compiled", totals.compiled},
                       {"failed", totals.failed},
                       {"analysis_failed", totals.analysis_failed},
@@ -224,9 +229,12 @@ Result<int> compile_command(const CompileCommandOptions& opt) {
   } else {
     print_table(cs, *target);
     fmt::print(
-        "\n{}: {} compiled, {} failed, {} pruned (spills, no fit or serialised wgmma){}; {} rejected by legality; compile time {} "
+        "\n{}: {}{} compiled, {} failed, {} pruned (spills, no fit or serialised wgmma){}; {} rejected by legality; compile time {} "
         "summed ({} wall, {} jobs); cache hits {}/{}; code objects and index.json in {}\n",
-        target->name, totals.compiled, totals.failed, totals.pruned,
+        target->name, cs.selected_from ? fmt::format("a covering sample of {} of the {} legal variants; ", cs.variants.size(),
+                                                     cs.selected_from)
+                                       : "",
+        totals.compiled, totals.failed, totals.pruned,
         totals.analysis_failed ? fmt::format(", {} not analysed", totals.analysis_failed) : "",
         cs.rejected_by_legality, format_duration(totals.compile_seconds), format_duration(wall_seconds),
         opt.jobs ? fmt::format("{}", opt.jobs) : "all", totals.cache_hits, totals.objects,
@@ -259,12 +267,16 @@ Command setup_compile(CLI::App& app) {
   sub->add_option("--cache-dir", opt->cache_dir,
                   "Code-object cache folder ('none' disables; default $FLYTUNE_CACHE_DIR or ~/.cache/flytune)");
   sub->add_flag("--json", opt->json, "Print index.json instead of the table");
+  sub->add_flag("--covering-sample", opt->covering_sample,
+                "Compile only a covering sample of the space: a few legal variants holding every value of every axis and "
+                "every pair of two axes' values (the compile tests' sample)");
   add_problem_options(sub, opt->problem);
   sub->footer(
       "Examples:\n"
       "  flytune compile --target gfx942 --out out/gfx942\n"
       "  flytune compile --target sm_90a --out out/h200 --space small --jobs 4 --json\n"
-      "  flytune compile --target gfx950 --out out/gfx950 --cache-dir none");
+      "  flytune compile --target gfx950 --out out/gfx950 --cache-dir none\n"
+      "  flytune compile --target sm_90a --out out/sm_90a-sample --covering-sample");
   return {sub, [opt] {
             auto r = compile_command(*opt);
             return r ? *r : report_error(r.error());

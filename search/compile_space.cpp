@@ -15,6 +15,10 @@ Result<CompiledSpace> compile_space(const Target& target, const Problem& problem
   out.backend = FT_TRY(choose_backend(target, opt.compile));
   Space space = enumerate_space(target, problem, opt.space);
   out.rejected_by_legality = space.rejected.size();
+  if (opt.select) {
+    out.selected_from = space.legal.size();
+    space.legal = opt.select(space.legal);
+  }
   std::set<std::string> names;
   for (const Variant& v : space.legal) names.insert(v.name());
   for (const Variant& v : opt.extra)

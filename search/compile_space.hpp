@@ -1,7 +1,9 @@
 #pragma once
 // Generate + compile + analyse a target's variant space: the work `flytune
 // compile` and `flytune search` (dry run or not) share.
+#include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,9 @@ struct CompiledSpace {
   // Of `variants`, how many came from CompileSpaceOptions::extra (defaults the
   // space itself did not hold) rather than from the space.
   std::size_t extra_added = 0;
+  // Where CompileSpaceOptions::select chose the variants: how many legal ones
+  // the space held (0: the whole space was built).
+  std::size_t selected_from = 0;
   // Interrupted (options.compile.stop): the sources not compiled are left out
   // of `variants` (not_started counts them); what did compile is kept.
   bool interrupted = false;
@@ -46,6 +51,11 @@ struct CompileSpaceOptions {
   // Extra variants to build besides the space (e.g. the default variant the
   // speedups are measured against); duplicates of space variants are skipped.
   std::vector<Variant> extra;
+  // Which of the space's legal variants (in enumeration order) to build, e.g.
+  // covering_sample (generator/space_sample.hpp: every axis value and value
+  // pair in a few variants) or a named few; null: all of them. The extras are
+  // added after it.
+  std::function<std::vector<Variant>(std::span<const Variant> legal)> select;
 };
 
 // Errors only when nothing can be built (no toolchain for the target); per

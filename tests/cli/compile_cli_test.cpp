@@ -8,10 +8,12 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "generator/space.hpp"
+#include "generator/space_sample.hpp"
 #include "generator/target.hpp"
 #include "tests/support/default_clang_only.hpp"
 #include "tests/support/run_flytune.hpp"
@@ -117,6 +119,39 @@ TEST(CompileCli, SmallSpaceWritesObjectsAndIndex) {
   auto j = nlohmann::json::parse(again.output, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << again.output;
   EXPECT_EQ(j["summary"]["cache_hits"], space.legal.size() + 1) << again.output;
+}
+
+// --covering-sample builds the sampler's pick of the space (generator/space_sample.hpp), no more, and says so.
+TEST(CompileCli, CoveringSampleCompilesTheSampleOfTheSpace) {
+  if (!ft::backend_for(*ft::find_target("gfx942"))) GTEST_FAIL() << "this test needs clang-19 for gfx942";
+  TempDir tmp;
+  ASSERT_FALSE(tmp.path().empty());
+  const std::string space_text = "small;kind=moe2";
+  auto space = ft::enumerate_space(*ft::find_target("gfx942"), *ft::problem_from_preset("mixtral-8x7b"),
+                                   ft::SpaceOptions::parse(space_text).value());
+  const auto sample = ft::covering_sample(space.legal);
+  ASSERT_LT(sample.size(), space.legal.size()) << "a space whose sample leaves variants out";
+  std::string out = tmp.path() + "/objects";
+  auto r = run_flytune({"compile", "--target", "gfx942", "--space", space_text, "--covering-sample", "--out", out,
+                        "--cache-dir", tmp.path() + "/cache"});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(fmt::format("a covering sample of {} of the {} legal variants", sample.size(), space.legal.size())),
+            std::string::npos)
+      << r.output;
+
+  std::ifstream f(fs::path(out) / "index.json");
+  nlohmann::json index = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(index.is_discarded()) << "index.json is not JSON";
+  EXPECT_EQ(index["covering_sample"], true);
+  EXPECT_EQ(index["summary"]["sampled_from"], space.legal.size());
+  EXPECT_EQ(index["summary"]["compiled"], sample.size());
+  std::vector<std::string> want, got;
+  for (const auto& v : sample) want.push_back(v.name());
+  for (const auto& row : index["variants"]) {
+    got.push_back(row["name"]);
+    EXPECT_EQ(row["status"], "ok") << row.dump();
+  }
+  EXPECT_EQ(got, want);
 }
 
 TEST(CompileCli, Gfx950WithoutToolchainExitsOneWithTheReason) {

@@ -4,6 +4,10 @@
 // says (within the target's limit). gfx950 compiles where a capable toolchain
 // exists (CI: Debian 13's clang-22 from scripts/setup-llvm.sh), and its own
 // MFMA shapes appear in the code objects; elsewhere it skips with the reason.
+// CI builds each space's covering sample (generator/space_sample.hpp: every
+// value of every axis and every pair of two axes' values, in a few legal
+// variants); the FullSpace tests build every variant (ctest label fullspace,
+// not in scripts/test.sh: docs/PERFORMANCE.md's CI budget says when to run it).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -13,6 +17,7 @@
 #include "generator/emitter.hpp"
 #include "generator/families/families.hpp"
 #include "generator/space.hpp"
+#include "generator/space_sample.hpp"
 #include "tests/compile/compile_test_support.hpp"
 #include "compile/analyze/elf_image.hpp"
 #include "search/compile_space.hpp"
@@ -44,27 +49,35 @@ std::vector<std::string> problems_of(const CompiledVariant& cv, const Target& ta
 
 class DefaultSpace : public ::testing::TestWithParam<TargetBackend> {};
 
-TEST_P(DefaultSpace, EveryVariantCompilesDisassemblesAndFits) {
-  const Target& target = *find_target(GetParam().target);
+// Builds `tb`'s default Mixtral space -- every variant (whole) or its covering sample -- and checks each variant.
+void check_default_space(const TargetBackend& tb, bool whole) {
+  const Target& target = *find_target(tb.target);
   const Problem problem = test::mixtral();
   CompileSpaceOptions opt;
-  opt.compile = test::compile_options_for(test::default_space_test_id(GetParam()), GetParam().backend);
-  ASSERT_EQ(test::default_space_test_id(GetParam()), test::current_test_id()) << "the shared cache folder's name";
+  // One cache folder for the sample and the whole space (the sample's objects are the whole space's).
+  opt.compile = test::compile_options_for(test::default_space_cache(tb), tb.backend);
   opt.progress = false;
+  if (!whole) opt.select = covering_sample;
 
-  if (!GetParam().backend) {
+  if (!tb.backend) {
     FT_SKIP_UNLESS_BUILDABLE(target);  // gfx950: built only where a capable comgr or clang exists
   } else {
-    std::string missing = test::missing_toolchain(*GetParam().backend, target);
+    std::string missing = test::missing_toolchain(*tb.backend, target);
     ASSERT_EQ(missing, "") << "the compile suite needs clang-19, comgr and NVRTC";
   }
 
   auto cs = compile_space(target, problem, opt);
   ASSERT_TRUE(cs) << cs.error().describe();
-  if (GetParam().backend) { EXPECT_EQ(cs->backend, *GetParam().backend) << "compiled by another backend"; }
-  EXPECT_GE(cs->variants.size(), 24u) << "the default Mixtral space should hold at least 24 legal variants";
+  if (tb.backend) { EXPECT_EQ(cs->backend, *tb.backend) << "compiled by another backend"; }
   Space space = enumerate_space(target, problem, SpaceOptions{});
-  EXPECT_EQ(cs->variants.size(), space.legal.size());
+  EXPECT_GE(space.legal.size(), 24u) << "the default Mixtral space should hold at least 24 legal variants";
+  if (whole) {
+    EXPECT_EQ(cs->variants.size(), space.legal.size());
+  } else {
+    EXPECT_EQ(cs->selected_from, space.legal.size());
+    EXPECT_EQ(cs->variants.size(), covering_sample(space.legal).size());
+    ::testing::Test::RecordProperty("sampled", fmt::format("{} of {}", cs->variants.size(), space.legal.size()));
+  }
 
   int compiled = 0;
   for (const CompiledVariant& cv : cs->variants) {
@@ -72,7 +85,7 @@ TEST_P(DefaultSpace, EveryVariantCompilesDisassemblesAndFits) {
     for (const auto& p : found) ADD_FAILURE() << cv.variant.name() << ": " << p;
     compiled += cv.object.has_value();
     if (cv.resources)
-      RecordProperty(cv.variant.name(), fmt::format("vgpr={} agpr={} sgpr={} regs={} lds={} occ={} {:.2f}s{}",
+      ::testing::Test::RecordProperty(cv.variant.name(), fmt::format("vgpr={} agpr={} sgpr={} regs={} lds={} occ={} {:.2f}s{}",
                                                     cv.resources->vgprs, cv.resources->agprs, cv.resources->sgprs,
                                                     cv.resources->regs, cv.resources->lds_bytes,
                                                     cv.resources->occupancy, cv.object->compile_seconds,
@@ -81,8 +94,8 @@ TEST_P(DefaultSpace, EveryVariantCompilesDisassemblesAndFits) {
   EXPECT_EQ(compiled, (int)cs->variants.size());
 
   // The matrix instructions only this target has (gfx950: the 16x16x32 and 32x32x16 MFMAs) are
-  // in the code objects: the space uses every such atom of its dtype. (AMD: atoms name the
-  // mnemonic; NVIDIA's PTX opcodes are checked per variant above.)
+  // in the code objects: the space uses every such atom of its dtype (the sample too: it holds every
+  // atom of the space). (AMD: atoms name the mnemonic; NVIDIA's PTX opcodes are checked per variant above.)
   std::map<std::string, int> variants_with;
   for (const CompiledVariant& cv : cs->variants)
     if (cv.resources)
@@ -96,7 +109,7 @@ TEST_P(DefaultSpace, EveryVariantCompilesDisassemblesAndFits) {
           << target.name << "-only " << atom->mnemonic_on(target) << " is in no code object of the space";
     }
   }
-  for (const auto& [mnemonic, n] : variants_with) RecordProperty("variants_with_" + mnemonic, n);
+  for (const auto& [mnemonic, n] : variants_with) ::testing::Test::RecordProperty("variants_with_" + mnemonic, n);
 
   // The support unit (align, reduce, shuffle, reference, fill) and all its entry points.
   ASSERT_TRUE(cs->support) << cs->support.error().describe();
@@ -105,6 +118,12 @@ TEST_P(DefaultSpace, EveryVariantCompilesDisassemblesAndFits) {
   for (const auto& entry : cs->support_source.entry_points)
     EXPECT_NE(image->symbol(entry), nullptr) << "support unit lacks " << entry;
 }
+
+// CI: the covering sample (sm_90a: 50 of 649 variants).
+TEST_P(DefaultSpace, CoveringSampleCompilesDisassemblesAndFits) { check_default_space(GetParam(), false); }
+
+// Label fullspace (not CI): every variant, e.g. before changing a template.
+TEST_P(DefaultSpace, FullSpaceEveryVariantCompilesDisassemblesAndFits) { check_default_space(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(Mixtral, DefaultSpace,
                          ::testing::Values(TargetBackend{"gfx942", Backend::clang}, TargetBackend{"gfx90a", Backend::comgr},
@@ -116,12 +135,12 @@ INSTANTIATE_TEST_SUITE_P(Mixtral, DefaultSpace,
 // support unit compile, disassemble with the atom's fp8 MFMA and fit.
 class Fp8Space : public ::testing::TestWithParam<TargetBackend> {};
 
-TEST_P(Fp8Space, EveryVariantCompilesDisassemblesAndFits) {
-  const Target& target = *find_target(GetParam().target);
-  if (!GetParam().backend) {
+void check_fp8_space(const TargetBackend& tb, bool whole) {
+  const Target& target = *find_target(tb.target);
+  if (!tb.backend) {
     FT_SKIP_UNLESS_BUILDABLE(target);
   } else {
-    ASSERT_EQ(test::missing_toolchain(*GetParam().backend, target), "") << "the compile suite needs clang-19";
+    ASSERT_EQ(test::missing_toolchain(*tb.backend, target), "") << "the compile suite needs clang-19";
   }
   for (Scales scales : {Scales::per_tensor, Scales::per_token, Scales::block128, Scales::static_tensor}) {
     Problem problem = test::mixtral();
@@ -129,11 +148,15 @@ TEST_P(Fp8Space, EveryVariantCompilesDisassemblesAndFits) {
     problem.scales = scales;
     CompileSpaceOptions opt;
     opt.space = SpaceOptions::parse("small").value();
-    opt.compile = test::compile_options_for(test::current_test_id(), GetParam().backend);
+    // One cache folder for the sample and the whole space.
+    opt.compile = test::compile_options_for("Mixtral_Fp8Space_" + test::param_name(tb), tb.backend);
     opt.progress = false;
+    if (!whole) opt.select = covering_sample;
     auto cs = compile_space(target, problem, opt);
     ASSERT_TRUE(cs) << cs.error().describe();
-    EXPECT_GE(cs->variants.size(), 4u) << to_string(scales) << ": the small fp8 space should hold a few variants";
+    const std::size_t legal = enumerate_space(target, problem, opt.space).legal.size();
+    EXPECT_GE(legal, 4u) << to_string(scales) << ": the small fp8 space should hold a few variants";
+    EXPECT_EQ(cs->variants.size(), whole ? legal : covering_sample(enumerate_space(target, problem, opt.space).legal).size());
     for (const CompiledVariant& cv : cs->variants) {
       EXPECT_EQ(cv.variant.dtype, DType::e4m3);
       for (const auto& p : problems_of(cv, target)) ADD_FAILURE() << cv.variant.name() << ": " << p;
@@ -145,6 +168,12 @@ TEST_P(Fp8Space, EveryVariantCompilesDisassemblesAndFits) {
       EXPECT_NE(image->symbol(entry), nullptr) << "e4m3 support unit lacks " << entry;
   }
 }
+
+// CI: each scale mode's covering sample (sm_90a: 23 of 66 per-tensor variants, 19 of 30 block128).
+TEST_P(Fp8Space, CoveringSampleCompilesDisassemblesAndFits) { check_fp8_space(GetParam(), false); }
+
+// Label fullspace (not CI): every variant of the small fp8 spaces.
+TEST_P(Fp8Space, FullSpaceEveryVariantCompilesDisassemblesAndFits) { check_fp8_space(GetParam(), true); }
 
 INSTANTIATE_TEST_SUITE_P(Mixtral, Fp8Space,
                          ::testing::Values(TargetBackend{"gfx942", Backend::clang}, TargetBackend{"gfx950", std::nullopt},
@@ -179,6 +208,13 @@ TEST_P(Fp8BigTiles, FastAccumulationFitsWithoutSpills) {
   opt.space = SpaceOptions::parse(axes + ";promote=0").value();
   opt.compile = test::compile_options_for(test::current_test_id(), Backend::nvrtc);
   opt.progress = false;
+  // Only the variants checked below are built (the space's 13 others were built and never looked at).
+  opt.select = [&](std::span<const Variant> legal) {
+    std::vector<Variant> out;
+    for (const Variant& v : legal)
+      if (wanted.contains(v.name())) out.push_back(v);
+    return out;
+  };
   auto cs = compile_space(target, problem, opt);
   ASSERT_TRUE(cs) << cs.error().describe();
   std::set<std::string> seen;
@@ -188,7 +224,7 @@ TEST_P(Fp8BigTiles, FastAccumulationFitsWithoutSpills) {
     for (const auto& p : problems_of(cv, target)) ADD_FAILURE() << cv.variant.name() << ": " << p;
     ASSERT_TRUE(cv.resources) << cv.variant.name();
     EXPECT_EQ(cv.resources->spill_bytes, 0) << cv.variant.name();
-    RecordProperty(cv.variant.name(), fmt::format("regs={}", cv.resources->regs));
+    ::testing::Test::RecordProperty(cv.variant.name(), fmt::format("regs={}", cv.resources->regs));
   }
   EXPECT_EQ(seen, wanted) << "the fast-accumulation big tiles are not all in the space";
 
@@ -240,7 +276,7 @@ TEST(Fp8ProducerPromotion, CompilesWithoutSpillsOrSerialisedWgmma) {
       seen.insert(cv.variant.name());
       for (const auto& p : problems_of(cv, target)) ADD_FAILURE() << cv.variant.name() << ": " << p;
       ASSERT_TRUE(cv.resources) << cv.variant.name();
-      RecordProperty(cv.variant.name(), fmt::format("regs={}", cv.resources->regs));
+      ::testing::Test::RecordProperty(cv.variant.name(), fmt::format("regs={}", cv.resources->regs));
     }
     EXPECT_EQ(seen, c.wanted) << "the promoting producer-warpgroup variants are not all in the space";
     for (const CompiledVariant& cv : cs->variants)  // row scales with promote 0 (_fastacc) may be persistent

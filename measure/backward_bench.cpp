@@ -277,12 +277,38 @@ Result<ProgramCheck> BackwardBench::verify(const LoadedProgram& p) {
   return ProgramCheck{c.passed(), worst.rel_l2, worst.max_abs, c.summary()};
 }
 
+namespace {
+
+// The parts of a timed backward program: "support" (the align and the
+// clears, each repetition's sum) first, then each GEMM role's step by its
+// role's name, in the program's order.
+std::vector<std::pair<std::string, Timing>> step_parts(const std::vector<Step>& steps,
+                                                        const std::vector<std::vector<double>>& samples) {
+  const std::size_t reps = samples.empty() ? 0 : samples.front().size();
+  std::vector<double> support(reps, 0.0);
+  std::vector<std::pair<std::string, Timing>> roles;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].op == Step::Op::launch && is_backward(steps[i].role)) {
+      roles.emplace_back(std::string(to_string(steps[i].role)), summarize(samples[i]));
+      continue;
+    }
+    for (std::size_t r = 0; r < reps; ++r) support[r] += samples[i][r];
+  }
+  roles.insert(roles.begin(), {"support", summarize(std::move(support))});
+  return roles;
+}
+
+}  // namespace
+
 Result<ProgramTiming> BackwardBench::time(const LoadedProgram& p, const TimingOptions& opt) {
   if (opt.graph) return fail(Errc::invalid_input, "the moe_backward program is timed by direct launches, not as a graph");
   FT_CHECK(check_recipe(p.recipe));
   Prepared run = FT_TRY(prepare_run(dev_, problem_, p.recipe, with_support(p.kernels), *state_));
-  const Timing t = FT_TRY(time_runs(dev_, opt, &flush_, [&] { return execute(dev_, run.prog, run.fns, run.bound.table, {}); }));
-  return ProgramTiming{t, {}};
+  const std::vector<Step>& steps = run.prog.steps;
+  const MarkedTiming t = FT_TRY(time_marked_runs(dev_, opt, &flush_, steps.size() + 1, [&](std::span<const EventHandle> marks) {
+    return execute(dev_, run.prog, run.fns, run.bound.table, {}, {.marks = marks});
+  }));
+  return ProgramTiming{t.total, step_parts(steps, t.intervals)};
 }
 
 }  // namespace ft

@@ -19,12 +19,13 @@
 // once and compares every buffer a role writes (the operation's rows) with
 // compare.hpp's 16-bit bounds -- dX, dW1, dW2 and d(topk_weights) as fp32,
 // d_gate_up on the routed pairs' rows; its other rows must keep their poison.
-// Timing: as the forward's (timing.hpp): events around the whole program,
+// Timing: as the forward's (timing.hpp): events around the whole program and between its steps,
 // warm-ups first, the L2 flushed before each repetition, the median with p10
 // and p90 of the repetitions; a time the events cannot give is refused.
 // The backward's ProgramBench (measure/program_bench.hpp): verify gives the
-// worst written buffer's comparison in brief, time the whole program (no
-// parts; a graph replay is refused).
+// worst written buffer's comparison in brief, time the whole program with
+// its parts from events between the steps -- "support" (align and clears)
+// and each GEMM role by name (a graph replay is refused).
 #include <cstdint>
 #include <memory>
 #include <span>

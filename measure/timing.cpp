@@ -55,31 +55,40 @@ Status L2Flush::operator()(Device& dev, StreamHandle s) const {
   return dev.memset_u32(buffer_.ptr(), 0x5a5a5a5au, buffer_.bytes() / 4, s);
 }
 
-Result<Timing> time_runs(Device& dev, const TimingOptions& opt, const L2Flush* flush, const std::function<Status()>& run) {
+Result<MarkedTiming> time_marked_runs(Device& dev, const TimingOptions& opt, const L2Flush* flush, std::size_t marks,
+                                      const std::function<Status(std::span<const EventHandle>)>& run) {
   if (opt.flush_l2 && !flush) return fail(Errc::internal, "time_runs: an L2 flush was asked for without its buffer");
-  const EventHandle start = FT_TRY(dev.create_event());
-  auto stop = dev.create_event();
-  if (!stop) {
-    (void)dev.destroy_event(start);
-    return std::unexpected(stop.error());
-  }
-  std::vector<double> us;
+  if (marks < 2) return fail(Errc::internal, "time_marked_runs: at least two marks, the first and the last");
+  std::vector<EventHandle> ev;
+  MarkedTiming out;
+  out.intervals.resize(marks - 1);
+  std::vector<double> total;
   const Status st = [&]() -> Status {
+    while (ev.size() < marks) ev.push_back(FT_TRY(dev.create_event()));
     for (int i = 0; i < opt.warmup + std::max(1, opt.reps); ++i) {
       if (opt.flush_l2) FT_CHECK((*flush)(dev));
-      FT_CHECK(dev.record(start));
-      FT_CHECK(run());
-      FT_CHECK(dev.record(*stop));
+      FT_CHECK(run(ev));
       FT_CHECK(dev.synchronize());
-      const double sample = FT_TRY(sample_us(dev, start, *stop));
-      if (i >= opt.warmup) us.push_back(sample);
+      if (i < opt.warmup) continue;
+      total.push_back(FT_TRY(sample_us(dev, ev.front(), ev.back())));
+      for (std::size_t m = 0; m + 1 < marks; ++m) out.intervals[m].push_back(FT_TRY(sample_us(dev, ev[m], ev[m + 1])));
     }
     return {};
   }();
-  (void)dev.destroy_event(start);
-  (void)dev.destroy_event(*stop);
+  for (EventHandle e : ev) (void)dev.destroy_event(e);
   FT_CHECK(st);
-  return summarize(std::move(us));
+  out.total = summarize(std::move(total));
+  return out;
+}
+
+Result<Timing> time_runs(Device& dev, const TimingOptions& opt, const L2Flush* flush, const std::function<Status()>& run) {
+  auto t = time_marked_runs(dev, opt, flush, 2, [&](std::span<const EventHandle> marks) -> Status {
+    FT_CHECK(dev.record(marks.front()));
+    FT_CHECK(run());
+    return dev.record(marks.back());
+  });
+  if (!t) return std::unexpected(t.error());
+  return t->total;
 }
 
 }  // namespace ft

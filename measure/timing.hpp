@@ -5,6 +5,7 @@
 // summary (median, p10, p90, min). LayerBench times stages and layers with
 // these, BackwardBench the backward program.
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,7 +25,8 @@ Timing summarize(std::vector<double> samples_us);
 
 // An operation's program timed as a whole, with the parts of it its bench
 // times alone, by name: the forward layer's align (with the clears), stage1,
-// stage2 and reduce; none for the backward, timed as a whole only.
+// stage2 and reduce; the backward's support (align and clears) and each GEMM
+// role (dgrad2, dgrad1, wgrad2, wgrad1), from events between its steps.
 struct ProgramTiming {
   Timing total;
   std::vector<std::pair<std::string, Timing>> parts;
@@ -60,5 +62,17 @@ class L2Flush {
 // flush (when opt.flush_l2; `flush` then must be given) and between two
 // events, waited for; the repetitions after the warm-ups summarised.
 Result<Timing> time_runs(Device& dev, const TimingOptions& opt, const L2Flush* flush, const std::function<Status()>& run);
+
+// As time_runs, with `marks` (at least 2) events that `run` records itself:
+// the first before its work, the last after it, the others between its steps
+// (layer/execute.hpp's ExecuteOptions::marks). The whole is first to last;
+// each interval's samples (between marks i and i + 1) are kept per repetition
+// after the warm-ups, for a caller that adds some of them up.
+struct MarkedTiming {
+  Timing total;
+  std::vector<std::vector<double>> intervals;  // [marks - 1][repetitions] microseconds
+};
+Result<MarkedTiming> time_marked_runs(Device& dev, const TimingOptions& opt, const L2Flush* flush, std::size_t marks,
+                                      const std::function<Status(std::span<const EventHandle>)>& run);
 
 }  // namespace ft

@@ -23,6 +23,8 @@
 # backward takes no axis overrides); BW_BUDGET
 # (4): the backward's `--budget N`, configurations per role (0: all); SEARCH_JSON
 # ('dir/search_{name}.json'): reuse saved summaries instead of searching.
+# PASS (both): the searches' --pass; backward times the backward program alone
+# (the peers then compare flytune's backward only).
 # REPO_ROOT: the repository (default: the script's folder's parent; give it when
 # running a copy of the script from elsewhere).
 cd "${REPO_ROOT:-$(dirname "$0")/..}" || exit 1
@@ -33,6 +35,7 @@ TOKENS=${TOKENS:-4096,16384}
 BUDGET_S=${BUDGET_S:-560}
 PEERS_S=${PEERS_S:-180}
 BW_BUDGET=${BW_BUDGET:-4}
+PASS=${PASS:-both}
 export FLYTUNE_CACHE_DIR=/tmp/flytune-cache PYTHONUNBUFFERED=1
 IFS=, read -ra problems <<<"$PROBLEMS"
 
@@ -43,7 +46,7 @@ if [ -z "${SEARCH_JSON:-}" ]; then
   fi
   chmod +x "$W/flytune" && F=$W/flytune
   echo "flytune: $("$F" --version 2>&1 | tr '\n' ' ')" >>"$LOG"
-  echo "space: ${SPACE:-default}, backward --budget $BW_BUDGET" >>"$LOG"
+  echo "space: ${SPACE:-default}, --pass $PASS, backward --budget $BW_BUDGET" >>"$LOG"
 fi
 space=()
 [ -n "${SPACE:-}" ] && space=(--space "$SPACE")
@@ -51,7 +54,7 @@ space=()
 search() {  # problem share_s: the summary into $W/search_<problem>.json
   local json=$W/search_$1.json start=$SECONDS limit=$2
   if [ "$limit" -lt 30 ]; then say "search $1: skipped, $limit s left for it"; return 1; fi
-  timeout -k 30 "$limit" "$F" search --problem "$1" --pass both --tokens "$TOKENS" --db "$W/$1.db" --seed 42 \
+  timeout -k 30 "$limit" "$F" search --problem "$1" --pass "$PASS" --tokens "$TOKENS" --db "$W/$1.db" --seed 42 \
     --graph --allow-missing --budget "$BW_BUDGET" --json "${space[@]}" >"$json" 2>"$W/search_$1.log"
   local rc=$?
   say "search $1 rc=$rc in $((SECONDS - start)) s (limit $limit s): $(python3 - "$json" <<'EOF' 2>&1 | tail -1

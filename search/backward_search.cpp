@@ -86,7 +86,8 @@ struct BackwardRun {
   // (Ctrl-C: Errc::interrupted) or the worker is dead (its error).
   Status usable() const;
   Status verify_all();
-  Result<std::optional<Timing>> time(const Program& p, int tokens, const TelemetryReading& tele);
+  // A program's timing at T with its parts (none when it comes from the store).
+  Result<std::optional<ProgramTiming>> time(const Program& p, int tokens, const TelemetryReading& tele);
   Status bucket(int tokens);
 };
 
@@ -235,13 +236,14 @@ Status BackwardRun::verify(Program& p) {
 }
 
 // A program's timing at T: from the store unless --force; nullopt when it failed (recorded).
-Result<std::optional<Timing>> BackwardRun::time(const Program& p, int tokens, const TelemetryReading& tele) {
+Result<std::optional<ProgramTiming>> BackwardRun::time(const Program& p, int tokens, const TelemetryReading& tele) {
   if (!cfg.force) {
     auto prev = FT_TRY(rec.latest({p.id, gpu->problem_id, gpu->device_id, tokens}));
     if (prev && prev->phase == "long" && prev->status == db::MeasurementStatus::ok && prev->median_us) {
       rec.resumed();
-      return Timing{*prev->median_us, prev->p10_us.value_or(*prev->median_us), prev->p90_us.value_or(*prev->median_us),
-                    prev->min_us.value_or(*prev->median_us), prev->samples};
+      return ProgramTiming{{*prev->median_us, prev->p10_us.value_or(*prev->median_us), prev->p90_us.value_or(*prev->median_us),
+                            prev->min_us.value_or(*prev->median_us), prev->samples},
+                           {}};
     }
   }
   FT_CHECK(usable());
@@ -255,15 +257,15 @@ Result<std::optional<Timing>> BackwardRun::time(const Program& p, int tokens, co
   if (!t) {
     FT_CHECK(usable());
     FT_CHECK(gpu->record(p.id, tokens, "long", status_of(t.error()), {}, t.error().describe(), tele));
-    return std::optional<Timing>{};
+    return std::optional<ProgramTiming>{};
   }
   FT_CHECK(gpu->record(p.id, tokens, "long", db::MeasurementStatus::ok, {t->total, {}}, "", tele));
-  return std::optional<Timing>{t->total};
+  return std::optional<ProgramTiming>{std::move(*t)};
 }
 
 Status BackwardRun::bucket(int tokens) {
   const TelemetryReading tele = m->telemetry();
-  std::vector<std::optional<Timing>> timed(programs.size());
+  std::vector<std::optional<ProgramTiming>> timed(programs.size());
   for (std::size_t i = 0; i < programs.size(); ++i)
     if (programs[i].passed) timed[i] = FT_TRY(time(programs[i], tokens, tele));
   // The program of each role's fastest configuration at T (search/role_descent.hpp),
@@ -273,7 +275,7 @@ Status BackwardRun::bucket(int tokens) {
   std::vector<std::optional<double>> us;
   for (std::size_t i = 0; i < programs.size(); ++i) {
     configs_of.push_back(programs[i].config);
-    us.push_back(timed[i] ? std::optional<double>(timed[i]->median_us) : std::nullopt);
+    us.push_back(timed[i] ? std::optional<double>(timed[i]->total.median_us) : std::nullopt);
   }
   if (auto config = role_descent_step(configs_of, us)) {
     const std::size_t i = FT_TRY(add_program(std::move(*config)));
@@ -282,23 +284,26 @@ Status BackwardRun::bucket(int tokens) {
     if (programs[i].passed) timed[i] = FT_TRY(time(programs[i], tokens, tele));
   }
   const Program* best = nullptr;
-  Timing best_t;
+  const ProgramTiming* best_timing = nullptr;
   for (std::size_t i = 0; i < programs.size(); ++i)
-    if (timed[i] && (!best || timed[i]->median_us < best_t.median_us)) {
+    if (timed[i] && (!best || timed[i]->total.median_us < best_timing->total.median_us)) {
       best = &programs[i];
-      best_t = *timed[i];
+      best_timing = &*timed[i];
     }
   if (!best) {
     rec.note(fmt::format("T={}: no backward winner: no backward program passed verification and timing", tokens));
     return {};
   }
+  const Timing& best_t = best_timing->total;
+  nlohmann::json parts;  // support_us, dgrad2_us, ...: where the winner's time goes (null when resumed from the store)
+  for (const auto& [name, part] : best_timing->parts) parts[name + "_us"] = part.median_us;
   db::WinnerRecord w{.problem_id = gpu->problem_id, .device_id = gpu->device_id, .tokens = tokens,
                      .kind = db::kind_text(db::Kind::layer), .variant_id = best->id, .run_id = gpu->run_id,
                      .median_us = best_t.median_us, .p10_us = best_t.p10_us, .p90_us = best_t.p90_us,
                      .pass = db::Pass::backward};
   BucketResult line{.tokens = tokens, .kind = db::kind_text(db::Kind::layer), .kernel = best->name,
                     .median_us = best_t.median_us, .p10_us = best_t.p10_us, .p90_us = best_t.p90_us,
-                    .pass = std::string(db::to_string(db::Pass::backward))};
+                    .stages = std::move(parts), .pass = std::string(db::to_string(db::Pass::backward))};
   return rec.winner(w, line);
 }
 

@@ -65,6 +65,10 @@ TEST_P(SearchBackwardBy, RecordsBackwardWinnersAndResumes) {
     // The program's name: its four roles' configurations, dgrad2 first.
     EXPECT_TRUE(w["kernel"].get<std::string>().starts_with("ft_gfx942_dgrad2_bf16_")) << w["kernel"];
     EXPECT_NE(w["kernel"].get<std::string>().find("+ft_gfx942_kgrouped_bf16_"), std::string::npos) << w["kernel"];
+    // Where its time goes: the support steps and each GEMM role, timed between the steps.
+    ASSERT_TRUE(w.contains("stages")) << w.dump(2);
+    for (const char* part : {"support_us", "dgrad2_us", "dgrad1_us", "wgrad2_us", "wgrad1_us"})
+      EXPECT_TRUE(w["stages"].contains(part) && w["stages"][part].get<double>() >= 0.0) << part << ": " << w.dump(2);
   }
   const auto measured = test::measurements(db);
   ASSERT_EQ(measured.size(), 3u);
@@ -94,6 +98,7 @@ TEST_P(SearchBackwardBy, RecordsBackwardWinnersAndResumes) {
   EXPECT_EQ(r["measurements"], 0) << r.dump(2);
   EXPECT_EQ(r["resumed"], 3);
   EXPECT_EQ(r["winners"].size(), 2u);
+  for (const auto& w : r["winners"]) EXPECT_FALSE(w.contains("stages")) << "a resumed timing has no parts: " << w.dump(2);
   EXPECT_EQ(test::measurements(db).size(), 3u);
 }
 

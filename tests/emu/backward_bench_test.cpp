@@ -82,7 +82,19 @@ TEST_P(EmuBackwardBench, VerifiesAgainstTheCpuBackward) {
     ASSERT_TRUE(time) << time.error().describe();
     EXPECT_GT(time->total.median_us, 0.0);
     EXPECT_EQ(time->total.samples, 2);
-    EXPECT_TRUE(time->parts.empty());
+    // The parts: the support steps, then each GEMM role in the program's order,
+    // from events between the steps -- together the whole, repetition by repetition.
+    std::vector<std::string> names;
+    double sum = 0;
+    for (const auto& [name, part] : time->parts) {
+      names.push_back(name);
+      EXPECT_EQ(part.samples, 2) << name;
+      EXPECT_GE(part.median_us, 0.0) << name;
+      sum += part.median_us;  // two samples: the median is their mean, so the medians add up
+    }
+    EXPECT_EQ(names, (std::vector<std::string>{"support", "dgrad2", "dgrad1", "wgrad2", "wgrad1"}));
+    EXPECT_NEAR(sum, time->total.median_us, 1e-3 * time->total.median_us + 0.5);
+    EXPECT_GT(time->part("wgrad1")->median_us, 0.0);
     // Fresh inputs timed first: the saved tensors come from forward_saved on
     // the device and the CPU backward is not computed; a verification of the
     // same inputs then computes it and passes.

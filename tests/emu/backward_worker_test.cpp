@@ -132,7 +132,11 @@ TEST(EmuBackwardWorker, VerifiesAndTimesTheBackwardProgramOverJsonLines) {
       {"timed", timed, [](const Result<protocol::Answer>& a) {
          ASSERT_TRUE(a) << a.error().describe();
          const auto& pt = std::get<ProgramTiming>(*a);
-         EXPECT_TRUE(pt.parts.empty());  // timed as a whole
+         // Its parts cross the protocol: the support steps, then each GEMM role.
+         ASSERT_EQ(pt.parts.size(), 5u);
+         EXPECT_EQ(pt.parts.front().first, "support");
+         EXPECT_NE(pt.part("wgrad1"), nullptr);
+         EXPECT_EQ(pt.part("wgrad1")->samples, 3);
          const Timing& tm = pt.total;
          EXPECT_EQ(tm.samples, 3);
          EXPECT_GT(tm.median_us, 0.0);

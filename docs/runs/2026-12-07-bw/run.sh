@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# shellcheck disable=SC2086  # paths without spaces (/tmp, $OUT), kept as the command that ran
 # Kept as run (2026-12-07 15:11 UTC, H100): bash docs/runs/2026-12-07-bw/run.sh with FLYTUNE_BIN=<a release build of flytune>;
 # the second command of that session: PROBLEMS=mixtral-8x7b VERIFY_S=1 BW_END=300 PEERS_S=100 BW_BUDGET=4.
 # Issues 49/34: the backward's wgmma forms on the GPU, one device command:
@@ -9,7 +10,7 @@
 #     budget-2 search (its verification launches, at T = 333);
 # (4) every backward program's measurement from the databases, and the winners' per-role times.
 set -uo pipefail
-cd "$(dirname "$0")/../../.."
+cd "$(dirname "$0")/../../.." || exit 1
 F=/tmp/ftb/flytune; mkdir -p /tmp/ftb; cp ${FLYTUNE_BIN:-.device-carry/bw/flytune} $F; chmod +x $F
 export FLYTUNE_CACHE_DIR=/tmp/flytune-cache PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
 L=$OUT/bw.log

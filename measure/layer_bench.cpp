@@ -330,11 +330,6 @@ Result<ProgramTiming> LayerBench::time_layer(const LoadedProgram& p, const Timin
   const auto fns = FT_TRY(bind(prog, with_support(p.kernels)));
   for (const Variant& v : p.recipe.stages) FT_CHECK(ensure_arranged(v.contract().weights));
   StreamHandle stream = FT_TRY(dev_.create_stream());
-  std::vector<EventHandle> ev(prog.steps.size() + 1);
-  for (auto& e : ev) e = FT_TRY(dev_.create_event());
-  // Per-step samples by step name; the total spans every step.
-  std::map<std::string, std::vector<double>> per_step;
-  std::vector<double> total;
   Status st;
   GraphHandle graph{};
   if (opt.graph) {
@@ -346,35 +341,27 @@ Result<ProgramTiming> LayerBench::time_layer(const LoadedProgram& p, const Timin
       else st = std::unexpected(g.error());
     }
   }
-  for (int i = 0; i < opt.warmup + opt.reps && st; ++i) {
-    if (opt.flush_l2) st = flush_l2(stream);
-    if (!st) break;
-    if (opt.graph) {
-      st = dev_.record(ev.front(), stream);
-      if (st) st = dev_.launch_graph(graph, stream);
-      if (st) st = dev_.record(ev.back(), stream);
-    } else {
-      st = execute(dev_, prog, fns, table_, stream, {.marks = ev});
-    }
-    if (st) st = dev_.synchronize(stream);
-    if (!st) break;
-    if (i < opt.warmup) continue;
-    // A time the events cannot give ends the timing (it used to enter the samples as -1 us).
-    auto ms = [&](std::size_t a, std::size_t b, std::vector<double>& into) {
-      auto r = sample_us(dev_, ev[a], ev[b]);
-      if (r) into.push_back(*r);
-      else if (st) st = std::unexpected(r.error());
-    };
-    ms(0, ev.size() - 1, total);
-    if (!opt.graph)
-      for (std::size_t s = 0; s < prog.steps.size(); ++s) ms(s, s + 1, per_step[prog.steps[s].name]);
-  }
+  // Direct launches: an event between every step (the parts); a graph replay: its two ends only.
+  auto replay = [&](std::span<const EventHandle> ev) -> Status {
+    if (!opt.graph) return execute(dev_, prog, fns, table_, stream, {.marks = ev});
+    FT_CHECK(dev_.record(ev.front(), stream));
+    FT_CHECK(dev_.launch_graph(graph, stream));
+    return dev_.record(ev.back(), stream);
+  };
+  Result<MarkedTiming> t = st ? time_marked_runs(dev_, opt, &flush_, opt.graph ? 2 : prog.steps.size() + 1, replay, stream)
+                              : Result<MarkedTiming>(std::unexpected(st.error()));
   if (graph.p) (void)dev_.destroy_graph(graph);
-  for (auto& e : ev) (void)dev_.destroy_event(e);
   (void)dev_.destroy_stream(stream);
-  FT_CHECK(st);
+  if (!t) return std::unexpected(t.error());
+  // Per-step samples by step name.
+  std::map<std::string, std::vector<double>> per_step;
+  if (!opt.graph)
+    for (std::size_t s = 0; s < prog.steps.size(); ++s) {
+      std::vector<double>& into = per_step[prog.steps[s].name];
+      into.insert(into.end(), t->intervals[s].begin(), t->intervals[s].end());
+    }
   ProgramTiming out;
-  out.total = summarize(total);
+  out.total = t->total;
   // The y_acc clear counts with the align step(s) (all prepare the stages).
   std::vector<double> align;
   for (const char* name : {"align", "align_count", "align_scatter", "clear_y_acc"}) {

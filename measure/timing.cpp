@@ -56,7 +56,8 @@ Status L2Flush::operator()(Device& dev, StreamHandle s) const {
 }
 
 Result<MarkedTiming> time_marked_runs(Device& dev, const TimingOptions& opt, const L2Flush* flush, std::size_t marks,
-                                      const std::function<Status(std::span<const EventHandle>)>& run) {
+                                      const std::function<Status(std::span<const EventHandle>)>& run,
+                                      StreamHandle stream) {
   if (opt.flush_l2 && !flush) return fail(Errc::internal, "time_runs: an L2 flush was asked for without its buffer");
   if (marks < 2) return fail(Errc::internal, "time_marked_runs: at least two marks, the first and the last");
   std::vector<EventHandle> ev;
@@ -66,9 +67,9 @@ Result<MarkedTiming> time_marked_runs(Device& dev, const TimingOptions& opt, con
   const Status st = [&]() -> Status {
     while (ev.size() < marks) ev.push_back(FT_TRY(dev.create_event()));
     for (int i = 0; i < opt.warmup + std::max(1, opt.reps); ++i) {
-      if (opt.flush_l2) FT_CHECK((*flush)(dev));
+      if (opt.flush_l2) FT_CHECK((*flush)(dev, stream));
       FT_CHECK(run(ev));
-      FT_CHECK(dev.synchronize());
+      FT_CHECK(dev.synchronize(stream));
       if (i < opt.warmup) continue;
       total.push_back(FT_TRY(sample_us(dev, ev.front(), ev.back())));
       for (std::size_t m = 0; m + 1 < marks; ++m) out.intervals[m].push_back(FT_TRY(sample_us(dev, ev[m], ev[m + 1])));

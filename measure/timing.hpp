@@ -72,7 +72,9 @@ struct MarkedTiming {
   Timing total;
   std::vector<std::vector<double>> intervals;  // [marks - 1][repetitions] microseconds
 };
+// The flush and the wait are on `stream` (the default stream if none).
 Result<MarkedTiming> time_marked_runs(Device& dev, const TimingOptions& opt, const L2Flush* flush, std::size_t marks,
-                                      const std::function<Status(std::span<const EventHandle>)>& run);
+                                      const std::function<Status(std::span<const EventHandle>)>& run,
+                                      StreamHandle stream = {});
 
 }  // namespace ft

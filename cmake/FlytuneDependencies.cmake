@@ -57,7 +57,16 @@ find_path(FLYTUNE_HIP_INCLUDE hip/hip_runtime_api.h REQUIRED)
 if(NOT DEFINED CUDAToolkit_ROOT AND EXISTS /usr/local/cuda)
   set(CUDAToolkit_ROOT /usr/local/cuda)
 endif()
+# CMake 3.25.0-3.25.1 (Debian 12's cmake is 3.25.1) sets a deprecation on CUDA::nvToolsExt without checking
+# that the target exists when the project's minimum version is 3.25 or more; CUDA 13 has no libnvToolsExt, so
+# find_package fails ("set_property could not find TARGET CUDA::nvToolsExt"). Below 3.26, the module sees the
+# minimum as 3.24 and skips that line; flytune uses none of the toolkit's libraries.
+set(ft_cmake_minimum ${CMAKE_MINIMUM_REQUIRED_VERSION})
+if(CMAKE_VERSION VERSION_LESS 3.26)
+  set(CMAKE_MINIMUM_REQUIRED_VERSION 3.24)
+endif()
 find_package(CUDAToolkit 12 REQUIRED)
+set(CMAKE_MINIMUM_REQUIRED_VERSION ${ft_cmake_minimum})
 if(FLYTUNE_PYTHON)
   message(STATUS "flytune: the Python package (runtime and bindings only); CUDA ${CUDAToolkit_VERSION} at ${CUDAToolkit_INCLUDE_DIRS}")
   return()

@@ -50,12 +50,21 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# The CUDA toolkit (headers + NVRTC) comes from NVIDIA's installer at
-# /usr/local/cuda; without it, try the distribution's package.
+# The CUDA toolkit (headers + NVRTC) comes from NVIDIA's installer at /usr/local/cuda; without it, the
+# distribution's nvidia-cuda-toolkit where it is CUDA 12 or newer (Ubuntu 24.04's multiverse: 12.0). Debian
+# 12's is 11.8 (non-free), which the build rejects (find_package(CUDAToolkit 12)), so it is not installed
+# there: a fresh Debian 12 needs NVIDIA's CUDA first (docs/PERFORMANCE.md "First run").
 if [ ! -f /usr/local/cuda/include/nvrtc.h ] && [ ! -f /usr/include/nvrtc.h ]; then
-  echo "setup: no CUDA toolkit at /usr/local/cuda; trying the distribution's nvidia-cuda-toolkit"
-  if ! DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq nvidia-cuda-toolkit >/dev/null; then
-    echo "setup: error: the CUDA toolkit is missing: install CUDA 12 or 13 to /usr/local/cuda (or enable the non-free/multiverse component) and re-run" >&2
+  [ ${#missing[@]} -gt 0 ] || "${sudo_cmd[@]}" apt-get update -qq
+  candidate=$(apt-cache policy nvidia-cuda-toolkit 2>/dev/null | awk '$1 == "Candidate:" { print $2 }')
+  major=${candidate#*:}
+  major=${major%%.*}
+  if [[ "$major" =~ ^[0-9]+$ ]] && [ "$major" -ge 12 ]; then
+    echo "setup: no CUDA toolkit at /usr/local/cuda; installing the distribution's nvidia-cuda-toolkit $candidate"
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends nvidia-cuda-toolkit >/dev/null
+  else
+    echo "setup: error: no CUDA toolkit at /usr/local/cuda, and the distribution's nvidia-cuda-toolkit is ${candidate:-(none)}" \
+      "(12 or newer needed): install CUDA 12 or 13 from NVIDIA (https://developer.nvidia.com/cuda-downloads) to /usr/local/cuda and re-run" >&2
     exit 1
   fi
 fi

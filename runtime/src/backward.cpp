@@ -23,20 +23,7 @@ Result<const BackwardPlan*> backward_of(const Plan& plan) {
 // The table of a backward launch: the caller's pointers, its workspace carved
 // as the backward program places it (Errc::usage when it is too small).
 Result<BufferTable> grad_table(const LayerProgram& program, const GradBuffers& b) {
-  BufferTable t{};
-  at(t, Buf::x) = b.x;
-  at(t, Buf::topk_ids) = b.topk_ids;
-  at(t, Buf::topk_weights) = b.topk_weights;
-  at(t, Buf::w1) = b.w1;
-  at(t, Buf::w2) = b.w2;
-  at(t, Buf::dy) = b.dy;
-  at(t, Buf::saved_gate_up) = b.saved_gate_up;
-  at(t, Buf::saved_inter) = b.saved_inter;
-  at(t, Buf::dx) = b.dx;
-  at(t, Buf::dw1) = b.dw1;
-  at(t, Buf::dw2) = b.dw2;
-  at(t, Buf::d_weights) = b.d_topk_weights;
-  at(t, Buf::bad_ids) = b.bad_ids;
+  BufferTable t = caller_table(b);
   if (!b.workspace)
     return fail(Errc::usage, fmt::format("null layer buffers: workspace (the backward needs {} bytes: "
                                          "ft_plan_backward_workspace_bytes)", workspace_placement(program).total));

@@ -139,27 +139,7 @@ CoverageNote coverage_of(const ProblemEntry& p, int tokens) {
 }
 
 Result<BufferTable> buffer_table(const LayerProgram& program, const LayerBuffers& b) {
-  BufferTable t{};
-  at(t, Buf::x) = b.x;
-  at(t, Buf::topk_ids) = b.topk_ids;
-  at(t, Buf::topk_weights) = b.topk_weights;
-  at(t, Buf::w1) = b.w1;
-  at(t, Buf::w2) = b.w2;
-  at(t, Buf::w1_shuffled) = b.w1_shuffled;
-  at(t, Buf::w2_shuffled) = b.w2_shuffled;
-  at(t, Buf::w1_tiled) = b.w1_tiled;
-  at(t, Buf::w2_tiled) = b.w2_tiled;
-  at(t, Buf::inter) = b.inter;
-  at(t, Buf::y_acc) = b.y_acc;
-  at(t, Buf::y) = b.y;
-  at(t, Buf::sorted_ids) = b.sorted_ids;
-  at(t, Buf::block_experts) = b.block_experts;
-  at(t, Buf::padded_rows) = b.padded_rows;
-  at(t, Buf::bad_ids) = b.bad_ids;
-  at(t, Buf::x_scale) = b.x_scale;
-  at(t, Buf::w1_scales) = b.w1_scales;
-  at(t, Buf::w2_scales) = b.w2_scales;
-  at(t, Buf::inter_scale) = b.inter_scale;
+  BufferTable t = caller_table(b);
   if (!b.workspace) return t;
   FT_CHECK(carve_workspace(t, program, b.workspace, b.workspace_bytes, "the workspace", "the plan needs", "ft_plan_workspace_bytes"));
   return t;

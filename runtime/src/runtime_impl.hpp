@@ -124,6 +124,8 @@ struct Plan : OperationPlan {
   std::optional<BackwardPlan> backward;   // when the export has a backward for the problem
 };
 
+// The buffers of a forward launch (the C API's ft_layer_buffers). A member
+// named as a row of layer/buffers.def is that buffer's pointer (caller_table).
 struct LayerBuffers {
   DevicePtr x = 0, topk_ids = 0, topk_weights = 0, w1 = 0, w2 = 0, w1_shuffled = 0, w2_shuffled = 0;
   DevicePtr inter = 0, y_acc = 0, sorted_ids = 0, block_experts = 0, padded_rows = 0, y = 0;
@@ -148,15 +150,48 @@ Status carve_workspace(BufferTable& t, const LayerProgram& program, DevicePtr wo
 // The buffers of a backward launch (the C API's ft_layer_grads): what it
 // reads of the forward -- X, the routing, the plain weights and the saved
 // tensors --, dY, its outputs, and one workspace (the backward program's
-// workspace_placement: d_gate_up and the align's rows).
+// workspace_placement: d_gate_up and the align's rows). Members named as
+// LayerBuffers' are.
 struct GradBuffers {
   DevicePtr x = 0, topk_ids = 0, topk_weights = 0, w1 = 0, w2 = 0;
   DevicePtr dy = 0, saved_gate_up = 0, saved_inter = 0;
-  DevicePtr dx = 0, dw1 = 0, dw2 = 0, d_topk_weights = 0;
+  DevicePtr dx = 0, dw1 = 0, dw2 = 0, d_weights = 0;  // d_weights: ft_layer_grads::d_topk_weights
   DevicePtr workspace = 0;
   std::size_t workspace_bytes = 0;
   DevicePtr bad_ids = 0;  // optional [1] int32
 };
+
+// The caller's pointers of a launch (LayerBuffers, GradBuffers) as a table:
+// each member of `b` named as a row of layer/buffers.def, into that row. A
+// buffer the caller passes is a member of its name, and no line here; the
+// workspace rows are carved from b.workspace by carve_workspace.
+template <class Buffers>
+BufferTable caller_table(const Buffers& b) {
+  BufferTable t{};
+#define FT_BUFFER(name, member, pointee, place, meaning, size) \
+  if constexpr (requires(const Buffers& v) { v.name; }) at(t, Buf::name) = b.name;
+#include "layer/buffers.def"
+#undef FT_BUFFER
+  return t;
+}
+// How many members of Buffers caller_table binds.
+template <class Buffers>
+constexpr std::size_t bound_members() {
+  std::size_t n = 0;
+#define FT_BUFFER(name, member, pointee, place, meaning, size) \
+  if constexpr (requires(const Buffers& v) { v.name; }) ++n;
+#include "layer/buffers.def"
+#undef FT_BUFFER
+  return n;
+}
+// Every pointer but the workspace is bound (a member whose name is no row of
+// layer/buffers.def would be read by nothing): all members are 8 bytes, and
+// workspace and workspace_bytes are the two not bound.
+static_assert(sizeof(DevicePtr) == sizeof(std::size_t));
+static_assert(bound_members<LayerBuffers>() == sizeof(LayerBuffers) / sizeof(DevicePtr) - 2,
+              "a member of LayerBuffers is named as no row of layer/buffers.def");
+static_assert(bound_members<GradBuffers>() == sizeof(GradBuffers) / sizeof(DevicePtr) - 2,
+              "a member of GradBuffers is named as no row of layer/buffers.def");
 
 struct WorkspaceSizes {
   std::size_t inter = 0, y_acc = 0, sorted_ids = 0, block_experts = 0, padded_rows = 0;

@@ -133,14 +133,34 @@ ft::Result<S> sized_struct(const S* given, std::size_t size, std::size_t first, 
   return out;
 }
 
+// A caller's C struct (ft_layer_buffers, ft_layer_grads) as the runtime's
+// (LayerBuffers, GradBuffers): each member named as a row of layer/buffers.def
+// in both, and the workspace.
+template <class Buffers, class C>
+Buffers by_row_names(const C& c) {
+  Buffers out{};
+#define FT_BUFFER(name, member, pointee, place, meaning, size) \
+  if constexpr (requires(const C& v, const Buffers& o) { v.name; o.name; }) out.name = ptr(c.name);
+#include "layer/buffers.def"
+#undef FT_BUFFER
+  out.workspace = ptr(c.workspace);
+  out.workspace_bytes = c.workspace_bytes;
+  return out;
+}
+// Each pointer of a C struct but its workspace is one of its runtime struct's
+// (the C structs' members are pointers and a size_t, 8 bytes each).
+static_assert(sizeof(void*) == sizeof(std::size_t));
+static_assert(ft::rt::rows_named_in<ft_layer_buffers>() == sizeof(ft_layer_buffers) / sizeof(void*) - 2 &&
+                  ft::rt::rows_named_in<ft_layer_buffers, ft::rt::LayerBuffers>() == ft::rt::rows_named_in<ft::rt::LayerBuffers>(),
+              "ft_layer_buffers and LayerBuffers name the same rows of layer/buffers.def");
+// ft_layer_grads: all but d_topk_weights, which is Buf::d_weights.
+static_assert(ft::rt::rows_named_in<ft_layer_grads>() == sizeof(ft_layer_grads) / sizeof(void*) - 3 &&
+                  ft::rt::rows_named_in<ft_layer_grads, ft::rt::GradBuffers>() + 1 == ft::rt::rows_named_in<ft::rt::GradBuffers>(),
+              "ft_layer_grads and GradBuffers name the same rows of layer/buffers.def, but d_topk_weights");
+
 // The caller's ft_layer_buffers of `size` bytes (sized_struct).
 ft::Result<ft::rt::LayerBuffers> buffers_of(const ft_layer_buffers* buffers, std::size_t size) {
-  const ft_layer_buffers b = FT_TRY(sized_struct(buffers, size, kFirstBuffersBytes, "ft_layer_buffers"));
-  return ft::rt::LayerBuffers{ptr(b.x),        ptr(b.topk_ids),    ptr(b.topk_weights), ptr(b.w1),         ptr(b.w2),
-                              ptr(b.w1_shuffled), ptr(b.w2_shuffled), ptr(b.inter),     ptr(b.y_acc),      ptr(b.sorted_ids),
-                              ptr(b.block_experts), ptr(b.padded_rows), ptr(b.y),        ptr(b.w1_tiled),   ptr(b.w2_tiled),
-                              ptr(b.bad_ids),      ptr(b.workspace),   b.workspace_bytes,   ptr(b.x_scale),    ptr(b.w1_scales),
-                              ptr(b.w2_scales),    ptr(b.inter_scale)};
+  return by_row_names<ft::rt::LayerBuffers>(FT_TRY(sized_struct(buffers, size, kFirstBuffersBytes, "ft_layer_buffers")));
 }
 
 // The first release of ft_layer_grads: every field through bad_ids.
@@ -149,9 +169,9 @@ static_assert(kFirstGradsBytes == 120, "ft_layer_grads' first release: 15 fields
 
 ft::Result<ft::rt::GradBuffers> grads_of(const ft_layer_grads* grads, std::size_t size) {
   const ft_layer_grads g = FT_TRY(sized_struct(grads, size, kFirstGradsBytes, "ft_layer_grads"));
-  return ft::rt::GradBuffers{ptr(g.x),      ptr(g.topk_ids), ptr(g.topk_weights),   ptr(g.w1),        ptr(g.w2),
-                             ptr(g.dy),     ptr(g.saved_gate_up), ptr(g.saved_inter), ptr(g.dx),      ptr(g.dw1),
-                             ptr(g.dw2),    ptr(g.d_topk_weights), ptr(g.workspace),  g.workspace_bytes, ptr(g.bad_ids)};
+  ft::rt::GradBuffers out = by_row_names<ft::rt::GradBuffers>(g);
+  out.d_weights = ptr(g.d_topk_weights);
+  return out;
 }
 
 // A launch refused for a buffer that a caller of an earlier header could not

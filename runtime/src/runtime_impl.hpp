@@ -174,12 +174,12 @@ BufferTable caller_table(const Buffers& b) {
 #undef FT_BUFFER
   return t;
 }
-// How many members of Buffers caller_table binds.
-template <class Buffers>
-constexpr std::size_t bound_members() {
+// How many rows of layer/buffers.def both structs name as a member.
+template <class A, class B = A>
+constexpr std::size_t rows_named_in() {
   std::size_t n = 0;
 #define FT_BUFFER(name, member, pointee, place, meaning, size) \
-  if constexpr (requires(const Buffers& v) { v.name; }) ++n;
+  if constexpr (requires(const A& a, const B& b) { a.name; b.name; }) ++n;
 #include "layer/buffers.def"
 #undef FT_BUFFER
   return n;
@@ -188,9 +188,9 @@ constexpr std::size_t bound_members() {
 // layer/buffers.def would be read by nothing): all members are 8 bytes, and
 // workspace and workspace_bytes are the two not bound.
 static_assert(sizeof(DevicePtr) == sizeof(std::size_t));
-static_assert(bound_members<LayerBuffers>() == sizeof(LayerBuffers) / sizeof(DevicePtr) - 2,
+static_assert(rows_named_in<LayerBuffers>() == sizeof(LayerBuffers) / sizeof(DevicePtr) - 2,
               "a member of LayerBuffers is named as no row of layer/buffers.def");
-static_assert(bound_members<GradBuffers>() == sizeof(GradBuffers) / sizeof(DevicePtr) - 2,
+static_assert(rows_named_in<GradBuffers>() == sizeof(GradBuffers) / sizeof(DevicePtr) - 2,
               "a member of GradBuffers is named as no row of layer/buffers.def");
 
 struct WorkspaceSizes {

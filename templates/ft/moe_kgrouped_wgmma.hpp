@@ -9,6 +9,13 @@
 // A's rows scaled by the routed weight (dW2) are scaled in shared memory by
 // the thread that copied them, once its copies have landed.
 //
+// The epilogue goes through shared memory (the ring, no longer read): the
+// accumulators land in a row-major fp32 tile whose rows are padded by kPad
+// floats (a half-warp's 8-byte writes of four rows fall in distinct banks),
+// then every thread stores whole 16-byte chunks of C's rows, so a warp writes
+// 512 contiguous bytes instead of 32 bytes in each of eight rows (the direct
+// stores measured at a quarter of DRAM bandwidth, docs/HOPPER.md).
+//
 // Grid: (m / tile_m, n / tile_n, E). Rows past the expert's end and padding
 // rows are zeros (cp.async with no source bytes); an expert without rows
 // writes zeros.
@@ -26,6 +33,11 @@ struct KGroupedWgmma : WgmmaStaged<Cfg, true> {
   static constexpr int kAChunksPerRow = TM / 8, kChunksPerRow = (TM + TN) / 8;  // a k row: A's chunks, then B's
   static constexpr int kChunksPerThread = TK * kChunksPerRow / kThreads;
   static_assert(TK * kChunksPerRow % kThreads == 0, "every thread copies the same number of chunks");
+  // The staged C tile: TM rows of TN + kPad floats (generator/backward_gemm.cpp's lds_bytes says the same).
+  static constexpr int kPad = 8, kCStride = TN + kPad, kCBytes = TM * kCStride * 4;
+  static constexpr int kSmemBytes = G::kSmemBytes > kCBytes ? G::kSmemBytes : kCBytes;
+  static constexpr int kCChunksPerThread = TM * TN / 4 / kThreads;
+  static_assert(TM * TN / 4 % kThreads == 0, "every thread stores the same number of C's 16-byte chunks");
 
   // This thread's chunk j of a k-slice: its row r of the slice, whether it is A's, its 16-byte column chunk.
   struct Chunk {
@@ -83,13 +95,25 @@ struct KGroupedWgmma : WgmmaStaged<Cfg, true> {
           [&](unsigned char* stage, int t) {
             if (p.a_scales) scale(p, stage, rows.begin + t * TK, rows.end);
           });
-    const long long M = p.m, N = p.n;
+    g.store(p, e, m0, n0);
+  }
+
+  // C's tile from the accumulators, through shared memory (the header).
+  FT_DEVICE void store(const KGroupedArgs& p, int e, int m0, int n0) const {
+    float* staged = reinterpret_cast<float*>(shared_memory());
+    barrier();  // every warpgroup's wgmma have read the ring
     FT_UNROLL for (int rm = 0; rm < RM; ++rm)
       FT_UNROLL for (int i = 0; i < TN / 2; i += 2) {  // columns i and i + 1 of a row are neighbours
-        float* dst = p.c + ((long long)e * M + m0 + G::acc_row(rm, i)) * N + n0 + G::acc_col(i);
-        dst[0] = g.acc[rm][i];
-        dst[1] = g.acc[rm][i + 1];
+        alignas(8) const float two[2] = {this->acc[rm][i], this->acc[rm][i + 1]};
+        FT_MEMCPY_ALIGNED(staged + G::acc_row(rm, i) * kCStride + G::acc_col(i), two, 8);
       }
+    barrier();
+    const long long M = p.m, N = p.n;
+    FT_UNROLL for (int j = 0; j < kCChunksPerThread; ++j) {
+      const int c = thread_index() + j * kThreads;
+      const int r = c / (TN / 4), col = c % (TN / 4) * 4;
+      FT_MEMCPY_ALIGNED(p.c + ((long long)e * M + m0 + r) * N + n0 + col, staged + r * kCStride + col, 16);
+    }
   }
 };
 #endif

@@ -61,6 +61,8 @@ TEST(KGroupedRules, EachRuleRejectsWithItsLine) {
   EXPECT_FALSE(why_illegal(w));
   EXPECT_EQ(w.name(), "ft_sm_90a_kgrouped_bf16_m128n256k64_w8x1_wgmma_s4");
   EXPECT_EQ(w.lds_bytes(), 4 * (128 + 256) * 64 * 2 + 1024);
+  // A shallow ring: the epilogue's staged fp32 C tile (rows of 256 + 8 floats) sets the window.
+  EXPECT_EQ(make("sm_90a", "wgmma_m64k16_f32_bf16", 128, 256, 16, 8, 1, 3).lds_bytes(), 128 * (256 + 8) * 4);
   w.op = BackwardOp::dgrad_scatter;  // the dgrad's wgmma form: a K-major A 64 deep
   EXPECT_FALSE(why_illegal(w));
   EXPECT_EQ(w.name(), "ft_sm_90a_dgrad1_bf16_m128n256k64_w8x1_wgmma_s4");

@@ -4,6 +4,7 @@
 #include <nvrtc.h>
 
 #include <mutex>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -26,9 +27,25 @@ struct NvrtcApi {
   decltype(&nvrtcGetCUBIN) cubin = nullptr;
 };
 
+// libnvrtc opens its builtins, libnvrtc-builtins.so.MAJOR.MINOR, by that name when it compiles. Where libnvrtc
+// was found by its path (/usr/local/cuda/lib64/...: the toolkit's folder is not on the loader's path, as NVIDIA's
+// runfile leaves /etc/ld.so.conf alone), the loader does not find them and every compile fails with
+// NVRTC_ERROR_BUILTIN_OPERATION_FAILURE. Loaded first from libnvrtc's own folder, NVRTC finds them by their
+// soname among the loaded libraries. Without them there, NVRTC's own search decides as before.
+void preload_nvrtc_builtins(const NvrtcInfo& info) {
+  auto slash = info.library.rfind('/');
+  if (slash == std::string::npos) return;
+  static DynLib builtins;
+  auto lib = DynLib::open({fmt::format("{}/libnvrtc-builtins.so.{}.{}", info.library.substr(0, slash), info.major,
+                                       info.minor)},
+                          "NVRTC builtins");
+  if (lib) builtins = std::move(*lib);
+}
+
 Result<NvrtcApi> load_nvrtc(DynLib& lib, const NvrtcInfo& info) {
   if (!info.found) return fail(Errc::toolchain, info.error, "nvrtc");
   lib = FT_TRY(DynLib::open({info.library}, "NVRTC (libnvrtc)"));
+  preload_nvrtc_builtins(info);
   NvrtcApi api;
   bool ok = lib.bind(api.error_string, "nvrtcGetErrorString") && lib.bind(api.create_program, "nvrtcCreateProgram") &&
             lib.bind(api.destroy_program, "nvrtcDestroyProgram") &&

@@ -179,9 +179,9 @@ int BackwardVariant::lds_bytes() const {
   const int es = atom->operand_bytes();
   if (atom->warpgroup()) {
     const int ring = stages * (tile_m + tile_n) * tile_k * es + 1024;  // + room to align the ring to 1024
-    // The K-grouped GEMM stages its fp32 C tile through the same window, rows padded by
-    // 8 floats (moe_kgrouped_wgmma.hpp: kPad).
-    return op == BackwardOp::wgrad ? std::max(ring, tile_m * (tile_n + 8) * 4) : ring;
+    // The K-grouped GEMM and the swiglu dgrad stage their fp32 C tile through the same
+    // window, rows padded by 8 floats (moe_kgrouped_wgmma.hpp, moe_dgrad_wgmma.hpp: kPad).
+    return op == BackwardOp::dgrad_scatter ? ring : std::max(ring, tile_m * (tile_n + 8) * 4);
   }
   return stages * (tile_m + tile_n) * (tile_k + 16 / es) * es;
 }

@@ -19,16 +19,49 @@ namespace ft {
 // The SwiGLU backward of pair `id` at column `col` from C = (W2_e^T dY_t)[col]
 // (both forms of the dgrad GEMMs: this one and moe_dgrad_wgmma.hpp): dgate and
 // dup into d_gate_up; returns the column's share of d(topk_weights)[id], C h_p.
+// One column's SwiGLU backward from C, the row's scale and the saved g, u:
+// dgate and dup, and the column's share of d(topk_weights), C h_p.
+struct SwigluGrad {
+  float dgate, dup, dw;
+};
+FT_DEVICE SwigluGrad swiglu_grad(float c, float scale, float g, float u) {
+  const float s = 1.0f / (1.0f + exp_f32(-g));
+  const float dh = c * scale;
+  return {dh * u * s * (1.0f + g * (1.0f - s)), dh * g * s, c * g * s * u};  // dw_p = dY_t . W2_e h_p = sum of C h_p
+}
+
 template <Elem E>
 FT_DEVICE float dgrad_swiglu_backward(const DgradArgs& p, int id, long long col, float c) {
   const long long I = p.n;
   const long long at = (long long)id * 2 * I + col;
-  const float g = to_f32<E>(p.gate_up[at]), u = to_f32<E>(p.gate_up[at + I]);
-  const float s = 1.0f / (1.0f + exp_f32(-g));
-  const float dh = c * (p.row_scales ? p.row_scales[id] : 1.0f);
-  p.d_gate_up[at] = from_f32<E>(dh * u * s * (1.0f + g * (1.0f - s)));
-  p.d_gate_up[at + I] = from_f32<E>(dh * g * s);
-  return c * g * s * u;  // dw_p = dY_t . W2_e h_p = sum over columns of C h_p
+  const SwigluGrad d = swiglu_grad(c, p.row_scales ? p.row_scales[id] : 1.0f, to_f32<E>(p.gate_up[at]), to_f32<E>(p.gate_up[at + I]));
+  p.d_gate_up[at] = from_f32<E>(d.dgate);
+  p.d_gate_up[at + I] = from_f32<E>(d.dup);
+  return d.dw;
+}
+
+// The same for eight neighbouring columns col .. col + 7 (col a multiple of 8):
+// one 16-byte load of the gate and one of the up pre-activations, one 16-byte
+// store of each gradient (moe_dgrad_wgmma.hpp's staged epilogue); returns the
+// eight columns' share of d(topk_weights)[id].
+template <Elem E>
+FT_DEVICE float dgrad_swiglu_backward8(const DgradArgs& p, int id, long long col, const float (&c)[8]) {
+  const long long I = p.n;
+  const long long at = (long long)id * 2 * I + col;
+  alignas(16) u16 gate[8], up[8], dgate[8], dup[8];
+  FT_MEMCPY_ALIGNED(gate, p.gate_up + at, 16);
+  FT_MEMCPY_ALIGNED(up, p.gate_up + at + I, 16);
+  const float scale = p.row_scales ? p.row_scales[id] : 1.0f;
+  float dw = 0.0f;
+  FT_UNROLL for (int j = 0; j < 8; ++j) {
+    const SwigluGrad d = swiglu_grad(c[j], scale, to_f32<E>(gate[j]), to_f32<E>(up[j]));
+    dgate[j] = from_f32<E>(d.dgate);
+    dup[j] = from_f32<E>(d.dup);
+    dw += d.dw;
+  }
+  FT_MEMCPY_ALIGNED(p.d_gate_up + at, dgate, 16);
+  FT_MEMCPY_ALIGNED(p.d_gate_up + at + I, dup, 16);
+  return dw;
 }
 
 // A block's tile of C (both forms): its first sorted row, its expert (a row

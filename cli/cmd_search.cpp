@@ -46,6 +46,7 @@ struct SearchOptions {
   std::string db = "flytune.db";
   bool dry_run = false;
   bool json = false;
+  bool progress = false;  // --progress: progress lines on stderr with --json too
   bool force = false;
   bool graph = false;
   std::string space = "default";
@@ -307,7 +308,7 @@ int run(SearchOptions opt) {
   cfg.in_process = opt.in_process;
   cfg.seed = opt.seed;
   cfg.command_line = opt.command_line;
-  cfg.progress = !opt.json;
+  cfg.progress = !opt.json || opt.progress;
   cfg.targets = opt.targets;
   if (emulate) {
     if (auto st = configure_emulation(opt, cfg); !st) return report_error(st.error());
@@ -404,6 +405,8 @@ Command setup_search(CLI::App& app) {
   sub->add_flag("--force", opt->force, "Measure again what the database already has");
   sub->add_flag("--graph", opt->graph, "Time the whole layer by CUDA/HIP graph replay");
   sub->add_flag("--json", opt->json, "Print the summary as JSON");
+  sub->add_flag("--progress", opt->progress,
+                "Progress and ETA on stderr with --json too (a log of a long search; the JSON stays on stdout)");
   sub->footer(
       "Examples:\n"
       "  flytune search                                  # Mixtral 8x7B on this GPU (a dry run without one)\n"

@@ -55,7 +55,7 @@ search() {  # problem share_s: the summary into $W/search_<problem>.json
   local json=$W/search_$1.json start=$SECONDS limit=$2
   if [ "$limit" -lt 30 ]; then say "search $1: skipped, $limit s left for it"; return 1; fi
   timeout -k 30 "$limit" "$F" search --problem "$1" --pass "$PASS" --tokens "$TOKENS" --db "$W/$1.db" --seed 42 \
-    --graph --allow-missing --budget "$BW_BUDGET" --json "${space[@]}" >"$json" 2>"$W/search_$1.log"
+    --graph --allow-missing --budget "$BW_BUDGET" --json --progress "${space[@]}" >"$json" 2>"$W/search_$1.log"
   local rc=$?
   say "search $1 rc=$rc in $((SECONDS - start)) s (limit $limit s): $(python3 - "$json" <<'EOF' 2>&1 | tail -1
 import json, sys

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "measure/worker/worker_device.hpp"
 #include "search/measurer.hpp"
 #include "search/object_dir.hpp"
+#include "search/progress.hpp"
 #include "search/role_descent.hpp"
 #include "search/steps.hpp"
 #include "search/strategy.hpp"
@@ -116,6 +118,7 @@ Status BackwardRun::compile_and_record() {
   support_path = FT_TRY(write_object(object_dir, support));
 
   std::map<std::string, std::size_t> index;  // name -> configs
+  const auto compile_start = std::chrono::steady_clock::now();
   for (const op::GradRole& role : op::moe_backward().grad) {
     const int mm = op::extent(role.m, pr.hidden, pr.inter), n = op::extent(role.n, pr.hidden, pr.inter);
     std::vector<std::size_t>& mine = by_role.emplace_back();
@@ -136,6 +139,9 @@ Status BackwardRun::compile_and_record() {
       }
       mine.push_back(it->second);
     }
+    if (cfg.progress)
+      fmt::print(stderr, "backward compile {}: {} configurations ({} built so far, {:.0f} s)\n", to_string(role.launch), mine.size(),
+                 configs.size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - compile_start).count());
     if (mine.empty())
       return fail(Errc::invalid_input,
                   fmt::format("--pass backward: no {} configuration of the --space preset fits {} (m = {}, n = {})",
@@ -266,8 +272,14 @@ Result<std::optional<ProgramTiming>> BackwardRun::time(const Program& p, int tok
 Status BackwardRun::bucket(int tokens) {
   const TelemetryReading tele = m->telemetry();
   std::vector<std::optional<ProgramTiming>> timed(programs.size());
+  const auto passed = std::ranges::count_if(programs, [](const Program& p) { return p.passed; });
+  Progress bar(fmt::format("backward time T={}", tokens), std::size_t(passed), cfg.progress);
   for (std::size_t i = 0; i < programs.size(); ++i)
-    if (programs[i].passed) timed[i] = FT_TRY(time(programs[i], tokens, tele));
+    if (programs[i].passed) {
+      timed[i] = FT_TRY(time(programs[i], tokens, tele));
+      bar.advance(timed[i] ? fmt::format("{:.1f} us {}", timed[i]->total.median_us, programs[i].name) : "failed " + programs[i].name);
+    }
+  bar.finish();
   // The program of each role's fastest configuration at T (search/role_descent.hpp),
   // when it is new: configurations that win in several roles (the K-grouped
   // GEMM's two, say) meet in one program, verified and timed like the others.

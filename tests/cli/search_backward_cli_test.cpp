@@ -102,6 +102,24 @@ TEST_P(SearchBackwardBy, RecordsBackwardWinnersAndResumes) {
   EXPECT_EQ(test::measurements(db).size(), 3u);
 }
 
+// --json prints the summary alone; --progress adds the search's lines on stderr (a log of a long
+// backward search: what it compiled, each program's verdict, each timing with the ETA).
+TEST(SearchBackward, ProgressWithJsonOnlyWhenAsked) {
+  test::ScratchDir dir;
+  const std::vector<std::string> quiet = search_args(dir.file("quiet.db"));
+  auto q = run_flytune(quiet);
+  ASSERT_EQ(q.exit_code, 0) << q.output;
+  EXPECT_FALSE(parsed(q).is_discarded());
+  EXPECT_EQ(q.output.find("backward verify"), std::string::npos) << q.output;
+  std::vector<std::string> loud = search_args(dir.file("loud.db"));
+  loud.push_back("--progress");
+  auto l = run_flytune(loud);
+  ASSERT_EQ(l.exit_code, 0) << l.output;
+  for (const char* line : {"backward compile dgrad2: 1 configurations", "backward compile wgrad1", "backward verify ",
+                           "backward time T=1", "backward time T=7"})
+    EXPECT_NE(l.output.find(line), std::string::npos) << line << " in\n" << l.output;
+}
+
 INSTANTIATE_TEST_SUITE_P(SearchBackward, SearchBackwardBy, ::testing::Values("", "--in-process"),
                          [](const auto& info) { return *info.param ? std::string("InProcess") : std::string("Worker"); });
 

@@ -22,7 +22,7 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 #include "generator/atoms.hpp"
 #include "base/error.hpp"

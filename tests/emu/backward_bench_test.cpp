@@ -7,6 +7,7 @@
 // fresh inputs computes no CPU backward (their saved tensors by forward_saved).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 

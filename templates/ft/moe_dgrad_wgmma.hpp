@@ -10,7 +10,7 @@
 // Epilogues as the portable form's: swiglu (dgate, dup into d_gate_up, C h_p
 // summed into d(topk_weights)) or scatter (fp32 atomics into dx[p / k]).
 // The swiglu epilogue goes through shared memory (the ring, no longer read):
-// the fp32 C tile lands row-major, rows padded by kPad floats (as
+// the fp32 C tile lands row-major, rows padded by kPad floats (WgmmaStaged::stage_tile, as
 // moe_kgrouped_wgmma.hpp's), then each thread takes eight neighbouring columns
 // of a row -- one 16-byte load of g and of u, one 16-byte store of dgate and of
 // dup, where the accumulator layout gave 2-byte accesses spread over eight rows
@@ -34,8 +34,7 @@ struct RoutedDgradWgmma : WgmmaStaged<Cfg, false> {
   static constexpr int kChunksPerThread = kChunks / kThreads;
   static_assert(kChunks % kThreads == 0, "every thread copies the same number of chunks");
   static constexpr bool kStaged = Cfg::epilogue == DgradEpilogue::swiglu;
-  // The staged C tile: TM rows of TN + kPad floats (generator/backward_gemm.cpp's lds_bytes says the same).
-  static constexpr int kPad = 8, kCStride = TN + kPad, kCBytes = TM * kCStride * 4;
+  using G::kCStride, G::kCBytes;
   static constexpr int kSmemBytes = kStaged && kCBytes > G::kSmemBytes ? kCBytes : G::kSmemBytes;
   static constexpr int kRowThreads = TN / 8, kRowsPerPass = kThreads / kRowThreads;  // eight columns a thread
   static_assert(kThreads % kRowThreads == 0 && TM % kRowsPerPass == 0, "whole rows per pass, whole passes per tile");
@@ -83,14 +82,7 @@ struct RoutedDgradWgmma : WgmmaStaged<Cfg, false> {
 
   // The swiglu epilogue through shared memory (the header).
   FT_DEVICE void swiglu_epilogue(const DgradArgs& p, const i32* ids, int n0) const {
-    float* staged = reinterpret_cast<float*>(shared_memory());
-    barrier();  // every warpgroup's wgmma have read the ring
-    FT_UNROLL for (int rm = 0; rm < RM; ++rm)
-      FT_UNROLL for (int i = 0; i < TN / 2; i += 2) {  // columns i and i + 1 of a row are neighbours
-        alignas(8) const float two[2] = {this->acc[rm][i], this->acc[rm][i + 1]};
-        FT_MEMCPY_ALIGNED(staged + G::acc_row(rm, i) * kCStride + G::acc_col(i), two, 8);
-      }
-    barrier();
+    float* staged = this->stage_tile();
     const int t = thread_index(), col = t % kRowThreads * 8;
     FT_UNROLL for (int pass = 0; pass < TM / kRowsPerPass; ++pass) {
       const int r = pass * kRowsPerPass + t / kRowThreads, id = ids[r];

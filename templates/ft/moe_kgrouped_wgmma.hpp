@@ -9,7 +9,7 @@
 // A's rows scaled by the routed weight (dW2) are scaled in shared memory by
 // the thread that copied them, once its copies have landed.
 //
-// The epilogue goes through shared memory (the ring, no longer read): the
+// The epilogue goes through shared memory (WgmmaStaged::stage_tile): the
 // accumulators land in a row-major fp32 tile whose rows are padded by kPad
 // floats (a half-warp's 8-byte writes of four rows fall in distinct banks),
 // then every thread stores whole 16-byte chunks of C's rows, so a warp writes
@@ -33,8 +33,7 @@ struct KGroupedWgmma : WgmmaStaged<Cfg, true> {
   static constexpr int kAChunksPerRow = TM / 8, kChunksPerRow = (TM + TN) / 8;  // a k row: A's chunks, then B's
   static constexpr int kChunksPerThread = TK * kChunksPerRow / kThreads;
   static_assert(TK * kChunksPerRow % kThreads == 0, "every thread copies the same number of chunks");
-  // The staged C tile: TM rows of TN + kPad floats (generator/backward_gemm.cpp's lds_bytes says the same).
-  static constexpr int kPad = 8, kCStride = TN + kPad, kCBytes = TM * kCStride * 4;
+  using G::kCStride, G::kCBytes;
   static constexpr int kSmemBytes = G::kSmemBytes > kCBytes ? G::kSmemBytes : kCBytes;
   static constexpr int kCChunksPerThread = TM * TN / 4 / kThreads;
   static_assert(TM * TN / 4 % kThreads == 0, "every thread stores the same number of C's 16-byte chunks");
@@ -100,14 +99,7 @@ struct KGroupedWgmma : WgmmaStaged<Cfg, true> {
 
   // C's tile from the accumulators, through shared memory (the header).
   FT_DEVICE void store(const KGroupedArgs& p, int e, int m0, int n0) const {
-    float* staged = reinterpret_cast<float*>(shared_memory());
-    barrier();  // every warpgroup's wgmma have read the ring
-    FT_UNROLL for (int rm = 0; rm < RM; ++rm)
-      FT_UNROLL for (int i = 0; i < TN / 2; i += 2) {  // columns i and i + 1 of a row are neighbours
-        alignas(8) const float two[2] = {this->acc[rm][i], this->acc[rm][i + 1]};
-        FT_MEMCPY_ALIGNED(staged + G::acc_row(rm, i) * kCStride + G::acc_col(i), two, 8);
-      }
-    barrier();
+    const float* staged = this->stage_tile();
     const long long M = p.m, N = p.n;
     FT_UNROLL for (int j = 0; j < kCChunksPerThread; ++j) {
       const int c = thread_index() + j * kThreads;

@@ -39,6 +39,11 @@ struct WgmmaStaged {
   static_assert(AMn || TK == 64, "a K-major A: one 128-byte swizzled row of 64 values per tile row");
   static_assert(kStages >= 3, "at least two k-slices in flight");
 
+  // The epilogues' staged C tile (moe_kgrouped_wgmma.hpp, moe_dgrad_wgmma.hpp): TM rows of TN + kPad
+  // floats from the window's start (the ring, no longer read); the pad puts a half-warp's 8-byte
+  // writes of four rows in distinct banks (generator/backward_gemm.cpp's lds_bytes says the same).
+  static constexpr int kPad = 8, kCStride = TN + kPad, kCBytes = TM * kCStride * 4;
+
   float acc[RM][TN / 2];
 
   // The 1024-aligned ring in the block's shared window.
@@ -75,6 +80,21 @@ struct WgmmaStaged {
       }
     wgmma_commit();
     FT_UNROLL for (int rm = 0; rm < RM; ++rm) wgmma_fence_operands(acc[rm]);
+  }
+
+  // The accumulators into the staged C tile (row-major, rows kCStride floats
+  // apart) once every warpgroup's wgmma have read the ring; the tile is the
+  // block's to read after the returning barrier.
+  FT_DEVICE float* stage_tile() const {
+    float* staged = reinterpret_cast<float*>(shared_memory());
+    barrier();
+    FT_UNROLL for (int rm = 0; rm < RM; ++rm)
+      FT_UNROLL for (int i = 0; i < TN / 2; i += 2) {  // columns i and i + 1 of a row are neighbours
+        alignas(8) const float two[2] = {acc[rm][i], acc[rm][i + 1]};
+        FT_MEMCPY_ALIGNED(staged + acc_row(rm, i) * kCStride + acc_col(i), two, 8);
+      }
+    barrier();
+    return staged;
   }
 
   // acc += the product over k-slices 0 .. slices - 1 (at least one):

@@ -6,11 +6,16 @@ namespace ft {
 
 // C_e = A_e^T B_e for every expert e, A_e and B_e the rows of the pairs
 // routed to e, through the forward align's sorted ids (docs/TRAINING.md).
+// The output is C in fp32 (c), or, when c16 is non-null, C in the layer's
+// 16-bit element type (c16, each value rounded as from_f32<elem>, c unread):
+// the weight gradient in the weights' type, with no fp32 copy and no cast.
+// Either way every element of [E, m, n] is written (zeros for an expert
+// without rows). c16 is 16-byte aligned, like c.
 struct KGroupedArgs {
   const u16* a;               // rows of m values: [T, m] when a_per_token (a token's row: dY), else [T*k, m] (dH)
   const u16* b;               // rows of n values: [T, n] when b_per_token (X), else [T*k, n] (the intermediate)
   const float* a_scales;      // [T*k] or null: pair p's row of A is multiplied by a_scales[p] (the routed weight)
-  float* c;                   // [E, m, n] fp32, every element written
+  float* c;                   // [E, m, n] fp32, every element written; unused when c16 is non-null
   const i32* sorted_ids;      // [max_padded_rows] the forward's align: pair ids grouped by expert; pad = pairs
   const i32* block_experts;   // [padded_rows / align_block] expert of each row block (nondecreasing)
   const i32* padded_rows;     // [1] rows used in sorted_ids
@@ -22,6 +27,7 @@ struct KGroupedArgs {
   i32 align_block;            // rows per row block of sorted_ids
   i32 a_per_token;            // 1: pair p reads A row p / k; 0: row p
   i32 b_per_token;            // 1: pair p reads B row p / k; 0: row p
+  u16* c16;                   // [E, m, n] in the 16-bit element type, or null: write c (appended)
 };
 
 }  // namespace ft

@@ -6,7 +6,9 @@
 // wrote. Each expert reduces over its own, ragged, number of rows:
 //   dW2_e = (w dY)_e^T inter_e   A = dY (a token's row times the pair's routed weight), B = the intermediate
 //   dW1_e = dH_e^T X_e           A = dH [T*k, 2I] ([dgate; dup]), B = X (a token's row)
-// C is fp32 [E, m, n]; every element is written, zeros for an expert without rows.
+// C is [E, m, n], fp32 (c) or the 16-bit element type (c16, rounded as
+// from_f32<elem>; KGroupedArgs); every element is written, zeros for an
+// expert without rows.
 //
 // Grid: (m / tile_m, n / tile_n, E). A block finds its expert's rows in
 // block_experts (nondecreasing: align lays the experts out in order), then
@@ -96,8 +98,12 @@ struct KGrouped : StagedGemm<Cfg> {
     const long long M = p.m, N = p.n;
     FT_UNROLL for (int rm = 0; rm < Core::RM; ++rm)
       FT_UNROLL for (int rn = 0; rn < Core::RN; ++rn)
-        FT_UNROLL for (int i = 0; i < Core::kCRegs; ++i)
-          p.c[((long long)e * M + m0 + Core::acc_row(rm, i)) * N + n0 + Core::acc_col(rn, i)] = g.core.acc[0][rm][rn][i];
+        FT_UNROLL for (int i = 0; i < Core::kCRegs; ++i) {
+          const long long at = ((long long)e * M + m0 + Core::acc_row(rm, i)) * N + n0 + Core::acc_col(rn, i);
+          const float v = g.core.acc[0][rm][rn][i];
+          if (p.c16) p.c16[at] = from_f32<Cfg::elem>(v);
+          else p.c[at] = v;
+        }
   }
 };
 

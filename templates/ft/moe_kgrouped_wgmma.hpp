@@ -1,7 +1,8 @@
 #pragma once
 // The K-grouped GEMM of the backward's weight gradients on Hopper warpgroups
 // (the wgmma form of moe_kgrouped.hpp, the same arguments and result):
-//   C_e = A_e^T B_e over expert e's ragged rows (sorted ids), C fp32 [E, m, n].
+//   C_e = A_e^T B_e over expert e's ragged rows (sorted ids), C [E, m, n] in
+//   fp32 (c) or the 16-bit element type (c16; KGroupedArgs).
 // Both operands arrive as rows along M (A) and N (B), one row per reduction
 // index, so they go to shared memory as they are -- 16-byte cp.async chunks,
 // no transpose -- MN-major, and the wgmma read them with both transpose
@@ -14,7 +15,8 @@
 // floats (a half-warp's 8-byte writes of four rows fall in distinct banks),
 // then every thread stores whole 16-byte chunks of C's rows, so a warp writes
 // 512 contiguous bytes instead of 32 bytes in each of eight rows (the direct
-// stores measured at a quarter of DRAM bandwidth, docs/HOPPER.md).
+// stores measured at a quarter of DRAM bandwidth, docs/HOPPER.md): 4 fp32
+// values a chunk, or, into c16, 8 values rounded to the 16-bit type.
 //
 // Grid: (m / tile_m, n / tile_n, E). Rows past the expert's end and padding
 // rows are zeros (cp.async with no source bytes); an expert without rows
@@ -37,6 +39,9 @@ struct KGroupedWgmma : WgmmaStaged<Cfg, true> {
   static constexpr int kSmemBytes = G::kSmemBytes > kCBytes ? G::kSmemBytes : kCBytes;
   static constexpr int kCChunksPerThread = TM * TN / 4 / kThreads;
   static_assert(TM * TN / 4 % kThreads == 0, "every thread stores the same number of C's 16-byte chunks");
+  // 16-bit C (c16): 8 values a chunk, TM * TN / 8 chunks (the last round guarded where kThreads does not divide them).
+  static constexpr int kC16Chunks = TM * TN / 8, kC16ChunksPerThread = (kC16Chunks + kThreads - 1) / kThreads;
+  static_assert(TN % 8 == 0, "a 16-bit chunk is 8 values of one row");
 
   // This thread's chunk j of a k-slice: its row r of the slice, whether it is A's, its 16-byte column chunk.
   struct Chunk {
@@ -101,6 +106,20 @@ struct KGroupedWgmma : WgmmaStaged<Cfg, true> {
   FT_DEVICE void store(const KGroupedArgs& p, int e, int m0, int n0) const {
     const float* staged = this->stage_tile();
     const long long M = p.m, N = p.n;
+    if (p.c16) {  // uniform across the grid
+      FT_UNROLL for (int j = 0; j < kC16ChunksPerThread; ++j) {
+        const int c = thread_index() + j * kThreads;
+        if (kC16Chunks % kThreads != 0 && c >= kC16Chunks) continue;
+        const int r = c / (TN / 8), col = c % (TN / 8) * 8;
+        alignas(16) float v[8];
+        FT_MEMCPY_ALIGNED(v, staged + r * kCStride + col, 16);
+        FT_MEMCPY_ALIGNED(v + 4, staged + r * kCStride + col + 4, 16);
+        alignas(16) u16 h[8];
+        FT_UNROLL for (int i = 0; i < 8; ++i) h[i] = from_f32<Cfg::elem>(v[i]);
+        FT_MEMCPY_ALIGNED(p.c16 + ((long long)e * M + m0 + r) * N + n0 + col, h, 16);
+      }
+      return;
+    }
     FT_UNROLL for (int j = 0; j < kCChunksPerThread; ++j) {
       const int c = thread_index() + j * kThreads;
       const int r = c / (TN / 4), col = c % (TN / 4) * 4;

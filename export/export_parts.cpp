@@ -1,6 +1,9 @@
 #include "export/export_parts.hpp"
 
 #include <optional>
+#include <string_view>
+
+#include "generator/version.hpp"
 
 namespace ft::db {
 
@@ -44,6 +47,14 @@ manifest::Bucket bucket_of(const WinnerRow& row, LayerRecipe recipe, LayerProgra
     b.provenance.run = manifest::Provenance::Run{it->second.flytune_version, it->second.git_commit,
                                                  it->second.templates_commit, it->second.hostname};
   b.speedup_vs_default = row.winner.speedup_vs_default;
+  // The KGroupedArgs its wgrad kernels read: this flytune's where the winner's run compiled them
+  // from the same templates, else the struct before c16 (a database an earlier flytune searched
+  // holds kernels that would write fp32 through a null dw1: the runtime refuses dw1_16 for them).
+  if (!b.recipe.grad.empty()) {
+    const std::string_view templates = FLYTUNE_TEMPLATES_COMMIT;
+    const bool same = b.provenance.run && templates != "unknown" && b.provenance.run->templates_commit == templates;
+    b.kgrouped_args_bytes = same ? sizeof(KGroupedArgs) : manifest::kKGroupedArgsBeforeC16;
+  }
   return b;
 }
 

@@ -143,6 +143,7 @@ void bind_operand(KGroupedArgs& k, op::Operand o, void* p) {
     case op::Operand::b: k.b = static_cast<const u16*>(p); return;
     case op::Operand::scales: k.a_scales = static_cast<const float*>(p); return;
     case op::Operand::c: k.c = static_cast<float*>(p); return;
+    case op::Operand::c16: k.c16 = static_cast<u16*>(p); return;
     default: return;
   }
 }

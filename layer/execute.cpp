@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "layer/backward.hpp"
+#include "layer/operation.hpp"
 
 namespace ft {
 namespace {
@@ -69,6 +70,7 @@ Status check_buffers(const LayerProgram& p, const BufferTable& buffers) {
   for (std::size_t i = 0; i < kBufCount; ++i) {
     const Buf b = Buf(i);
     if (buffer_info(b).place == BufPlace::optional || !p.bytes[i] || buffers[i]) continue;
+    if (const auto instead = op::written_instead(b); instead && buffers[std::size_t(*instead)]) continue;  // dw1_16 for dw1
     missing += (missing.empty() ? "" : ", ") + missing_hint(b);
   }
   if (!missing.empty()) return fail(Errc::usage, "null layer buffers: " + missing);

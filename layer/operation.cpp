@@ -55,10 +55,13 @@ constexpr std::array<Stage, 2> kForwardStages{{
      "down GEMM of the intermediate over each expert's rows, into Y's sums or per-slot partials"},
 }};
 
-// The forward's buffers: every row but the backward's, dy .. dw2 (layer/buffers.def:
-// the forward's rows appended after them follow).
-constexpr bool backward_row(std::size_t i) { return i >= std::size_t(Buf::dy) && i <= std::size_t(Buf::dw2); }
-constexpr std::size_t kForwardBufCount = kBufCount - (std::size_t(Buf::dw2) - std::size_t(Buf::dy) + 1);
+// The forward's buffers: every row but the backward's, dy .. dw2 and the 16-bit
+// weight gradients appended later (layer/buffers.def: the forward's rows appended
+// between them follow).
+constexpr bool backward_row(std::size_t i) {
+  return (i >= std::size_t(Buf::dy) && i <= std::size_t(Buf::dw2)) || i == std::size_t(Buf::dw1_16) || i == std::size_t(Buf::dw2_16);
+}
+constexpr std::size_t kForwardBufCount = kBufCount - (std::size_t(Buf::dw2) - std::size_t(Buf::dy) + 1) - 2;
 constexpr std::array<Buf, kForwardBufCount> kForwardBuffers = [] {
   std::array<Buf, kForwardBufCount> b{};
   std::size_t n = 0;
@@ -95,11 +98,13 @@ constexpr std::array<Binding, 6> kDgrad2Operands{{{Operand::a, Buf::dy},
                                                   {Operand::d_gate_up, Buf::d_gate_up},
                                                   {Operand::d_weights, Buf::d_weights}}};
 constexpr std::array<Binding, 3> kDgrad1Operands{{{Operand::a, Buf::d_gate_up}, {Operand::w, Buf::w1}, {Operand::dx, Buf::dx}}};
-constexpr std::array<Binding, 4> kWgrad2Operands{{{Operand::a, Buf::dy},
+constexpr std::array<Binding, 5> kWgrad2Operands{{{Operand::a, Buf::dy},
                                                   {Operand::b, Buf::saved_inter},
                                                   {Operand::scales, Buf::topk_weights},  // the routed rows of dY, w_p dY_t
-                                                  {Operand::c, Buf::dw2}}};
-constexpr std::array<Binding, 3> kWgrad1Operands{{{Operand::a, Buf::d_gate_up}, {Operand::b, Buf::x}, {Operand::c, Buf::dw1}}};
+                                                  {Operand::c, Buf::dw2},
+                                                  {Operand::c16, Buf::dw2_16}}};
+constexpr std::array<Binding, 4> kWgrad1Operands{
+    {{Operand::a, Buf::d_gate_up}, {Operand::b, Buf::x}, {Operand::c, Buf::dw1}, {Operand::c16, Buf::dw1_16}}};
 
 constexpr std::array<GradRole, 4> kBackwardRoles{{
     {Role::dgrad2, BackwardOp::dgrad_swiglu, Extent::hidden, Extent::inter, kDgrad2Operands, true, false, Buf::d_weights,
@@ -114,10 +119,11 @@ constexpr std::array<GradRole, 4> kBackwardRoles{{
 
 // What a backward program may touch: X, the routing, the plain weights, the
 // align's rows and the backward's own rows.
-constexpr std::array<Buf, 17> kBackwardBuffers{
+constexpr std::array<Buf, 19> kBackwardBuffers{
     Buf::x,         Buf::topk_ids,      Buf::topk_weights, Buf::w1,          Buf::w2,        Buf::sorted_ids,
     Buf::block_experts, Buf::padded_rows, Buf::bad_ids,    Buf::dy,          Buf::saved_gate_up, Buf::saved_inter,
-    Buf::d_gate_up, Buf::d_weights,     Buf::dx,           Buf::dw1,         Buf::dw2};
+    Buf::d_gate_up, Buf::d_weights,     Buf::dx,           Buf::dw1,         Buf::dw2,       Buf::dw1_16,
+    Buf::dw2_16};
 // It rebuilds the forward's sorted rows with the support unit's align.
 // Its callers recompute the forward's saved tensors with forward_saved where their forward kept none.
 constexpr std::array<Support, 4> kBackwardSupport{Support::align, Support::align_count, Support::align_scatter,
@@ -166,16 +172,17 @@ std::string_view to_string(Operand o) {
     case Operand::d_gate_up: return "d_gate_up";
     case Operand::d_weights: return "d_weights";
     case Operand::dx: return "dx";
-    case Operand::c: break;
+    case Operand::c: return "c";
+    case Operand::c16: break;
   }
-  return "c";
+  return "c16";
 }
 
 bool is_output(Operand o) { return o >= Operand::d_gate_up; }
 
 bool takes(BackwardOp gemm, Operand o) {
-  const bool wgrad_operand = o == Operand::a || o == Operand::b || o == Operand::scales || o == Operand::c;
-  const bool dgrad_operand = o != Operand::b && o != Operand::c;
+  const bool wgrad_operand = o == Operand::a || o == Operand::b || o == Operand::scales || o == Operand::c || o == Operand::c16;
+  const bool dgrad_operand = o != Operand::b && o != Operand::c && o != Operand::c16;
   return gemm == BackwardOp::wgrad ? wgrad_operand : dgrad_operand;
 }
 
@@ -192,6 +199,25 @@ std::vector<Buf> GradRole::writes() const {
   for (const Binding& b : operands)
     if (is_output(b.operand)) out.push_back(b.buffer);
   return out;
+}
+
+std::optional<Buf> written_instead(Buf b) {
+  for (const GradRole& g : kBackwardRoles) {
+    const auto bound = [&](Operand o) -> std::optional<Buf> {
+      for (const Binding& x : g.operands)
+        if (x.operand == o) return x.buffer;
+      return std::nullopt;
+    };
+    if (bound(Operand::c) == b) return bound(Operand::c16);
+  }
+  return std::nullopt;
+}
+
+bool stands_in(Buf b) {
+  for (const GradRole& g : kBackwardRoles)
+    for (const Binding& x : g.operands)
+      if (x.operand == Operand::c16 && x.buffer == b) return true;
+  return false;
 }
 
 int extent(Extent e, int hidden, int inter) {

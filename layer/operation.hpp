@@ -97,12 +97,13 @@ enum class Operand : std::uint8_t {
   d_gate_up,  // written, dgrad: [dgate; dup]
   d_weights,  // added into, dgrad: d(topk_weights)
   dx,         // added into, dgrad: dX (the scatter)
-  c,          // written, wgrad: C_e
+  c,          // written, wgrad: C_e in fp32
+  c16,        // written instead of c when bound, wgrad: C_e in the 16-bit type (KGroupedArgs::c16)
 };
 std::string_view to_string(Operand o);
 // Whether the kernel writes (or adds into) what it is bound to.
 bool is_output(Operand o);
-// Whether a GEMM's argument struct has the pointer (wgrad: a, b, scales, c;
+// Whether a GEMM's argument struct has the pointer (wgrad: a, b, scales, c, c16;
 // dgrad: the others; the swiglu and scatter epilogues share the struct).
 bool takes(BackwardOp gemm, Operand o);
 
@@ -167,6 +168,13 @@ struct RoleKernel {
 std::vector<RoleKernel> role_kernels(const LayerRecipe& r);
 // The operation a recipe is of: the backward's when it holds backward roles.
 const Operation& operation_of(const LayerRecipe& r);
+
+// The buffer a backward role writes instead of `b` when the caller binds it
+// (a wgrad role's c16 for its c: dw1_16 for dw1, dw2_16 for dw2), or none: a
+// program needs `b` only where that one is not given (check_buffers).
+std::optional<Buf> written_instead(Buf b);
+// Whether `b` is one of those (dw1_16, dw2_16): a program needs it only where the caller asks for it.
+bool stands_in(Buf b);
 
 // Every operation, the forward MoE layer first, then its backward.
 std::span<const Operation* const> operations();

@@ -173,6 +173,8 @@ struct StepArgs : MoeArgs {
   float* dx;
   float* dw1;
   float* dw2;
+  u16* dw1_16;
+  u16* dw2_16;
 };
 
 // A backward stage of a recipe: the backward GEMM configuration that runs in

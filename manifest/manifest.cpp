@@ -67,6 +67,7 @@ json encode_bucket(const Bucket& b) {
                    {"weight_in_stage1", c1.weight_in_stage1},
                    {"weights", {{"w1", std::string(to_string(c1.weights))}, {"w2", std::string(to_string(c2.weights))}}}});
   }
+  else bucket["kgrouped_args_bytes"] = b.kgrouped_args_bytes;  // the backward's wgrad kernels' struct
   if (b.speedup_vs_default) bucket["speedup_vs_default"] = *b.speedup_vs_default;
   return bucket;
 }
@@ -196,6 +197,7 @@ Result<Bucket> decode_bucket(const json& bj, const Manifest& m, const ProblemEnt
                                          pv->value("templates_commit", std::string()), pv->value("hostname", std::string())};
   }
   if (bj.contains("speedup_vs_default")) b.speedup_vs_default = bj.at("speedup_vs_default").get<double>();
+  if (!op.grad.empty()) b.kgrouped_args_bytes = bj.value("kgrouped_args_bytes", kKGroupedArgsBeforeC16);
   return b;
 }
 

@@ -86,6 +86,10 @@ struct Provenance {
   std::optional<Run> run;  // the run's record, where the database holds it
 };
 
+// KGroupedArgs' size before c16 was appended: kernels of such an export never write 16-bit dW.
+inline constexpr std::size_t kKGroupedArgsBeforeC16 = 88;
+static_assert(offsetof(KGroupedArgs, c16) == kKGroupedArgsBeforeC16, "c16 is the first field after those 88 bytes");
+
 // One tuned bucket: the layer winner's stage variants (the recipe) and the
 // program the layer program builds from them at `tokens`. A backward bucket
 // (ProblemEntry::backward) holds a backward recipe (LayerRecipe::grad: a
@@ -100,6 +104,10 @@ struct Bucket {
   Timing time_us;
   Provenance provenance;
   std::optional<double> speedup_vs_default;
+  // A backward bucket: the bytes of ft::KGroupedArgs its wgrad kernels were
+  // built with ("kgrouped_args_bytes"; an export without it predates
+  // KGroupedArgs::c16, kKGroupedArgsBeforeC16): what they read of the struct.
+  std::size_t kgrouped_args_bytes = kKGroupedArgsBeforeC16;
 };
 
 struct ProblemEntry {

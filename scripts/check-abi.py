@@ -7,10 +7,11 @@ Checks, one line per problem, exit 1 on any:
                names it (a name, else a pattern, as ld picks); the ft_ names are exactly the header's
                functions (not its inline wrappers) and the unsized launch calls of the headers before ABI 1
   abidiff      abidiff against the committed baseline (tests/abi/libflytune_runtime.abi, abidw output)
-               finds no change but added functions and fields appended to ft_layer_buffers
+               finds no change but added functions and fields appended to ft_layer_buffers or ft_layer_grads
                (tests/abi/abidiff.supp)
-  buffers      ft_layer_buffers of the baseline is a prefix of today's: the same members, offsets and
-               types, in order (what the suppression lets through is exactly growth at the end)
+  buffers      ft_layer_buffers and ft_layer_grads of the baseline are prefixes of today's: the same
+               members, offsets and types, in order (what the suppressions let through is exactly growth
+               at the end)
 
 --self-test edits copies of the baseline and shows each mutant is caught: a removed function, a field
 inserted in the middle, a field's type changed, the last field removed, a map that does not name the
@@ -31,6 +32,8 @@ import xml.etree.ElementTree as ET
 
 PROG = "check-abi"
 STRUCT = "ft_layer_buffers"
+# The structs a caller fills and passes with its size: each may only grow at its end.
+SIZED_STRUCTS = (STRUCT, "ft_layer_grads")
 # The unsized launch calls kept for programs built against a header before ABI 1 (runtime/src/c_api_abi0.cpp).
 LEGACY = {"ft_plan_launch", "ft_plan_launch_checked", "ft_plan_reference"}
 
@@ -149,8 +152,8 @@ def abidw(library: str, include: str, supp: str, out: str) -> None:
         raise SetupError(f"abidw {library}: {r.stderr.strip()}")
 
 
-def members(xml_path: str) -> list[tuple[str, str, str]] | None:
-    """(name, offset in bits, type name) of each member of ft_layer_buffers in an abidw file."""
+def members(xml_path: str, struct: str = STRUCT) -> list[tuple[str, str, str]] | None:
+    """(name, offset in bits, type name) of each member of `struct` (ft_layer_buffers) in an abidw file."""
     root = ET.parse(xml_path).getroot()
     names: dict[str, str] = {}
     nodes: dict[str, ET.Element] = {}
@@ -175,7 +178,7 @@ def members(xml_path: str) -> list[tuple[str, str, str]] | None:
         return n
 
     for c in root.iter("class-decl"):
-        if c.attrib.get("name") == STRUCT and c.attrib.get("is-declaration-only") != "yes":
+        if c.attrib.get("name") == struct and c.attrib.get("is-declaration-only") != "yes":
             out = []
             for m in c.findall("data-member"):
                 v = m.find("var-decl")
@@ -197,18 +200,19 @@ def check_abi(library: str, source_dir: str, baseline: str, scratch: str) -> lis
         report = "\n".join("    " + line for line in r.stdout.strip().splitlines())
         out.append(f"abidiff: an ABI change against {os.path.relpath(baseline, source_dir) if baseline.startswith(source_dir) else baseline} "
                    f"(exit {r.returncode}):\n{report}")
-    old, new = members(baseline), members(current)
-    if old is None:
-        out.append(f"buffers: the baseline has no {STRUCT}")
-    elif new is None:
-        out.append(f"buffers: the library has no {STRUCT}")
-    elif new[: len(old)] != old:
-        for i, (a, b) in enumerate(zip(old, new + [None] * len(old))):
-            if a != b:
-                out.append(f"buffers: {STRUCT} member {i} was {a[0]} ({a[2]} at bit {a[1]}), is "
-                           + (f"{b[0]} ({b[2]} at bit {b[1]})" if b else "gone")
-                           + ": members may only be appended")
-                break
+    for struct in SIZED_STRUCTS:
+        old, new = members(baseline, struct), members(current, struct)
+        if old is None:
+            out.append(f"buffers: the baseline has no {struct}")
+        elif new is None:
+            out.append(f"buffers: the library has no {struct}")
+        elif new[: len(old)] != old:
+            for i, (a, b) in enumerate(zip(old, new + [None] * len(old))):
+                if a != b:
+                    out.append(f"buffers: {struct} member {i} was {a[0]} ({a[2]} at bit {a[1]}), is "
+                               + (f"{b[0]} ({b[2]} at bit {b[1]})" if b else "gone")
+                               + ": members may only be appended")
+                    break
     return out
 
 

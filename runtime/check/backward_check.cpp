@@ -157,6 +157,27 @@ CheckRow check_backward_one(ft_runtime* rt, ProblemWeights& weights, const std::
     if (ft_runtime_download(rt, got.data(), p, got.size() * 4) != FT_OK) return failed("download");
     v.add(name, compare_values(got, *want, tolerance_for(d)));
   }
+  // The weight gradients in the weights' type (ft_layer_grads' dw1_16, dw2_16) from a second launch,
+  // dw1 and dw2 null, the 16-bit outputs poisoned: every element written, within the 16-bit bounds.
+  // An export whose kernels predate them refuses the call (FT_ERR_NOT_FOUND): only fp32 is checked.
+  void* dw1_16 = mem.get(E * 2 * I * H * 2);
+  void* dw2_16 = mem.get(E * H * I * 2);
+  if (!dw1_16 || !dw2_16) return failed("alloc");
+  ft_layer_grads g16 = g;
+  g16.dw1 = nullptr, g16.dw2 = nullptr, g16.dw1_16 = dw1_16, g16.dw2_16 = dw2_16;
+  for (auto [p, bytes] : {std::pair<void*, std::size_t>{dx, T * H * 4}, {dw1_16, E * 2 * I * H * 2}, {dw2_16, E * H * I * 2},
+                          {dtw, T * k * 4}, {g.workspace, workspace_bytes}})
+    if (!poison(rt, p, bytes)) return failed("poison");
+  const int launched = ft_plan_backward_launch(plan, &g16, nullptr);
+  if (launched != FT_OK && launched != FT_ERR_NOT_FOUND) return failed("launch (16-bit dW)");
+  if (launched == FT_OK) {
+    if (ft_runtime_synchronize(rt, nullptr) != FT_OK) return failed("sync");
+    for (auto [name, p, want] : {std::tuple{"dw1_16", dw1_16, &ref.dw1}, {"dw2_16", dw2_16, &ref.dw2}}) {
+      bits.resize(want->size());
+      if (ft_runtime_download(rt, bits.data(), p, bits.size() * 2) != FT_OK) return failed("download");
+      v.add(name, compare_output(bits, *want, d));
+    }
+  }
   v.into(row);
   return row;
 }

@@ -41,7 +41,7 @@ typedef struct ft_plan ft_plan;
  * was added within it). A caller may check ft_runtime_abi_version() at start:
  * the same major and a minor at least its own. */
 #define FT_RUNTIME_ABI_MAJOR 1
-#define FT_RUNTIME_ABI_MINOR 1
+#define FT_RUNTIME_ABI_MINOR 2
 #define FT_RUNTIME_ABI_VERSION ((FT_RUNTIME_ABI_MAJOR << 16) | FT_RUNTIME_ABI_MINOR)
 /* The library's FT_RUNTIME_ABI_VERSION (it may be newer than the header's). */
 uint32_t ft_runtime_abi_version(void);
@@ -303,7 +303,8 @@ const char* ft_plan_coverage_note(const ft_plan* plan);
  * --pass backward|both holds, per problem, backward buckets beside the
  * forward's; a plan then carries the backward program for its T (from the
  * smallest backward bucket >= T, else the largest). It reads what the forward
- * read and saved, and dL/dy; it writes fp32 gradients. The caller's struct
+ * read and saved, and dL/dy; it writes fp32 gradients (dW1 and dW2 in the
+ * forward's dtype instead where dw1_16 / dw2_16 are given). The caller's struct
  * reaches the library with its size, like ft_layer_buffers (fields are only
  * appended; zero-initialise it). */
 typedef struct ft_layer_grads {
@@ -322,6 +323,13 @@ typedef struct ft_layer_grads {
   void* workspace;            /* ft_plan_backward_workspace_bytes of it, 256-byte aligned; the runtime carves it */
   size_t workspace_bytes;     /* its size */
   int32_t* bad_ids;           /* optional [1]: the count of topk_ids outside [-1, experts) */
+  /* ABI 1.2: the weight gradients in the forward's dtype (bf16/f16), rounded from the
+   * fp32 accumulators once, with no fp32 copy and no cast pass. Where one is non-null
+   * the backward writes it (every element) instead of dw1 (dw2), which may then be
+   * NULL; NULL keeps the fp32 output. 16-byte aligned. FT_ERR_NOT_FOUND where the
+   * export's backward kernels predate them (an earlier flytune compiled them). */
+  void* dw1_16;               /* [experts, 2*inter, hidden] 16-bit out: dL/dw1 */
+  void* dw2_16;               /* [experts, hidden, inter] 16-bit out: dL/dw2 */
 } ft_layer_grads;
 
 /* 1 where the plan has a backward (the export holds one for its problem), else 0. */

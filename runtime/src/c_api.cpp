@@ -163,9 +163,11 @@ ft::Result<ft::rt::LayerBuffers> buffers_of(const ft_layer_buffers* buffers, std
   return by_row_names<ft::rt::LayerBuffers>(FT_TRY(sized_struct(buffers, size, kFirstBuffersBytes, "ft_layer_buffers")));
 }
 
-// The first release of ft_layer_grads: every field through bad_ids.
-constexpr std::size_t kFirstGradsBytes = sizeof(ft_layer_grads);
+// The first release of ft_layer_grads: every field through bad_ids (ABI 1.2 appended dw1_16, dw2_16;
+// a caller of the earlier header passes 120 bytes, and they read as NULL: the fp32 outputs).
+constexpr std::size_t kFirstGradsBytes = offsetof(ft_layer_grads, dw1_16);
 static_assert(kFirstGradsBytes == 120, "ft_layer_grads' first release: 15 fields; append new ones");
+static_assert(sizeof(ft_layer_grads) == 136, "ft_layer_grads of ABI 1.2: 17 fields");
 
 ft::Result<ft::rt::GradBuffers> grads_of(const ft_layer_grads* grads, std::size_t size) {
   const ft_layer_grads g = FT_TRY(sized_struct(grads, size, kFirstGradsBytes, "ft_layer_grads"));

@@ -159,6 +159,7 @@ struct GradBuffers {
   DevicePtr workspace = 0;
   std::size_t workspace_bytes = 0;
   DevicePtr bad_ids = 0;  // optional [1] int32
+  DevicePtr dw1_16 = 0, dw2_16 = 0;  // optional: dW1, dW2 in the weights' 16-bit type, written instead of dw1, dw2
 };
 
 // The caller's pointers of a launch (LayerBuffers, GradBuffers) as a table:

@@ -112,6 +112,9 @@ TEST(BackwardExport, SearchBothExportsAndPassesCheckExportAndAMutantRuntimeFails
   EXPECT_EQ(bw["buckets"][0]["tokens"], 1);
   EXPECT_EQ(bw["buckets"][1]["tokens"], 9);
   EXPECT_TRUE(bw["buckets"][1]["stages"].contains("wgrad1"));
+  // Searched and exported by this flytune: its wgrad kernels take KGroupedArgs with c16, so
+  // check-export's backward rows also launched with dw1_16, dw2_16 (the runtime allows it).
+  for (const json& b : bw["buckets"]) EXPECT_EQ(b["kgrouped_args_bytes"], 96) << b["tokens"];
 
   auto r = run_flytune({"check-export", e.dir, "--emulate", "--tokens", "1,5,9,13"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -211,6 +214,8 @@ TEST(BackwardExport, CApiRefusesWithOneLineAndWithoutABackward) {
   GradCall call(o.rt, plan);
   ASSERT_EQ(ft_plan_backward_saved(plan, &call.g, nullptr), FT_OK) << ft_runtime_last_error(o.rt);
   ASSERT_EQ(ft_plan_backward_launch(plan, &call.g, nullptr), FT_OK) << ft_runtime_last_error(o.rt);
+  // A caller of the ABI 1.1 header passes 120 bytes, without dw1_16 and dw2_16: the fp32 weight gradients.
+  EXPECT_EQ(ft_plan_backward_launch_sized(plan, &call.g, 120, nullptr), FT_OK) << ft_runtime_last_error(o.rt);
   const std::vector<Refusal> cases{
       {"a short struct", [](const ft_plan* p, ft_layer_grads g) { return ft_plan_backward_launch_sized(p, &g, 64, nullptr); },
        FT_ERR_ARGUMENT, "ft_layer_grads of 64 bytes: not a size of this struct"},
@@ -243,6 +248,12 @@ TEST(BackwardExport, CApiRefusesWithOneLineAndWithoutABackward) {
          return ft_plan_backward_launch(p, &g, nullptr);
        },
        FT_ERR_ARGUMENT, "the backward's workspace holds"},
+      {"16-bit dW from kernels that predate them",  // the committed database's: an earlier flytune compiled them
+       [](const ft_plan* p, ft_layer_grads g) {
+         g.dw1_16 = g.dw1, g.dw2_16 = g.dw2, g.dw1 = nullptr, g.dw2 = nullptr;
+         return ft_plan_backward_launch(p, &g, nullptr);
+       },
+       FT_ERR_NOT_FOUND, "the export's backward kernels predate the 16-bit weight gradients (dw1_16, dw2_16)"},
       {"saved without x",
        [](const ft_plan* p, ft_layer_grads g) {
          g.x = nullptr;

@@ -7,9 +7,10 @@
 // dgrad_test.cpp. The layer: E = 4, H = I = 64, top-2, an expert without
 // tokens, every fifth slot -1; T = 1, 7, 33. gfx942 bf16 (mfma, 256 threads)
 // and sm_90a f16 (mma.sync, warps of 32), one configuration per role, the
-// ones the dgrad and K-grouped tests compile. Mutants must fail: dgrad1 reading
-// the saved pre-activations instead of their gradients, a wgrad step or a
-// clear left out.
+// ones the dgrad and K-grouped tests compile. The same with the 16-bit weight
+// gradients bound (dw1_16, dw2_16) and dw1, dw2 null. Mutants must fail: dgrad1
+// reading the saved pre-activations instead of their gradients, a wgrad step
+// (also with 16-bit dW) or a clear left out.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,6 +70,7 @@ struct Mutation {
 // What the program left in the buffers its roles write.
 struct Outputs {
   std::map<Buf, std::vector<float>> fp32;
+  std::map<Buf, std::vector<std::uint16_t>> h16;  // the 16-bit weight gradients, where bound
   std::vector<std::uint16_t> d_gate_up;
 };
 
@@ -94,7 +96,8 @@ Result<DeviceBuffer> input(Device& dev, Buf b, const Gradients& g, std::uint64_t
   return out;
 }
 
-Result<Outputs> run_backward(const BCase& c, const Gradients& g, const Mutation& m = {}) {
+// half: the 16-bit weight gradients (dw1_16, dw2_16) bound, dw1 and dw2 null; else the fp32 ones.
+Result<Outputs> run_backward(const BCase& c, const Gradients& g, const Mutation& m = {}, bool half = false) {
   const LayerRecipe r = recipe_for(c, g.w.problem);
   LayerProgram prog = FT_TRY(build_backward_program(r, g.w.tokens));
   if (!m.skip.empty()) {
@@ -117,6 +120,7 @@ Result<Outputs> run_backward(const BCase& c, const Gradients& g, const Mutation&
   BufferTable table{};
   for (std::size_t i = 0; i < kBufCount; ++i) {
     if (!prog.bytes[i]) continue;
+    if (half ? op::written_instead(Buf(i)).has_value() : op::stands_in(Buf(i))) continue;
     DeviceBuffer b = FT_TRY(input(dev, Buf(i), g, prog.bytes[i]));
     if (b.bytes() < prog.bytes[i]) return fail(Errc::internal, fmt::format("{}: {} bytes for {}", to_string(Buf(i)), b.bytes(), prog.bytes[i]));
     table[i] = b.ptr();
@@ -137,9 +141,16 @@ Result<Outputs> run_backward(const BCase& c, const Gradients& g, const Mutation&
 
   Outputs out;
   for (Buf b : {Buf::d_weights, Buf::dx, Buf::dw1, Buf::dw2}) {
+    if (!at(table, b)) continue;
     std::vector<float> v(prog.bytes[std::size_t(b)] / 4);
     FT_CHECK(dev.copy_to_host(v.data(), at(table, b), v.size() * 4));
     out.fp32[b] = std::move(v);
+  }
+  for (Buf b : {Buf::dw1_16, Buf::dw2_16}) {
+    if (!at(table, b)) continue;
+    std::vector<std::uint16_t> v(prog.bytes[std::size_t(b)] / 2);
+    FT_CHECK(dev.copy_to_host(v.data(), at(table, b), v.size() * 2));
+    out.h16[b] = std::move(v);
   }
   out.d_gate_up.resize(prog.bytes[std::size_t(Buf::d_gate_up)] / 2);
   FT_CHECK(dev.copy_to_host(out.d_gate_up.data(), at(table, Buf::d_gate_up), out.d_gate_up.size() * 2));
@@ -156,8 +167,13 @@ Checked check(const Outputs& o, const Gradients& g) {
   Checked c;
   for (const op::GradRole& row : op::moe_backward().grad)
     for (Buf b : row.writes()) {
+      if (const auto h = o.h16.find(b); h != o.h16.end()) {  // dw1_16, dw2_16 where bound
+        c.by_buffer[b] = compare_output(h->second, reference_gradient(b, g.ref), d);
+        continue;
+      }
       if (b != Buf::d_gate_up) {
-        c.by_buffer[b] = compare_values(o.fp32.at(b), reference_gradient(b, g.ref), tolerance_for(d));
+        if (const auto f = o.fp32.find(b); f != o.fp32.end())  // dw1, dw2: unbound where their 16-bit rows are
+          c.by_buffer[b] = compare_values(f->second, reference_gradient(b, g.ref), tolerance_for(d));
         continue;
       }
       const RoutedCheck rc = check_d_gate_up(o.d_gate_up, g.ref.d_gate_up, g.w.topk_ids, g.w.problem);
@@ -187,6 +203,22 @@ TEST_P(EmuBackwardProgram, GradientsMatchTheBackwardReference) {
   }
 }
 
+// The same program with the weight gradients in the weights' type (ft_layer_grads' dw1_16, dw2_16):
+// dw1 and dw2 null (check_buffers takes the 16-bit ones for them), every 16-bit element written.
+TEST_P(EmuBackwardProgram, SixteenBitWeightGradientsMatchTheBackwardReference) {
+  const BCase& c = GetParam();
+  for (int tokens : {1, 33}) {
+    const Gradients g = layer(c, tokens);
+    auto out = run_backward(c, g, {}, true);
+    ASSERT_TRUE(out) << out.error().describe();
+    const Checked r = check(*out, g);
+    EXPECT_EQ(r.by_buffer.size(), 5u) << "d_gate_up, d_weights, dx, dw2_16, dw1_16";
+    EXPECT_TRUE(r.by_buffer.contains(Buf::dw1_16) && r.by_buffer.contains(Buf::dw2_16));
+    for (const auto& [b, cmp] : r.by_buffer) EXPECT_TRUE(cmp.passed) << c.label << " T=" << tokens << " " << to_string(b) << ": " << cmp.summary();
+    EXPECT_EQ(r.unrouted_written, 0u) << "T=" << tokens;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Targets, EmuBackwardProgram, testing::ValuesIn(kCases),
                          [](const testing::TestParamInfo<BCase>& i) { return std::string(i.param.label); });
 
@@ -196,11 +228,13 @@ struct Mutant {
   Mutation mutation;
   std::vector<Buf> fails;
   bool poisoned;  // the broken buffers keep NaNs everywhere (else: finite and far off)
+  bool half = false;  // with the 16-bit weight gradients bound
 };
 
 const Mutant kMutants[] = {
     {"dgrad1_reads_the_saved_pre_activations", {"", "dgrad1", Buf::d_gate_up, Buf::saved_gate_up}, {Buf::dx}, false},
     {"wgrad2_left_out", {"wgrad2", "", Buf::d_gate_up, Buf::d_gate_up}, {Buf::dw2}, true},
+    {"wgrad1_left_out_16", {"wgrad1", "", Buf::d_gate_up, Buf::d_gate_up}, {Buf::dw1_16}, true, true},
     {"clear_dx_left_out", {"clear_dx", "", Buf::d_gate_up, Buf::d_gate_up}, {Buf::dx}, true},
 };
 
@@ -210,7 +244,7 @@ TEST_P(EmuBackwardProgramMutant, FailsWhereItIsBroken) {
   const Mutant& m = GetParam();
   for (int tokens : {7, 33}) {
     const Gradients g = layer(kCases[0], tokens);
-    auto out = run_backward(kCases[0], g, m.mutation);
+    auto out = run_backward(kCases[0], g, m.mutation, m.half);
     ASSERT_TRUE(out) << out.error().describe();
     const Checked r = check(*out, g);
     for (const auto& [b, cmp] : r.by_buffer) {

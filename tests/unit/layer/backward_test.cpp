@@ -72,7 +72,7 @@ LayerRecipe recipe_of(const Row& row) {
 
 const std::set<std::string> kAll{"x",          "topk_ids",      "topk_weights", "w1",      "w2",        "sorted_ids",
                                  "block_experts", "padded_rows", "bad_ids",      "dy",      "saved_gate_up", "saved_inter",
-                                 "d_gate_up",  "d_weights",     "dx",           "dw1",     "dw2"};
+                                 "d_gate_up",  "d_weights",     "dx",           "dw1",     "dw2", "dw1_16", "dw2_16"};
 const std::vector<Cfg> kGfx942Roles{{Role::dgrad2, 32, 64, 32, 2, 2, 2},
                                     {Role::dgrad1, 64, 64, 32, 2, 2, 2},
                                     {Role::wgrad2, 64, 64, 32, 2, 2, 1},
@@ -106,12 +106,12 @@ const Row kRows[] = {
      {2},
      {{2, 1, 1, 128, 15360}, {2, 2, 4, 128, 6144}},
      {"topk_ids", "topk_weights", "w2", "sorted_ids", "block_experts", "padded_rows", "bad_ids", "dy", "saved_gate_up",
-      "saved_inter", "d_gate_up", "d_weights", "dw2"}},
+      "saved_inter", "d_gate_up", "d_weights", "dw2", "dw2_16"}},
     {"gfx942_T33_wgrad1", "gfx942", "mfma_f32_16x16x16_bf16", 8, 1024, 512, 2, 33, {kGfx942Roles[3]}, 16, 192,
      {"align", "wgrad1"},
      {},
      {{16, 8, 8, 256, 30720}},
-     {"x", "topk_ids", "sorted_ids", "block_experts", "padded_rows", "bad_ids", "d_gate_up", "dw1"}},
+     {"x", "topk_ids", "sorted_ids", "block_experts", "padded_rows", "bad_ids", "d_gate_up", "dw1", "dw1_16"}},
 };
 
 // Distinct fake addresses per buffer, and back.
@@ -140,7 +140,7 @@ Decoded decode(Role role, const std::vector<std::byte>& raw) {
     KGroupedArgs k{};
     std::memcpy(&k, raw.data(), sizeof k);
     d.pointers = {{"a", buffer_at(k.a)}, {"b", buffer_at(k.b)}, {"a_scales", buffer_at(k.a_scales)}, {"c", buffer_at(k.c)},
-                  {"sorted_ids", buffer_at(k.sorted_ids)}, {"block_experts", buffer_at(k.block_experts)},
+                  {"c16", buffer_at(k.c16)}, {"sorted_ids", buffer_at(k.sorted_ids)}, {"block_experts", buffer_at(k.block_experts)},
                   {"padded_rows", buffer_at(k.padded_rows)}};
     d.scalars = {{"pairs", k.pairs}, {"topk", k.topk}, {"m", k.m}, {"n", k.n}, {"experts", k.experts},
                  {"align_block", k.align_block}, {"a_per_token", k.a_per_token}, {"b_per_token", k.b_per_token}};
@@ -178,8 +178,8 @@ std::map<std::string, std::string> expected_pointers(Role r) {
       e = {{"a", "d_gate_up"}, {"w", "w1"}, {"row_scales", "null"}, {"gate_up", "null"}, {"d_gate_up", "null"},
            {"d_weights", "null"}, {"dx", "dx"}};
       break;
-    case Role::wgrad2: e = {{"a", "dy"}, {"b", "saved_inter"}, {"a_scales", "topk_weights"}, {"c", "dw2"}}; break;
-    default: e = {{"a", "d_gate_up"}, {"b", "x"}, {"a_scales", "null"}, {"c", "dw1"}}; break;
+    case Role::wgrad2: e = {{"a", "dy"}, {"b", "saved_inter"}, {"a_scales", "topk_weights"}, {"c", "dw2"}, {"c16", "dw2_16"}}; break;
+    default: e = {{"a", "d_gate_up"}, {"b", "x"}, {"a_scales", "null"}, {"c", "dw1"}, {"c16", "dw1_16"}}; break;
   }
   e.insert(rows.begin(), rows.end());
   return e;
@@ -299,11 +299,32 @@ TEST(BackwardProgram, BuffersHoldTheirTensors) {
       {Buf::w2, E * H * I * 2},      {Buf::sorted_ids, 1216 * 4},           {Buf::block_experts, 1216 / 64 * 4},
       {Buf::dy, T * H * 2},          {Buf::saved_gate_up, T * k * 2 * I * 2}, {Buf::saved_inter, T * k * I * 2},
       {Buf::d_gate_up, T * k * 2 * I * 2}, {Buf::d_weights, T * k * 4},     {Buf::dx, T * H * 4},
-      {Buf::dw1, E * 2 * I * H * 4}, {Buf::dw2, E * H * I * 4}};
+      {Buf::dw1, E * 2 * I * H * 4}, {Buf::dw2, E * H * I * 4}, {Buf::dw1_16, E * 2 * I * H * 2}, {Buf::dw2_16, E * H * I * 2}};
   for (const auto& [b, bytes] : want) EXPECT_EQ(prog->bytes[std::size_t(b)], bytes) << to_string(b);
   // Its workspace is the sorted rows and d_gate_up, carved as the runtime carves a forward's.
   const WorkspacePlacement w = workspace_placement(*prog);
   EXPECT_EQ(w.total, 1216 * 4 + 256 + 256 + T * k * 2 * I * 2);  // sorted_ids, block_experts and padded_rows rounded to 256
+}
+
+// dw1_16 (dw2_16) stands in for dw1 (dw2): a launch given the 16-bit one needs
+// no fp32 one, and one given neither is refused by the fp32 name.
+TEST(BackwardProgram, SixteenBitWeightGradientsStandInForTheFp32Ones) {
+  const Row& row = kRows[0];
+  auto prog = build_backward_program(recipe_of(row), row.tokens);
+  ASSERT_TRUE(prog) << prog.error().describe();
+  BufferTable t = fake_table();
+  at(t, Buf::dw1) = 0;
+  at(t, Buf::dw2) = 0;
+  EXPECT_TRUE(check_buffers(*prog, t));
+  at(t, Buf::dw2_16) = 0;
+  const Status s = check_buffers(*prog, t);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().message, "null layer buffers: dw2");
+  at(t, Buf::dw2) = fake_table()[std::size_t(Buf::dw2)];
+  at(t, Buf::dw1_16) = 0;
+  const Status s1 = check_buffers(*prog, t);
+  ASSERT_FALSE(s1);
+  EXPECT_EQ(s1.error().message, "null layer buffers: dw1");
 }
 
 // A recipe the backward refuses, with its line.

@@ -38,9 +38,9 @@ TEST(Operation, TheForwardLayerIsTheFirstRowWithBothStagesInOrder) {
   EXPECT_EQ(f.find_stage("stage3"), nullptr);
   EXPECT_TRUE(f.grad.empty());
   EXPECT_TRUE(f.host_reference.empty()) << "its references are the stages' support kernels";
-  const std::size_t backward_rows = std::size_t(Buf::dw2) - std::size_t(Buf::dy) + 1;
+  const std::size_t backward_rows = std::size_t(Buf::dw2) - std::size_t(Buf::dy) + 1 + 2;  // and dw1_16, dw2_16
   EXPECT_EQ(f.buffers.size(), kBufCount - backward_rows) << "every row but the backward's";
-  for (Buf b : f.buffers) EXPECT_TRUE(b < Buf::dy || b > Buf::dw2) << to_string(b);
+  for (Buf b : f.buffers) EXPECT_TRUE((b < Buf::dy || b > Buf::dw2) && !op::stands_in(b)) << to_string(b);
   EXPECT_NE(std::ranges::find(f.buffers, Buf::inter_scale), f.buffers.end()) << "a forward row appended after the backward's";
   EXPECT_EQ(f.support.size(), std::size_t(Support::forward_saved)) << "every row but the backward's forward_saved";
   EXPECT_EQ(f.build, &build_program);
@@ -70,8 +70,8 @@ TEST(Operation, TheBackwardIsTheSecondRowWithItsFourRolesInOrder) {
   const Want want[] = {
       {Role::dgrad2, BackwardOp::dgrad_swiglu, 1024, 512, Buf::d_weights, {Buf::d_gate_up, Buf::d_weights}},
       {Role::dgrad1, BackwardOp::dgrad_scatter, 1024, 1024, Buf::dx, {Buf::dx}},
-      {Role::wgrad2, BackwardOp::wgrad, 1024, 512, std::nullopt, {Buf::dw2}},
-      {Role::wgrad1, BackwardOp::wgrad, 1024, 1024, std::nullopt, {Buf::dw1}},
+      {Role::wgrad2, BackwardOp::wgrad, 1024, 512, std::nullopt, {Buf::dw2, Buf::dw2_16}},
+      {Role::wgrad1, BackwardOp::wgrad, 1024, 1024, std::nullopt, {Buf::dw1, Buf::dw1_16}},
   };
   ASSERT_EQ(b.grad.size(), std::size(want));
   const std::set<Buf> listed(b.buffers.begin(), b.buffers.end());
@@ -102,12 +102,21 @@ TEST(Operation, TheBackwardIsTheSecondRowWithItsFourRolesInOrder) {
   EXPECT_FALSE(is_backward(Role::align));
   // X, the routing, the plain weights and the align's rows beside its own; no copy, scale or forward workspace.
   for (Buf x : listed) {
-    const bool own = x >= Buf::dy && x <= Buf::dw2;
+    const bool own = (x >= Buf::dy && x <= Buf::dw2) || x == Buf::dw1_16 || x == Buf::dw2_16;
     const bool forward_input = x == Buf::x || x == Buf::topk_ids || x == Buf::topk_weights || x == Buf::w1 || x == Buf::w2;
     const bool align = x == Buf::sorted_ids || x == Buf::block_experts || x == Buf::padded_rows || x == Buf::bad_ids;
     EXPECT_TRUE(own || forward_input || align) << to_string(x);
   }
-  EXPECT_EQ(listed.size(), 9u + (std::size_t(Buf::dw2) - std::size_t(Buf::dy) + 1));
+  EXPECT_EQ(listed.size(), 9u + (std::size_t(Buf::dw2) - std::size_t(Buf::dy) + 1) + 2);  // and dw1_16, dw2_16
+  // The 16-bit weight gradients stand in for the fp32 ones (a wgrad role's c16 for its c), nothing else does.
+  for (std::size_t i = 0; i < kBufCount; ++i) {
+    const Buf x = Buf(i);
+    const std::optional<Buf> instead = x == Buf::dw1 ? Buf::dw1_16 : x == Buf::dw2 ? std::optional(Buf::dw2_16) : std::nullopt;
+    EXPECT_EQ(op::written_instead(x), instead) << to_string(x);
+    EXPECT_EQ(op::stands_in(x), x == Buf::dw1_16 || x == Buf::dw2_16) << to_string(x);
+  }
+  EXPECT_EQ(buffer_info(Buf::dw1_16).place, BufPlace::optional);
+  EXPECT_EQ(buffer_info(Buf::dw2_16).place, BufPlace::optional);
   const std::vector<Support> support(b.support.begin(), b.support.end());
   EXPECT_EQ(support, (std::vector<Support>{Support::align, Support::align_count, Support::align_scatter, Support::forward_saved}));
 }
@@ -126,7 +135,7 @@ TEST(Operation, BackwardOperandsArePointersOfTheirGemmOnceOfTheirType) {
       default: return "u16";
     }
   };
-  const std::set<std::string> outputs{"d_gate_up", "d_weights", "dx", "c"};
+  const std::set<std::string> outputs{"d_gate_up", "d_weights", "dx", "c", "c16"};
   for (const op::GradRole& g : op::moe_backward().grad) {
     SCOPED_TRACE(std::string(to_string(g.launch)));
     std::set<op::Operand> seen;
@@ -151,10 +160,10 @@ TEST(Operation, BackwardOperandsArePointersOfTheirGemmOnceOfTheirType) {
       EXPECT_FALSE(g.b_per_token);
     }
   }
-  // What each struct has: K-grouped A, B, A's scales, C; dgrad the others.
-  const std::set<op::Operand> wgrad{op::Operand::a, op::Operand::b, op::Operand::scales, op::Operand::c};
+  // What each struct has: K-grouped A, B, A's scales, C (fp32 and 16-bit); dgrad the others.
+  const std::set<op::Operand> wgrad{op::Operand::a, op::Operand::b, op::Operand::scales, op::Operand::c, op::Operand::c16};
   for (auto o : {op::Operand::a, op::Operand::b, op::Operand::w, op::Operand::scales, op::Operand::gate_up,
-                 op::Operand::d_gate_up, op::Operand::d_weights, op::Operand::dx, op::Operand::c}) {
+                 op::Operand::d_gate_up, op::Operand::d_weights, op::Operand::dx, op::Operand::c, op::Operand::c16}) {
     EXPECT_EQ(op::takes(BackwardOp::wgrad, o), wgrad.contains(o)) << op::to_string(o);
     const bool dgrad = !wgrad.contains(o) || o == op::Operand::a || o == op::Operand::scales;
     EXPECT_EQ(op::takes(BackwardOp::dgrad_swiglu, o), dgrad) << op::to_string(o);
@@ -174,7 +183,9 @@ TEST(Operation, BufferRowsKeepTheirNamesOrderAndWorkspace) {
                                        // the static scale mode's input, appended after them
                                        "inter_scale",
                                        // the dynamic tile walks' tickets
-                                       "tile_tickets"};
+                                       "tile_tickets",
+                                       // the backward's 16-bit weight gradients
+                                       "dw1_16", "dw2_16"};
   ASSERT_EQ(kBufCount, names.size());
   const std::set<std::string> workspace{"inter", "y_acc", "sorted_ids", "block_experts", "padded_rows",
                                         "xq",    "x_scales", "inter_q", "inter_scales", "d_gate_up", "tile_tickets"};

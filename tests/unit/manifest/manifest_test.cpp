@@ -145,6 +145,21 @@ TEST(Manifest, BackwardBucketsRoundTrip) {
   EXPECT_EQ(p.backward[1].recipe.grad.size(), 4u);
   EXPECT_EQ(&p.backward[1].operation(), &op::moe_backward());
   EXPECT_NE(p.backward[1].program.find("dgrad2"), nullptr);
+  // A bucket says which KGroupedArgs its wgrad kernels read (one built here: the struct before c16),
+  // and a manifest without the key reads as that struct (an export before the 16-bit weight gradients).
+  EXPECT_EQ(p.backward[1].kgrouped_args_bytes, manifest::kKGroupedArgsBeforeC16);
+  json older = j;
+  for (json& b : older["problems"][0]["backward"]["buckets"]) {
+    ASSERT_TRUE(b.contains("kgrouped_args_bytes"));
+    b["kgrouped_args_bytes"] = 96;
+  }
+  auto newer = manifest::decode(older);
+  ASSERT_TRUE(newer) << newer.error().describe();
+  EXPECT_EQ(newer->problems[0].backward[0].kgrouped_args_bytes, 96u);
+  for (json& b : older["problems"][0]["backward"]["buckets"]) b.erase("kgrouped_args_bytes");
+  auto before = manifest::decode(older);
+  ASSERT_TRUE(before) << before.error().describe();
+  EXPECT_EQ(before->problems[0].backward[0].kgrouped_args_bytes, manifest::kKGroupedArgsBeforeC16);
   const std::vector<std::string> files = m->files();
   for (const GradStage& g : p.backward[1].recipe.grad)
     EXPECT_TRUE(std::ranges::binary_search(files, g.kernel.name() + ".cubin")) << g.kernel.name();

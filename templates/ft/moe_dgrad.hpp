@@ -16,9 +16,6 @@
 // TiledGemm::compute runs the atoms (staged_gemm.hpp: the main loop). The portable form.
 namespace ft {
 
-// The SwiGLU backward of pair `id` at column `col` from C = (W2_e^T dY_t)[col]
-// (both forms of the dgrad GEMMs: this one and moe_dgrad_wgmma.hpp): dgate and
-// dup into d_gate_up; returns the column's share of d(topk_weights)[id], C h_p.
 // One column's SwiGLU backward from C, the row's scale and the saved g, u:
 // dgate and dup, and the column's share of d(topk_weights), C h_p.
 struct SwigluGrad {
@@ -30,6 +27,9 @@ FT_DEVICE SwigluGrad swiglu_grad(float c, float scale, float g, float u) {
   return {dh * u * s * (1.0f + g * (1.0f - s)), dh * g * s, c * g * s * u};  // dw_p = dY_t . W2_e h_p = sum of C h_p
 }
 
+// The SwiGLU backward of pair `id` at column `col` from C = (W2_e^T dY_t)[col]
+// (the portable form's epilogue): dgate and dup into d_gate_up; returns the
+// column's share of d(topk_weights)[id], C h_p.
 template <Elem E>
 FT_DEVICE float dgrad_swiglu_backward(const DgradArgs& p, int id, long long col, float c) {
   const long long I = p.n;

@@ -193,8 +193,15 @@ std::vector<std::uint16_t> d_gate_up_input(const Problem& p, const BackwardBench
   return out;
 }
 
+// Whether a run leaves buffer b unbound: the form of the weight gradients not
+// asked for (dw1_16, dw2_16 for fp32; dw1, dw2 for 16 bits: the kernel then
+// writes only c16, the program's check_buffers accepting either).
+bool unbound(Buf b, WeightGrads g) {
+  return g == WeightGrads::f32 ? op::stands_in(b) : op::written_instead(b).has_value();
+}
+
 Result<Prepared> prepare_run(Device& dev, const Problem& p, const LayerRecipe& r, const RoleKernels& k,
-                             BackwardBench::State& s) {
+                             BackwardBench::State& s, WeightGrads grads) {
   if (s.w.tokens == 0) return fail(Errc::internal, "the backward bench has no inputs yet (set_inputs)");
   const Workload& w = s.w;
   Prepared out;
@@ -210,7 +217,7 @@ Result<Prepared> prepare_run(Device& dev, const Problem& p, const LayerRecipe& r
     if (!bytes) continue;
     const Buf b = Buf(i);
     if (!s.referenced && (b == Buf::saved_gate_up || b == Buf::saved_inter)) continue;  // after the inputs, below
-    if (op::stands_in(b)) continue;  // dw1_16, dw2_16 unbound: the fp32 weight gradients are verified and timed
+    if (unbound(b, grads)) continue;
     DeviceBuffer buf;
     switch (b) {
       case Buf::x: buf = FT_TRY(upload(dev, w.x, bytes)); break;
@@ -250,7 +257,7 @@ Result<BackwardCheck> BackwardBench::check(const LoadedProgram& p) {
   if (state_->w.tokens) ensure_reference();
   const State& s = *state_;
   const LayerRecipe& r = p.recipe;
-  Prepared run = FT_TRY(prepare_run(dev_, problem_, r, with_support(p.kernels), *state_));
+  Prepared run = FT_TRY(prepare_run(dev_, problem_, r, with_support(p.kernels), *state_, weight_grads_));
   FT_CHECK(execute(dev_, run.prog, run.fns, run.bound.table, {}));
   FT_CHECK(dev_.synchronize());
 
@@ -258,8 +265,15 @@ Result<BackwardCheck> BackwardBench::check(const LoadedProgram& p) {
   const DType d = problem_.dtype;
   for (const GradStage& g : r.grad)
     for (Buf b : op::moe_backward().grad_role(g.role)->writes()) {
-      if (op::stands_in(b)) continue;  // left unbound (prepare_run)
+      if (unbound(b, weight_grads_)) continue;  // the other form of dW1, dW2 (prepare_run)
       const DevicePtr p = at(run.bound.table, b);
+      if (op::stands_in(b)) {  // dw1_16, dw2_16: the 16-bit type, every element against the fp32 reference
+        const std::vector<float>& ref = reference_gradient(b, s.ref);
+        std::vector<std::uint16_t> got(ref.size());
+        FT_CHECK(dev_.copy_to_host(got.data(), p, got.size() * 2));
+        check.buffers.emplace_back(b, compare_output(got, ref, d));
+        continue;
+      }
       if (b != Buf::d_gate_up) {
         std::vector<float> v(reference_gradient(b, s.ref).size());
         FT_CHECK(dev_.copy_to_host(v.data(), p, v.size() * 4));
@@ -307,7 +321,7 @@ std::vector<std::pair<std::string, Timing>> step_parts(const std::vector<Step>& 
 Result<ProgramTiming> BackwardBench::time(const LoadedProgram& p, const TimingOptions& opt) {
   if (opt.graph) return fail(Errc::invalid_input, "the moe_backward program is timed by direct launches, not as a graph");
   FT_CHECK(check_recipe(p.recipe));
-  Prepared run = FT_TRY(prepare_run(dev_, problem_, p.recipe, with_support(p.kernels), *state_));
+  Prepared run = FT_TRY(prepare_run(dev_, problem_, p.recipe, with_support(p.kernels), *state_, weight_grads_));
   const std::vector<Step>& steps = run.prog.steps;
   const MarkedTiming t = FT_TRY(time_marked_runs(dev_, opt, &flush_, steps.size() + 1, [&](std::span<const EventHandle> marks) {
     return execute(dev_, run.prog, run.fns, run.bound.table, {}, {.marks = marks});

@@ -17,7 +17,8 @@
 // loops. Verification poisons every output
 // and the workspace with NaN (the sorted rows zeroed), runs the whole program
 // once and compares every buffer a role writes (the operation's rows) with
-// compare.hpp's 16-bit bounds -- dX, dW1, dW2 and d(topk_weights) as fp32,
+// compare.hpp's 16-bit bounds -- dX and d(topk_weights) as fp32, dW1 and dW2
+// in the form set_weight_grads names (fp32, or 16-bit: the search's),
 // d_gate_up on the routed pairs' rows; its other rows must keep their poison.
 // Timing: as the forward's (timing.hpp): events around the whole program and between its steps,
 // warm-ups first, the L2 flushed before each repetition, the median with p10
@@ -69,6 +70,13 @@ struct RoutedCheck {
 RoutedCheck check_d_gate_up(std::span<const std::uint16_t> got, const std::vector<float>& ref,
                             std::span<const std::int32_t> topk_ids, const Problem& problem);
 
+// The weight gradients' type a run asks for: fp32 (KGroupedArgs::c, the C
+// ABI's dw1/dw2) or the weights' 16-bit type (KGroupedArgs::c16, dw1_16/
+// dw2_16: what flytune.jax and flytune.torch ask for, and the type torch's and
+// JAX's own backward give). The same kernel either way, a runtime choice of its
+// epilogue; a search verifies and times the 16-bit form, check-export checks both.
+enum class WeightGrads : std::uint8_t { f32, half };
+
 class BackwardBench final : public ProgramBench {
  public:
   // Loads the support unit (its align kernels) of a 16-bit problem.
@@ -86,6 +94,10 @@ class BackwardBench final : public ProgramBench {
   Result<ProgramCheck> verify(const LoadedProgram& p) override;
   Result<ProgramTiming> time(const LoadedProgram& p, const TimingOptions& opt) override;
 
+  // The weight gradients' type of the runs that follow (default: half).
+  void set_weight_grads(WeightGrads w) { weight_grads_ = w; }
+  WeightGrads weight_grads() const { return weight_grads_; }
+
   int tokens() const;
   bool has_reference() const;  // whether the current inputs' CPU backward has been computed (by a check)
 
@@ -96,6 +108,7 @@ class BackwardBench final : public ProgramBench {
   void ensure_reference();  // the fp32 CPU backward of the current inputs, once
   std::unique_ptr<State> state_;
   L2Flush flush_;
+  WeightGrads weight_grads_ = WeightGrads::half;
 };
 
 }  // namespace ft

@@ -3,7 +3,8 @@
 // backward_program_test.cpp (E = 4, H = I = 64, top-2) passes at T = 333 with
 // one expert without tokens and at T = 7; the same program with the K-grouped
 // GEMM's broken-atom mutant (tests/emu/units/kgrouped_mutant.cpp) in both
-// wgrad roles fails, on dW2 and dW1 alone; a timing is positive, and timing
+// wgrad roles fails, on dW2 and dW1 alone -- each with the weight gradients
+// in fp32 and in the 16-bit type (WeightGrads); a timing is positive, and timing
 // fresh inputs computes no CPU backward (their saved tensors by forward_saved).
 #include <gtest/gtest.h>
 
@@ -26,12 +27,15 @@ constexpr const char* kMutant = "ft_mutant_kgrouped_broken_atom";
 struct Case {
   const char* label;
   bool broken_wgrad;              // both wgrad roles run the mutant
+  WeightGrads grads;              // the form of dW1, dW2 bound, checked and timed
   std::vector<Buf> failing;       // the buffers that must fail; the others pass
 };
 
 const Case kCases[] = {
-    {"as_built", false, {}},
-    {"wgrad_broken_atom", true, {Buf::dw2, Buf::dw1}},
+    {"as_built", false, WeightGrads::half, {}},
+    {"as_built_f32", false, WeightGrads::f32, {}},
+    {"wgrad_broken_atom", true, WeightGrads::half, {Buf::dw2_16, Buf::dw1_16}},
+    {"wgrad_broken_atom_f32", true, WeightGrads::f32, {Buf::dw2, Buf::dw1}},
 };
 
 class EmuBackwardBench : public testing::TestWithParam<Case> {};
@@ -48,6 +52,8 @@ TEST_P(EmuBackwardBench, VerifiesAgainstTheCpuBackward) {
   ASSERT_TRUE(support) << support.error().describe();
   auto bench = BackwardBench::create(tb.device(), p, t, support->binary);
   ASSERT_TRUE(bench) << bench.error().describe();
+  EXPECT_EQ((*bench)->weight_grads(), WeightGrads::half) << "a search verifies and times what jax and torch ask for";
+  (*bench)->set_weight_grads(c.grads);
 
   LayerRecipe r{&t, p, {}};
   RoleKernels k;
@@ -68,7 +74,11 @@ TEST_P(EmuBackwardBench, VerifiesAgainstTheCpuBackward) {
     ASSERT_TRUE((*bench)->set_inputs(tokens, 11, empty));
     auto check = (*bench)->check({r, k});
     ASSERT_TRUE(check) << check.error().describe();
-    EXPECT_EQ(check->buffers.size(), 5u) << "d_gate_up, d_weights, dx, dw2, dw1";
+    std::vector<Buf> checked;
+    for (const auto& [b, cmp] : check->buffers) checked.push_back(b);
+    const bool half = c.grads == WeightGrads::half;
+    EXPECT_EQ(checked, (std::vector<Buf>{Buf::d_gate_up, Buf::d_weights, Buf::dx, half ? Buf::dw2_16 : Buf::dw2,
+                                         half ? Buf::dw1_16 : Buf::dw1}));
     for (const auto& [b, cmp] : check->buffers) {
       const bool broken = std::ranges::find(c.failing, b) != c.failing.end();
       EXPECT_EQ(cmp.passed, !broken) << c.label << " T=" << tokens << " " << to_string(b) << ": " << cmp.summary();

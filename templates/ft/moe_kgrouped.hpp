@@ -21,26 +21,33 @@
 namespace ft {
 
 // The first and one-past-last row of sorted_ids that belong to expert e
-// (both forms of the K-grouped GEMM: this one and moe_kgrouped_wgmma.hpp).
+// (both forms of the K-grouped GEMM: this one and moe_kgrouped_wgmma.hpp),
+// found by the whole block before its main loop: each of the kThreads threads
+// reads every kThreads-th entry of block_experts (nondecreasing: align lays
+// the experts out in order) with its predecessor -- independent loads, one
+// memory latency -- and the one thread that sees the expert's first (last + 1)
+// row block writes it into the window's first two ints. (A binary search was
+// two chains of ~log2(row blocks) dependent loads per block, ~20 at
+// qwen3-30b's T = 4096, before the block's first operand load.) Every thread
+// of the block calls it; the window is the caller's again when it returns.
 struct KGroupedRows {
   int begin, end;
 };
+template <int kThreads>
 FT_DEVICE KGroupedRows kgrouped_rows(const KGroupedArgs& p, int e) {
+  int* found = reinterpret_cast<int*>(shared_memory());
   const int blocks = *p.padded_rows / p.align_block;
-  int lo = 0, hi = blocks;
-  while (lo < hi) {  // the first row block of an expert >= e
-    const int mid = (lo + hi) / 2;
-    if (p.block_experts[mid] < e) lo = mid + 1;
-    else hi = mid;
+  if (thread_index() == 0) found[0] = found[1] = blocks;  // no block of an expert >= e (> e): all rows before
+  barrier();
+  for (int j = thread_index(); j < blocks; j += kThreads) {
+    const int before = j ? p.block_experts[j - 1] : -1, here = p.block_experts[j];
+    if (before < e && here >= e) found[0] = j;
+    if (before <= e && here > e) found[1] = j;
   }
-  const int first = lo;
-  hi = blocks;
-  while (lo < hi) {  // the first row block of an expert > e
-    const int mid = (lo + hi) / 2;
-    if (p.block_experts[mid] <= e) lo = mid + 1;
-    else hi = mid;
-  }
-  return KGroupedRows{first * p.align_block, lo * p.align_block};
+  barrier();
+  const KGroupedRows rows{found[0] * p.align_block, found[1] * p.align_block};
+  barrier();
+  return rows;
 }
 
 template <class Cfg>
@@ -93,7 +100,7 @@ struct KGrouped : StagedGemm<Cfg> {
   FT_DEVICE static void run(const KGroupedArgs& p) {
     KGrouped g;
     const int m0 = block_index_x() * TM, n0 = block_index_y() * TN, e = block_index_z();
-    const KGroupedRows rows = kgrouped_rows(p, e);
+    const KGroupedRows rows = kgrouped_rows<kThreads>(p, e);
     g.accumulate(rows.begin, rows.end, [&](int k0) { g.fetch(p, k0, rows.end, m0, n0); }, [&](S* buf) { g.store(buf); });
     const long long M = p.m, N = p.n;
     FT_UNROLL for (int rm = 0; rm < Core::RM; ++rm)

@@ -90,7 +90,7 @@ struct KGroupedWgmma : WgmmaStaged<Cfg, true> {
 
   FT_DEVICE static void run(const KGroupedArgs& p) {
     const int m0 = block_index_x() * TM, n0 = block_index_y() * TN, e = block_index_z();
-    const KGroupedRows rows = kgrouped_rows(p, e);
+    const KGroupedRows rows = kgrouped_rows<kThreads>(p, e);
     KGroupedWgmma g;
     g.zero();
     if (rows.begin < rows.end)  // uniform across the block

@@ -25,7 +25,7 @@ from . import _core
 __all__ = [
     "load", "Export", "Problem", "FlytuneError", "ManifestError", "FileError", "HashError", "TargetError",
     "DeviceError", "NotFoundError", "ArgumentError", "InternalError", "library_path", "runtime_header",
-    "fp8_ocp_to_fnuz", "CoverageWarning", "PLAN_CACHE_PLANS",
+    "fp8_ocp_to_fnuz", "CoverageWarning", "Fp32WeightGradientsWarning", "PLAN_CACHE_PLANS",
 ]
 __version__ = "0.1.0"
 # The plans an Export keeps per device, least recently used freed first (Export.cached_plans).
@@ -109,6 +109,16 @@ class CoverageWarning(UserWarning):
     Export.plan(...)["coverage"] and ["coverage_note"] say the same (ft_plan_coverage)."""
 
 
+class Fp32WeightGradientsWarning(UserWarning):
+    """A backward whose export's kernels predate the 16-bit weight gradients (ft_layer_grads' dw1_16, dw2_16:
+    they were compiled by a flytune of other kernel templates than the exporting one's, so the export cannot
+    promise they read KGroupedArgs::c16). flytune.jax and flytune.torch then have dW1 and dW2 written in float32
+    and cast to the weights' dtype: the values the kernels would have rounded to, with an fp32 buffer the size of
+    each weight and a cast pass more. Issued once per (problem, backward bucket); Export.plan(...)["backward"]["dw16"]
+    says the same (False). Search the backward again with this flytune and export for the direct path
+    (docs/TRAINING.md, "Gradient dtypes")."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Problem:
     """One problem of an export: the MoE layer shape and its tuned token buckets (has_backward: backward buckets
@@ -173,6 +183,8 @@ class Export:
         # (problem, T) already warned about, least recently warned first: bounded like the plans (a server sees
         # a new T on most calls, and every T above the largest bucket is another key)
         self._coverage_warned: "collections.OrderedDict[tuple, None]" = collections.OrderedDict()
+        # (problem, backward bucket) whose fp32 weight gradients were warned about (bounded by the export)
+        self._fp32_grads_warned: set = set()
         with _exports_lock:
             _exports[core.key] = self
 
@@ -200,8 +212,10 @@ class Export:
         the weights' dtype and element_bytes, the scale mode and the scale tensors' shapes (scale_shapes), and
         how T is served: coverage ("tuned", "above_largest", "missing_bucket") with its coverage_note. Other
         than "tuned", a CoverageWarning once per (problem, T). ["backward"]: available (the export holds backward
-        buckets of the problem), bucket, why (the runtime's reason where not available) and scratch (total,
-        offsets, bytes: the saved tensors and the backward's workspace of one backward call)."""
+        buckets of the problem), bucket, dw16 (its kernels write dW1 / dW2 in the weights' dtype; False where
+        they predate that: fp32 and a cast, Fp32WeightGradientsWarning), why (the runtime's reason where not
+        available) and scratch (total, offsets, bytes: the saved tensors and the backward's workspace of one
+        backward call)."""
         plan = _call(self._core.plan_info, problem, tokens)
         self._warn_coverage(plan)
         return plan
@@ -218,6 +232,24 @@ class Export:
             while len(self._coverage_warned) > PLAN_CACHE_PLANS:
                 self._coverage_warned.popitem(last=False)
         warnings.warn(f"flytune: {plan['problem']}: {plan['coverage_note']}", CoverageWarning, stacklevel=3)
+
+    def _backward_dw16(self, plan: dict) -> bool:
+        """Whether the backward of `plan` (Export.plan, _core.plan_info) writes dW1 / dW2 in the weights' dtype;
+        where its kernels predate that, False and a Fp32WeightGradientsWarning once per (problem, bucket)."""
+        backward = plan["backward"]
+        if backward["dw16"]:
+            return True
+        key = (plan["problem"], backward["bucket"])
+        with _exports_lock:
+            if key in self._fp32_grads_warned:
+                return False
+            self._fp32_grads_warned.add(key)
+        warnings.warn(f"flytune: {plan['problem']}: the export's backward kernels (bucket {backward['bucket']}) "
+                      f"predate the 16-bit weight gradients: dW1 and dW2 are written in float32 and cast to the "
+                      f"weights' dtype (an fp32 buffer of each and a cast pass more); search the backward again "
+                      f"with this flytune and export for the direct path (docs/TRAINING.md)",
+                      Fp32WeightGradientsWarning, stacklevel=3)
+        return False
 
     def weight_copies(self, problem: str) -> list:
         """The arranged copies of w1/w2 any bucket of `problem` reads ("w1_shuffled", "w2_tiled", ...)."""

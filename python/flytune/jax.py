@@ -318,8 +318,8 @@ def _layer(weights: MoeWeights):
         x, ids, tw, w1, w2 = residuals
         dx, dw1, dw2, dtw = (_vary(g, _vma(x)) for g in _grads(weights)(x, ids, tw, w1, w2, dy))
         # topk_ids: integers, no gradient; the arranged copies: stop_gradient'ed copies of w1 / w2, whose
-        # gradient is given to the plain weights (the backward's operands).
-        return (dx.astype(x.dtype), None, dtw, dw1.astype(w1.dtype), dw2.astype(w2.dtype)) + \
+        # gradient is given to the plain weights (the backward's operands). dw1, dw2 come in the weights' dtype.
+        return (dx.astype(x.dtype), None, dtw, dw1, dw2) + \
             (None,) * (len(flytune._LAYOUT_SHAPES) + len(flytune.SCALE_TENSORS))
 
     differentiable.defvjp(fwd, bwd)
@@ -391,7 +391,9 @@ def _grads(weights: MoeWeights):
 
 
 def _launch_backward(weights: MoeWeights, x, ids, tw, w1, w2, dy):
-    """One backward launch over every token of x [..., T, H]: dx, dw1, dw2 and d(topk_weights) in float32."""
+    """One backward launch over every token of x [..., T, H]: dx and d(topk_weights) in float32, dw1 and dw2 in the
+    weights' dtype -- written so by the kernels (the plan's backward "dw16"), or, where the export's kernels
+    predate that, in float32 and cast here (a flytune.Fp32WeightGradientsWarning says so, docs/TRAINING.md)."""
     export = weights.export
     experts, two_inter, hidden = weights.w1_shape
     tokens = int(np.prod(x.shape[:-1]))
@@ -401,20 +403,27 @@ def _launch_backward(weights: MoeWeights, x, ids, tw, w1, w2, dy):
     problem = _problem_key(weights, x, topk, tokens, context)
     f32 = jnp.float32
     if tokens == 0:
-        return (jnp.zeros(x.shape, f32), jnp.zeros(w1.shape, f32), jnp.zeros(w2.shape, f32),
+        return (jnp.zeros(x.shape, f32), jnp.zeros(w1.shape, w1.dtype), jnp.zeros(w2.shape, w2.dtype),
                 jnp.zeros(ids.shape, f32))
-    backward = flytune._call(export._core.plan_info, problem, tokens, context=context)["backward"]
+    plan = flytune._call(export._core.plan_info, problem, tokens, context=context)
+    backward = plan["backward"]
     if not backward["available"]:
         raise flytune.NotFoundError(f"{context}: {backward['why']}")
+    # The FFI call's dW results in the type the kernels write them in: the weights' (the handler passes
+    # ft_layer_grads' dw1_16, dw2_16), else float32 (dw1, dw2), cast below.
+    dw16 = export._backward_dw16(plan)
+    dw1_type, dw2_type = (w1.dtype, w2.dtype) if dw16 else (f32, f32)
     _open_local_gpus(export)
     call = _ffi().ffi_call(
         "flytune_moe_layer_backward",
-        (jax.ShapeDtypeStruct((tokens, hidden), f32), jax.ShapeDtypeStruct(w1.shape, f32),
-         jax.ShapeDtypeStruct(w2.shape, f32), jax.ShapeDtypeStruct((tokens, topk), f32),
+        (jax.ShapeDtypeStruct((tokens, hidden), f32), jax.ShapeDtypeStruct(w1.shape, dw1_type),
+         jax.ShapeDtypeStruct(w2.shape, dw2_type), jax.ShapeDtypeStruct((tokens, topk), f32),
          jax.ShapeDtypeStruct((backward["scratch"]["total"],), jnp.uint8)))
     dx, dw1, dw2, dtw, _scratch = call(x.reshape(tokens, hidden), ids.reshape(tokens, topk), tw.reshape(tokens, topk),
                                        w1, w2, dy.reshape(tokens, hidden).astype(x.dtype), export=export.key,
                                        problem=problem)
+    if not dw16:
+        dw1, dw2 = dw1.astype(w1.dtype), dw2.astype(w2.dtype)
     return dx.reshape(x.shape), dw1, dw2, dtw.reshape(ids.shape)
 
 

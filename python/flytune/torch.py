@@ -20,7 +20,7 @@ tensors, synchronously.
 Training: flytune::moe_layer has an autograd formula (torch.library.register_autograd)
 whose backward is the custom op flytune::moe_layer_backward: the export's backward
 buckets (`flytune search --pass both`), the saved tensors recomputed from x, the
-routing and w1; gradients for hidden_states, w1, w2 and topk_weights. It reads the
+routing and w1; gradients for hidden_states, w1, w2 (in the weights' dtype) and topk_weights. It reads the
 plain weights (not stand-ins of arranged_weights); fp8 layers and exports without
 backward buckets raise one line in the backward (docs/TRAINING.md).
 """
@@ -302,7 +302,7 @@ def _backward(ctx, grad_output):
     hidden_states, w1, w2, topk_weights, topk_ids = ctx.saved_tensors
     dx, dw1, dw2, dtw = torch.ops.flytune.moe_layer_backward(grad_output, hidden_states, w1, w2, topk_weights,
                                                              topk_ids, ctx.export)
-    return dx.to(hidden_states.dtype), dw1.to(w1.dtype), dw2.to(w2.dtype), dtw, None, None, None, None, None, None
+    return dx.to(hidden_states.dtype), dw1, dw2, dtw, None, None, None, None, None, None  # dw1, dw2: w1's dtype
 
 
 moe_layer.register_autograd(_backward, setup_context=_setup_context)
@@ -318,8 +318,11 @@ def moe_layer_backward(grad_output: torch.Tensor, hidden_states: torch.Tensor, w
                        topk_weights: torch.Tensor, topk_ids: torch.Tensor,
                        export: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The backward of flytune::moe_layer (16-bit layers) on the export whose key is `export`: grad_output [T, H]
-    (dL/dy) and the forward's inputs in; d hidden_states [T, H], d w1 [E, 2I, H], d w2 [E, H, I] and d topk_weights
-    [T, k] out, all float32 (the runtime's fp32 accumulators). The saved tensors the forward does not keep are
+    (dL/dy) and the forward's inputs in; d hidden_states [T, H] and d topk_weights [T, k] in float32 (the
+    runtime's fp32 accumulators), d w1 [E, 2I, H] and d w2 [E, H, I] in the weights' dtype (the kernels round
+    their fp32 accumulators once: ft_layer_grads' dw1_16, dw2_16) out. Where the export's kernels predate that
+    (Export.plan(...)["backward"]["dw16"] False), dW is written in float32 and cast, with a
+    flytune.Fp32WeightGradientsWarning (docs/TRAINING.md). The saved tensors the forward does not keep are
     recomputed first (ft_plan_backward_saved), then the backward program runs (ft_plan_backward_launch)."""
     if w1.dtype in _FP8_WEIGHTS:
         raise NotImplementedError(f"flytune::moe_layer_backward: fp8 layers have no backward (w1 {w1.dtype}); "
@@ -337,22 +340,31 @@ def moe_layer_backward(grad_output: torch.Tensor, hidden_states: torch.Tensor, w
                                     f"a stand-in of arranged_weights (no values): train with the real weights")
     _check_devices(e, hidden_states, dict(grad_output=grad_output, w1=w1, w2=w2, topk_weights=topk_weights,
                                           topk_ids=topk_ids))
-    f32 = dict(dtype=torch.float32, device=hidden_states.device)
+    device = hidden_states.device
+    f32 = dict(dtype=torch.float32, device=device)
     tokens = int(hidden_states.shape[0])
-    dx, dw1, dw2 = torch.empty(hidden_states.shape, **f32), torch.empty(w1.shape, **f32), torch.empty(w2.shape, **f32)
-    dtw = torch.empty(topk_weights.shape, **f32)
+    dx, dtw = torch.empty(hidden_states.shape, **f32), torch.empty(topk_weights.shape, **f32)
     if tokens == 0:
-        return dx, dw1.zero_(), dw2.zero_(), dtw
-    backward = e.plan(problem.key, tokens)["backward"]
+        return dx, torch.zeros(w1.shape, dtype=w1.dtype, device=device), \
+            torch.zeros(w2.shape, dtype=w2.dtype, device=device), dtw
+    plan = e.plan(problem.key, tokens)
+    backward = plan["backward"]
     if not backward["available"]:
         raise flytune.NotFoundError(f"{context} at T={tokens}: {backward['why']}")
-    selector = _selector(e, hidden_states.device)
+    # dW in the weights' dtype, written so by the kernels (dw1_16, dw2_16); else in fp32 (dw1, dw2) and cast.
+    dw16 = e._backward_dw16(plan)
+    dw1, dw2 = (torch.empty(w.shape, dtype=w.dtype if dw16 else torch.float32, device=device) for w in (w1, w2))
+    selector = _selector(e, device)
     _ensure_open(e, selector)
-    scratch = torch.empty(backward["scratch"]["total"], dtype=torch.uint8, device=hidden_states.device)
+    scratch = torch.empty(backward["scratch"]["total"], dtype=torch.uint8, device=device)
     operands = [t.contiguous() for t in (hidden_states, topk_ids, topk_weights, w1, w2, grad_output)]
+    dw = dict(dw1=0, dw2=0, dw1_16=dw1.data_ptr(), dw2_16=dw2.data_ptr()) if dw16 else \
+        dict(dw1=dw1.data_ptr(), dw2=dw2.data_ptr(), dw1_16=0, dw2_16=0)
     flytune._call(e._core.launch_backward, selector, problem.key, tokens, *(t.data_ptr() for t in operands),
-                  dx.data_ptr(), dw1.data_ptr(), dw2.data_ptr(), dtw.data_ptr(), scratch.data_ptr(), scratch.numel(),
-                  _stream(hidden_states.device), context="flytune::moe_layer_backward")
+                  dx=dx.data_ptr(), d_topk_weights=dtw.data_ptr(), scratch=scratch.data_ptr(),
+                  scratch_bytes=scratch.numel(), stream=_stream(device), **dw, context="flytune::moe_layer_backward")
+    if not dw16:
+        dw1, dw2 = dw1.to(w1.dtype), dw2.to(w2.dtype)
     return dx, dw1, dw2, dtw
 
 
@@ -361,8 +373,9 @@ def _(grad_output, hidden_states, w1, w2, topk_weights, topk_ids, export):
     _problem(flytune._find_export(export), hidden_states, w1, w2, topk_weights, topk_ids,
              dict.fromkeys(flytune.SCALE_TENSORS))
     f32 = dict(dtype=torch.float32, device=hidden_states.device)
-    return (torch.empty(hidden_states.shape, **f32), torch.empty(w1.shape, **f32), torch.empty(w2.shape, **f32),
-            torch.empty(topk_weights.shape, **f32))
+    device = hidden_states.device
+    return (torch.empty(hidden_states.shape, **f32), torch.empty(w1.shape, dtype=w1.dtype, device=device),
+            torch.empty(w2.shape, dtype=w2.dtype, device=device), torch.empty(topk_weights.shape, **f32))
 
 
 def fused_experts(hidden_states: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, topk_weights: torch.Tensor,

@@ -87,6 +87,7 @@ BackwardInfo backward_info(const ft_runtime* rt, const ft_plan* p, int tokens) {
   }
   b.available = true;
   b.bucket = ft_plan_backward_bucket(p);
+  b.dw16 = ft_plan_backward_takes_dw16(p) != 0;
   ft_problem_shape s{};
   ft_plan_shape(p, &s);
   const std::size_t pairs = std::size_t(tokens) * std::size_t(s.topk);
@@ -337,6 +338,7 @@ void Export::launch_backward(const std::string& selector, const std::string& pro
   g.saved_inter = ptr(c.scratch + b.scratch.buffers[1].offset);
   g.dx = static_cast<float*>(ptr(c.dx)), g.dw1 = static_cast<float*>(ptr(c.dw1)), g.dw2 = static_cast<float*>(ptr(c.dw2));
   g.d_topk_weights = static_cast<float*>(ptr(c.d_topk_weights));
+  g.dw1_16 = ptr(c.dw1_16), g.dw2_16 = ptr(c.dw2_16);
   g.workspace = ptr(c.scratch + b.scratch.buffers[2].offset);
   g.workspace_bytes = b.scratch.buffers[2].bytes;
   // The forward keeps no saved tensors: recompute them, then the backward on the same stream.

@@ -84,6 +84,9 @@ struct ProblemInfo {
 struct BackwardInfo {
   bool available = false;
   int bucket = 0;   // ft_plan_backward_bucket
+  // ft_plan_backward_takes_dw16: its kernels write dW1 / dW2 in the weights' type (GradCall's dw1_16,
+  // dw2_16); false where they predate that (the caller passes fp32 dw1, dw2 and casts).
+  bool dw16 = false;
   std::string why;  // the runtime's message where not available
   WorkspaceLayout scratch;
 };
@@ -119,12 +122,15 @@ struct LayerCall {
 };
 
 // Device pointers of one backward call (ft_layer_grads): the forward's inputs,
-// dL/dy, the four fp32 gradients and the scratch of BackwardInfo::scratch.
+// dL/dy, the gradients -- dx and d_topk_weights in fp32, dW1 and dW2 either in
+// the weights' 16-bit type (dw1_16, dw2_16; BackwardInfo::dw16) or in fp32
+// (dw1, dw2), 0 for the other -- and the scratch of BackwardInfo::scratch.
 struct GradCall {
   std::uintptr_t x = 0, topk_ids = 0, topk_weights = 0, w1 = 0, w2 = 0, dy = 0;
   std::uintptr_t dx = 0, dw1 = 0, dw2 = 0, d_topk_weights = 0;
   std::uintptr_t scratch = 0;
   std::size_t scratch_bytes = 0;
+  std::uintptr_t dw1_16 = 0, dw2_16 = 0;
 };
 
 class Export {

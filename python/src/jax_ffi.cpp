@@ -5,7 +5,8 @@
 //                            x_scale, w1_scales, w2_scales, inter_scale f32 (fp8 layers; empty where absent)
 //                            -> y (x's shape and type), workspace u8[N] (XLA's scratch result)
 //   flytune_moe_layer_backward  x [T, H], topk_ids [T, k] s32, topk_weights [T, k] f32, w1, w2 (plain), dy [T, H]
-//                            -> dx [T, H], dw1 [E, 2I, H], dw2 [E, H, I], d_topk_weights [T, k] (all f32),
+//                            -> dx [T, H] f32, dw1 [E, 2I, H], dw2 [E, H, I] (the weights' type, or f32 where the
+//                               export's kernels predate 16-bit dW), d_topk_weights [T, k] f32,
 //                               scratch u8[N] (the recomputed saved tensors and the backward's workspace)
 //   flytune_arrange_weights  w (16-bit, or 8-bit fp8 codes) -> the same bytes in the layout `layout`
 //
@@ -184,8 +185,11 @@ ffi::Error moe_layer(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::
                                    problem);
 }
 
-// The backward (ft_layer_grads through Export::launch_backward): the forward's inputs and dL/dy in, the four
-// fp32 gradients and the scratch out. 16-bit layers only (an fp8 problem has no backward buckets).
+// The backward (ft_layer_grads through Export::launch_backward): the forward's inputs and dL/dy in; dx and
+// d_topk_weights in fp32, dW1 and dW2 in the result's type -- the weights' (ft_layer_grads' dw1_16, dw2_16: the
+// kernels round their fp32 accumulators once) or f32 (dw1, dw2: an export whose kernels predate that;
+// flytune.jax picks by the plan's backward "dw16") -- and the scratch out. 16-bit layers only (an fp8 problem
+// has no backward buckets).
 template <const char* Runtime>
 ffi::Error moe_layer_backward(void* stream, std::int32_t ordinal, ffi::AnyBuffer x, ffi::AnyBuffer ids,
                               ffi::AnyBuffer weights, ffi::AnyBuffer w1, ffi::AnyBuffer w2, ffi::AnyBuffer dy,
@@ -208,17 +212,25 @@ ffi::Error moe_layer_backward(void* stream, std::int32_t ordinal, ffi::AnyBuffer
     const std::int64_t w1_count = std::int64_t(p->experts) * 2 * p->inter * p->hidden;
     const std::int64_t w2_count = std::int64_t(p->experts) * p->hidden * p->inter;
     const auto f32 = [](const ffi::AnyBuffer& b, std::int64_t n) { return b.element_type() == ffi::DataType::F32 && count(b) == n; };
+    const auto weight_grad = [&](const ffi::AnyBuffer& b, std::int64_t n) {
+      return count(b) == n && (b.element_type() == dtype || b.element_type() == ffi::DataType::F32);
+    };
     if (x.element_type() != dtype || dy.element_type() != dtype || w1.element_type() != dtype ||
         w2.element_type() != dtype || ids.element_type() != ffi::DataType::S32 || count(x) != tokens * p->hidden ||
         count(dy) != count(x) || count(ids) != slots || !f32(weights, slots) || count(w1) != w1_count ||
-        count(w2) != w2_count || !f32(*dx, count(x)) || !f32(*dw1, w1_count) || !f32(*dw2, w2_count) ||
+        count(w2) != w2_count || !f32(*dx, count(x)) || !weight_grad(*dw1, w1_count) || !weight_grad(*dw2, w2_count) ||
         !f32(*dweights, slots))
       throw Error(FT_ERR_ARGUMENT, "x " + dims(x) + ", dy " + dims(dy) + ", topk_ids " + dims(ids) + ", topk_weights " +
-                                       dims(weights) + ", w1 " + dims(w1) + ", w2 " + dims(w2) + " (and the gradients " +
-                                       "in float32) do not fit " + key + "'s backward (the plain weights are needed)");
+                                       dims(weights) + ", w1 " + dims(w1) + ", w2 " + dims(w2) + " (and the gradients: " +
+                                       "dx, d_topk_weights in float32, dw1, dw2 in the weights' type or float32) do " +
+                                       "not fit " + key + "'s backward (the plain weights are needed)");
+    // dW in the weights' type goes to ft_layer_grads' dw1_16 / dw2_16, in f32 to dw1 / dw2.
+    const auto sixteen = [&](const ffi::AnyBuffer& b) { return b.element_type() == dtype; };
     GradCall c;
     c.x = data(x), c.topk_ids = data(ids), c.topk_weights = data(weights), c.w1 = data(w1), c.w2 = data(w2);
-    c.dy = data(dy), c.dx = data(*dx), c.dw1 = data(*dw1), c.dw2 = data(*dw2), c.d_topk_weights = data(*dweights);
+    c.dy = data(dy), c.dx = data(*dx), c.d_topk_weights = data(*dweights);
+    (sixteen(*dw1) ? c.dw1_16 : c.dw1) = data(*dw1);
+    (sixteen(*dw2) ? c.dw2_16 : c.dw2) = data(*dw2);
     c.scratch = data(*scratch), c.scratch_bytes = std::size_t(count(*scratch));
     e->launch_backward(selector(*e, Runtime, ordinal), key, int(tokens), c, stream);
   });

@@ -59,7 +59,7 @@ nb::dict plan_dict(const ft::py::PlanInfo& i) {
   d["coverage"] = i.coverage, d["coverage_note"] = i.coverage_note;
   nb::dict backward;
   backward["available"] = i.backward.available, backward["bucket"] = i.backward.bucket;
-  backward["why"] = i.backward.why, backward["scratch"] = workspace_dict(i.backward.scratch);
+  backward["dw16"] = i.backward.dw16, backward["why"] = i.backward.why, backward["scratch"] = workspace_dict(i.backward.scratch);
   d["backward"] = backward;
   return d;
 }
@@ -141,14 +141,17 @@ NB_MODULE(_core, m) {
            [](Export& e, const std::string& selector, const std::string& problem, int tokens, std::uintptr_t x,
               std::uintptr_t topk_ids, std::uintptr_t topk_weights, std::uintptr_t w1, std::uintptr_t w2,
               std::uintptr_t dy, std::uintptr_t dx, std::uintptr_t dw1, std::uintptr_t dw2,
-              std::uintptr_t d_topk_weights, std::uintptr_t scratch, std::size_t scratch_bytes, std::uintptr_t stream) {
-             ft::py::GradCall c{x, topk_ids, topk_weights, w1, w2, dy, dx, dw1, dw2, d_topk_weights, scratch, scratch_bytes};
+              std::uintptr_t d_topk_weights, std::uintptr_t scratch, std::size_t scratch_bytes, std::uintptr_t stream,
+              std::uintptr_t dw1_16, std::uintptr_t dw2_16) {
+             ft::py::GradCall c{x, topk_ids, topk_weights, w1, w2, dy, dx, dw1, dw2, d_topk_weights, scratch, scratch_bytes,
+                                dw1_16, dw2_16};
              nb::gil_scoped_release release;
              e.launch_backward(selector, problem, tokens, c, stream_of(stream));
            },
            nb::arg("selector"), nb::arg("problem"), nb::arg("tokens"), nb::arg("x"), nb::arg("topk_ids"),
            nb::arg("topk_weights"), nb::arg("w1"), nb::arg("w2"), nb::arg("dy"), nb::arg("dx"), nb::arg("dw1"),
-           nb::arg("dw2"), nb::arg("d_topk_weights"), nb::arg("scratch"), nb::arg("scratch_bytes"), nb::arg("stream"))
+           nb::arg("dw2"), nb::arg("d_topk_weights"), nb::arg("scratch"), nb::arg("scratch_bytes"), nb::arg("stream"),
+           nb::arg("dw1_16") = 0, nb::arg("dw2_16") = 0)
       .def("arrange",
            [](Export& e, const std::string& selector, std::uintptr_t src, std::uintptr_t dst, int rows, int cols,
               int layout, std::uintptr_t stream, int element_bytes) {

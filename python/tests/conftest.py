@@ -24,7 +24,11 @@ winners of `flytune search --emulate --target gfx950 --experts 4 --hidden 64 --i
 took 40-80 s of every session on two cores with a cold cache; the search itself is ctest's, BackwardExport and
 SearchBackward). Re-make it with that command (--db tests/data/tiny_emu_train.db, then
 `sqlite3 tests/data/tiny_emu_train.db 'PRAGMA journal_mode=DELETE; VACUUM'`) when the emulator's kernel
-arguments change incompatibly.
+arguments change incompatibly. Its backward kernels were compiled by an earlier flytune, so its export cannot
+promise that they write dW in 16 bits (kgrouped_args_bytes 88): the Python package's fp32 fallback. The 16-bit
+weight gradients are tested on emu_train16_export_dir: the same problem searched in the session by this flytune
+(one variant per kind and backward role, the backward bucket T = 9 alone: about 10 s on two cores with a warm
+compile cache), whose export says 96.
 """
 import importlib
 import json
@@ -89,6 +93,22 @@ def emu_train_export_dir(tmp_path_factory) -> pathlib.Path:
     emulator of gfx950 (tests/data/tiny_emu_train.db) and exported (host libraries: opened with device="emulate" or
     "none")."""
     return _export_test_db(tmp_path_factory, "tiny_emu_train.db", "tiny_emu_train")
+
+
+@pytest.fixture(scope="session")
+def emu_train16_export_dir(tmp_path_factory) -> pathlib.Path:
+    """tests/data/tiny_emu_train.db's problem searched now (`flytune search --emulate --pass both`, backward
+    bucket T = 9) and exported: backward kernels compiled from this flytune's templates, which write dW1 and dW2
+    in the weights' type when asked (the plan's backward "dw16")."""
+    folder = tmp_path_factory.mktemp("train16")
+    db, out = folder / "train16.db", folder / "tiny_emu_train16"
+    search = [str(_flytune_bin()), "search", "--emulate", "--target", "gfx950", "--experts", "4", "--hidden", "64",
+              "--inter", "64", "--topk", "2", "--pass", "both", "--space", "small", "--strategy", "random",
+              "--budget", "1", "--tokens", "9", "--seed", "5", "--no-baseline", "--db", str(db)]
+    for command in (search, [str(_flytune_bin()), "export", "--db", str(db), "--out", str(out), "--check", "none"]):
+        r = subprocess.run(command, capture_output=True, text=True)
+        assert r.returncode == 0, (command, r.stdout[-2000:], r.stderr[-2000:])
+    return out
 
 
 def train_model_config():

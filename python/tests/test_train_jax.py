@@ -3,9 +3,13 @@ flytune_moe_layer_backward on JAX's CPU platform) running the real backward kern
 backward buckets (conftest's emu_train_export_dir: tests/data/tiny_emu_train.db, from `flytune search --emulate
 --pass both`), against jax.grad of a float32 reference of the layer (layer_reference.jax_layer_fp32, jitted) on
 fresh inputs: ragged counts with an empty expert and -1 ids, T not a multiple of any tile, T above the largest
-backward bucket, under jit and vmap; a mutant routing must miss the reference. Refusals: an export without
+backward bucket, under jit and vmap; a mutant routing must miss the reference. The weight gradients' dtype: the
+weights', written so by the kernels (the FFI call's dW results in bf16, nothing cast) on an export searched by this
+flytune (conftest's emu_train16_export_dir), and written in float32 and cast, with one
+Fp32WeightGradientsWarning, on the committed export, whose kernels predate that. Refusals: an export without
 backward buckets, fp8 layers, weights without their plain w1 / w2 -- one line each, at trace time."""
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -87,6 +91,65 @@ def test_jax_grad_matches_the_float32_reference(emu_train, tokens, kind):
     wrong = jnp.where(ids >= 0, (ids + 1) % p.experts, ids)
     bad = _flytune_grads(emu_train, x, wrong, tw, w1, w2, dy)
     assert max(rel_l2(np.asarray(g, np.float32), w) for g, w in zip(bad, want)) > 10 * TOLERANCE
+
+
+@pytest.fixture(scope="module")
+def emu_train16(emu_train16_export_dir):
+    return flytune.load(emu_train16_export_dir, device="emulate")
+
+
+def _backward_results(export, x, ids, tw, w1, w2, dy):
+    """The result types of the backward's FFI call in the lowered jax.grad (dx, dw1, dw2, d_topk_weights,
+    scratch), and the whole program's text."""
+    def loss(x, w1, w2, tw):
+        y = fj.moe_layer(x, ids, tw, fj.prepare_weights(export, w1, w2, trainable=True))
+        return jnp.sum(y.astype(jnp.float32) * dy.astype(jnp.float32))
+    text = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3))).lower(x, w1, w2, tw).as_text()
+    (call,) = [line for line in text.splitlines() if "custom_call @flytune_moe_layer_backward" in line]
+    return re.search(r"-> \((.*)\)$", call).group(1).split(", "), text
+
+
+@pytest.mark.parametrize("tokens, kind", [(1, "uniform"), (9, "masked"), (13, "one-empty")])
+def test_weight_gradients_come_in_the_weights_dtype_from_the_kernels(emu_train16, tokens, kind):
+    p = emu_train16.problems[0]
+    assert emu_train16.plan(p.key, tokens)["backward"]["dw16"]  # searched by this flytune: kgrouped_args_bytes 96
+    case = grad_case(p, tokens, kind, seed=40 + tokens)
+    x, ids, tw, w1, w2, dy = _arrays(case)
+    (E, two_i, H), inter = w1.shape, w2.shape[2]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", flytune.Fp32WeightGradientsWarning)
+        results, text = _backward_results(emu_train16, x, ids, tw, w1, w2, dy)
+        got = _flytune_grads(emu_train16, x, ids, tw, w1, w2, dy)
+    # The call's dW results are bf16 (the handler passes them as ft_layer_grads' dw1_16, dw2_16): no float32 dW
+    # anywhere in the program, so nothing is cast.
+    assert results[:4] == [f"tensor<{tokens}x{H}xf32>", f"tensor<{E}x{two_i}x{H}xbf16>",
+                           f"tensor<{E}x{H}x{inter}xbf16>", f"tensor<{tokens}x{p.topk}xf32>"], results
+    assert f"tensor<{E}x{two_i}x{H}xf32>" not in text and f"tensor<{E}x{H}x{inter}xf32>" not in text
+    assert [g.dtype for g in got] == [jnp.bfloat16, jnp.bfloat16, jnp.bfloat16, jnp.float32]
+    want = _reference_grads(case)
+    _check(got, want, ("16-bit dW", tokens, kind))
+    wrong = jnp.where(ids >= 0, (ids + 1) % p.experts, ids)
+    bad = _flytune_grads(emu_train16, x, wrong, tw, w1, w2, dy)
+    assert max(rel_l2(np.asarray(g, np.float32), w) for g, w in zip(bad[1:3], want[1:3])) > 10 * TOLERANCE
+
+
+def test_kernels_that_predate_16_bit_weight_gradients_give_float32_cast_and_say_so(emu_train_export_dir):
+    export = flytune.load(emu_train_export_dir, device="emulate")  # an Export of its own: nothing warned yet
+    p = export.problems[0]
+    assert not export.plan(p.key, 5)["backward"]["dw16"]  # an earlier flytune compiled the committed kernels
+    case = grad_case(p, 5, "ragged", seed=12)
+    x, ids, tw, w1, w2, dy = _arrays(case)
+    (E, two_i, H), inter = w1.shape, w2.shape[2]
+    with pytest.warns(flytune.Fp32WeightGradientsWarning,
+                      match=r"\(bucket 9\) predate the 16-bit weight gradients: dW1 and dW2 are written in float32 "
+                            r"and cast to the weights' dtype"):
+        got = _flytune_grads(export, x, ids, tw, w1, w2, dy)
+    assert [g.dtype for g in got] == [jnp.bfloat16, jnp.bfloat16, jnp.bfloat16, jnp.float32]
+    _check(got, _reference_grads(case), "float32 dW, cast")
+    with warnings.catch_warnings():  # once per (problem, backward bucket)
+        warnings.simplefilter("error", flytune.Fp32WeightGradientsWarning)
+        results, _ = _backward_results(export, x, ids, tw, w1, w2, dy)
+    assert results[1:3] == [f"tensor<{E}x{two_i}x{H}xf32>", f"tensor<{E}x{H}x{inter}xf32>"], results
 
 
 def test_grad_of_moe_weights_goes_to_the_plain_weights(emu_train):

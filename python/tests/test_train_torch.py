@@ -5,7 +5,12 @@ emu_train_export_dir), against autograd of a float32 reference of the layer (lay
 fresh inputs: ragged counts with an empty expert and -1 ids, T not a multiple of any tile, T above the largest
 backward bucket; a mutant routing must miss it. torch.library.opcheck of both ops (schema, autograd
 registration, fake tensors, AOT dispatch) on the emulator, torch.compile of forward and backward; the refusals -- an export without backward buckets,
-fp8 layers, stand-ins of arranged_weights -- one line each."""
+fp8 layers, stand-ins of arranged_weights -- one line each. The weight gradients' dtype: the weights', written so by
+the kernels (the op returns the very tensors it passed as dw1_16, dw2_16) on an export searched by this flytune
+(conftest's emu_train16_export_dir), and written in float32 and cast, with one Fp32WeightGradientsWarning, on the
+committed export, whose kernels predate that."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -120,7 +125,82 @@ def test_the_backward_ops_fake_on_meta_tensors(emu_train):
     ids = torch.empty(11, p.topk, dtype=torch.int32, **meta)
     out = torch.ops.flytune.moe_layer_backward(x, x, w1, w2, tw, ids, emu_train.key)
     assert [t.shape for t in out] == [x.shape, w1.shape, w2.shape, tw.shape]
-    assert all(t.dtype == torch.float32 and t.device.type == "meta" for t in out)
+    assert [t.dtype for t in out] == [torch.float32, torch.bfloat16, torch.bfloat16, torch.float32]
+    assert all(t.device.type == "meta" for t in out)
+
+
+@pytest.fixture(scope="module")
+def emu_train16(emu_train16_export_dir):
+    return flytune.load(emu_train16_export_dir, device="emulate")
+
+
+def _launches(monkeypatch):
+    """The keyword arguments of each backward launch the op makes (flytune._call of _core.launch_backward)."""
+    seen, call = [], flytune._call
+
+    def recording(fn, *args, **kwargs):
+        if getattr(fn, "__name__", "") == "launch_backward":
+            seen.append(kwargs)
+        return call(fn, *args, **kwargs)
+    monkeypatch.setattr(flytune, "_call", recording)
+    return seen
+
+
+@pytest.mark.parametrize("tokens, kind", [(1, "uniform"), (9, "masked"), (13, "one-empty")])
+def test_weight_gradients_come_in_the_weights_dtype_from_the_kernels(emu_train16, monkeypatch, tokens, kind):
+    p = emu_train16.problems[0]
+    assert emu_train16.plan(p.key, tokens)["backward"]["dw16"]  # searched by this flytune: kgrouped_args_bytes 96
+    case = grad_case(p, tokens, kind, seed=40 + tokens)
+    x, w1, w2, tw, ids, dy = _tensors(case, requires_grad=False)
+    launches = _launches(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", flytune.Fp32WeightGradientsWarning)
+        out = torch.ops.flytune.moe_layer_backward(dy, x, w1, w2, tw, ids, emu_train16.key)
+    assert [t.dtype for t in out] == [torch.float32, torch.bfloat16, torch.bfloat16, torch.float32]
+    # The kernels wrote the returned dW themselves: no float32 dW passed, no cast after.
+    (launch,) = launches
+    assert (launch["dw1"], launch["dw2"]) == (0, 0)
+    assert (launch["dw1_16"], launch["dw2_16"]) == (out[1].data_ptr(), out[2].data_ptr())
+    want = _reference_grads(case)
+    for name, g, w in zip(GRAD_NAMES, out, want):
+        assert g.shape == w.shape and torch_rel_l2(g, w) < TOLERANCE, (name, torch_rel_l2(g, w))
+    # and through autograd into the leaves' dtype
+    x, w1, w2, tw, ids, dy = _tensors(case)
+    got = _flytune_grads(emu_train16, x, w1, w2, tw, ids, dy)
+    assert [g.dtype for g in got] == [torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.float32]
+    for name, g, w in zip(GRAD_NAMES, got, want):
+        assert torch_rel_l2(g, w) < TOLERANCE, (name, torch_rel_l2(g, w))
+    wrong = torch.where(ids >= 0, (ids + 1) % p.experts, ids)
+    bad = _flytune_grads(emu_train16, x, w1, w2, tw, wrong, dy)
+    assert max(torch_rel_l2(g, w) for g, w in zip(bad[1:3], want[1:3])) > 10 * TOLERANCE
+
+
+def test_opcheck_of_the_backward_op_writing_16_bit_weight_gradients(emu_train16):
+    p = emu_train16.problems[0]
+    x, w1, w2, tw, ids, dy = _tensors(grad_case(p, 6, "masked", seed=6), requires_grad=False)
+    torch.library.opcheck(torch.ops.flytune.moe_layer_backward.default, (dy, x, w1, w2, tw, ids, emu_train16.key))
+
+
+def test_kernels_that_predate_16_bit_weight_gradients_give_float32_cast_and_say_so(emu_train_export_dir,
+                                                                                    monkeypatch):
+    export = flytune.load(emu_train_export_dir, device="emulate")  # an Export of its own: nothing warned yet
+    p = export.problems[0]
+    assert not export.plan(p.key, 5)["backward"]["dw16"]  # an earlier flytune compiled the committed kernels
+    case = grad_case(p, 5, "ragged", seed=12)
+    x, w1, w2, tw, ids, dy = _tensors(case, requires_grad=False)
+    launches = _launches(monkeypatch)
+    with pytest.warns(flytune.Fp32WeightGradientsWarning,
+                      match=r"\(bucket 9\) predate the 16-bit weight gradients: dW1 and dW2 are written in float32 "
+                            r"and cast to the weights' dtype"):
+        out = torch.ops.flytune.moe_layer_backward(dy, x, w1, w2, tw, ids, export.key)
+    (launch,) = launches
+    assert (launch["dw1_16"], launch["dw2_16"]) == (0, 0) and launch["dw1"] and launch["dw2"]
+    assert [t.dtype for t in out] == [torch.float32, torch.bfloat16, torch.bfloat16, torch.float32]
+    for name, g, w in zip(GRAD_NAMES, out, _reference_grads(case)):
+        assert torch_rel_l2(g, w) < TOLERANCE, (name, torch_rel_l2(g, w))
+    with warnings.catch_warnings():  # once per (problem, backward bucket)
+        warnings.simplefilter("error", flytune.Fp32WeightGradientsWarning)
+        torch.ops.flytune.moe_layer_backward(dy, x, w1, w2, tw, ids, export.key)
 
 
 def test_zero_tokens_give_zero_weight_gradients(emu_train):

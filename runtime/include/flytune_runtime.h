@@ -336,6 +336,11 @@ typedef struct ft_layer_grads {
 int ft_plan_has_backward(const ft_plan* plan);
 /* The backward bucket the plan's backward comes from; 0 without one. */
 int ft_plan_backward_bucket(const ft_plan* plan);
+/* ABI 1.2: 1 where the plan's backward writes dW1 / dW2 in the forward's dtype when
+ * ft_layer_grads' dw1_16 / dw2_16 are given; 0 where the export's backward kernels
+ * predate them (a launch with them answers FT_ERR_NOT_FOUND: pass dw1, dw2 in fp32)
+ * or the plan has no backward. A caller picks its outputs by it before launching. */
+int ft_plan_backward_takes_dw16(const ft_plan* plan);
 /* Bytes of the workspace (ft_layer_grads::workspace) the plan's backward needs
  * at `tokens` tokens (its bucket's kernels; the plan's own T for the launch).
  * It never decreases with T, so one workspace sized for the largest T a caller

@@ -44,12 +44,14 @@ Result<std::uint64_t> Runtime::backward_workspace_bytes(const Plan& plan, int to
   return ft::workspace_placement(*program).total;
 }
 
+// Kernels built before KGroupedArgs::c16 read no such field: they would write fp32 through a null dw1.
+bool takes_dw16(const BackwardPlan& bw) { return bw.bucket->kgrouped_args_bytes >= offsetof(KGroupedArgs, c16) + sizeof(u16*); }
+
 Status Runtime::launch_backward(const Plan& plan, const GradBuffers& b, StreamHandle stream) {
   const BackwardPlan* bw = FT_TRY(backward_of(plan));
-  // Kernels built before KGroupedArgs::c16 read no such field: they would write fp32 through a null dw1.
-  if ((b.dw1_16 || b.dw2_16) && bw->bucket->kgrouped_args_bytes < offsetof(KGroupedArgs, c16) + sizeof(u16*))
+  if ((b.dw1_16 || b.dw2_16) && !takes_dw16(*bw))
     return fail(Errc::not_found, "the export's backward kernels predate the 16-bit weight gradients (dw1_16, dw2_16): pass "
-                                 "dw1 and dw2 (fp32), or export again with this flytune version", plan.problem->key);
+                                 "dw1 and dw2 (fp32), or search and export again with this flytune version", plan.problem->key);
   return run(*bw, FT_TRY(grad_table(bw->program, b)), stream);
 }
 

@@ -446,6 +446,10 @@ int ft_plan_has_backward(const ft_plan* plan) { return plan && plan->plan.backwa
 
 int ft_plan_backward_bucket(const ft_plan* plan) { return ft_plan_has_backward(plan) ? plan->plan.backward->bucket->tokens : 0; }
 
+int ft_plan_backward_takes_dw16(const ft_plan* plan) {
+  return ft_plan_has_backward(plan) && ft::rt::takes_dw16(*plan->plan.backward) ? 1 : 0;
+}
+
 size_t ft_plan_backward_workspace_bytes(const ft_plan* plan, int tokens) {
   ft_runtime* rt = plan ? plan->owner : nullptr;
   std::size_t bytes = 0;

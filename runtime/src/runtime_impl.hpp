@@ -111,6 +111,9 @@ struct OperationPlan {
 };
 // The backward of a plan (docs/EXPORT.md, "The backward").
 using BackwardPlan = OperationPlan;
+// Whether its wgrad kernels write dW1 / dW2 in 16 bits when given dw1_16 / dw2_16 (they read
+// KGroupedArgs::c16: the bucket's kgrouped_args_bytes); a launch with them is refused otherwise.
+bool takes_dw16(const BackwardPlan& bw);
 
 // A layer for one (problem, T): the forward's plan (bucket, program,
 // functions) and, where the export has one, the backward's. Launching runs

@@ -115,6 +115,16 @@ TEST(BackwardExport, SearchBothExportsAndPassesCheckExportAndAMutantRuntimeFails
   // Searched and exported by this flytune: its wgrad kernels take KGroupedArgs with c16, so
   // check-export's backward rows also launched with dw1_16, dw2_16 (the runtime allows it).
   for (const json& b : bw["buckets"]) EXPECT_EQ(b["kgrouped_args_bytes"], 96) << b["tokens"];
+  {  // and the runtime says so before a launch, for a plan of each bucket
+    Opened o(e.dir);
+    ASSERT_TRUE(o.rt) << o.error;
+    for (int tokens : {1, 5, 9, 13}) {
+      ft_plan* plan = nullptr;
+      ASSERT_EQ(ft_runtime_select(o.rt, kKey, tokens, &plan), FT_OK);
+      EXPECT_EQ(ft_plan_backward_takes_dw16(plan), 1) << tokens;
+      ft_plan_free(plan);
+    }
+  }
 
   auto r = run_flytune({"check-export", e.dir, "--emulate", "--tokens", "1,5,9,13"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -202,6 +212,9 @@ TEST(BackwardExport, CApiRefusesWithOneLineAndWithoutABackward) {
   const std::unique_ptr<ft_plan, void (*)(ft_plan*)> guard(plan, ft_plan_free);
   EXPECT_EQ(ft_plan_has_backward(plan), 1);
   EXPECT_EQ(ft_plan_backward_bucket(plan), 9);
+  // The committed database's kernels predate KGroupedArgs::c16 (the refusal below says so at launch).
+  EXPECT_EQ(ft_plan_backward_takes_dw16(plan), 0);
+  EXPECT_EQ(ft_plan_backward_takes_dw16(nullptr), 0);
   // The workspace rule: never less for a larger T; 0 with a reason outside [1, 2^24].
   const std::size_t at5 = ft_plan_backward_workspace_bytes(plan, 5);
   EXPECT_GT(at5, 0u);
@@ -287,6 +300,7 @@ TEST(BackwardExport, CApiRefusesWithOneLineAndWithoutABackward) {
     const std::unique_ptr<ft_plan, void (*)(ft_plan*)> guard(plan, ft_plan_free);
     EXPECT_EQ(ft_plan_has_backward(plan), 0);
     EXPECT_EQ(ft_plan_backward_bucket(plan), 0);
+    EXPECT_EQ(ft_plan_backward_takes_dw16(plan), 0);
     EXPECT_EQ(ft_plan_backward_workspace_bytes(plan, 5), 0u);
     ft_layer_grads g{};
     for (int st : {ft_plan_backward_launch(plan, &g, nullptr), ft_plan_backward_saved(plan, &g, nullptr)}) {

@@ -139,6 +139,9 @@ TEST(EmuExportDuringSearch, ExportsMadeWhileASearchAddsABucketAreCompleteAndChec
   const Seen seen = expect_complete(after, e.output);
   EXPECT_EQ(seen.buckets, (std::set<int>{1, 2}));
   EXPECT_TRUE(seen.missing.empty());
+  // search --emulate without --problem searched the emulator's default, tiny (the other emulated
+  // searches of tests/emu name a smaller H and I: this one keeps the default covered).
+  EXPECT_EQ(manifest_of(after)["problems"][0]["key"], "moe_e4_h256_i512_k2_bf16_swiglu_uniform");
 }
 
 }  // namespace

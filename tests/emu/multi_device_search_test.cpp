@@ -23,11 +23,12 @@ using nlohmann::json;
 TEST(EmuMultiDevice, TwoEmulatedDevicesShareOneSearch) {
   test::ScratchDir dir;
   const std::string db = dir.file("two.db");
-  // The cheap space of search_test.cpp, two buckets: one for each device.
+  // The cheap space and problem of search_test.cpp (tiny with H = 64, I = 128: the dealing
+  // does not depend on the size), two buckets: one for each device.
   const test::ScopedEnv cache("FLYTUNE_CACHE_DIR", (std::string(FT_EMU_TEST_CACHE) + "/search").c_str());
   auto r = test::run_flytune({"search", "--devices", "emu:sm_90a:0,emu:sm_90a:1", "--space",
-                              "small;atom=mma_m16n8k16_f32_bf16;split_k=1;tile_m=32;tile_n=32,64", "--tokens", "1,7",
-                              "--seed", "7", "--no-baseline", "--db", db, "--json"});
+                              "small;atom=mma_m16n8k16_f32_bf16;split_k=1;tile_m=32;tile_n=32,64", "--hidden", "64",
+                              "--inter", "128", "--tokens", "1,7", "--seed", "7", "--no-baseline", "--db", db, "--json"});
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const auto at = r.output.find("\n{");
   const json s = json::parse(r.output.substr(at == std::string::npos ? 0 : at + 1), nullptr, false);

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -64,6 +65,7 @@ struct CudaApi {
   FT_CU_FN(cuGraphLaunch)
   FT_CU_FN(cuGraphExecDestroy)
   FT_CU_FN(cuGraphDestroy)
+  FT_CU_FN(cuTensorMapEncodeTiled)
 
   std::string name(CUresult r) const {
     const char* s = nullptr;
@@ -125,6 +127,7 @@ Result<std::shared_ptr<CudaApi>> bind_cuda_api(DynLib lib) {
   FT_CU_BIND(cuGraphLaunch)
   FT_CU_BIND(cuGraphExecDestroy)
   FT_CU_BIND(cuGraphDestroy)
+  FT_CU_BIND(cuTensorMapEncodeTiled)
 #undef FT_CU_BIND
   // cuEventElapsedTime_v2 (12.8+) has the old prototype; older drivers lack it.
   if (!api->lib.bind(api->cuEventElapsedTime, FT_CU_STR(cuEventElapsedTime)))
@@ -325,6 +328,29 @@ class CudaDevice final : public Device {
     FT_CHECK(make_current());
     return check("cuFuncSetAttribute",
                  api_->cuFuncSetAttribute(CUfunction(f.p), CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
+  }
+
+  // cuTensorMapEncodeTiled: a 2-D tiled map, the element type by its size (a
+  // copy moves bits), zeros for elements outside the matrix, L2 lines of 128 bytes.
+  Status encode_tensor_map(const TensorMapSpec& t, std::span<std::byte, kTensorMapBytes> out) override {
+    if (auto why = why_bad_tensor_map(t)) return fail(Errc::invalid_input, *why, where_);
+    const CUtensorMapDataType type = t.elem_bytes == 1   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                     : t.elem_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+                                                         : CU_TENSOR_MAP_DATA_TYPE_UINT32;
+    const CUtensorMapSwizzle swizzle = t.swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                       : t.swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                       : t.swizzle == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                         : CU_TENSOR_MAP_SWIZZLE_NONE;
+    const cuuint64_t dims[2] = {t.cols, t.rows}, strides[1] = {t.row_stride_bytes};
+    const cuuint32_t box[2] = {t.box_cols, t.box_rows}, element_strides[2] = {1, 1};
+    static_assert(sizeof(CUtensorMap) == kTensorMapBytes, "ft::TensorMap holds the driver's CUtensorMap");
+    CUtensorMap map;
+    FT_CHECK(check("cuTensorMapEncodeTiled",
+                   api_->cuTensorMapEncodeTiled(&map, type, 2, reinterpret_cast<void*>(t.base), dims, strides, box,
+                                                element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                                CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)));
+    std::memcpy(out.data(), &map, sizeof map);
+    return {};
   }
 
   Status launch(FunctionHandle f, Dim3 grid, Dim3 block, int dynamic_shared, StreamHandle s, const void* args,

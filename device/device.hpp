@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/error.hpp"
+#include "device/tensor_map.hpp"
 
 namespace ft {
 
@@ -60,6 +61,11 @@ class Device {
   // Launch with one by-value argument struct (the kernels' single parameter).
   virtual Status launch(FunctionHandle f, Dim3 grid, Dim3 block, int dynamic_shared, StreamHandle s,
                         const void* args, std::size_t args_size) = 0;
+
+  // The bytes of a tensor map (device/tensor_map.hpp) for a kernel's TMA
+  // copies, into `out` (an ft::TensorMap): refused with one line where the
+  // spec breaks the TMA unit's rules, and on devices without a TMA unit (the default).
+  virtual Status encode_tensor_map(const TensorMapSpec& spec, std::span<std::byte, kTensorMapBytes> out);
 
   virtual Result<StreamHandle> create_stream() = 0;
   virtual Status destroy_stream(StreamHandle s) = 0;

@@ -19,6 +19,8 @@
 
 #define FT_EMU_ABI_ONLY
 #include "templates/ft/port_emu.hpp"
+#include "templates/ft/int_types.hpp"
+#include "templates/ft/tensor_map.hpp"
 
 namespace ft::emu {
 
@@ -286,6 +288,17 @@ Result<unsigned> EmuDevice::args_size(FunctionHandle f) const {
   const auto* fn = static_cast<const EmuFunction*>(f.p);
   if (!fn) return fail(Errc::device, "args_size of a null function", info_.name);
   return fn->args_size;
+}
+
+Status EmuDevice::encode_tensor_map(const TensorMapSpec& s, std::span<std::byte, kTensorMapBytes> out) {
+  if (target_->sm < 90) return Device::encode_tensor_map(s, out);  // the TMA unit came with sm_90
+  if (auto why = why_bad_tensor_map(s)) return fail(Errc::invalid_input, *why, info_.name);
+  static_assert(sizeof(TensorMapEmu) <= kTensorMapBytes);
+  const TensorMapEmu e{s.base, s.row_stride_bytes, s.cols, s.rows, s.box_cols, s.box_rows, s.elem_bytes, s.swizzle,
+                       kTensorMapEmuMagic, 0};
+  std::fill(out.begin(), out.end(), std::byte{0});
+  std::memcpy(out.data(), &e, sizeof e);
+  return {};
 }
 
 Status EmuDevice::set_dynamic_shared(FunctionHandle f, int bytes) {

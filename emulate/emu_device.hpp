@@ -56,6 +56,8 @@ class EmuDevice final : public Device {
   Status unload_module(ModuleHandle m) override;
   Result<FunctionHandle> function(ModuleHandle m, const std::string& name) override;
   Status set_dynamic_shared(FunctionHandle f, int bytes) override;
+  // TensorMapEmu (templates/ft/tensor_map.hpp), which the emulated TMA copies read.
+  Status encode_tensor_map(const TensorMapSpec& spec, std::span<std::byte, kTensorMapBytes> out) override;
   // The size of the argument struct a function of this device takes (its host sizeof).
   Result<unsigned> args_size(FunctionHandle f) const;
   Status launch(FunctionHandle f, Dim3 grid, Dim3 block, int dynamic_shared, StreamHandle s, const void* args,

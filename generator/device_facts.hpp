@@ -27,4 +27,5 @@
 #include "templates/ft/numeric.hpp"
 #include "templates/ft/random.hpp"
 #include "templates/ft/shape_rules.hpp"
+#include "templates/ft/tensor_map.hpp"
 #include "templates/ft/weight_layout.hpp"

@@ -10,6 +10,8 @@
 #include "templates/ft/int_types.hpp"
 #include "templates/ft/moe_args.hpp"
 #include "templates/ft/moe_backward_args.hpp"
+#include "templates/ft/tensor_map.hpp"
+#include "device/tensor_map.hpp"
 
 namespace ft {
 
@@ -22,6 +24,9 @@ static_assert(sizeof(MoeArgs) == 208 && offsetof(MoeArgs, tokens) == 88 && offse
 static_assert(sizeof(ShuffleArgs) == 32, "ft::ShuffleArgs is append-only");
 static_assert(sizeof(FillArgs) == 40 && offsetof(FillArgs, elem) == 28 && offsetof(FillArgs, group) == 32,
               "ft::FillArgs is append-only");
+
+static_assert(sizeof(TensorMap) == kTensorMapBytes && alignof(TensorMap) == 64,
+              "ft::TensorMap is the bytes Device::encode_tensor_map writes, 64-byte aligned as the TMA unit reads them");
 
 // A device address (ft::DevicePtr) as the typed pointer a struct field holds.
 template <class T>

@@ -16,6 +16,7 @@
 // mma.sync repeated along N, one 16-row slice per warp; the same for k32 e4m3).
 #include "ft/atom_layouts.hpp"
 #include "ft/shape_rules.hpp"
+#include "ft/tensor_map.hpp"
 
 namespace ft {
 
@@ -48,23 +49,10 @@ FT_HOST_DEVICE constexpr u32 wgmma_descriptor_address(u64 desc) { return u32(des
 FT_HOST_DEVICE constexpr int wgmma_acc_row(int t, int i) { return 16 * (t / 32) + (t % 32) / 4 + 8 * ((i / 2) % 2); }
 FT_HOST_DEVICE constexpr int wgmma_acc_col(int t, int i) { return 8 * (i / 4) + 2 * (t % 4) + i % 2; }
 
-// The 128-byte swizzle on a shared-memory byte address: the 16-byte chunk
-// bits [4, 7) are XORed with the row bits [7, 10).
-FT_HOST_DEVICE constexpr u32 swizzle128(u32 logical) { return logical ^ (((logical >> 7) & 7) << 4); }
-
-// Byte offset, from a 1024-aligned tile base, of element (row, k) of a
-// K-major tile with 128-byte rows in the 128-byte swizzle: 64 elements of two
-// bytes, or 128 of one (elem_bytes = 1, e4m3).
-FT_HOST_DEVICE constexpr u32 swizzle128_offset(int row, int k, int elem_bytes = 2) {
-  return swizzle128(u32(row) * 128 + u32(k) * u32(elem_bytes));
-}
-
-// Byte offset, from a 1024-aligned operand base, of element (mn, k) of an
-// MN-major tile `depth` values deep in k, in the layout wgmma_descriptor_mn
-// describes with lbo = depth / 8 * 1024 and sbo = 1024.
-FT_HOST_DEVICE constexpr u32 swizzle128_mn_offset(int mn, int k, int depth) {
-  return swizzle128(u32(mn / 64) * u32(depth / 8) * 1024u + u32(k / 8) * 1024u + u32(k % 8) * 128u + u32(mn % 64) * 2u);
-}
+// The 128-byte swizzle and the K-major and MN-major operand layouts the
+// descriptors above describe (swizzle128, swizzle128_offset,
+// swizzle128_mn_offset) live in tensor_map.hpp, beside the TMA unit's
+// swizzles they are a case of, where the host reads them too.
 
 }  // namespace ft
 

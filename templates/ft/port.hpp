@@ -9,6 +9,7 @@
 //   FT_DEVICE                 qualifier of device functions (inline)
 //   FT_HOST_DEVICE            qualifier of constexpr helpers used on both sides
 //   FT_KERNEL(threads, name)  declares an extern "C" entry point `void name` with launch bounds
+//   FT_GRID_CONSTANT          qualifies a kernel parameter read in place (a tensor map's home, sm_90a)
 //   ft::kWaveSize             lanes per wave / warp: FT_WAVE_SIZE, which the compile of every unit
 //                             defines from the target's row (generator/targets.def, Target::template_defines)
 //   ft::thread_index()        linear thread index in the (1-D) block

@@ -9,6 +9,9 @@
 // arrays too (alignas at the caller). __builtin_assume_aligned does not survive NVVM.
 #define FT_MEMCPY_ALIGNED(dst, src, bytes) ::ft::copy_words<bytes>(dst, src)
 #define FT_KERNEL(threads, name) extern "C" __global__ void __launch_bounds__(threads) name
+// A kernel parameter read in place: a tensor map inside it has a parameter-space address the TMA
+// unit may read (sm_90a: __grid_constant__; taking a by-value parameter's address otherwise copies it to the stack).
+#define FT_GRID_CONSTANT const __grid_constant__
 // A kernel whose warpgroups move registers between them (setmaxnreg, Hopper
 // GEMM with wgmma_regs=rebalance): one block per SM, so ptxas caps the
 // entry count at the register file over the block's threads and honours the
@@ -16,6 +19,7 @@
 #define FT_KERNEL_REBALANCED(threads, name) extern "C" __global__ void __launch_bounds__(threads, 1) name
 
 #include "ft/int_types.hpp"
+#include "ft/tensor_map.hpp"
 
 namespace ft {
 
@@ -156,6 +160,34 @@ FT_DEVICE void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
                    shared_address(dst)),
                "l"(src), "r"(bytes), "r"(shared_address(bar))
                : "memory");
+}
+
+// Tensor-map copies (tensor_map.hpp; the map in the kernel's parameter space
+// or global memory, 64-byte aligned). A box at element (col, row) lands in
+// `dst` with the map's swizzle, elements outside the matrix as zeros, counted
+// off `bar`'s expected bytes (the whole box) when it lands.
+FT_DEVICE void tensor_load_2d(void* dst, const TensorMap* map, int col, int row, u64* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          shared_address(dst)),
+      "l"(map), "r"(col), "r"(row), "r"(shared_address(bar))
+      : "memory");
+}
+// The box in `src` (laid out as a load leaves it) into the matrix, elements
+// outside it not written. The threads that wrote `src` fence_async_proxy()
+// and meet at a barrier first; one thread issues the store, then
+// tensor_store_commit() and, before `src` is written again,
+// tensor_store_wait_read<0>().
+FT_DEVICE void tensor_store_2d(const TensorMap* map, int col, int row, const void* src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(map), "r"(col),
+               "r"(row), "r"(shared_address(src))
+               : "memory");
+}
+FT_DEVICE void tensor_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N committed store groups of this thread still read shared memory.
+template <int N>
+FT_DEVICE void tensor_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 
 }  // namespace ft

@@ -65,11 +65,14 @@ struct Runtime {
 #define FT_KERNEL(threads, name)                                                  \
   extern "C" FT_EMU_EXPORT const int name##__ft_emu_max_threads = (threads);      \
   extern "C" FT_EMU_EXPORT void name
+// A kernel parameter read in place (port_cuda.hpp: __grid_constant__ for tensor maps).
+#define FT_GRID_CONSTANT const
 #define FT_KERNEL_REBALANCED(threads, name) FT_KERNEL(threads, name)
 // The compiler decides; full unrolling only slows the host compile.
 #define FT_UNROLL
 
 #include "ft/int_types.hpp"
+#include "ft/tensor_map.hpp"
 
 namespace ft {
 
@@ -188,6 +191,54 @@ FT_DEVICE void bulk_copy(void* dst, const void* src, u32 bytes, u64* bar) {
   b.tx -= i32(bytes);
   emu::detail::mbarrier_settle(b);
 }
+// Tensor-map copies (tensor_map.hpp), done at issue like the bulk copy: the
+// box at element (col, row) of the map's matrix, row by row into `dst` with
+// the map's swizzle; elements outside the matrix land as zeros and still count
+// toward `bar`'s bytes, as the TMA unit counts the whole box.
+namespace emu::detail {
+inline const TensorMapEmu& tensor_map(const TensorMap* map, unsigned char* dst) {
+  const TensorMapEmu& m = *reinterpret_cast<const TensorMapEmu*>(map->bytes);
+  if (m.magic != kTensorMapEmuMagic) runtime->fault("a tensor map the emulated device did not encode");
+  const u32 align = m.swizzle == 128 ? 1024u : m.swizzle ? 256u * (m.swizzle / 32u) : 128u;
+  if (u32(dst - lane().lds) % align != 0) runtime->fault("a tensor-map copy's shared address is not aligned to its swizzle");
+  return m;
+}
+// Calls f(shared byte offset, global address or null) for each element of the box.
+template <class F>
+inline void each_box_element(const TensorMapEmu& m, int col, int row, F f) {
+  for (u32 r = 0; r < m.box_rows; ++r)
+    for (u32 c = 0; c < m.box_cols; ++c) {
+      const long long gr = (long long)row + r, gc = (long long)col + c;
+      const bool inside = gr >= 0 && gc >= 0 && gr < m.rows && gc < m.cols;
+      const u32 at = swizzle_offset((r * m.box_cols + c) * m.elem_bytes, int(m.swizzle));
+      f(at, inside ? reinterpret_cast<unsigned char*>(m.base + u64(gr) * m.row_stride_bytes + u64(gc) * m.elem_bytes) : nullptr);
+    }
+}
+}  // namespace emu::detail
+FT_DEVICE void tensor_load_2d(void* dst, const TensorMap* map, int col, int row, u64* bar) {
+  unsigned char* d = static_cast<unsigned char*>(dst);
+  const TensorMapEmu& m = emu::detail::tensor_map(map, d);
+  emu::detail::each_box_element(m, col, row, [&](u32 at, const unsigned char* src) {
+    if (src) __builtin_memcpy(d + at, src, m.elem_bytes);
+    else __builtin_memset(d + at, 0, m.elem_bytes);
+  });
+  EmuMbarrier& b = emu::detail::mbarrier(bar);
+  b.tx -= i32(m.box_rows * m.box_cols * m.elem_bytes);
+  emu::detail::mbarrier_settle(b);
+}
+// The box from `src` (laid out as a load leaves it) into the matrix; elements
+// outside the matrix are not written.
+FT_DEVICE void tensor_store_2d(const TensorMap* map, int col, int row, const void* src) {
+  const unsigned char* s = static_cast<const unsigned char*>(src);
+  const TensorMapEmu& m = emu::detail::tensor_map(map, const_cast<unsigned char*>(s));
+  emu::detail::each_box_element(m, col, row, [&](u32 at, unsigned char* g) {
+    if (g) __builtin_memcpy(g, s + at, m.elem_bytes);
+  });
+}
+// Stores are done at issue: nothing to commit or wait for.
+FT_DEVICE void tensor_store_commit() {}
+template <int N>
+FT_DEVICE void tensor_store_wait_read() {}
 template <int N>
 FT_DEVICE void copy_async_wait() {}
 // Lanes have no register file here: moving registers between warpgroups

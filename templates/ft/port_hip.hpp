@@ -11,6 +11,8 @@
 // compiler use the whole register file (launch_bounds alone capped it at 128 VGPRs).
 #define FT_KERNEL(threads, name) \
   extern "C" __attribute__((global)) __attribute__((amdgpu_flat_work_group_size(threads, threads))) void name
+// A kernel parameter read in place (port_cuda.hpp: __grid_constant__ for tensor maps).
+#define FT_GRID_CONSTANT const
 
 #include "ft/int_types.hpp"
 

@@ -199,7 +199,7 @@ namespace emu::detail {
 inline const TensorMapEmu& tensor_map(const TensorMap* map, unsigned char* dst) {
   const TensorMapEmu& m = *reinterpret_cast<const TensorMapEmu*>(map->bytes);
   if (m.magic != kTensorMapEmuMagic) runtime->fault("a tensor map the emulated device did not encode");
-  const u32 align = m.swizzle == 128 ? 1024u : m.swizzle ? 256u * (m.swizzle / 32u) : 128u;
+  const u32 align = m.swizzle ? 8u * m.swizzle : 128u;  // a swizzle repeats every eight of its spans
   if (u32(dst - lane().lds) % align != 0) runtime->fault("a tensor-map copy's shared address is not aligned to its swizzle");
   return m;
 }

@@ -72,38 +72,30 @@ std::vector<float> routed_weight_gradient(const MoeInputs<float>& in, const std:
 
 }  // namespace
 
-bool backward_checkable(const ft_problem_shape& s, int tokens) {
+std::string backward_unchecked(const ft_problem_shape& s, int tokens) {
   // The reference's passes: the forward's two GEMMs, then three of the backward's.
   const double pass = double(tokens) * s.topk * 3.0 * s.inter * s.hidden;
-  return pass * 2.0 <= kBackwardReferenceWork;
+  if (pass * 2.0 <= kBackwardReferenceWork) return "";
+  return fmt::format("the backward at T={} is not checked: its CPU reference is above {:.0e} multiply-adds (check smaller T "
+                     "with --tokens)", tokens, kBackwardReferenceWork);
 }
 
-CheckRow check_backward_one(ft_runtime* rt, ProblemWeights& weights, const std::string& key, int tokens, const std::string& routing,
-                            std::uint64_t seed) {
-  PlannedRow planned(rt, CheckRow{key, 0, tokens, routing, false, 0, "", "backward"});
-  if (!planned.plan) return planned.row;
+CheckRow check_backward(PlannedRow& planned, ProblemWeights& weights, const RowStart& start) {
   CheckRow& row = planned.row;
-  const ft_plan* plan = planned.plan;
+  ft_runtime* rt = planned.rt;
+  const ft_plan* plan = start.plan;
+  const int tokens = row.tokens;
+  const std::uint64_t seed = start.seed;
+  const ft_problem_shape& shape = start.shape;
   auto failed = [&](const std::string& what) { return planned.failed(what); };
-  if (!ft_plan_has_backward(plan)) {
-    row.summary = "the plan has no backward";
-    return row;
-  }
-  row.bucket = ft_plan_backward_bucket(plan);
-  ft_problem_shape shape{};
-  ft_plan_shape(plan, &shape);
   const DType d = rt::plan_of(plan)->problem->problem.dtype;
   const std::size_t T = std::size_t(tokens), H = std::size_t(shape.hidden), I = std::size_t(shape.inter),
                     E = std::size_t(shape.experts), k = std::size_t(shape.topk);
-  auto routed = routing_for(routing, shape, tokens, seed);
-  if (!routed) {
-    row.summary = routed.error().describe();
-    return row;
-  }
+  const Routed& routed = start.routed;
   MoeInputs<float> in;
   in.shape = {(long long)T, (long long)H, (long long)I, (long long)E, (long long)k};
-  in.ids = routed->ids;
-  in.weights = routed->weights;
+  in.ids = routed.ids;
+  in.weights = routed.weights;
   Allocations mem(rt);
   ft_layer_grads g{};
   void* x = mem.get(T * H * 2);
@@ -125,8 +117,8 @@ CheckRow check_backward_one(ft_runtime* rt, ProblemWeights& weights, const std::
   if (!random_values(rt, x, T * H, seed * 7 + 1, d, in.x) || !random_values(rt, dy, T * H, seed * 7 + 2, d, dy_ref) ||
       !download_values(rt, weights.plain(1), E * 2 * I * H, d, in.w1) || !download_values(rt, weights.plain(2), E * H * I, d, in.w2))
     return failed("inputs");
-  if (ft_runtime_upload(rt, ids, routed->ids.data(), T * k * 4) != FT_OK ||
-      ft_runtime_upload(rt, tw, routed->weights.data(), T * k * 4) != FT_OK)
+  if (ft_runtime_upload(rt, ids, routed.ids.data(), T * k * 4) != FT_OK ||
+      ft_runtime_upload(rt, tw, routed.weights.data(), T * k * 4) != FT_OK)
     return failed("upload");
   g.x = x, g.topk_ids = static_cast<const std::int32_t*>(ids), g.topk_weights = static_cast<const float*>(tw);
   g.w1 = weights.plain(1), g.w2 = weights.plain(2), g.dy = dy;

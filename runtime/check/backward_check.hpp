@@ -21,12 +21,13 @@ namespace ft::check {
 // reference makes): a few seconds on one core.
 inline constexpr double kBackwardReferenceWork = 4e9;
 
-// Whether the CPU reference of the backward at `tokens` is affordable (kBackwardReferenceWork).
-bool backward_checkable(const ft_problem_shape& shape, int tokens);
+// Why the backward's rows at `tokens` are not checked: its CPU reference is above
+// kBackwardReferenceWork (a coverage note); empty when it is affordable.
+std::string backward_unchecked(const ft_problem_shape& shape, int tokens);
 
-// One backward row: the plan of (key, tokens) under a routing; `row.pass` is
-// "backward". A plan without a backward is a failing row saying so.
-CheckRow check_backward_one(ft_runtime* rt, ProblemWeights& weights, const std::string& key, int tokens,
-                            const std::string& routing, std::uint64_t seed);
+// The backward's body (op::moe_backward; OperationCheck, layer_check.hpp):
+// the saved tensors recomputed, then the backward launched on poisoned outputs
+// and workspace, each gradient against the CPU backward.
+CheckRow check_backward(PlannedRow& planned, ProblemWeights& weights, const RowStart& start);
 
 }  // namespace ft::check

@@ -7,12 +7,16 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <span>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "flytune_runtime.h"
 #include "generator/backward_gemm.hpp"
 #include "generator/emitter.hpp"
+#include "layer/operation.hpp"
 #include "runtime/src/runtime_impl.hpp"
 #include "compile/emu_compile.hpp"
 #include "emulate/emu_device.hpp"
@@ -43,23 +47,16 @@ int launch_in_graph(ft_runtime* rt, const ft_plan* plan, ft_layer_buffers& b, vo
 
 }  // namespace
 
-CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string& key, int tokens, const std::string& routing,
-                   std::uint64_t seed, bool graph) {
-  PlannedRow planned(rt, CheckRow{key, 0, tokens, routing, false, 0, ""});
-  if (!planned.plan) return planned.row;
+CheckRow check_forward(PlannedRow& planned, ProblemWeights& weights_of, const RowStart& start) {
   CheckRow& row = planned.row;
-  const ft_plan* plan = planned.plan;
+  ft_runtime* rt = planned.rt;
+  const ft_plan* plan = start.plan;
+  const int tokens = row.tokens;
+  const std::uint64_t seed = start.seed;
+  const Routed& routed = start.routed;
   auto failed = [&](const std::string& what) { return planned.failed(what); };
-  row.bucket = ft_plan_bucket(plan);
-  ft_problem_shape shape{};
-  ft_plan_shape(plan, &shape);
   const std::size_t workspace_bytes = ft_plan_workspace_bytes(plan);
-  const std::size_t T = std::size_t(tokens), H = std::size_t(shape.hidden), k = std::size_t(shape.topk), es = 2;
-  auto routed = routing_for(routing, shape, tokens, seed);
-  if (!routed) {
-    row.summary = routed.error().describe();
-    return row;
-  }
+  const std::size_t T = std::size_t(tokens), H = std::size_t(start.shape.hidden), k = std::size_t(start.shape.topk), es = 2;
   Allocations mem(rt);
   ft_layer_buffers b{};
   void* x = mem.get(T * H * es);
@@ -86,8 +83,8 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   if (ft_runtime_fill_random_as(rt, x, T * H, seed * 3 + 1, tensor_scale(problem, TensorStream::x), x_kind,
                                 magnitude_group(problem, TensorStream::x)) != FT_OK)
     return failed("fill");
-  if (ft_runtime_upload(rt, ids, routed->ids.data(), routed->ids.size() * 4) != FT_OK ||
-      ft_runtime_upload(rt, weights, routed->weights.data(), routed->weights.size() * 4) != FT_OK)
+  if (ft_runtime_upload(rt, ids, routed.ids.data(), routed.ids.size() * 4) != FT_OK ||
+      ft_runtime_upload(rt, weights, routed.weights.data(), routed.weights.size() * 4) != FT_OK)
     return failed("upload");
   // Each stage's weights in the layout its kernel reads (a server does this once, at load time).
   for (int stage : {1, 2}) {
@@ -106,11 +103,11 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   // element is still checked for NaN (unwritten) below.
   const std::vector<int> sampled = sample_tokens(tokens);
   const std::size_t S = sampled.size();
-  if (std::string e = calibrate_into(rt, plan, mem, b, *routed, sampled); !e.empty()) {
+  if (std::string e = calibrate_into(rt, plan, mem, b, routed, sampled); !e.empty()) {
     row.summary = e;
     return row;
   }
-  if (std::string e = reference_into(rt, plan, mem, b, *routed, sampled, y_ref); !e.empty()) {
+  if (std::string e = reference_into(rt, plan, mem, b, routed, sampled, y_ref); !e.empty()) {
     row.summary = e;
     return row;
   }
@@ -118,7 +115,7 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   void* y_sane = problem.fp8() ? mem.get(S * H * es) : nullptr;
   if (problem.fp8() && !y_sane) return failed("alloc");
   if (y_sane)
-    if (std::string e = reference_into(rt, plan, mem, b, *routed, sampled, y_sane, true); !e.empty()) {
+    if (std::string e = reference_into(rt, plan, mem, b, routed, sampled, y_sane, true); !e.empty()) {
       row.summary = e;
       return row;
     }
@@ -126,7 +123,7 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
   // Poison the output and every workspace buffer: the layer must write what it reads.
   if (!poison(rt, y, T * H * es) || !poison(rt, b.workspace, workspace_bytes)) return failed("poison");
   std::int32_t bad_ids = -1;
-  if (graph) {
+  if (start.graph) {
     void* word = mem.get(4);
     if (!word || launch_in_graph(rt, plan, b, word, bad_ids) != FT_OK) return failed("launch in a graph");
     if (bad_ids != 0) return failed(fmt::format("the layer counted {} routing ids outside [-1, experts)", bad_ids));
@@ -140,6 +137,52 @@ CheckRow check_one(ft_runtime* rt, ProblemWeights& weights_of, const std::string
     return failed("download");
   judge(row, all, ref_bits, sampled, H, problem.dtype, sane_bits);
   return row;
+}
+
+namespace {
+
+// The rows' questions of a plan (the C API's answers), operation by operation.
+int forward_bucket(const ft_plan* plan) { return ft_plan_bucket(plan); }
+std::string always_checked(const ft_problem_shape&, int) { return ""; }
+bool has_backward(const ft_plan* plan) { return ft_plan_has_backward(plan) != 0; }
+int backward_bucket(const ft_plan* plan) { return ft_plan_backward_bucket(plan); }
+
+// One row per operation, in op::operations() order (tests/unit/runtime/check/layer_check_test.cpp).
+const OperationCheck kOperationChecks[] = {
+    {op::moe_forward, "forward", nullptr, forward_bucket, always_checked, check_forward},
+    {op::moe_backward, "backward", has_backward, backward_bucket, backward_unchecked, check_backward},
+};
+
+}  // namespace
+
+std::span<const OperationCheck> operation_checks() { return kOperationChecks; }
+
+const OperationCheck* check_of(const op::Operation& operation) {
+  for (const OperationCheck& c : kOperationChecks)
+    if (&c.operation() == &operation) return &c;
+  return nullptr;
+}
+
+CheckRow check_row(const op::Operation& operation, ft_runtime* rt, ProblemWeights& weights, const std::string& key, int tokens,
+                   const std::string& routing, std::uint64_t seed, bool graph) {
+  const OperationCheck* check = check_of(operation);
+  if (!check) return CheckRow{key, 0, tokens, routing, false, 0, fmt::format("check-export has no rows for {}", operation.name)};
+  PlannedRow planned(rt, CheckRow{key, 0, tokens, routing, false, 0, "", std::string(check->pass)});
+  if (!planned.plan) return planned.row;
+  CheckRow& row = planned.row;
+  if (check->planned && !check->planned(planned.plan)) {
+    row.summary = fmt::format("the plan has no {}", check->pass);
+    return row;
+  }
+  row.bucket = check->bucket(planned.plan);
+  ft_problem_shape shape{};
+  ft_plan_shape(planned.plan, &shape);
+  auto routed = routing_for(routing, shape, tokens, seed);
+  if (!routed) {
+    row.summary = routed.error().describe();
+    return row;
+  }
+  return check->body(planned, weights, RowStart{planned.plan, shape, *routed, seed, graph});
 }
 
 namespace {
@@ -251,25 +294,27 @@ Result<CheckReport> check_export(const CheckOptions& o) {
     ProblemWeights weights(h.rt, problem, o.seed);
     if (!weights.error().empty()) return fail(Errc::device, weights.error(), key);
     for (int t : tokens) {
+      // The operations the plan at T has, each with why its rows are not checked (empty: they are).
+      std::vector<std::pair<const OperationCheck*, std::string>> due;
       ft_plan* plan = nullptr;
-      bool backward = false, checkable = false;
-      if (ft_runtime_select(h.rt, key.c_str(), t, &plan) == FT_OK) {
+      const bool selected = ft_runtime_select(h.rt, key.c_str(), t, &plan) == FT_OK;
+      ft_problem_shape shape{};
+      if (selected) {
         if (ft_plan_coverage(plan) != FT_COVERAGE_TUNED)
           report.coverage_notes.push_back(key + ": " + ft_plan_coverage_note(plan));
-        ft_problem_shape shape{};
         ft_plan_shape(plan, &shape);
-        backward = ft_plan_has_backward(plan);
-        checkable = backward_checkable(shape, t);
-        ft_plan_free(plan);
       }
-      for (const std::string& routing : o.routings)
-        report.rows.push_back(check_one(h.rt, weights, key, t, routing, o.seed + std::uint64_t(t), o.graph));
-      if (backward && !checkable)
-        report.coverage_notes.push_back(fmt::format("{}: the backward at T={} is not checked: its CPU reference is above {:.0e} "
-                                                    "multiply-adds (check smaller T with --tokens)", key, t, kBackwardReferenceWork));
-      else if (backward)
+      for (const OperationCheck& c : operation_checks())
+        if (!c.planned || (selected && c.planned(plan))) due.emplace_back(&c, selected ? c.unchecked(shape, t) : "");
+      if (selected) ft_plan_free(plan);
+      for (const auto& [check, unchecked] : due) {
+        if (!unchecked.empty()) {
+          report.coverage_notes.push_back(key + ": " + unchecked);
+          continue;
+        }
         for (const std::string& routing : o.routings)
-          report.rows.push_back(check_backward_one(h.rt, weights, key, t, routing, o.seed + std::uint64_t(t)));
+          report.rows.push_back(check_row(check->operation(), h.rt, weights, key, t, routing, o.seed + std::uint64_t(t), o.graph));
+      }
     }
   }
   if (!found) return fail(Errc::not_found, "the export has no problem '" + *o.problem + "'", o.dir);

@@ -1,15 +1,19 @@
 #pragma once
 // The parts of a layer check through the C API that check-export and the soak
 // share: device memory released through the runtime, a problem's weights (and
-// their arranged copies), the routings, the reference and the judgement.
+// their arranged copies), the routings, the reference and the judgement; and
+// check-export's rows, one path over the operations.
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "flytune_runtime.h"
 #include "base/error.hpp"
 #include "generator/problem.hpp"
+#include "layer/operation.hpp"
 #include "measure/workload/workload.hpp"
 #include "runtime/check/check_export.hpp"
 
@@ -129,10 +133,48 @@ std::string calibrate_into(ft_runtime* rt, const ft_plan* plan, Allocations& mem
 void judge(CheckRow& row, const std::vector<std::uint16_t>& all, const std::vector<std::uint16_t>& ref_bits,
            const std::vector<int>& sampled, std::size_t H, DType dtype, const std::vector<std::uint16_t>& sane_bits = {});
 
-// One row of check-export on an open runtime: the layer at `tokens` under a
-// routing through ft_plan_launch_checked on poisoned output and workspace,
-// against the reference (`graph`: captured and replayed).
-CheckRow check_one(ft_runtime* rt, ProblemWeights& weights, const std::string& key, int tokens, const std::string& routing,
-                   std::uint64_t seed, bool graph = false);
+// What every operation's row starts from, prepared by check_row the same way
+// for each: the plan of (key, tokens), its shape and the routing drawn.
+struct RowStart {
+  const ft_plan* plan;
+  ft_problem_shape shape;
+  const Routed& routed;
+  std::uint64_t seed;
+  bool graph;  // capture the launch into a graph and replay it (the operations that can)
+};
+
+// check-export's rows by operation (layer/operation.hpp): an operation the
+// runtime plans is a row of operation_checks(), and check_row runs any of them
+// the same way -- select the plan, ask whether it has the operation, read its
+// bucket and shape, draw the routing -- then the row's body. A new operation's
+// check is a row and its body.
+struct OperationCheck {
+  const op::Operation& (*operation)();
+  std::string_view pass;  // its rows' CheckRow::pass: "forward", "backward"
+  // Whether a plan has the operation; null: every plan, and a row is reported
+  // (saying why) even where no plan is selected.
+  bool (*planned)(const ft_plan* plan);
+  int (*bucket)(const ft_plan* plan);  // the bucket that serves it at the plan's T
+  // Why its rows at T are not checked (a coverage note, after "<problem>: "); empty when they are.
+  std::string (*unchecked)(const ft_problem_shape& shape, int tokens);
+  // The check of one row once started: sets the row's verdict (passed, rel_l2,
+  // summary), or returns it failed (PlannedRow::failed).
+  CheckRow (*body)(PlannedRow& planned, ProblemWeights& weights, const RowStart& start);
+};
+// One row per operation of op::operations(), in its order.
+std::span<const OperationCheck> operation_checks();
+// The row of an operation; null when it has none.
+const OperationCheck* check_of(const op::Operation& operation);
+
+// One row of check-export on an open runtime: the operation of the plan of
+// (key, tokens) under a routing, its outputs and workspace poisoned, against
+// its reference (`graph`: captured and replayed, where the operation can). A
+// plan without the operation is a failing row saying so.
+CheckRow check_row(const op::Operation& operation, ft_runtime* rt, ProblemWeights& weights, const std::string& key, int tokens,
+                   const std::string& routing, std::uint64_t seed, bool graph = false);
+
+// The forward layer's body (op::moe_forward): ft_plan_launch_checked on poisoned
+// output and workspace, against the support unit's reference kernels.
+CheckRow check_forward(PlannedRow& planned, ProblemWeights& weights, const RowStart& start);
 
 }  // namespace ft::check

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "flytune_runtime.h"
+#include "layer/operation.hpp"
 #include "runtime/check/backward_check.hpp"
 #include "runtime/check/check_export.hpp"
 #include "runtime/check/observed_device.hpp"
@@ -155,7 +156,7 @@ TEST(BackwardExport, SearchBothExportsAndPassesCheckExportAndAMutantRuntimeFails
     for (bool skip : {false, true}) {
       seen->skip_memsets = skip;
       for (const char* routing : {"uniform", "masked"}) {
-        const check::CheckRow row = check::check_backward_one(o.rt, weights, kKey, 7, routing, 11);
+        const check::CheckRow row = check::check_row(op::moe_backward(), o.rt, weights, kKey, 7, routing, 11);
         EXPECT_EQ(row.pass, "backward");
         EXPECT_EQ(row.passed, !skip) << routing << ": " << row.summary;
         if (skip) { EXPECT_NE(row.summary.find("NaN"), std::string::npos) << row.summary; }

@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include "layer/operation.hpp"
 #include "runtime/check/layer_check.hpp"
 #include "runtime/check/observed_device.hpp"
 #include "runtime/src/runtime_impl.hpp"
@@ -52,7 +53,7 @@ std::pair<int, std::string> serve_once(const std::string& dir, const std::shared
     if (!weights.error().empty()) {
       out = {FT_ERR_DEVICE, weights.error()};
     } else {
-      const check::CheckRow row = check::check_one(rt, weights, key, 5, "uniform", 11);
+      const check::CheckRow row = check::check_row(op::moe_forward(), rt, weights, key, 5, "uniform", 11);
       if (!row.passed) out = {row.summary.find("injected fault") != std::string::npos ? FT_ERR_DEVICE : FT_ERR_INTERNAL, row.summary};
     }
   }
@@ -105,7 +106,7 @@ TEST(RuntimeFaults, LoadedKernelsOutliveTheirFolder) {
 
   fs::remove_all(dir);
   for (int T : {3, 17}) {
-    const check::CheckRow row = check::check_one(held.rt, weights, key, T, "zipf", 5);
+    const check::CheckRow row = check::check_row(op::moe_forward(), held.rt, weights, key, T, "zipf", 5);
     EXPECT_TRUE(row.passed) << "folder deleted, T=" << T << ": " << row.summary;
   }
   char err[512] = {0};
@@ -120,7 +121,7 @@ TEST(RuntimeFaults, LoadedKernelsOutliveTheirFolder) {
   // is not one, and the runtime still serves what it loaded.
   fs::create_directories(dir);
   test::write_bytes(dir + "/manifest.json", "{\"schema_version\": 2, \"problems\": 7}");
-  const check::CheckRow row = check::check_one(held.rt, weights, key, 9, "masked", 6);
+  const check::CheckRow row = check::check_row(op::moe_forward(), held.rt, weights, key, 9, "masked", 6);
   EXPECT_TRUE(row.passed) << "folder replaced: " << row.summary;
   EXPECT_EQ(ft_runtime_open(dir.c_str(), &again, err, sizeof err), FT_ERR_MANIFEST) << err;
 }
@@ -165,7 +166,7 @@ TEST(RuntimeFaults, ADestroyedStreamIsADeviceErrorNotACrash) {
             FT_ERR_DEVICE);
   ft_plan_free(plan);
   // The runtime serves on.
-  const check::CheckRow row = check::check_one(rt, weights, key, 4, "uniform", 9);
+  const check::CheckRow row = check::check_row(op::moe_forward(), rt, weights, key, 4, "uniform", 9);
   EXPECT_TRUE(row.passed) << row.summary;
 }
 

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "flytune_runtime.h"
+#include "layer/operation.hpp"
 #include "runtime/check/layer_check.hpp"
 #include "runtime/src/runtime_impl.hpp"
 #include "tests/support/forms_export.hpp"
@@ -120,7 +121,7 @@ TEST(HostOom, PlanSelectionOutOfHostMemoryIsAnErrorAndKeepsNothing) {
   {
     check::ProblemWeights weights(rt, problem, 7);
     ASSERT_TRUE(weights.error().empty()) << weights.error();
-    const check::CheckRow row = check::check_one(rt, weights, key, 5, "uniform", 11);
+    const check::CheckRow row = check::check_row(op::moe_forward(), rt, weights, key, 5, "uniform", 11);
     EXPECT_TRUE(row.passed) << row.summary;
   }
   ft_runtime_close(rt);

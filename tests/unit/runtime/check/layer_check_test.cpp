@@ -1,0 +1,53 @@
+// check-export's rows by operation (runtime/check/layer_check.hpp): one row
+// per operation of the registry (layer/operation.hpp), in its order, each
+// reachable from its operation, and the backward's rows left unchecked (a
+// coverage note) exactly where its CPU reference is too costly.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "layer/operation.hpp"
+#include "runtime/check/backward_check.hpp"
+#include "runtime/check/layer_check.hpp"
+
+namespace ft {
+namespace {
+
+TEST(OperationChecks, OneRowPerOperationInTheRegistrysOrder) {
+  const auto checks = check::operation_checks();
+  const auto operations = op::operations();
+  ASSERT_EQ(checks.size(), operations.size());
+  std::set<std::string> passes;
+  for (std::size_t i = 0; i < checks.size(); ++i) {
+    SCOPED_TRACE(operations[i]->name);
+    EXPECT_EQ(&checks[i].operation(), operations[i]);
+    EXPECT_EQ(check::check_of(*operations[i]), &checks[i]);
+    EXPECT_TRUE(passes.insert(std::string(checks[i].pass)).second) << checks[i].pass;
+    EXPECT_NE(checks[i].bucket, nullptr);
+    EXPECT_NE(checks[i].unchecked, nullptr);
+    EXPECT_NE(checks[i].body, nullptr);
+  }
+  // The rows' pass names, as check-export's table prints them.
+  EXPECT_EQ(check::check_of(op::moe_forward())->pass, "forward");
+  EXPECT_EQ(check::check_of(op::moe_backward())->pass, "backward");
+  // Every plan has the forward (a row even where no plan is selected); the backward only some.
+  EXPECT_EQ(check::check_of(op::moe_forward())->planned, nullptr);
+  EXPECT_NE(check::check_of(op::moe_backward())->planned, nullptr);
+}
+
+TEST(OperationChecks, TheBackwardIsUncheckedAboveItsReferenceWorkTheForwardNever) {
+  const check::OperationCheck& forward = *check::check_of(op::moe_forward());
+  const check::OperationCheck& backward = *check::check_of(op::moe_backward());
+  ft_problem_shape shape{};
+  shape.hidden = 1024, shape.inter = 512, shape.topk = 2, shape.experts = 8;
+  // T*k*3*I*H, twice: 2 * T * 3145728 multiply-adds; 635 tokens are under 4e9, 636 above.
+  EXPECT_EQ(backward.unchecked(shape, 635), "");
+  const std::string note = backward.unchecked(shape, 636);
+  EXPECT_NE(note.find("the backward at T=636 is not checked"), std::string::npos) << note;
+  EXPECT_NE(note.find("4e+09 multiply-adds"), std::string::npos) << note;
+  for (int t : {1, 636, 1 << 20}) EXPECT_EQ(forward.unchecked(shape, t), "") << t;
+}
+
+}  // namespace
+}  // namespace ft

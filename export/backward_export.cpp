@@ -8,28 +8,6 @@
 #include "store/kind.hpp"
 
 namespace ft::db {
-namespace {
-
-// The recipe a backward winner's program row names: for each role, its `grad`
-// configuration read back from the row's parameters, with the name recorded.
-Result<RecordedRecipe> backward_recipe(Store& store, const Target& target, const Problem& p, const WinnerRow& row,
-                                       const std::string& what) {
-  RecordedRecipe r{LayerRecipe{&target, p, {}}, {}};
-  for (const op::GradRole& role : op::moe_backward().grad) {
-    const std::string key(to_string(role.launch));
-    if (!row.variant.params.contains(key) || !row.variant.params.at(key).is_string())
-      return fail(Errc::database, fmt::format("backward program {} names no {} configuration", row.variant.kernel_name, key), what);
-    const std::string name = row.variant.params.at(key).get<std::string>();
-    const VariantRecord config = FT_TRY(stage_row(store, target, row.variant.toolchain_id, name, what));
-    BackwardVariant v = FT_TRY(BackwardVariant::from_json(config.params, target));
-    r.recipe.grad.push_back({role.launch, std::move(v)});
-    r.kernels.push_back(name);
-  }
-  return r;
-}
-
-}  // namespace
-
 Status add_backward(const WinnerSource& src, const BackwardSource& backward, manifest::Manifest& man, ExportSummary& summary) {
   WinnerFilter f;
   f.kind = kind_text(Kind::layer);
@@ -50,8 +28,7 @@ Status add_backward(const WinnerSource& src, const BackwardSource& backward, man
     }
     const manifest::SupportUnit* support = backward.support(pe->problem.dtype);
     if (!support) return fail(Errc::internal, "no support unit for the backward's dtype", what);
-    RecordedRecipe recipe = FT_TRY(backward_recipe(src.store, src.target, pe->problem, row, what));
-    BucketOrNote bucket = FT_TRY(export_bucket(op::moe_backward(), src, std::move(recipe), *support, row, what));
+    BucketOrNote bucket = FT_TRY(export_bucket(op::moe_backward(), src, pe->problem, *support, row, what));
     if (!bucket) {
       summary.notes.push_back(fmt::format("{}: not exported: {}; search this bucket again", what, bucket.error()));
       continue;

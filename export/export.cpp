@@ -16,7 +16,6 @@
 
 #include "store/store.hpp"
 #include "store/kind.hpp"
-#include "store/layer_record.hpp"
 #include "generator/emitter.hpp"
 #include "generator/target.hpp"
 #include "generator/variant.hpp"
@@ -109,17 +108,6 @@ Result<FoundSupport> support_unit(Store& store, ObjectSet& objects, const Target
   out.unit.source = out.compiled_here ? "compiled by flytune export" : "database";
   out.unit.toolchain = built_by;
   return out;
-}
-
-// The recipe a layer winner's row names: its two stage variants as recorded
-// (store/layer_record.hpp), with the names recorded beside them.
-Result<RecordedRecipe> forward_recipe(const Target& target, const Problem& p, const WinnerRow& row, const std::string& what) {
-  auto record = LayerRecord::from_params(row.variant.params);
-  if (!record) return std::unexpected(with_context(std::move(record).error(), what));
-  auto stages = record->variants();
-  if (!stages) return std::unexpected(with_context(std::move(stages).error(), what));
-  auto& [v1, v2] = *stages;
-  return RecordedRecipe{LayerRecipe{&target, p, {std::move(v1), std::move(v2)}}, {record->stage1_kernel, record->stage2_kernel}};
 }
 
 Status write_file(const fs::path& path, const void* data, std::size_t size) {
@@ -229,8 +217,7 @@ Result<ExportContents> build_export(const ExportOptions& opt) {
       }
       supports[dtype] = s;
     }
-    RecordedRecipe recipe = FT_TRY(forward_recipe(*target, p, row, what));
-    BucketOrNote bucket = FT_TRY(export_bucket(op::moe_forward(), src, std::move(recipe), supports[dtype].unit, row, what));
+    BucketOrNote bucket = FT_TRY(export_bucket(op::moe_forward(), src, p, supports[dtype].unit, row, what));
     if (!bucket) {
       // A winner recorded before the program's rules (a pair whose row blocks
       // do not line up), or before its support kernel existed, cannot be run

@@ -3,7 +3,9 @@
 #include <optional>
 #include <string_view>
 
+#include "generator/backward_gemm.hpp"
 #include "generator/version.hpp"
+#include "store/layer_record.hpp"
 
 namespace ft::db {
 
@@ -26,6 +28,40 @@ Result<std::string> stage_code_object(Store& store, ObjectSet& objects, const Ta
 }
 
 namespace {
+
+// The recipe a forward layer winner's row names: its two stage variants as
+// recorded (store/layer_record.hpp), with the names recorded beside them.
+Result<RecordedRecipe> forward_recipe(const WinnerSource& src, const Problem& p, const WinnerRow& row, const std::string& what) {
+  auto record = LayerRecord::from_params(row.variant.params);
+  if (!record) return std::unexpected(with_context(std::move(record).error(), what));
+  auto stages = record->variants();
+  if (!stages) return std::unexpected(with_context(std::move(stages).error(), what));
+  auto& [v1, v2] = *stages;
+  return RecordedRecipe{LayerRecipe{&src.target, p, {std::move(v1), std::move(v2)}}, {record->stage1_kernel, record->stage2_kernel}};
+}
+
+// The recipe a backward winner's program row names: for each role, its `grad`
+// configuration read back from the row's parameters, with the name recorded.
+Result<RecordedRecipe> backward_recipe(const WinnerSource& src, const Problem& p, const WinnerRow& row, const std::string& what) {
+  RecordedRecipe r{LayerRecipe{&src.target, p, {}}, {}};
+  for (const op::GradRole& role : op::moe_backward().grad) {
+    const std::string key(to_string(role.launch));
+    if (!row.variant.params.contains(key) || !row.variant.params.at(key).is_string())
+      return fail(Errc::database, fmt::format("backward program {} names no {} configuration", row.variant.kernel_name, key), what);
+    const std::string name = row.variant.params.at(key).get<std::string>();
+    const VariantRecord config = FT_TRY(stage_row(src.store, src.target, row.variant.toolchain_id, name, what));
+    BackwardVariant v = FT_TRY(BackwardVariant::from_json(config.params, src.target));
+    r.recipe.grad.push_back({role.launch, std::move(v)});
+    r.kernels.push_back(name);
+  }
+  return r;
+}
+
+// One row per operation, in op::operations() order (tests/unit/export/export_parts_test.cpp).
+const RecipeReader kRecipeReaders[] = {
+    {op::moe_forward, forward_recipe},
+    {op::moe_backward, backward_recipe},
+};
 
 manifest::Bucket bucket_of(const WinnerRow& row, LayerRecipe recipe, LayerProgram prog, const std::string& support,
                            const std::map<Role, std::string>& files, const std::map<std::int64_t, RunRecord>& runs) {
@@ -71,8 +107,18 @@ std::string missing_support(const LayerProgram& prog, const manifest::SupportUni
 
 }  // namespace
 
-Result<BucketOrNote> export_bucket(const op::Operation& op, const WinnerSource& src, RecordedRecipe recorded,
+std::span<const RecipeReader> recipe_readers() { return kRecipeReaders; }
+
+Result<RecordedRecipe> recorded_recipe(const op::Operation& op, const WinnerSource& src, const Problem& p, const WinnerRow& row,
+                                       const std::string& what) {
+  for (const RecipeReader& r : kRecipeReaders)
+    if (&r.operation() == &op) return r.read(src, p, row, what);
+  return fail(Errc::internal, fmt::format("export reads no recipe of {}", op.name), what);
+}
+
+Result<BucketOrNote> export_bucket(const op::Operation& op, const WinnerSource& src, const Problem& problem,
                                    const manifest::SupportUnit& support, const WinnerRow& row, const std::string& what) {
+  RecordedRecipe recorded = FT_TRY(recorded_recipe(op, src, problem, row, what));
   LayerRecipe& recipe = recorded.recipe;
   recipe.wide_align = support.wide_align();
   auto built = op.build(recipe, row.winner.tokens);

@@ -1,8 +1,9 @@
 #pragma once
 // Internal to ft_export: what export.cpp (the forward's layer winners) and
 // backward_export.cpp (the backward's) build a manifest with -- the code
-// objects read once by hash, a stage's variants row and code object, a
-// bucket from a winner of any operation.
+// objects read once by hash, a stage's variants row and code object, each
+// operation's reading of its winners' recipes, a bucket from a winner of any
+// operation.
 #include <cstddef>
 #include <cstdint>
 #include <expected>
@@ -15,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "base/error.hpp"
+#include "generator/problem.hpp"
 #include "generator/target.hpp"
 #include "layer/operation.hpp"
 #include "layer/program.hpp"
@@ -93,21 +95,35 @@ struct RecordedRecipe {
   std::vector<std::string> kernels;
 };
 
+// How an operation's winners record their recipe, read back: the one part of
+// exporting a winner that is the operation's own (the forward's row holds a
+// LayerRecord, the backward's a configuration name per role). A new operation
+// is a row.
+struct RecipeReader {
+  const op::Operation& (*operation)();
+  Result<RecordedRecipe> (*read)(const WinnerSource& src, const Problem& p, const WinnerRow& row, const std::string& what);
+};
+// One row per operation of op::operations(), in its order.
+std::span<const RecipeReader> recipe_readers();
+// The recipe a winner of `op` records (Errc::internal for an operation without a reader).
+Result<RecordedRecipe> recorded_recipe(const op::Operation& op, const WinnerSource& src, const Problem& p, const WinnerRow& row,
+                                       const std::string& what);
+
 // A bucket of the manifest, or why its winner cannot be exported as measured
 // (the note's text: "<why>; search this bucket again" follows it).
 using BucketOrNote = std::expected<manifest::Bucket, std::string>;
 
-// One bucket of the manifest from a winner of `op` (layer/operation.hpp),
-// written once for every operation: the recipe its row names (read back by
-// the caller), aligned as the support unit can; the program at the bucket's
-// T (op.build); the code object of each role kernel a step launches
+// One bucket of the manifest from a winner of `op` (layer/operation.hpp) on
+// problem `p`, written once for every operation: the recipe its row names
+// (recorded_recipe), aligned as the support unit can; the program at the
+// bucket's T (op.build); the code object of each role kernel a step launches
 // (op::role_kernels) and the support unit's for every other launch; the
 // measured time and where it came from. A program this flytune does not build
 // from the recipe, or one that runs a support kernel the unit lacks (a unit
 // recorded before it existed), is a note; then a configuration that names
 // another kernel than its row records, or a code object missing or corrupt
 // in the database, is an error.
-Result<BucketOrNote> export_bucket(const op::Operation& op, const WinnerSource& src, RecordedRecipe recorded,
+Result<BucketOrNote> export_bucket(const op::Operation& op, const WinnerSource& src, const Problem& p,
                                    const manifest::SupportUnit& support, const WinnerRow& row, const std::string& what);
 
 }  // namespace ft::db

@@ -10,23 +10,21 @@
 #include "layer/operation.hpp"
 #include "runtime/check/backward_check.hpp"
 #include "runtime/check/layer_check.hpp"
+#include "tests/support/operation_rows.hpp"
 
 namespace ft {
 namespace {
 
 TEST(OperationChecks, OneRowPerOperationInTheRegistrysOrder) {
-  const auto checks = check::operation_checks();
-  const auto operations = op::operations();
-  ASSERT_EQ(checks.size(), operations.size());
+  test::expect_one_row_per_operation(check::operation_checks());
   std::set<std::string> passes;
-  for (std::size_t i = 0; i < checks.size(); ++i) {
-    SCOPED_TRACE(operations[i]->name);
-    EXPECT_EQ(&checks[i].operation(), operations[i]);
-    EXPECT_EQ(check::check_of(*operations[i]), &checks[i]);
-    EXPECT_TRUE(passes.insert(std::string(checks[i].pass)).second) << checks[i].pass;
-    EXPECT_NE(checks[i].bucket, nullptr);
-    EXPECT_NE(checks[i].unchecked, nullptr);
-    EXPECT_NE(checks[i].body, nullptr);
+  for (const check::OperationCheck& c : check::operation_checks()) {
+    SCOPED_TRACE(c.operation().name);
+    EXPECT_EQ(check::check_of(c.operation()), &c);
+    EXPECT_TRUE(passes.insert(std::string(c.pass)).second) << c.pass;
+    EXPECT_NE(c.bucket, nullptr);
+    EXPECT_NE(c.unchecked, nullptr);
+    EXPECT_NE(c.body, nullptr);
   }
   // The rows' pass names, as check-export's table prints them.
   EXPECT_EQ(check::check_of(op::moe_forward())->pass, "forward");

@@ -17,7 +17,8 @@
 // loops. Verification poisons every output
 // and the workspace with NaN (the sorted rows zeroed), runs the whole program
 // once and compares every buffer a role writes (the operation's rows) with
-// compare.hpp's 16-bit bounds -- dX and d(topk_weights) as fp32, dW1 and dW2
+// compare.hpp's 16-bit bounds -- dX and d(topk_weights) as fp32 (the latter
+// relative to its terms: routed_weight_tolerance), dW1 and dW2
 // in the form set_weight_grads names (fp32, or 16-bit: the search's),
 // d_gate_up on the routed pairs' rows; its other rows must keep their poison.
 // Timing: as the forward's (timing.hpp): events around the whole program and between its steps,

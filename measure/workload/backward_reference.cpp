@@ -1,5 +1,6 @@
 #include "measure/workload/backward_reference.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 
@@ -195,6 +196,36 @@ MoeInputs<float> decoded_inputs(const Workload& w) {
   in.ids = w.topk_ids;
   in.weights = w.topk_weights;
   return in;
+}
+
+std::vector<float> routed_weight_terms(const MoeInputs<float>& in, std::span<const float> dy, std::span<const float> inter) {
+  const long long H = in.shape.hidden, I = in.shape.inter;
+  std::vector<float> out(std::size_t(in.shape.pairs()), 0.0f);
+  for (long long p = 0; p < in.shape.pairs(); ++p) {
+    const long long e = expert_of(in, p);
+    if (e < 0) continue;
+    const float* dyt = &dy[std::size_t(p / in.shape.topk * H)];
+    const float* h = &inter[std::size_t(p * I)];
+    double sum = 0;
+    for (long long i = 0; i < I; ++i) {
+      double c = 0;  // C_i = (W2_e^T dY_t)_i
+      for (long long r = 0; r < H; ++r) c += double(in.w2[std::size_t((e * H + r) * I + i)]) * dyt[r];
+      sum += (c * h[i]) * (c * h[i]);
+    }
+    out[std::size_t(p)] = float(std::sqrt(sum));
+  }
+  return out;
+}
+
+Tolerance routed_weight_tolerance(DType d, std::span<const float> ref, std::span<const float> terms) {
+  const double roundings = std::sqrt(3.0);  // h; g and u (the header)
+  double ref2 = 0, terms2 = 0, ref_max = 0, terms_max = 0;
+  for (float v : ref) ref2 += double(v) * v, ref_max = std::max(ref_max, double(std::fabs(v)));
+  for (float v : terms) terms2 += double(v) * v, terms_max = std::max(terms_max, double(v));
+  Tolerance t = tolerance_for(d);
+  if (ref2 > 0) t.rel_l2 *= std::max(1.0, roundings * std::sqrt(terms2 / ref2));
+  if (ref_max > 0) t.max_rel *= std::max(1.0, roundings * terms_max / ref_max);
+  return t;
 }
 
 template std::vector<float> moe_forward(const MoeInputs<float>&);

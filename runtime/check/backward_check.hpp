@@ -5,7 +5,8 @@
 // ft_plan_backward_launch on poisoned outputs and workspace -- against the
 // fp32 CPU backward (measure/workload/backward_reference.hpp) of the same
 // inputs. dX, dW1, dW2 and d(topk_weights) are each compared with the
-// backward search's bounds (compare.hpp's 16-bit tolerance); a NaN or an
+// backward search's bounds (compare.hpp's 16-bit tolerance; d(topk_weights)'s
+// relative to its terms, routed_weight_tolerance); a NaN or an
 // unwritten element fails; the recomputed saved tensors are checked too.
 #include <cstdint>
 #include <string>

@@ -173,7 +173,8 @@ Checked check(const Outputs& o, const Gradients& g) {
       }
       if (b != Buf::d_gate_up) {
         if (const auto f = o.fp32.find(b); f != o.fp32.end())  // dw1, dw2: unbound where their 16-bit rows are
-          c.by_buffer[b] = compare_values(f->second, reference_gradient(b, g.ref), tolerance_for(d));
+          c.by_buffer[b] = compare_values(f->second, reference_gradient(b, g.ref),
+                                          b == Buf::d_weights ? dweights_tolerance(g) : tolerance_for(d));
         continue;
       }
       const RoutedCheck rc = check_d_gate_up(o.d_gate_up, g.ref.d_gate_up, g.w.topk_ids, g.w.problem);

@@ -48,6 +48,14 @@ inline Gradients gradients_for(DType d, int tokens, int align_block, int size = 
   return g;
 }
 
+// d(topk_weights)'s bound on this layer against g.ref.dweights (routed_weight_tolerance).
+inline Tolerance dweights_tolerance(const Gradients& g) {
+  const DType d = g.w.problem.dtype;
+  std::vector<float> dy(g.dy.size());
+  for (std::size_t i = 0; i < dy.size(); ++i) dy[i] = half_to_f32(d, g.dy[i]);
+  return routed_weight_tolerance(d, g.ref.dweights, routed_weight_terms(decoded_inputs(g.w), dy, g.ref.inter));
+}
+
 template <class T>
 inline Result<DeviceBuffer> upload(Device& dev, const std::vector<T>& v) {
   DeviceBuffer b = FT_TRY(DeviceBuffer::allocate(dev, std::max<std::size_t>(16, v.size() * sizeof(T))));

@@ -20,8 +20,10 @@ std::string c_string(const std::string& s) {
   return out + "\"";
 }
 
-// The weight copy a stage step reads ("plain", "shuffled", "tiled").
+// The weight copy a stage step reads ("plain", "shuffled", "tiled"; "mapped":
+// the plain weights through a tensor map the host encodes, manifest.json's step "weight_map").
 std::string layout_of(const Step& step) {
+  if (step.weight_map) return "mapped";
   const Buf buffer = step.role == Role::stage1 ? step.w1 : step.role == Role::stage2 ? step.w2 : Buf::w1;
   return buffer == Buf::w1_shuffled || buffer == Buf::w2_shuffled ? "shuffled"
          : buffer == Buf::w1_tiled || buffer == Buf::w2_tiled     ? "tiled"
@@ -67,7 +69,7 @@ typedef struct flytune_dispatch_kernel {
   unsigned block_x;
   unsigned dynamic_shared;
   unsigned grid[3];         /* at T = tokens */
-  const char* weight_layout; /* the copy of w1 (stage 1) or w2 (stage 2) it reads: "plain", "shuffled" or "tiled" */
+  const char* weight_layout; /* the copy of w1 (stage 1) or w2 (stage 2) it reads: "plain", "shuffled", "tiled", or "mapped" (plain, read through a tensor map: the kernel takes ft::MappedMoeArgs, manifest.json step "weight_map") */
   int flags;                /* ft::MoeArgs flags of this launch (align: bits 2, 3 make it clear y_acc) */
 } flytune_dispatch_kernel;
 

@@ -54,12 +54,16 @@ static_assert(Kernel::kSmemBytes == {lds}, "the generator and the templates disa
 
 }}  // namespace
 
-{kernel}({threads}, {name})(ft::MoeArgs args) {{ Kernel::run(args); }}
+{kernel}({threads}, {name})({entry}
 )",
       fmt::arg("name", name), fmt::arg("family", v.family->id()), fmt::arg("kind", to_string(v.role)),
       fmt::arg("target", v.target->name), fmt::arg("dtype", to_string(v.dtype)), fmt::arg("atom", v.atom()->id),
       fmt::arg("config", config), fmt::arg("stage", v.family->kernel_template(v.role)), fmt::arg("threads", v.threads()),
-      fmt::arg("lds", v.lds_bytes()), fmt::arg("kernel", v.family->kernel_macro(v)));
+      fmt::arg("lds", v.lds_bytes()), fmt::arg("kernel", v.family->kernel_macro(v)),
+      // A stage reading its weights through a tensor map takes it before the MoeArgs, in place (moe_mapped_args.hpp).
+      fmt::arg("entry", v.contract().weights == WeightLayout::mapped
+                            ? "FT_GRID_CONSTANT ft::MappedMoeArgs args) { Kernel::run(args.moe, &args.weights); }"
+                            : "ft::MoeArgs args) { Kernel::run(args); }"));
   return KernelSource{name, std::move(text), {name}};
 }
 

@@ -34,6 +34,7 @@ std::string_view to_string(WeightLayout l) {
     case WeightLayout::plain: return "plain";
     case WeightLayout::shuffled: return "shuffled";
     case WeightLayout::tiled: return "tiled";
+    case WeightLayout::mapped: return "mapped";
   }
   return "?";
 }

@@ -11,6 +11,7 @@
 #include "templates/ft/moe_args.hpp"
 #include "templates/ft/moe_backward_args.hpp"
 #include "templates/ft/tensor_map.hpp"
+#include "templates/ft/moe_mapped_args.hpp"
 #include "device/tensor_map.hpp"
 
 namespace ft {
@@ -27,6 +28,8 @@ static_assert(sizeof(FillArgs) == 40 && offsetof(FillArgs, elem) == 28 && offset
 
 static_assert(sizeof(TensorMap) == kTensorMapBytes && alignof(TensorMap) == 64,
               "ft::TensorMap is the bytes Device::encode_tensor_map writes, 64-byte aligned as the TMA unit reads them");
+static_assert(offsetof(MappedMoeArgs, weights) == 0 && offsetof(MappedMoeArgs, moe) == 128 && sizeof(MappedMoeArgs) == 384,
+              "ft::MappedMoeArgs is append-only");
 
 // A device address (ft::DevicePtr) as the typed pointer a struct field holds.
 template <class T>

@@ -98,7 +98,17 @@ Status execute(Device& d, const LayerProgram& p, std::span<const FunctionHandle>
     const MoeArgs& moe = a;  // a forward kernel's argument
     const BackwardKernelArgs grad = is_backward(s.role) ? backward_kernel_args(s.role, a) : BackwardKernelArgs{};
     const void* bytes = is_backward(s.role) ? grad.data() : &moe;
-    const std::size_t size = is_backward(s.role) ? grad.size() : sizeof moe;
+    std::size_t size = is_backward(s.role) ? grad.size() : sizeof moe;
+    MappedMoeArgs mapped{};
+    if (s.weight_map) {  // the stage's weights through a tensor map, encoded for this launch's address
+      TensorMapSpec spec = *s.weight_map;
+      spec.base = at(buffers, s.role == Role::stage2 ? s.w2 : s.w1);
+      const Status st = d.encode_tensor_map(spec, std::span<std::byte, kTensorMapBytes>(
+                                                      reinterpret_cast<std::byte*>(mapped.weights.bytes), kTensorMapBytes));
+      if (!st) return std::unexpected(with_context(st.error(), fmt::format("step {} ({}): the weights' tensor map", s.name, s.symbol)));
+      mapped.moe = moe;
+      bytes = &mapped, size = sizeof mapped;
+    }
     const Status st = d.launch(functions[i], Dim3{unsigned(g.grid_x), unsigned(g.grid_y), unsigned(g.grid_z)},
                                Dim3{unsigned(g.block), 1, 1}, g.lds_bytes, stream, bytes, size);
     if (!st) return std::unexpected(with_context(st.error(), fmt::format("step {} ({})", s.name, s.symbol)));

@@ -100,9 +100,25 @@ Buf weight_buffer(int which, WeightLayout layout) {
   switch (layout) {
     case WeightLayout::shuffled: return which == 1 ? Buf::w1_shuffled : Buf::w2_shuffled;
     case WeightLayout::tiled: return which == 1 ? Buf::w1_tiled : Buf::w2_tiled;
-    case WeightLayout::plain: break;
+    case WeightLayout::plain:
+    case WeightLayout::mapped: break;  // the plain weights, through a tensor map
   }
   return which == 1 ? Buf::w1 : Buf::w2;
+}
+
+std::optional<TensorMapSpec> weight_map_of(const Variant& v, const Problem& p, int which) {
+  if (v.contract().weights != WeightLayout::mapped) return std::nullopt;
+  const std::uint32_t elem = p.fp8() ? 1 : 2;
+  const long long rows = which == 1 ? 2LL * p.inter * p.experts : (long long)p.hidden * p.experts;
+  const long long cols = which == 1 ? p.hidden : p.inter;
+  TensorMapSpec m;
+  m.row_stride_bytes = std::uint64_t(cols) * elem;
+  m.cols = std::uint32_t(cols), m.rows = std::uint32_t(rows);
+  m.box_cols = 128 / elem;  // one k-tile: a 128-byte swizzle row
+  m.box_rows = std::uint32_t(v.get("tile_n"));
+  m.elem_bytes = elem;
+  m.swizzle = 128;
+  return m;
 }
 
 bool is_workspace(Buf b) { return buffer_info(b).place == BufPlace::workspace; }
@@ -310,8 +326,9 @@ struct BufferSizing {
   WeightLayout l1, l2;                // the layout each stage reads (where s1 / s2: plain values, not optionals,
                                       // which g++ 12 reads as maybe-uninitialized once inlined)
   Reduce out;
-  // The backward reads the plain weights.
+  // The backward reads the plain weights; a mapped stage too, through a tensor map.
   bool reads(bool stage, WeightLayout read, WeightLayout l) const {
+    if (read == WeightLayout::mapped) read = WeightLayout::plain;
     return bwd ? l == WeightLayout::plain : stage && read == l;
   }
   std::uint64_t w1_bytes(WeightLayout l) const { return reads(s1, l1, l) ? E * 2 * I * H * wes : 0; }
@@ -464,6 +481,7 @@ Status build_one_launch(LayerProgram& prog, const LayerRecipe& r, MoeArgs args) 
   Step s = launch_step(s2 ? "stage2" : "stage1", s2 ? Role::stage2 : Role::stage1, v.name(), shape, args);
   s.w1 = weight_buffer(1, v.contract().weights);
   s.w2 = weight_buffer(2, v.contract().weights);
+  s.weight_map = weight_map_of(v, r.problem, s2 ? 2 : 1);
   prog.steps.push_back(std::move(s));
   size_buffers(prog, r);
   return {};
@@ -514,6 +532,7 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
   if (s1) {
     Step s = launch_step("stage1", Role::stage1, s1->name(), stage_launch(*s1, p, tokens, prog.align_block), args);
     s.w1 = weight_buffer(1, s1->contract().weights);
+    s.weight_map = weight_map_of(*s1, p, 1);
     prog.steps.push_back(std::move(s));
     if (needs_quantise_inter(*s1)) {
       MoeArgs q = args;  // row scales where stage 2 reads them (a stage-1 program alone: groups)
@@ -525,6 +544,7 @@ Result<LayerProgram> build_program(const LayerRecipe& r, int tokens) {
   if (s2) {
     Step s = launch_step("stage2", Role::stage2, s2->name(), stage_launch(*s2, p, tokens, prog.align_block), args);
     s.w2 = weight_buffer(2, s2->contract().weights);
+    s.weight_map = weight_map_of(*s2, p, 2);
     prog.steps.push_back(std::move(s));
     if (!writes_y(out))  // the _y modes: stage 2 wrote Y
       prog.steps.push_back(launch_step("reduce", reduce_role(out), reduce_entry(t, out, p.dtype), reduce_launch(p, tokens), args));
@@ -569,6 +589,14 @@ nlohmann::json steps_json(const LayerProgram& p) {
                      {"w1", to_string(s.w1)},
                      {"w2", to_string(s.w2)}}}});
     if (a.scales) out.back()["args"]["scales"] = a.scales;  // fp8 layers only: 16-bit steps read as before
+    if (const auto& m = s.weight_map)  // the kernel takes ft::MappedMoeArgs: this map of the weights, then the args
+      out.back()["weight_map"] = {{"matrix", to_string(s.role == Role::stage2 ? s.w2 : s.w1)},
+                                  {"rows", m->rows},
+                                  {"cols", m->cols},
+                                  {"row_stride_bytes", m->row_stride_bytes},
+                                  {"elem_bytes", m->elem_bytes},
+                                  {"box", {m->box_cols, m->box_rows}},
+                                  {"swizzle", m->swizzle}};
   }
   return out;
 }

@@ -107,6 +107,10 @@ const BufferInfo& buffer_info(Buf b);
 std::string_view to_string(Buf b);
 // W1 (which = 1) or W2 (which = 2) in a layout.
 Buf weight_buffer(int which, WeightLayout layout);
+// The tensor map a mapped stage (WeightLayout::mapped) reads weight matrix
+// `which` (1: W1 [E * 2I, H], 2: W2 [E * H, I]) through, its address left 0; none
+// for the other layouts.
+std::optional<TensorMapSpec> weight_map_of(const Variant& v, const Problem& p, int which);
 // The buffers a layer needs only while it runs: the caller's workspace.
 bool is_workspace(Buf b);
 
@@ -158,6 +162,11 @@ struct Step {
   LaunchShape shape;
   MoeArgs args{};
   Buf w1 = Buf::w1, w2 = Buf::w2;
+  // A stage that reads its weights through a tensor map (WeightLayout::mapped):
+  // the map's matrix and box, all but the address, which execution takes from
+  // the step's weights buffer (stage 1: w1, stage 2: w2) and encodes into the
+  // kernel's ft::MappedMoeArgs (templates/ft/moe_mapped_args.hpp).
+  std::optional<TensorMapSpec> weight_map;
 };
 
 // What a launch step's pointers are bound into (layer/execute.cpp): the

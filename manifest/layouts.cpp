@@ -71,7 +71,11 @@ json fields_json(std::span<const ArgField> fields) {
 
 json moe_args_layout() {
   return {{"struct", "ft::MoeArgs"}, {"size", sizeof(MoeArgs)}, {"alignment", alignof(MoeArgs)},
-          {"passed_as", "the kernel's single by-value parameter"}, {"fields", fields_json(kMoeArgsFields)}};
+          {"passed_as", fmt::format("the kernel's single by-value parameter; a stage step with a \"weight_map\" takes "
+                                    "ft::MappedMoeArgs instead: the {} bytes of that tensor map (cuTensorMapEncodeTiled, "
+                                    "{}-byte aligned), then these fields at offset {}, {} bytes in all",
+                                    sizeof(TensorMap), alignof(TensorMap), offsetof(MappedMoeArgs, moe), sizeof(MappedMoeArgs))},
+          {"fields", fields_json(kMoeArgsFields)}};
 }
 
 json shuffle_layout() {
@@ -152,7 +156,8 @@ std::span<const ArgField> moe_args_fields() { return kMoeArgsFields; }
 
 std::string weight_offset(WeightLayout layout) {
   switch (layout) {
-    case WeightLayout::plain: return "row * cols + k";
+    case WeightLayout::plain:
+    case WeightLayout::mapped: return "row * cols + k";  // mapped: plain, read through a tensor map
     case WeightLayout::shuffled: return "(((row >> 4) * (cols >> 3) + (k >> 3)) * 16 + (row & 15)) * 8 + (k & 7)";
     case WeightLayout::tiled: return "((k >> 6) * rows + row) * 64 + ((((k >> 3) & 7) ^ (row & 7)) << 3) + (k & 7)";
   }

@@ -136,7 +136,7 @@ Status LayerBench::run_align(int align_block, StreamHandle s) {
 
 Status LayerBench::ensure_arranged(WeightLayout layout) {
   const int l = int(layout);
-  if (layout == WeightLayout::plain || arranged_ready_[l]) return {};
+  if (weight_buffer(1, layout) == Buf::w1 || arranged_ready_[l]) return {};  // plain, or mapped: no arranged copy
   const std::size_t H = problem_.hidden, I = problem_.inter, E = problem_.experts;
   const Buf b1 = weight_buffer(1, layout), b2 = weight_buffer(2, layout);
   for (Buf b : {b1, b2}) {

@@ -135,7 +135,7 @@ Axis layout(std::string_view spelling, Values v, AxisValue (*derived)(const Vari
   a.key = "layout";
   a.type = AxisType::choice;
   a.spelling = spelling;
-  a.names = {"plain", "shuffled", "tiled"};  // the order of ft::WeightLayout (templates/ft/moe_args.hpp)
+  a.names = {"plain", "shuffled", "tiled", "mapped"};  // the order of ft::WeightLayout (templates/ft/moe_args.hpp)
   a.cpp_type = "ft::WeightLayout";
   a.defaults = std::move(v.defaults);
   a.wide = std::move(v.wide);
@@ -149,6 +149,7 @@ Axis layout(std::string_view spelling, Values v, AxisValue (*derived)(const Vari
     switch (WeightLayout(x)) {
       case WeightLayout::shuffled: return std::string("_shuf");
       case WeightLayout::tiled: return std::string("_tiled");
+      case WeightLayout::mapped: return std::string("_map");
       case WeightLayout::plain: break;
     }
     return std::string();

@@ -62,8 +62,8 @@ class TiledFamily final : public Family {
     const AtomInfo& a = *v.atom();
     if (v.get("warp_specialized"))
       return fmt::format("warp specialisation is a wgmma-family option; atom {} is not a wgmma", a.id);
-    if (WeightLayout(v.get("layout")) == WeightLayout::tiled)
-      return fmt::format("the tiled weight layout feeds wgmma bulk copies; atom {} is not a wgmma", a.id);
+    if (const auto l = WeightLayout(v.get("layout")); l == WeightLayout::tiled || l == WeightLayout::mapped)
+      return fmt::format("the {} weight layout feeds a wgmma producer warpgroup; atom {} is not a wgmma", to_string(l), a.id);
     const int tm = v.get("tile_m"), tn = v.get("tile_n"), tk = v.get("tile_k"), wm = v.get("warps_m"), wn = v.get("warps_n");
     if (tm % (wm * a.m) != 0) return fmt::format("tile_m {} is not a multiple of warps_m {} x atom M {}", tm, wm, a.m);
     if (tn % (wn * a.n) != 0) return fmt::format("tile_n {} is not a multiple of warps_n {} x atom N {}", tn, wn, a.n);

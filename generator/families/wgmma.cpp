@@ -17,10 +17,20 @@ namespace {
 
 using axes::Values;
 
-// The weights follow the producer warpgroup: bulk copies need tiled weights,
-// the shared ring reads plain ones.
-AxisValue layout_for_producer(const Variant& v) {
-  return int(v.get("warp_specialized") ? WeightLayout::tiled : WeightLayout::plain);
+// The weights follow the producer warpgroup: the shared ring reads plain
+// ones; a producer's lane moves each weight tile by a bulk copy of tiled
+// weights or (mapped, "_map") by a tensor-map load of the plain ones
+// (templates/ft/wgmma_gemm.hpp), the axis wgmma_weights of producer blocks.
+bool producer_block(const Variant& v) { return v.get("warp_specialized") != 0; }
+AxisValue plain_weights(const Variant&) { return int(WeightLayout::plain); }
+bool producer_layout(WeightLayout l) { return l == WeightLayout::tiled || l == WeightLayout::mapped; }
+Axis weights_axis() {
+  // tiled by default until mapped is measured on a GPU (opt-in: wgmma_weights=tiled,mapped; the wide preset has both).
+  Axis a = axes::layout("wgmma_weights", Values{{int(WeightLayout::tiled)}, {int(WeightLayout::tiled), int(WeightLayout::mapped)}},
+                        nullptr);
+  a.applies = producer_block;
+  a.inactive = plain_weights;
+  return a;
 }
 
 // Ping-pong consumers (templates/ft/wgmma_gemm.hpp, Cfg::pingpong): the two
@@ -121,7 +131,7 @@ class WgmmaFamily final : public Family {
     axes_.push_back(rebalance_axis());
     axes_.push_back(sched_axis());
     axes_.push_back(axes::weight_in_stage1(Values{{0}, {0, 1}}));
-    axes_.push_back(axes::layout("", Values{{int(WeightLayout::plain)}}, layout_for_producer));
+    axes_.push_back(weights_axis());
     axes_.push_back(axes::split_k(Values{{1, 4}, {1, 2, 4}}));
     // partials16: per-slot rows in the element type, no atomics (prefill at top-8);
     // atomic_y / partials_y: stage 2 writes Y, no reduce launch (decode; wide, or --space reduce=...).
@@ -208,10 +218,10 @@ class WgmmaFamily final : public Family {
       return std::string("quantise-on-store needs every thread in the epilogue, a producer warpgroup leaves before it");
     if (auto why = fp8::shape_rules(v)) return why;
     if (const int st = v.get("stages"); st < 3) return fmt::format("the wgmma ring needs at least 3 stages, not {}", st);
-    const auto wanted = WeightLayout(layout_for_producer(v)), got = WeightLayout(v.get("layout"));
-    if (got != wanted)
+    if (const auto got = WeightLayout(v.get("layout")); ws ? !producer_layout(got) : got != WeightLayout::plain)
       return fmt::format("wgmma {} reads {} weights, not {} ones",
-                         ws ? "with a producer warpgroup" : "without a producer warpgroup", to_string(wanted), to_string(got));
+                         ws ? "with a producer warpgroup" : "without a producer warpgroup", ws ? "tiled or mapped" : "plain",
+                         to_string(got));
     // The shared ring: every thread copies the same number of 16-byte chunks,
     // each in one swizzle phase (rows 8 apart).
     if (!ws) {

@@ -83,6 +83,7 @@ Result<DeviceWorkload> DeviceWorkload::upload(Device& device, const Workload& w)
 
 Result<DevicePtr> DeviceWorkload::weights(int which, WeightLayout layout) {
   if (which != 1 && which != 2) return fail(Errc::internal, fmt::format("weights({}): W1 or W2 only", which));
+  if (layout == WeightLayout::mapped) layout = WeightLayout::plain;  // read through a tensor map: the plain copy
   DeviceBuffer& slot = (which == 1 ? w1_ : w2_)[int(layout)];
   if (layout != WeightLayout::plain && !slot.ptr()) {
     const Problem& p = workload_->problem;

@@ -191,7 +191,7 @@ size_t ft_plan_scale_count(const ft_plan* plan, int which);
 int ft_plan_scale_shape(const ft_plan* plan, int which, int64_t dims[3]);
 /* 1 where that stage (1 or 2) reads pre-shuffled weights. */
 int ft_plan_needs_shuffled(const ft_plan* plan, int stage);
-/* 1 where that stage (1 or 2) reads tiled weights. */
+/* 1 where that stage (1 or 2) reads tiled weights (0 for a stage that reads the plain ones through a tensor map). */
 int ft_plan_needs_tiled(const ft_plan* plan, int stage);
 void ft_plan_workspace(const ft_plan* plan, ft_workspace_sizes* out);
 /* Bytes of one workspace holding every workspace buffer of the plan

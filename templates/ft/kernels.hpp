@@ -3,6 +3,8 @@
 // the atoms for the target being compiled, and the MoE layer's kernels.
 #include "ft/port.hpp"
 #include "ft/moe_args.hpp"
+#include "ft/tensor_map.hpp"
+#include "ft/moe_mapped_args.hpp"
 #include "ft/moe_backward_args.hpp"
 #include "ft/moe_inter_scales.hpp"
 #include "ft/weight_layout.hpp"

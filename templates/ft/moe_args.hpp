@@ -208,7 +208,10 @@ constexpr long long onelaunch_head_words(long long tokens, long long hidden, lon
 constexpr long long onelaunch_route_bytes(long long rows, int tile_m, int experts) {
   return (2LL * experts + 4 + rows + rows / tile_m) * 4;
 }
-enum class WeightLayout { plain, shuffled, tiled };
+// How a stage reads its weights (weight_layout.hpp): plain, shuffled and tiled
+// are arrangements in memory; mapped reads the plain weights through a tensor
+// map (sm_90a's producer warpgroup, moe_mapped_args.hpp): no arranged copy.
+enum class WeightLayout { plain, shuffled, tiled, mapped };
 // How an fp8 layer's stage 1 hands its intermediate to stage 2: as bf16, which
 // the quantise_inter step turns into e4m3 with group scales, or quantised in its
 // own epilogue (quantise-on-store: e4m3 codes and group scales written directly).

@@ -37,8 +37,10 @@ struct Stage1 {
   static_assert(quantise_on_store_fits<Cfg>(),
                 "quantise-on-store: fp8, whole 128-column groups per tile, every thread in the epilogue");
 
-  FT_DEVICE static void run(const MoeArgs& p) {
+  // weight_map: W1's tensor map (WeightLayout::mapped, moe_mapped_args.hpp); null otherwise.
+  FT_DEVICE static void run(const MoeArgs& p, const TensorMap* weight_map = nullptr) {
     Gemm g;
+    if constexpr (Cfg::layout == WeightLayout::mapped) g.map_weights(weight_map);
     run_tiles<Cfg>(g, p.max_padded_rows / Cfg::tile_m, p.inter_size / Cfg::tile_n, 1, [&](int row_block, int col_tile, int, auto lanes) {
       if constexpr (kFp8) tile_fp8(p, g, row_block, col_tile, lanes);
       else tile(p, g, row_block, col_tile, lanes);
@@ -64,7 +66,8 @@ struct Stage1 {
         [&](int nb, int r, int k) -> const u16* {
           const long long row = (long long)expert * 2 * I + nb * I + n0 + r;  // nb 0: gate, 1: up
           return p.w1 + weight_offset<Cfg::layout>(row, k, H, p.experts * 2 * I);
-        });
+        },
+        p.w1, H);  // the mapped matrix (kMapped)
     g.run(0, int(H), lanes);
 
     if (!g.holds_tile(lanes)) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
@@ -105,7 +108,8 @@ struct Stage1 {
         [&](int nb, int r, int k) -> const u8* {
           const long long row = (long long)expert * 2 * I + nb * I + n0 + r;  // nb 0: gate, 1: up
           return w1 + weight_offset<Cfg::layout, 1>(row, k, H, p.experts * 2 * I);
-        });
+        },
+        p.w1, H);  // the mapped matrix (kMapped)
     if constexpr (kScales == Scales::block128) {
       const int groups = int(H / kScaleGroup);
       const long long gate_block = ((long long)expert * 2 * I + n0) / kScaleGroup;

@@ -92,8 +92,10 @@ struct Stage2 {
   static_assert(kRowScales || kPromoteEvery == (kFp8 ? 1 : 0),
                 "an fp8 stage 2 on group scales promotes every k-tile (its A scales change along k)");
 
-  FT_DEVICE static void run(const MoeArgs& p) {
+  // weight_map: W2's tensor map (WeightLayout::mapped, moe_mapped_args.hpp); null otherwise.
+  FT_DEVICE static void run(const MoeArgs& p, const TensorMap* weight_map = nullptr) {
     Gemm g;
+    if constexpr (Cfg::layout == WeightLayout::mapped) g.map_weights(weight_map);
     run_tiles<Cfg>(g, p.max_padded_rows / Cfg::tile_m, p.hidden / Cfg::tile_n, Cfg::split_k,
                    [&](int row_block, int col_tile, int split, auto lanes) {
                      if constexpr (kFp8) tile_fp8(p, g, row_block, col_tile, split, lanes);
@@ -142,7 +144,8 @@ struct Stage2 {
         },
         [&](int, int r, int k) -> const u16* {
           return p.w2 + weight_offset<Cfg::layout>((long long)expert * H + n0 + r, k, I, p.experts * H);
-        });
+        },
+        p.w2, I);  // the mapped matrix (kMapped)
     g.run(k_begin, k_begin + k_len, lanes);
 
     if (!g.holds_tile(lanes)) return;  // a producer warpgroup only copied (ping-pong: or the other computed)
@@ -211,7 +214,8 @@ struct Stage2 {
         },
         [&](int, int r, int k) -> const u8* {
           return w2 + weight_offset<Cfg::layout, 1>((long long)expert * H + n0 + r, k, I, p.experts * H);
-        });
+        },
+        p.w2, I);  // the mapped matrix (kMapped)
     const int groups = int(I / kScaleGroup);
     if constexpr (kRowScales) {
       if constexpr (kPromoteEvery > 0) g.run_scaled(k_begin, k_begin + k_len, UnitScales{}, lanes);

@@ -100,7 +100,7 @@ struct TiledGemm {
   // a_row(r): start of gathered row r of A (or nullptr for a padding row);
   // b_at(nb, r, k): element (r, k) of weight matrix nb's tile in its layout.
   template <class ARow, class BAt>
-  FT_DEVICE void setup(ARow a_row, BAt b_at) {
+  FT_DEVICE void setup(ARow a_row, BAt b_at, const void* = nullptr, long long = 1) {  // + WgmmaGemm's mapped matrix: unused
     FT_UNROLL for (int nb = 0; nb < NB; ++nb)
       FT_UNROLL for (int rm = 0; rm < RM; ++rm)
         FT_UNROLL for (int rn = 0; rn < RN; ++rn)

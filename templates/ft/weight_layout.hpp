@@ -9,6 +9,8 @@
 //           (chunk c at c ^ (row % 8)). A run of rows starting at a multiple of
 //           8 is then, byte for byte, the shared-memory tile wgmma reads, so
 //           one bulk copy moves a whole weight tile (wgmma_gemm.hpp).
+// mapped:   plain in memory; the TMA unit lays each box out in the swizzle
+//           through a tensor map (wgmma_gemm.hpp, moe_mapped_args.hpp).
 namespace ft {
 
 FT_HOST_DEVICE long long shuffled_offset(long long row, long long k, long long cols) {
@@ -27,7 +29,7 @@ FT_HOST_DEVICE long long tiled_offset(long long row, long long k, long long rows
 template <WeightLayout L, int ElemBytes = 2>
 FT_HOST_DEVICE long long weight_offset(long long row, long long k, long long cols, long long rows) {
   static_assert(ElemBytes == 1 || ElemBytes == 2, "weights of 1- or 2-byte elements");
-  if constexpr (L == WeightLayout::plain) return row * cols + k;
+  if constexpr (L == WeightLayout::plain || L == WeightLayout::mapped) return row * cols + k;
   else if constexpr (ElemBytes == 1) return 2 * weight_offset<L, 2>(row, k >> 1, cols >> 1, rows) + (k & 1);
   else if constexpr (L == WeightLayout::shuffled) return shuffled_offset(row, k, cols);
   else return tiled_offset(row, k, rows);

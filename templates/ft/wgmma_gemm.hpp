@@ -18,8 +18,11 @@
 // its lanes copy the gathered A rows with cp.async, and one lane moves each
 // weight tile with a single bulk copy (the TMA unit) from weights stored in
 // the tiled layout (weight_layout.hpp), where a tile is already the
-// swizzled shared-memory image. Their ring runs on across the tiles of a
-// persistent block (Cfg::tiles_per_block > 1, tile_order.hpp).
+// swizzled shared-memory image, or (WeightLayout::mapped) with one tensor-map
+// load per weight tile from the plain weights, the TMA unit laying the box out
+// in the swizzle (map_weights; moe_mapped_args.hpp). Their ring runs on
+// across the tiles of a persistent block (Cfg::tiles_per_block > 1,
+// tile_order.hpp).
 //
 // fp8 (e4m3 atoms): a 128-byte row holds 128 codes, so k-tiles are 128 deep
 // and one k32 wgmma reads the same 32 bytes of a row as a bf16 k16. With
@@ -156,8 +159,9 @@ struct WgmmaGemm {
   static_assert(Cfg::stages >= 3, "at least two k-tiles in flight");
   static_assert(kRowStep % 8 == 0, "a thread's chunks keep one swizzle phase");
   static_assert(kCopiedRows * 8 % kLoaders == 0, "every loading thread copies the same number of chunks");
-  static_assert(Cfg::layout == (kSpecialized ? WeightLayout::tiled : WeightLayout::plain),
-                "the shared ring reads plain K-major weights, the producer warpgroup tiled ones");
+  static constexpr bool kMapped = Cfg::layout == WeightLayout::mapped;  // weight tiles by tensor map
+  static_assert(kSpecialized ? (Cfg::layout == WeightLayout::tiled || kMapped) : Cfg::layout == WeightLayout::plain,
+                "the shared ring reads plain K-major weights, the producer warpgroup tiled ones or a tensor map");
   static_assert(!kPingPong || (kSpecialized && Cfg::tiles_per_block > 1 && kConsumers == 2 && !Promote),
                 "ping-pong: persistent producer blocks, two consumer warpgroups, no promotion");
   static_assert(!kRebalance || (kSpecialized && Cfg::tiles_per_block > 1 && kConsumers >= 2),
@@ -171,6 +175,10 @@ struct WgmmaGemm {
   const Operand* src[kRebalance ? 1 : kChunksPerThread];
   const Operand* weight_tile[NB];        // bulk copies: each weight tile's first 64-deep slice
   long long weight_slice = 0;        // elements from one 64-deep slice of a tiled weight to the next
+  // kMapped: the weights' tensor map (in the kernel's parameter space) and
+  // each weight tile's first row in the matrix it maps.
+  const TensorMap* weight_map = nullptr;
+  int weight_row[NB] = {};
   int issued = 0;                    // k-tiles this block's ring has taken so far (specialised blocks)
   int turn = 0;                      // ping-pong: the block's tiles run so far
   bool mine = true;                  // ping-pong: this warpgroup computes the current tile
@@ -204,9 +212,12 @@ struct WgmmaGemm {
   }
 
   // a_row(r): start of gathered row r of A (or nullptr for a padding row);
-  // b_at(nb, r, k): element (r, k) of weight matrix nb's tile in its layout.
+  // b_at(nb, r, k): element (r, k) of weight matrix nb's tile in its layout;
+  // kMapped: the mapped matrix's first element and row length (`cols`
+  // elements), from which each tile's row in the map follows (passed per
+  // tile, not kept: a rebalanced producer runs on 32 registers).
   template <class ARow, class BAt>
-  FT_DEVICE void setup(ARow a_row, BAt b_at) {
+  FT_DEVICE void setup(ARow a_row, BAt b_at, const void* weight_base = nullptr, long long weight_cols = 1) {
     const int l = loader_index();
     if (l < 0) return;
     FT_UNROLL for (int j = 0; j < kChunksPerThread; ++j) {
@@ -214,11 +225,18 @@ struct WgmmaGemm {
       const Operand* p = row < TM ? a_row(row) : b_at((row - TM) / TN, (row - TM) % TN, 0);
       set_source(l, j, p ? p + (l % 8) * kChunkElems : nullptr);
     }
-    if constexpr (kSpecialized) {
+    if constexpr (kMapped) {
+      FT_UNROLL for (int nb = 0; nb < NB; ++nb)
+        weight_row[nb] = int((b_at(nb, 0, 0) - static_cast<const Operand*>(weight_base)) / weight_cols);
+    } else if constexpr (kSpecialized) {
       FT_UNROLL for (int nb = 0; nb < NB; ++nb) weight_tile[nb] = b_at(nb, 0, 0);
       weight_slice = b_at(0, 0, TK) - weight_tile[0];
     }
   }
+
+  // kMapped: the tensor map of the (plain) weight matrix b_at points into;
+  // once per block, before setup.
+  FT_DEVICE void map_weights(const TensorMap* map) { weight_map = map; }
 
   // Issues this thread's copies of the k-tile starting at k0 into `stage`.
   FT_DEVICE void load(unsigned char* stage, int k0) const {
@@ -453,9 +471,11 @@ struct WgmmaGemm {
         unsigned char* stage = ring + s * kStageBytes;
         if (issuer) {
           mbarrier_arrive_expect_tx(&full[s], NB * kWeightTileBytes);
-          FT_UNROLL for (int nb = 0; nb < NB; ++nb)
-            bulk_copy(stage + (TM + nb * TN) * 128, weight_tile[nb] + (first_slice + t) * weight_slice, kWeightTileBytes,
-                      &full[s]);
+          FT_UNROLL for (int nb = 0; nb < NB; ++nb) {
+            unsigned char* to = stage + (TM + nb * TN) * 128;
+            if constexpr (kMapped) tensor_load_2d(to, weight_map, k_begin + t * TK, weight_row[nb], &full[s]);
+            else bulk_copy(to, weight_tile[nb] + (first_slice + t) * weight_slice, kWeightTileBytes, &full[s]);
+          }
         }
         load(stage, k_begin + t * TK);
         copy_async_arrive(&full[s]);

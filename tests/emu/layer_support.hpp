@@ -63,7 +63,8 @@ inline std::vector<LayerPlan> plans_for(const Target& t) {
     if (atom->warpgroup()) {
       // The wgmma family's own shapes: one to three warpgroups, 64-deep
       // k-tiles, a ring of 3 or 4 buffers; on some slots a producer warpgroup
-      // with mbarriers and bulk copies of tiled weights, else plain weights.
+      // with mbarriers and bulk copies of tiled weights (slots 2, 3) or
+      // tensor-map loads of the plain ones (mapped: slots 6, 7), else plain weights.
       v.set("warps_m", i % 4 == 2 ? 12 : i % 2 == 0 ? 4 : 8);
       v.set("warps_n", 1);
       v.set("warp_specialized", i % 4 == 3 || i % 4 == 2);
@@ -71,7 +72,7 @@ inline std::vector<LayerPlan> plans_for(const Target& t) {
       v.set("tile_n", v.get("warps_m") == 12 ? 32 : 64);
       v.set("tile_k", 64);
       v.set("stages", 3 + i % 2);
-      v.set("layout", int((v.get("warp_specialized") != 0) ? WeightLayout::tiled : WeightLayout::plain));
+      v.set("layout", int(v.get("warp_specialized") == 0 ? WeightLayout::plain : i < 4 ? WeightLayout::tiled : WeightLayout::mapped));
       v.set("tiles_per_block", i % 4 == 3 ? 3 : 1);  // a persistent grid on some: the ring runs across tiles
     }
     LayerPlan plan;

@@ -65,6 +65,15 @@ TEST(EmitterGolden, Sm90aWgmmaStage1Persistent) {
   check_golden(emit_variant(v));
 }
 
+// The weights through a tensor map: the kernel takes ft::MappedMoeArgs in place.
+TEST(EmitterGolden, Sm90aWgmmaStage1MappedWeights) {
+  Variant v = make("sm_90a", StageRole::stage1, "wgmma_m64k16_f32_bf16", 128, 128, 64, 8, 1, 4);
+  v.set("warp_specialized", true);
+  v.set("layout", int(WeightLayout::mapped));
+  v.set("tiles_per_block", 8);
+  check_golden(emit_variant(v));
+}
+
 TEST(EmitterGolden, Gfx90aSupport) { check_golden(emit_support(*find_target("gfx90a"), DType::bf16)); }
 
 TEST(Emitter, EntryPointIsTheVariantName) {

@@ -95,7 +95,7 @@ TEST(Space, WarpSpecialisationIsAWgmmaOption) {
   // weights are illegal with it, tiled ones without it.
   auto plain = why_illegal(v, mixtral());
   ASSERT_TRUE(plain);
-  EXPECT_NE(plain->find("reads tiled weights, not plain ones"), std::string::npos) << *plain;
+  EXPECT_NE(plain->find("reads tiled or mapped weights, not plain ones"), std::string::npos) << *plain;
   v.set("layout", int(WeightLayout::tiled));
   EXPECT_FALSE(why_illegal(v, mixtral())) << v.name();
   EXPECT_EQ(v.threads(), 384);                       // two consumer warpgroups + the producer
@@ -135,7 +135,7 @@ TEST(Space, WarpSpecialisationIsAWgmmaOption) {
   tiled_mma.set("layout", int(WeightLayout::tiled));
   auto no_tiles = why_illegal(tiled_mma, mixtral());
   ASSERT_TRUE(no_tiles);
-  EXPECT_NE(no_tiles->find("tiled weight layout feeds wgmma bulk copies"), std::string::npos) << *no_tiles;
+  EXPECT_NE(no_tiles->find("tiled weight layout feeds a wgmma producer warpgroup"), std::string::npos) << *no_tiles;
 }
 
 TEST(Space, WgmmaFamilyHasItsOwnAxes) {
@@ -230,6 +230,30 @@ TEST(Space, PerKindOverridesApplyToThatKindOnly) {
     ASSERT_FALSE(r) << b.text;
     EXPECT_NE(r.error().message.find(b.says), std::string::npos) << b.text << ": " << r.error().message;
   }
+}
+
+// wgmma_weights: a producer warpgroup reads tiled weights by default and,
+// where asked, the plain ones through a tensor map ("_map"); blocks without a
+// producer read plain ones whatever it says, and the other families have no mapped form.
+TEST(Space, WgmmaWeightsAxisOffersMappedToProducerBlocksOnly) {
+  auto o = SpaceOptions::parse("small;atom=wgmma_m64k16_f32_bf16;wgmma_weights=tiled,mapped;wgmma_producer=off,on");
+  ASSERT_TRUE(o) << o.error().describe();
+  const Space sp = enumerate_space(*find_target("sm_90a"), mixtral(), *o);
+  std::set<std::pair<bool, WeightLayout>> seen;
+  for (const Variant& v : sp.legal) {
+    const auto l = WeightLayout(v.get("layout"));
+    seen.insert({v.get("warp_specialized") != 0, l});
+    EXPECT_EQ(l == WeightLayout::mapped, v.name().find("_map") != std::string::npos) << v.name();
+  }
+  EXPECT_EQ(seen, (std::set<std::pair<bool, WeightLayout>>{
+                      {false, WeightLayout::plain}, {true, WeightLayout::tiled}, {true, WeightLayout::mapped}}));
+  for (const Variant& v : enumerate_space(*find_target("sm_90a"), mixtral(), SpaceOptions{}).legal)
+    EXPECT_NE(WeightLayout(v.get("layout")), WeightLayout::mapped) << v.name() << ": mapped is opt-in until measured";
+  Variant mma = Variant::of(*find_target("sm_90a"), StageRole::stage1, *find_atom("mma_m16n8k16_f32_bf16"));
+  mma.set("layout", int(WeightLayout::mapped));
+  const auto why = why_illegal(mma, mixtral());
+  ASSERT_TRUE(why) << mma.name();
+  EXPECT_NE(why->find("mapped weight layout feeds a wgmma producer warpgroup"), std::string::npos) << *why;
 }
 
 TEST(Space, NarrowingShrinksAndWideningGrows) {

@@ -11,6 +11,8 @@
 #include <span>
 
 #include "runtime/include/flytune_runtime.h"
+#include "runtime/src/c_api_operations.hpp"
+#include "runtime/src/c_structs.hpp"
 #include "runtime/src/handles.hpp"
 #include "runtime/src/runtime_impl.hpp"
 #include "generator/fp8_checkpoint.hpp"
@@ -38,6 +40,9 @@ struct ft_plan {
 namespace {
 
 using ft::Errc;
+using ft::rt::buffers_of;
+using ft::rt::grads_of;
+using ft::rt::with_size_note;
 
 // The message of this thread's last failing call: of calls without a runtime
 // handle, and of calls on a handle (with the handle it was on). Per thread, so
@@ -100,92 +105,6 @@ int guarded(ft_runtime* rt, const char* function, F&& body) noexcept {
 
 ft::DevicePtr ptr(const void* p) { return ft::DevicePtr(reinterpret_cast<std::uintptr_t>(p)); }
 
-// The sizes of the caller's ft_layer_buffers this library reads (flytune_runtime.h):
-// the first release's 13 pointers at least, at most a page.
-constexpr std::size_t kFirstBuffersBytes = 13 * sizeof(void*);
-constexpr std::size_t kMaxBuffersBytes = 4096;
-static_assert(offsetof(ft_layer_buffers, w1_tiled) == kFirstBuffersBytes, "the first release's fields come first");
-
-// A caller's struct S of `size` bytes (`name`: its C name): exactly those
-// bytes are read, the fields beyond them are null. At least `first` bytes (the
-// fields of its first release); bytes beyond the fields this library knows
-// must be zero (a newer caller's field that this library would ignore).
-template <class S>
-ft::Result<S> sized_struct(const S* given, std::size_t size, std::size_t first, const char* name) {
-  if (size < first || size > kMaxBuffersBytes || size % sizeof(void*) != 0)
-    return std::unexpected(ft::Error{
-        Errc::usage,
-        std::string(name) + " of " + std::to_string(size) + " bytes: not a size of this struct (a multiple of " +
-            std::to_string(sizeof(void*)) + " from " + std::to_string(first) + " to " + std::to_string(kMaxBuffersBytes) +
-            "; pass sizeof(" + name + "))",
-        {}});
-  const auto* bytes = reinterpret_cast<const unsigned char*>(given);
-  for (std::size_t i = sizeof(S); i < size; ++i)
-    if (bytes[i] != 0)
-      return std::unexpected(ft::Error{
-          Errc::usage,
-          std::string(name) + " of " + std::to_string(size) + " bytes sets a field at byte " + std::to_string(i) +
-              " that this library (ABI " + std::to_string(FT_RUNTIME_ABI_MAJOR) + "." + std::to_string(FT_RUNTIME_ABI_MINOR) +
-              ", " + std::to_string(sizeof(S)) + " bytes) does not know: use a newer libflytune_runtime",
-          {}});
-  S out{};
-  std::memcpy(&out, given, std::min(size, sizeof out));
-  return out;
-}
-
-// A caller's C struct (ft_layer_buffers, ft_layer_grads) as the runtime's
-// (LayerBuffers, GradBuffers): each member named as a row of layer/buffers.def
-// in both, and the workspace.
-template <class Buffers, class C>
-Buffers by_row_names(const C& c) {
-  Buffers out{};
-#define FT_BUFFER(name, member, pointee, place, meaning, size) \
-  if constexpr (requires(const C& v, const Buffers& o) { v.name; o.name; }) out.name = ptr(c.name);
-#include "layer/buffers.def"
-#undef FT_BUFFER
-  out.workspace = ptr(c.workspace);
-  out.workspace_bytes = c.workspace_bytes;
-  return out;
-}
-// Each pointer of a C struct but its workspace is one of its runtime struct's
-// (the C structs' members are pointers and a size_t, 8 bytes each).
-static_assert(sizeof(void*) == sizeof(std::size_t));
-static_assert(ft::rt::rows_named_in<ft_layer_buffers>() == sizeof(ft_layer_buffers) / sizeof(void*) - 2 &&
-                  ft::rt::rows_named_in<ft_layer_buffers, ft::rt::LayerBuffers>() == ft::rt::rows_named_in<ft::rt::LayerBuffers>(),
-              "ft_layer_buffers and LayerBuffers name the same rows of layer/buffers.def");
-// ft_layer_grads: all but d_topk_weights, which is Buf::d_weights.
-static_assert(ft::rt::rows_named_in<ft_layer_grads>() == sizeof(ft_layer_grads) / sizeof(void*) - 3 &&
-                  ft::rt::rows_named_in<ft_layer_grads, ft::rt::GradBuffers>() + 1 == ft::rt::rows_named_in<ft::rt::GradBuffers>(),
-              "ft_layer_grads and GradBuffers name the same rows of layer/buffers.def, but d_topk_weights");
-
-// The caller's ft_layer_buffers of `size` bytes (sized_struct).
-ft::Result<ft::rt::LayerBuffers> buffers_of(const ft_layer_buffers* buffers, std::size_t size) {
-  return by_row_names<ft::rt::LayerBuffers>(FT_TRY(sized_struct(buffers, size, kFirstBuffersBytes, "ft_layer_buffers")));
-}
-
-// The first release of ft_layer_grads: every field through bad_ids (ABI 1.2 appended dw1_16, dw2_16;
-// a caller of the earlier header passes 120 bytes, and they read as NULL: the fp32 outputs).
-constexpr std::size_t kFirstGradsBytes = offsetof(ft_layer_grads, dw1_16);
-static_assert(kFirstGradsBytes == 120, "ft_layer_grads' first release: 15 fields; append new ones");
-static_assert(sizeof(ft_layer_grads) == 136, "ft_layer_grads of ABI 1.2: 17 fields");
-
-ft::Result<ft::rt::GradBuffers> grads_of(const ft_layer_grads* grads, std::size_t size) {
-  const ft_layer_grads g = FT_TRY(sized_struct(grads, size, kFirstGradsBytes, "ft_layer_grads"));
-  ft::rt::GradBuffers out = by_row_names<ft::rt::GradBuffers>(g);
-  out.d_weights = ptr(g.d_topk_weights);
-  return out;
-}
-
-// A launch refused for a buffer that a caller of an earlier header could not
-// pass (its struct ends before that field) says so.
-ft::Status with_size_note(ft::Status s, std::size_t size) {
-  if (s || s.error().code != Errc::usage || size >= sizeof(ft_layer_buffers)) return s;
-  ft::Error e = s.error();
-  e.message += " (the caller passed ft_layer_buffers of " + std::to_string(size / sizeof(void*)) +
-               " fields: a program built against an earlier flytune_runtime.h; rebuild it against this one to pass the others)";
-  return std::unexpected(std::move(e));
-}
-
 // The C enums are ft::Scales and FillArgs::elem.
 static_assert(FT_SCALES_NONE == int(ft::Scales::none) && FT_SCALES_PER_TENSOR == int(ft::Scales::per_tensor) &&
               FT_SCALES_PER_TOKEN == int(ft::Scales::per_token) && FT_SCALES_BLOCK128 == int(ft::Scales::block128) &&
@@ -243,6 +162,39 @@ std::string device_selector_of(const ::ft_runtime* rt) {
   return d.runtime + ":" + std::to_string(d.ordinal);
 }
 }  // namespace ft::rt
+
+namespace {
+
+// The plan of `operation` within a plan (PlanOperation::plan_of); null where it has none.
+const ft::rt::OperationPlan* operation_plan(const ft::op::Operation& operation, const ft_plan* plan) {
+  const ft::rt::PlanOperation* row = ft::rt::plan_operation(operation);
+  return plan && row ? row->plan_of(plan->plan) : nullptr;
+}
+
+// The bucket serving `operation` at the plan's T (ft_plan_bucket, ft_plan_backward_bucket); 0 without one.
+int operation_bucket(const ft::op::Operation& operation, const ft_plan* plan) {
+  const ft::rt::OperationPlan* p = operation_plan(operation, plan);
+  return p ? p->bucket->tokens : 0;
+}
+
+// A launch of `operation` on the caller's C struct of `size` bytes
+// (ft_plan_launch_sized, ft_plan_backward_launch_sized): its row's call name
+// on every error, its buffers argument's name when it is null.
+int launch_operation(const ft::op::Operation& operation, const ft_plan* plan, const void* buffers, std::size_t size,
+                     void* stream) {
+  ft_runtime* rt = plan ? plan->owner : nullptr;
+  const ft::rt::PlanOperation* row = ft::rt::plan_operation(operation);
+  const char* function = row ? row->launch : "ft_plan_launch";
+  return guarded(rt, function, [&]() -> int {
+    if (!row)
+      return record(rt, ft::Error{Errc::internal, std::string(operation.name) + ": the C API has no launch of it", {}});
+    if (!plan || !buffers)
+      return bad_argument(rt, function, (std::string("plan and ") + row->buffers + " must not be null").c_str());
+    return record(rt, row->launch_sized(*rt->rt, plan->plan, buffers, size, ft::StreamHandle{stream}));
+  });
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -314,7 +266,7 @@ int ft_runtime_select(ft_runtime* rt, const char* problem_key, int tokens, ft_pl
 }
 
 void ft_plan_free(ft_plan* plan) { delete plan; }
-int ft_plan_bucket(const ft_plan* plan) { return plan ? plan->plan.bucket->tokens : 0; }
+int ft_plan_bucket(const ft_plan* plan) { return operation_bucket(ft::op::moe_forward(), plan); }
 int ft_plan_tokens(const ft_plan* plan) { return plan ? plan->plan.tokens : 0; }
 int ft_plan_coverage(const ft_plan* plan) { return plan ? int(plan->plan.coverage.coverage) : -1; }
 const char* ft_plan_coverage_note(const ft_plan* plan) { return plan ? plan->plan.coverage.note.c_str() : ""; }
@@ -389,13 +341,7 @@ int ft_plan_workspace_buffer(const ft_plan* plan, int index, const char** name, 
 uint32_t ft_runtime_abi_version(void) { return FT_RUNTIME_ABI_VERSION; }
 
 int ft_plan_launch_sized(const ft_plan* plan, const ft_layer_buffers* buffers, size_t buffers_size, void* stream) {
-  ft_runtime* rt = plan ? plan->owner : nullptr;
-  return guarded(rt, "ft_plan_launch", [&]() -> int {
-    if (!plan || !buffers) return bad_argument(rt, "ft_plan_launch", "plan and buffers must not be null");
-    auto b = buffers_of(buffers, buffers_size);
-    if (!b) return record(rt, b.error());
-    return record(rt, with_size_note(rt->rt->launch(plan->plan, *b, ft::StreamHandle{stream}), buffers_size));
-  });
+  return launch_operation(ft::op::moe_forward(), plan, buffers, buffers_size, stream);
 }
 
 int ft_plan_launch_checked_sized(const ft_plan* plan, const ft_layer_buffers* buffers, size_t buffers_size, void* stream,
@@ -442,9 +388,9 @@ int ft_plan_reference_sized(const ft_plan* plan, const ft_layer_buffers* buffers
   });
 }
 
-int ft_plan_has_backward(const ft_plan* plan) { return plan && plan->plan.backward ? 1 : 0; }
+int ft_plan_has_backward(const ft_plan* plan) { return operation_plan(ft::op::moe_backward(), plan) ? 1 : 0; }
 
-int ft_plan_backward_bucket(const ft_plan* plan) { return ft_plan_has_backward(plan) ? plan->plan.backward->bucket->tokens : 0; }
+int ft_plan_backward_bucket(const ft_plan* plan) { return operation_bucket(ft::op::moe_backward(), plan); }
 
 int ft_plan_backward_takes_dw16(const ft_plan* plan) {
   return ft_plan_has_backward(plan) && ft::rt::takes_dw16(*plan->plan.backward) ? 1 : 0;
@@ -464,13 +410,7 @@ size_t ft_plan_backward_workspace_bytes(const ft_plan* plan, int tokens) {
 }
 
 int ft_plan_backward_launch_sized(const ft_plan* plan, const ft_layer_grads* grads, size_t grads_size, void* stream) {
-  ft_runtime* rt = plan ? plan->owner : nullptr;
-  return guarded(rt, "ft_plan_backward_launch", [&]() -> int {
-    if (!plan || !grads) return bad_argument(rt, "ft_plan_backward_launch", "plan and grads must not be null");
-    auto g = grads_of(grads, grads_size);
-    if (!g) return record(rt, g.error());
-    return record(rt, rt->rt->launch_backward(plan->plan, *g, ft::StreamHandle{stream}));
-  });
+  return launch_operation(ft::op::moe_backward(), plan, grads, grads_size, stream);
 }
 
 int ft_plan_backward_saved_sized(const ft_plan* plan, const ft_layer_grads* grads, size_t grads_size, void* stream) {

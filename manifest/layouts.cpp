@@ -101,6 +101,14 @@ json weight_layouts() {
              "with a producer warpgroup (names ending _tiled_ws)"},
             {"requires", "rows a multiple of 16, cols a multiple of 64"},
             {"w1", w1},
+            {"w2", w2}}},
+          {"mapped",
+           {{"offset", weight_offset(WeightLayout::mapped)},
+            {"meaning",
+             "the plain weights, read through a tensor map the host encodes on every launch (the stage step's "
+             "weight_map; the kernel takes ft::MappedMoeArgs, args.passed_as); read by the sm_90a wgmma kernels with a "
+             "producer warpgroup named _map_ws; no arranged copy"},
+            {"w1", w1},
             {"w2", w2}}}};
 }
 

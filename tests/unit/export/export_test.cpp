@@ -173,7 +173,8 @@ TEST(Export, WeightLayoutsDocumentTiled) {
   if (!ex.skip_reason.empty()) GTEST_SKIP() << ex.skip_reason;
   ASSERT_TRUE(ex.error.empty()) << ex.error;
   const json& layouts = ex.manifest["weight_layouts"];
-  for (const char* name : {"plain", "shuffled", "tiled"}) EXPECT_TRUE(layouts.contains(name)) << name;
+  for (const char* name : {"plain", "shuffled", "tiled", "mapped"}) EXPECT_TRUE(layouts.contains(name)) << name;
+  EXPECT_EQ(layouts["mapped"]["offset"], layouts["plain"]["offset"]) << "mapped reads the plain weights";
   const json& tiled = layouts["tiled"];
   const std::string formula = "((k >> 6) * rows + row) * 64 + ((((k >> 3) & 7) ^ (row & 7)) << 3) + (k & 7)";
   EXPECT_EQ(tiled["offset"], formula);
